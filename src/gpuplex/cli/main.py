@@ -1,0 +1,133 @@
+"""`gpuplex`: validate, plan, explain and schema over the pure core. Bad input exits 2 with a message
+naming file:line and field; it never prints a traceback."""
+
+from __future__ import annotations
+
+import json
+import sys
+from enum import StrEnum
+from pathlib import Path
+from typing import Annotated
+
+import typer
+import yaml
+from pydantic import ValidationError
+from rich.console import Console
+
+from gpuplex.cli.render import gpu_map, placement_table, problems_table, summary_line
+from gpuplex.core.plan import Plan, make_plan
+from gpuplex.core.plan.explain import explain as explain_workload
+from gpuplex.core.spec import GpuplexSpec
+from gpuplex.errors import GpuplexError, NotFoundError, PlanFileError
+from gpuplex.specfile import load_spec_file
+
+app = typer.Typer(
+    help="gpuplex: share GPUs between tenants safely, fairly and with the bill to match.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    add_completion=False,
+)
+out = Console()
+err = Console(stderr=True)
+
+
+class OutputFormat(StrEnum):
+    TABLE = "table"
+    JSON = "json"
+    YAML = "yaml"
+
+
+SpecFile = Annotated[Path, typer.Argument(help="The gpuplex.yaml to read.", show_default=False)]
+
+
+@app.command()
+def validate(file: SpecFile) -> None:
+    """Check a spec: shape, names, references, requests against the fleet and quotas."""
+    spec = load_spec_file(file)
+    workloads = sum(len(t.workloads) for t in spec.tenants)
+    gpus = sum(g.count for n in spec.fleet.nodes for g in n.gpus)
+    out.print(f"[green]valid[/]: {len(spec.tenants)} tenants, {workloads} workloads, {gpus} GPUs")
+
+
+@app.command()
+def plan(
+    file: SpecFile,
+    current: Annotated[
+        Path | None, typer.Option(help="A plan JSON to re-plan against: keep what still fits.")
+    ] = None,
+    output: Annotated[OutputFormat, typer.Option("--output", "-o")] = OutputFormat.TABLE,
+) -> None:
+    """Decide isolation and placement for every replica, and print the plan."""
+    spec = load_spec_file(file)
+    result = make_plan(spec, _load_plan(current) if current else None)
+    if output is OutputFormat.JSON:
+        sys.stdout.write(result.model_dump_json(indent=2) + "\n")
+    elif output is OutputFormat.YAML:
+        sys.stdout.write(yaml.safe_dump(result.model_dump(mode="json"), sort_keys=False))
+    else:
+        out.print(placement_table(result))
+        out.print(gpu_map(result))
+        problems = problems_table(result)
+        if problems is not None:
+            out.print(problems)
+        out.print(summary_line(result))
+
+
+@app.command()
+def explain(
+    file: SpecFile,
+    workload: Annotated[str, typer.Argument(help="tenant/workload, or a workload name if unique.")],
+    current: Annotated[Path | None, typer.Option(help="A plan JSON to re-plan against.")] = None,
+) -> None:
+    """Why a workload gets this isolation mode and these GPUs, or why it is not placed."""
+    spec = load_spec_file(file)
+    tenant_name, workload_name = _find_workload(spec, workload)
+    result = make_plan(spec, _load_plan(current) if current else None)
+    for line in explain_workload(spec, result, tenant_name, workload_name):
+        out.print(line, highlight=False)
+
+
+@app.command()
+def schema() -> None:
+    """Print the JSON Schema of gpuplex.yaml (for editor completion)."""
+    sys.stdout.write(json.dumps(GpuplexSpec.model_json_schema(), indent=2) + "\n")
+
+
+def _find_workload(spec: GpuplexSpec, name: str) -> tuple[str, str]:
+    tenant_part, _, workload_part = name.rpartition("/")
+    matches = [
+        (t.name, w.name)
+        for t in spec.tenants
+        for w in t.workloads
+        if w.name == workload_part and tenant_part in ("", t.name)
+    ]
+    if len(matches) == 1:
+        return matches[0]
+    known = ", ".join(f"{t.name}/{w.name}" for t in spec.tenants for w in t.workloads)
+    if matches:
+        options = ", ".join(f"{t}/{w}" for t, w in matches)
+        raise NotFoundError(f"{name!r} is in several tenants: write one of {options}")
+    raise NotFoundError(f"no workload {name!r}; workloads: {known or 'none'}")
+
+
+def _load_plan(path: Path) -> Plan:
+    try:
+        return Plan.model_validate_json(path.read_bytes())
+    except OSError as error:
+        raise PlanFileError(f"{path}: cannot read the plan: {error.strerror}") from None
+    except ValidationError as error:
+        first = error.errors(include_url=False)[0]
+        where = ".".join(str(part) for part in first["loc"]) or "(document)"
+        raise PlanFileError(
+            f"{path}: not a gpuplex plan ({error.error_count()} problems; first at {where}: "
+            f"{first['msg']}); write one with `gpuplex plan FILE -o json`"
+        ) from None
+
+
+def run() -> None:
+    """Entry point: run the app, turning gpuplex errors into a message and an exit code."""
+    try:
+        app()
+    except GpuplexError as error:
+        err.print(f"[red]error[/]: {error.message}", highlight=False, soft_wrap=True)
+        raise SystemExit(error.exit_code) from None

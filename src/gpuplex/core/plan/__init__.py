@@ -1,0 +1,35 @@
+"""Isolation choice, placement, quotas and admission, preemption, explanations: all pure."""
+
+from __future__ import annotations
+
+from gpuplex.core.plan.model import (
+    Decision,
+    GpuView,
+    Infeasible,
+    MigReconfiguration,
+    MigSlicePlan,
+    Mode,
+    Move,
+    Occupant,
+    Placement,
+    Plan,
+    Preemption,
+    Summary,
+)
+from gpuplex.core.plan.placer import make_plan
+
+__all__ = [
+    "Decision",
+    "GpuView",
+    "Infeasible",
+    "MigReconfiguration",
+    "MigSlicePlan",
+    "Mode",
+    "Move",
+    "Occupant",
+    "Placement",
+    "Plan",
+    "Preemption",
+    "Summary",
+    "make_plan",
+]

@@ -1,0 +1,207 @@
+"""Finding the best GPU for a replica quickly, at fleet scale.
+
+GPUs of one group (same model, pool and MIG policy) are interchangeable but for what is on them, so each
+group keeps its GPUs sorted by state: empty GPUs by placement order; MIG GPUs bucketed by occupied-slot
+signature (a few hundred buckets at most, however many GPUs); MPS and time-slice GPUs sorted by free
+memory. A search asks each bucket once instead of every GPU, then scores the best few candidates.
+
+Scores are tuples, smaller is better. binpack: join a used GPU before opening an empty one, then the
+tightest fit, then the choice that leaves the most MIG room. spread: the opposite.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left, insort
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from gpuplex.core.plan.demand import Sized, Unit, size_on
+from gpuplex.core.plan.inventory import GpuSlot
+from gpuplex.core.plan.mig_fit import room_left, slot_mask
+from gpuplex.core.plan.model import Mode
+from gpuplex.core.plan.occupancy import (
+    GpuState,
+    Hold,
+    best_mig_start,
+    fit_on,
+    mode_problem,
+    sharing_problem,
+)
+from gpuplex.core.spec import PlacementPolicy, TenantSpec
+from gpuplex.core.spec.pools import pool_accepts
+
+Order = tuple[int, int]
+_Entry = TypeVar("_Entry", bound=tuple[Any, ...])
+Score = tuple[int, int, int, Order]
+
+
+@dataclass(frozen=True, slots=True)
+class Candidate:
+    gpu_ids: tuple[int, ...]
+    sized: Sized
+    mig_start: int | None
+    score: Score
+    reason: str
+
+
+class GroupIndex:
+    """The GPUs of one group, sorted by what is on them."""
+
+    def __init__(self, slots: list[GpuSlot]) -> None:
+        self.first = slots[0]
+        self.empty: list[tuple[Order, int]] = sorted((s.order, s.gpu_id) for s in slots)
+        self.empty_by_node: dict[str, list[tuple[Order, int]]] = {}
+        for slot in sorted(slots, key=lambda s: s.order):
+            self.empty_by_node.setdefault(slot.node, []).append((slot.order, slot.gpu_id))
+        self.mig: dict[tuple[int, int, tuple[str, ...]], list[tuple[Order, int]]] = {}
+        self.shares: dict[Mode, list[tuple[int, Order, int]]] = {Mode.MPS: [], Mode.TIMESLICE: []}
+
+    def take_out(self, state: GpuState) -> None:
+        slot = state.slot
+        if state.is_empty:
+            _remove(self.empty, (slot.order, slot.gpu_id))
+            _remove(self.empty_by_node[slot.node], (slot.order, slot.gpu_id))
+        elif state.mode is Mode.MIG:
+            _remove(self.mig[state.mig_signature], (slot.order, slot.gpu_id))
+        elif state.mode in self.shares:
+            _remove(self.shares[state.mode], (state.free_memory_mib, slot.order, slot.gpu_id))
+
+    def put_in(self, state: GpuState) -> None:
+        slot = state.slot
+        if state.is_empty:
+            insort(self.empty, (slot.order, slot.gpu_id))
+            insort(self.empty_by_node.setdefault(slot.node, []), (slot.order, slot.gpu_id))
+        elif state.mode is Mode.MIG:
+            insort(self.mig.setdefault(state.mig_signature, []), (slot.order, slot.gpu_id))
+        elif state.mode in self.shares:
+            insort(self.shares[state.mode], (state.free_memory_mib, slot.order, slot.gpu_id))
+
+
+def _remove(items: list[_Entry], item: _Entry) -> None:
+    at = bisect_left(items, item)
+    if at == len(items) or items[at] != item:
+        raise KeyError(item)  # a bug in the index bookkeeping, never a user error
+    del items[at]
+
+
+class FleetIndex:
+    def __init__(
+        self, slots: list[GpuSlot], policy: PlacementPolicy, tenants: dict[str, TenantSpec]
+    ) -> None:
+        self.states = [GpuState(slot) for slot in slots]
+        self.spread = policy is PlacementPolicy.SPREAD
+        self.tenants = tenants
+        grouped: dict[tuple[object, ...], list[GpuSlot]] = {}
+        for slot in slots:
+            grouped.setdefault(slot.group, []).append(slot)
+        self.groups = [GroupIndex(members) for members in grouped.values()]
+        self.group_of = {slot.gpu_id: g for g in self.groups for slot in grouped[g.first.group]}
+
+    def candidate_groups(self, unit: Unit) -> Iterator[tuple[GroupIndex, Sized]]:
+        for group in self.groups:
+            slot = group.first
+            if not pool_accepts(slot.pool, unit.pool) or mode_problem(unit, slot):
+                continue
+            sized = size_on(unit, slot.model)
+            if sized is not None:
+                yield group, sized
+
+    def search(self, unit: Unit, refuse: Callable[[Sized], str | None]) -> Candidate | None:
+        """The best place for `unit`; `refuse` vetoes a demand (quota) before any GPU is looked at."""
+        best: Candidate | None = None
+        for group, sized in self.candidate_groups(unit):
+            if refuse(sized) is not None:
+                continue
+            for candidate in self._candidates(group, unit, sized):
+                if best is None or candidate.score < best.score:
+                    best = candidate
+        return best
+
+    def _candidates(self, group: GroupIndex, unit: Unit, sized: Sized) -> Iterator[Candidate]:
+        if unit.mode is Mode.DEDICATED:
+            yield from self._dedicated(group, unit, sized)
+        elif unit.mode is Mode.MIG:
+            yield from self._mig(group, unit, sized)
+        else:
+            yield from self._shares(group, unit, sized)
+
+    def _dedicated(self, group: GroupIndex, unit: Unit, sized: Sized) -> Iterator[Candidate]:
+        need = unit.gpu_count
+        if need == 1 and group.empty:
+            order, gpu_id = group.empty[0]
+            yield Candidate((gpu_id,), sized, None, (1, 0, 0, order), "first free GPU")
+            return
+        nodes = [free for free in group.empty_by_node.values() if len(free) >= need]
+        if not nodes:
+            return
+        sign = -1 if self.spread else 1
+        pick = min(nodes, key=lambda free: (sign * len(free), free[0][0]))
+        leftover = len(pick) - need
+        score = (1, -leftover if self.spread else leftover, 0, pick[0][0])
+        why = "node with the most free GPUs" if self.spread else "node with the fewest free GPUs"
+        yield Candidate(tuple(g for _, g in pick[:need]), sized, None, score, f"{why} that fit")
+
+    def _mig(self, group: GroupIndex, unit: Unit, sized: Sized) -> Iterator[Candidate]:
+        geometry, profile = group.first.model.mig, sized.profile
+        if geometry is None or profile is None:
+            return
+        for members in [*group.mig.values(), group.empty[:1]]:
+            found = next(
+                (
+                    (order, self.states[gpu_id])
+                    for order, gpu_id in members
+                    if sharing_problem(unit, self.states[gpu_id], self.tenants) is None
+                ),
+                None,
+            )
+            if found is None:
+                continue
+            order, state = found
+            gpu_id = state.slot.gpu_id
+            start = best_mig_start(state, sized)
+            if start is None:
+                continue
+            after = state.mig_mask | slot_mask(profile, start)
+            free_after = geometry.memory_slices - after.bit_count()
+            room = room_left(geometry, after)
+            opens = 1 if state.is_empty else 0
+            if self.spread:
+                score = (opens ^ 1, -free_after, -room, order)
+            else:
+                score = (opens, free_after, -room, order)
+            where = "an empty GPU" if opens else "a partly used GPU"
+            yield Candidate((gpu_id,), sized, start, score, f"{profile.name}@{start} on {where}")
+
+    def _shares(self, group: GroupIndex, unit: Unit, sized: Sized) -> Iterator[Candidate]:
+        used = group.shares[unit.mode]
+        need = sized.memory_mib
+        first = bisect_left(used, (need,))
+        scan = reversed(used[first:]) if self.spread else iter(used[first:])
+        for free, order, gpu_id in scan:
+            if isinstance(fit_on(unit, sized, self.states[gpu_id], self.tenants), int):
+                left = free - need
+                score = (1, -left, 0, order) if self.spread else (0, left, 0, order)
+                yield Candidate((gpu_id,), sized, None, score, f"shares a {unit.mode} GPU")
+                break
+        if group.empty:
+            order, gpu_id = group.empty[0]
+            left = group.first.model.memory_mib - need
+            score = (0, -left, 0, order) if self.spread else (1, left, 0, order)
+            yield Candidate((gpu_id,), sized, None, score, f"opens a GPU for {unit.mode}")
+
+    def assign(self, unit: Unit, candidate: Candidate) -> Hold:
+        hold = Hold(unit, candidate.sized, candidate.mig_start, candidate.gpu_ids)
+        for gpu_id in candidate.gpu_ids:
+            self._update(gpu_id, lambda state: state.add(hold))
+        return hold
+
+    def release(self, hold: Hold) -> None:
+        for gpu_id in hold.gpu_ids:
+            self._update(gpu_id, lambda state: state.remove(hold.unit.key))
+
+    def _update(self, gpu_id: int, change: Callable[[GpuState], object]) -> None:
+        state, group = self.states[gpu_id], self.group_of[gpu_id]
+        group.take_out(state)
+        change(state)
+        group.put_in(state)

@@ -1,0 +1,61 @@
+"""The fleet's GPUs as a flat, ordered list: what the planner places onto."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from gpuplex.core.catalog import GpuModel, gpu_model
+from gpuplex.core.spec import FleetSpec, MigModeSpec, PlacementPolicy
+from gpuplex.core.spec.pools import gpu_pool
+
+
+@dataclass(frozen=True, slots=True)
+class GpuSlot:
+    gpu_id: int  # position in node order: node 0's GPUs first
+    node: str
+    index: int  # GPU index on its node
+    model: GpuModel
+    uuid: str | None
+    pool: str | None
+    mig_policy: MigModeSpec
+    order: tuple[int, int]  # preference among empty GPUs, by placement policy
+
+    @property
+    def mig_capable(self) -> bool:
+        return self.model.mig is not None and self.mig_policy is not MigModeSpec.OFF
+
+    @property
+    def group(self) -> tuple[str, str | None, MigModeSpec]:
+        """GPUs of one group are interchangeable for the planner."""
+        return (self.model.name, self.pool, self.mig_policy)
+
+
+def build_inventory(fleet: FleetSpec, policy: PlacementPolicy) -> list[GpuSlot]:
+    """Binpack fills node by node; spread takes GPU 0 of every node, then GPU 1, and so on."""
+    slots: list[GpuSlot] = []
+    for node_order, node in enumerate(fleet.nodes):
+        index = 0
+        for group in node.gpus:
+            model = gpu_model(group.model)
+            if model is None:  # validation reports it; planning skips the group
+                continue
+            for k in range(group.count):
+                order = (
+                    (node_order, index)
+                    if policy is PlacementPolicy.BINPACK
+                    else (index, node_order)
+                )
+                slots.append(
+                    GpuSlot(
+                        gpu_id=len(slots),
+                        node=node.name,
+                        index=index,
+                        model=model,
+                        uuid=group.uuids[k] if group.uuids else None,
+                        pool=gpu_pool(node, group),
+                        mig_policy=group.mig,
+                        order=order,
+                    )
+                )
+                index += 1
+    return slots

@@ -1,0 +1,123 @@
+"""The Plan value: what the planner decided, serialisable to JSON and back (docs/plan-format.md)."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class Mode(StrEnum):
+    """The isolation a workload actually gets (`auto` is resolved to one of these)."""
+
+    DEDICATED = "dedicated"
+    MIG = "mig"
+    MPS = "mps"
+    TIMESLICE = "timeslice"
+
+
+class PlanModel(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class UnitKey(PlanModel):
+    """One replica of one workload: the unit the planner places."""
+
+    tenant: str
+    workload: str
+    replica: int
+
+    def label(self) -> str:
+        return f"{self.tenant}/{self.workload}#{self.replica}"
+
+
+class MigSlicePlan(PlanModel):
+    profile: str
+    profile_id: int
+    start: int  # first memory slot
+    size: int  # memory slots
+
+
+class Placement(UnitKey):
+    mode: Mode
+    node: str
+    gpu_indices: list[int]  # one GPU except for multi-GPU dedicated replicas
+    gpu_model: str
+    mig: MigSlicePlan | None = None
+    memory_mib: int  # GPU memory this replica holds or may pin
+    thread_percent: int | None = None  # MPS active thread percentage
+    compute_percent: int  # share of one GPU's SMs, 100 per whole GPU
+    reason: str
+
+
+class Decision(PlanModel):
+    tenant: str
+    workload: str
+    mode: Mode
+    reason: str
+
+
+class Infeasible(UnitKey):
+    reasons: list[str]
+
+
+class Preemption(UnitKey):
+    by: str  # the unit label that needed the room
+    reason: str
+
+
+class Move(UnitKey):
+    from_node: str
+    from_gpu_indices: list[int]
+    to_node: str
+    to_gpu_indices: list[int]
+
+
+class MigReconfiguration(PlanModel):
+    node: str
+    gpu_index: int
+    before: list[str]  # "profile@start"
+    after: list[str]
+
+
+class Occupant(PlanModel):
+    tenant: str
+    workload: str
+    replica: int
+    mig: MigSlicePlan | None = None
+    memory_mib: int
+    thread_percent: int | None = None
+
+
+class GpuView(PlanModel):
+    node: str
+    index: int
+    model: str
+    uuid: str | None = None
+    pool: str | None = None
+    mode: Mode | None  # None: idle
+    memory_mib: int
+    occupants: list[Occupant]
+
+
+class Summary(PlanModel):
+    gpus_total: int
+    gpus_used: int
+    replicas_placed: int
+    replicas_infeasible: int
+    preemptions: int
+    moves: int
+
+
+class Plan(PlanModel):
+    format_version: Literal[1] = 1
+    policy: str
+    summary: Summary
+    decisions: list[Decision]
+    placements: list[Placement]
+    infeasible: list[Infeasible] = Field(default_factory=list)
+    preemptions: list[Preemption] = Field(default_factory=list)
+    moves: list[Move] = Field(default_factory=list)
+    mig_reconfigurations: list[MigReconfiguration] = Field(default_factory=list)
+    gpus: list[GpuView]

@@ -1,0 +1,162 @@
+"""What is on one GPU, and the one rule for whether a replica may join it.
+
+`fit_on` is the single source of truth for "does this replica fit this GPU": the fast index, the
+diagnostics for infeasible replicas and preemption all ask it.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+from functools import cache
+
+from gpuplex.core.catalog import MPS_CLIENT_LIMIT, MigGeometry, MigProfile
+from gpuplex.core.plan.demand import Key, Sized, Unit
+from gpuplex.core.plan.inventory import GpuSlot
+from gpuplex.core.plan.mig_fit import free_starts, room_left, slot_mask
+from gpuplex.core.plan.model import Mode
+from gpuplex.core.spec import MigModeSpec, Requirement, TenantSpec
+
+
+@dataclass(slots=True)
+class Hold:
+    unit: Unit
+    sized: Sized  # per GPU for dedicated multi-GPU replicas: the whole demand; see memory_on_gpu
+    mig_start: int | None
+    gpu_ids: tuple[int, ...]
+
+
+@dataclass(slots=True)
+class GpuState:
+    slot: GpuSlot
+    mode: Mode | None = None
+    mig_mask: int = 0
+    mig_compute: int = 0
+    mig_special: tuple[str, ...] = ()  # single-instance (+me) profiles present
+    memory_used_mib: int = 0
+    threads_used: int = 0
+    clients: int = 0
+    tenants: Counter[str] = field(default_factory=Counter)
+    holds: dict[Key, Hold] = field(default_factory=dict)
+
+    @property
+    def is_empty(self) -> bool:
+        return not self.holds
+
+    @property
+    def free_memory_mib(self) -> int:
+        return self.slot.model.memory_mib - self.memory_used_mib
+
+    @property
+    def mig_signature(self) -> tuple[int, int, tuple[str, ...]]:
+        return (self.mig_mask, self.mig_compute, self.mig_special)
+
+    def add(self, hold: Hold) -> None:
+        unit, sized = hold.unit, hold.sized
+        self.mode = unit.mode
+        self.holds[unit.key] = hold
+        self.tenants[unit.tenant.name] += 1
+        self.clients += 1
+        self.memory_used_mib += sized.memory_mib // len(hold.gpu_ids)
+        self.threads_used += sized.thread_percent or 0
+        if sized.profile is not None and hold.mig_start is not None:
+            self.mig_mask |= slot_mask(sized.profile, hold.mig_start)
+            self.mig_compute += sized.profile.compute_slices
+            if sized.profile.max_count == 1 and sized.profile.memory_slices == 1:
+                self.mig_special = tuple(sorted((*self.mig_special, sized.profile.name)))
+
+    def remove(self, key: Key) -> Hold:
+        hold = self.holds.pop(key)
+        unit, sized = hold.unit, hold.sized
+        self.tenants[unit.tenant.name] -= 1
+        if not self.tenants[unit.tenant.name]:
+            del self.tenants[unit.tenant.name]
+        self.clients -= 1
+        self.memory_used_mib -= sized.memory_mib // len(hold.gpu_ids)
+        self.threads_used -= sized.thread_percent or 0
+        if sized.profile is not None and hold.mig_start is not None:
+            self.mig_mask &= ~slot_mask(sized.profile, hold.mig_start)
+            self.mig_compute -= sized.profile.compute_slices
+            self.mig_special = tuple(n for n in self.mig_special if n != sized.profile.name)
+        if not self.holds:
+            self.mode = None
+        return hold
+
+
+def mode_problem(unit: Unit, slot: GpuSlot) -> str | None:
+    """Whether the GPU can ever run the unit's mode (independent of what is on it)."""
+    if unit.mode is Mode.MIG:
+        if slot.model.mig is None:
+            return f"{slot.model.name} has no MIG"
+        if slot.mig_policy is MigModeSpec.OFF:
+            return "MIG is off on this GPU"
+    elif slot.mig_policy is MigModeSpec.ON:
+        return f"GPU is in MIG mode; {unit.mode} needs a non-MIG GPU"
+    return None
+
+
+def sharing_problem(unit: Unit, state: GpuState, tenants: dict[str, TenantSpec]) -> str | None:
+    """Co-tenancy: may this unit's tenant share this physical GPU with those already on it?"""
+    me = unit.tenant
+    others = [name for name in state.tenants if name != me.name]
+    if not others:
+        return None
+    if me.exclusive_gpus:
+        return f"{me.name} never shares a GPU (exclusive_gpus); {others[0]} is on it"
+    hard_alone = state.mode is not Mode.MIG and me.effective_requirement is Requirement.HARD
+    for name in others:
+        other = tenants[name]
+        if other.exclusive_gpus:
+            return f"held by {name}, which never shares a GPU"
+        if name in me.never_share_with or me.name in other.never_share_with:
+            return f"{me.name} and {name} must never share a GPU"
+        if hard_alone or (
+            state.mode is not Mode.MIG and other.effective_requirement is Requirement.HARD
+        ):
+            return "hard isolation never shares a non-MIG GPU"
+    return None
+
+
+def best_mig_start(state: GpuState, sized: Sized) -> int | None:
+    """The free start that leaves the most room, or None when the profile does not fit."""
+    profile, geometry = sized.profile, state.slot.model.mig
+    if profile is None or geometry is None:
+        return None
+    return _best_start(geometry, profile, state.mig_mask, state.mig_compute, state.mig_special)
+
+
+@cache
+def _best_start(
+    geometry: MigGeometry, profile: MigProfile, mask: int, compute: int, special: tuple[str, ...]
+) -> int | None:
+    count = 1 if profile.name in special else 0
+    starts = free_starts(geometry, profile, mask=mask, compute_used=compute, count=count)
+    if not starts:
+        return None
+    return max(starts, key=lambda s: (room_left(geometry, mask | slot_mask(profile, s)), -s))
+
+
+def fit_on(unit: Unit, sized: Sized, state: GpuState, tenants: dict[str, TenantSpec]) -> int | str:
+    """Single-GPU fit: the MIG start (or -1 for other modes) when it fits, else the reason it does not."""
+    slot = state.slot
+    problem = mode_problem(unit, slot)
+    if problem:
+        return problem
+    if state.mode is not None and state.mode is not unit.mode:
+        return f"GPU already runs {state.mode}"
+    if unit.mode is Mode.DEDICATED:
+        return -1 if state.is_empty else "GPU is not free"
+    problem = sharing_problem(unit, state, tenants)
+    if problem:
+        return problem
+    if unit.mode is Mode.MIG:
+        start = best_mig_start(state, sized)
+        return start if start is not None else f"no free placement for {sized.profile_name}"
+    if sized.memory_mib > state.free_memory_mib:
+        return f"needs {sized.memory_mib} MiB, {state.free_memory_mib} MiB free"
+    if unit.mode is Mode.MPS:
+        if state.threads_used + (sized.thread_percent or 0) > 100:
+            return f"needs {sized.thread_percent}% threads, {100 - state.threads_used}% free"
+        if state.clients >= MPS_CLIENT_LIMIT:
+            return f"MPS client limit ({MPS_CLIENT_LIMIT}) reached"
+    return -1

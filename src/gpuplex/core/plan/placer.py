@@ -1,0 +1,169 @@
+"""make_plan: the pure, deterministic planner. Equal inputs give byte-identical plans.
+
+1. Decide each workload's isolation mode and expand replicas (units.py).
+2. With a current plan, keep every replica that still fits where it is.
+3. Place the rest in order: higher priority first, larger demand first, by name.
+4. A replica that fits nowhere may evict lower-priority replicas (policy.preemption); evicted
+   replicas go back in the queue and are placed elsewhere when they can.
+5. What still does not fit is reported with the reasons, GPU by GPU.
+"""
+
+from __future__ import annotations
+
+import heapq
+from functools import partial
+
+from gpuplex.core.plan.assemble import assemble
+from gpuplex.core.plan.demand import Key, Unit, size_on
+from gpuplex.core.plan.diagnose import why_not_placed
+from gpuplex.core.plan.index import Candidate, FleetIndex
+from gpuplex.core.plan.inventory import GpuSlot, build_inventory
+from gpuplex.core.plan.mig_fit import free_starts
+from gpuplex.core.plan.model import Infeasible, Mode, Placement, Plan, Preemption
+from gpuplex.core.plan.occupancy import Hold, fit_on, sharing_problem
+from gpuplex.core.plan.preempt import find_eviction
+from gpuplex.core.plan.quota import QuotaLedger
+from gpuplex.core.plan.units import build_units
+from gpuplex.core.spec import GpuplexSpec
+from gpuplex.core.spec.pools import pool_accepts
+
+
+def make_plan(spec: GpuplexSpec, current: Plan | None = None) -> Plan:
+    tenants = {tenant.name: tenant for tenant in spec.tenants}
+    slots = build_inventory(spec.fleet, spec.policy.placement)
+    decisions, units = build_units(spec, slots)
+    run = _PlanRun(FleetIndex(slots, spec.policy.placement, tenants), QuotaLedger(tenants))
+    if current is not None:
+        run.keep_current(units, current, slots)
+    run.place_all(units, preemption=spec.policy.preemption)
+    return assemble(
+        policy=spec.policy.placement.value,
+        index=run.index,
+        holds=run.holds,
+        reasons=run.reasons,
+        decisions=decisions,
+        infeasible=run.infeasible,
+        preemptions=run.preemptions,
+        current=current,
+    )
+
+
+class _PlanRun:
+    """The working state of one planning run. Lives only inside make_plan."""
+
+    def __init__(self, index: FleetIndex, ledger: QuotaLedger) -> None:
+        self.index = index
+        self.ledger = ledger
+        self.holds: dict[Key, Hold] = {}
+        self.reasons: dict[Key, str] = {}
+        self.infeasible: list[Infeasible] = []
+        self.preemptions: list[Preemption] = []
+        self.evicted_by: dict[Key, str] = {}
+
+    def _take(self, unit: Unit, candidate: Candidate, reason: str) -> None:
+        self.holds[unit.key] = self.index.assign(unit, candidate)
+        self.ledger.add(unit, candidate.sized)
+        self.reasons[unit.key] = reason
+
+    def _drop(self, hold: Hold) -> None:
+        self.index.release(hold)
+        self.ledger.remove(hold.unit, hold.sized)
+        del self.holds[hold.unit.key]
+        del self.reasons[hold.unit.key]
+
+    def keep_current(self, units: list[Unit], current: Plan, slots: list[GpuSlot]) -> None:
+        where = {(slot.node, slot.index): slot.gpu_id for slot in slots}
+        previous = {(p.tenant, p.workload, p.replica): p for p in current.placements}
+        for unit in units:
+            placement = previous.get(unit.key)
+            if placement is not None:
+                candidate = self._same_spot(unit, placement, where)
+                if candidate is not None:
+                    self._take(unit, candidate, "kept where the current plan has it")
+
+    def _same_spot(
+        self, unit: Unit, placement: Placement, where: dict[tuple[str, int], int]
+    ) -> Candidate | None:
+        """The candidate at the placement's GPU(s) and slice, if it is still valid and free."""
+        gpu_ids = tuple(where.get((placement.node, i), -1) for i in placement.gpu_indices)
+        if placement.mode is not unit.mode or -1 in gpu_ids or len(gpu_ids) != unit.gpu_count:
+            return None
+        states = [self.index.states[g] for g in gpu_ids]
+        model = states[0].slot.model
+        sized = size_on(unit, model)
+        if (
+            sized is None
+            or any(
+                s.slot.model != model or not pool_accepts(s.slot.pool, unit.pool) for s in states
+            )
+            or self.ledger.problem(unit, sized) is not None
+        ):
+            return None
+        if unit.mode is Mode.MIG:
+            state, geometry, profile = states[0], model.mig, sized.profile
+            if placement.mig is None or geometry is None or profile is None:
+                return None
+            if profile.name != placement.mig.profile or sharing_problem(
+                unit, state, self.index.tenants
+            ):
+                return None
+            count = 1 if profile.name in state.mig_special else 0
+            starts = free_starts(
+                geometry, profile, mask=state.mig_mask, compute_used=state.mig_compute, count=count
+            )
+            if placement.mig.start not in starts or state.mode not in (None, Mode.MIG):
+                return None
+            return Candidate(gpu_ids, sized, placement.mig.start, (0, 0, 0, (0, 0)), "")
+        if all(isinstance(fit_on(unit, sized, s, self.index.tenants), int) for s in states):
+            return Candidate(gpu_ids, sized, None, (0, 0, 0, (0, 0)), "")
+        return None
+
+    def place_all(self, units: list[Unit], *, preemption: bool) -> None:
+        order = {unit.key: n for n, unit in enumerate(units)}
+        queue = [(order[u.key], u.key) for u in units if u.key not in self.holds]
+        by_key = {unit.key: unit for unit in units}
+        heapq.heapify(queue)
+        reasons_by_workload: dict[tuple[str, str], list[str]] = {}
+        while queue:
+            _, key = heapq.heappop(queue)
+            unit = by_key[key]
+            candidate = self.index.search(unit, partial(self.ledger.problem, unit))
+            if candidate is not None:
+                self._take(unit, candidate, self._why_here(unit, candidate))
+                continue
+            eviction = find_eviction(unit, self.index) if preemption else None
+            if eviction is not None:
+                victims = ", ".join(v.unit.label for v in eviction.victims)
+                for victim in eviction.victims:
+                    self._drop(victim)
+                    self.evicted_by[victim.unit.key] = unit.label
+                    heapq.heappush(queue, (order[victim.unit.key], victim.unit.key))
+                if self.ledger.problem(unit, eviction.candidate.sized) is None:
+                    self._take(unit, eviction.candidate, f"preempted {victims} (lower priority)")
+                    continue
+            if key in self.evicted_by:
+                self.preemptions.append(
+                    Preemption(
+                        tenant=key[0],
+                        workload=key[1],
+                        replica=key[2],
+                        by=self.evicted_by[key],
+                        reason=f"evicted for {self.evicted_by[key]} (higher priority); no room elsewhere",
+                    )
+                )
+                continue
+            workload = (key[0], key[1])
+            if workload not in reasons_by_workload:
+                reasons_by_workload[workload] = why_not_placed(unit, self.index, self.ledger)
+            self.infeasible.append(
+                Infeasible(
+                    tenant=key[0],
+                    workload=key[1],
+                    replica=key[2],
+                    reasons=reasons_by_workload[workload],
+                )
+            )
+
+    def _why_here(self, unit: Unit, candidate: Candidate) -> str:
+        policy = "spread" if self.index.spread else "binpack"
+        return f"{policy}: {candidate.reason}"

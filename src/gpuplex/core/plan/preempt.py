@@ -1,0 +1,83 @@
+"""Priority preemption: the smallest set of lower-priority replicas whose eviction makes room.
+
+Per GPU, sets are tried by size (1, 2, 3 replicas, exhaustively), then all lower-priority replicas
+there, lowest priority first. Across GPUs the choice is: fewest evicted, then the lowest priorities,
+then the least memory freed, then GPU order. Multi-GPU dedicated replicas are not preempted for yet.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from itertools import combinations
+
+from gpuplex.core.plan.demand import Sized, Unit
+from gpuplex.core.plan.index import Candidate, FleetIndex
+from gpuplex.core.plan.occupancy import GpuState, Hold, fit_on
+
+_EXHAUSTIVE_UP_TO = 3
+
+
+@dataclass(frozen=True, slots=True)
+class Eviction:
+    victims: tuple[Hold, ...]
+    candidate: Candidate
+
+
+def find_eviction(unit: Unit, index: FleetIndex) -> Eviction | None:
+    if unit.gpu_count > 1:
+        return None
+    best: tuple[tuple[int, int, int, tuple[int, int]], Eviction] | None = None
+    for group, sized in index.candidate_groups(unit):
+        for gpu_id in _gpu_ids(index, group.first.group):
+            state = index.states[gpu_id]
+            lower = sorted(
+                (h for h in state.holds.values() if h.unit.priority < unit.priority),
+                key=lambda h: (h.unit.priority, -h.sized.memory_mib, h.unit.key),
+            )
+            if not lower:
+                continue
+            for victims in _victim_sets(lower):
+                start = _fit_without(unit, sized, state, victims, index)
+                if start is None:
+                    continue
+                cost = (
+                    len(victims),
+                    max(v.unit.priority for v in victims),
+                    sum(v.sized.memory_mib for v in victims),
+                    state.slot.order,
+                )
+                if best is None or cost < best[0]:
+                    mig_start = start if start >= 0 else None
+                    candidate = Candidate(
+                        (gpu_id,), sized, mig_start, (0, 0, 0, state.slot.order), ""
+                    )
+                    best = (cost, Eviction(victims, candidate))
+                break
+    return best[1] if best else None
+
+
+def _gpu_ids(index: FleetIndex, group_key: object) -> list[int]:
+    return [s.slot.gpu_id for s in index.states if s.slot.group == group_key]
+
+
+def _victim_sets(lower: list[Hold]) -> list[tuple[Hold, ...]]:
+    sets: list[tuple[Hold, ...]] = []
+    for size in range(1, min(len(lower), _EXHAUSTIVE_UP_TO) + 1):
+        sets += combinations(lower, size)
+    if len(lower) > _EXHAUSTIVE_UP_TO:
+        sets.append(tuple(lower))
+    return sets
+
+
+def _fit_without(
+    unit: Unit, sized: Sized, state: GpuState, victims: tuple[Hold, ...], index: FleetIndex
+) -> int | None:
+    """Try the fit with the victims lifted off this GPU's state; the state is restored after."""
+    for victim in victims:
+        state.remove(victim.unit.key)
+    try:
+        fit = fit_on(unit, sized, state, index.tenants)
+    finally:
+        for victim in victims:
+            state.add(victim)
+    return fit if isinstance(fit, int) else None

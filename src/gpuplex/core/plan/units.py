@@ -1,0 +1,80 @@
+"""From the spec to the list of replicas to place, each with its isolation mode decided."""
+
+from __future__ import annotations
+
+from gpuplex.core.plan.demand import Unit, memory_mib_of, mig_profile_on, size_on
+from gpuplex.core.plan.inventory import GpuSlot
+from gpuplex.core.plan.isolation import choose_mode
+from gpuplex.core.plan.model import Decision, Mode
+from gpuplex.core.spec import GpuplexSpec, TenantSpec, WorkloadSpec
+from gpuplex.core.spec.pools import fleet_pools, pool_accepts, workload_pool
+
+
+def build_units(spec: GpuplexSpec, slots: list[GpuSlot]) -> tuple[list[Decision], list[Unit]]:
+    pools = fleet_pools(spec.fleet)
+    groups = list({slot.group: slot for slot in slots}.values())  # one GPU per group
+    decisions: list[Decision] = []
+    units: list[Unit] = []
+    for tenant in spec.tenants:
+        for workload in tenant.workloads:
+            if workload.gpu is None:
+                base = workload.serve.lora_of if workload.serve else None
+                reason = f"LoRA adapter loaded on {base}'s server; no GPU of its own"
+                decisions.append(
+                    Decision(
+                        tenant=tenant.name, workload=workload.name, mode=Mode.MPS, reason=reason
+                    )
+                )
+                continue
+            pool = workload_pool(pools, workload)
+            probe = _unit(tenant, workload, pool, Mode.MIG, 0)
+            mig_available = any(
+                slot.mig_capable
+                and pool_accepts(slot.pool, pool)
+                and mig_profile_on(probe, slot.model)
+                for slot in groups
+            )
+            choice = choose_mode(tenant, workload, mig_available=mig_available)
+            decisions.append(
+                Decision(
+                    tenant=tenant.name,
+                    workload=workload.name,
+                    mode=choice.mode,
+                    reason=choice.reason,
+                )
+            )
+            units += [
+                _unit(tenant, workload, pool, choice.mode, r) for r in range(workload.replicas)
+            ]
+    return decisions, sorted(units, key=lambda u: placement_order(u, groups))
+
+
+def _unit(
+    tenant: TenantSpec, workload: WorkloadSpec, pool: str | None, mode: Mode, replica: int
+) -> Unit:
+    request = workload.gpu
+    memory = request.memory_gib if request else None
+    return Unit(
+        key=(tenant.name, workload.name, replica),
+        tenant=tenant,
+        workload=workload,
+        mode=mode,
+        pool=pool,
+        gpu_count=(request.count or 1) if request else 1,
+        memory_mib=memory_mib_of(memory) if memory is not None else None,
+        compute_percent=request.compute_percent if request else None,
+        mig_profile=request.mig_profile if request else None,
+    )
+
+
+def placement_order(unit: Unit, groups: list[GpuSlot]) -> tuple[int, float, int, str, str, int]:
+    """Higher priority first, then larger demand first (first-fit decreasing), then by name."""
+    size_memory, size_compute = 0.0, 0
+    for slot in groups:
+        sized = size_on(unit, slot.model)
+        if sized is not None and pool_accepts(slot.pool, unit.pool):
+            size_memory = sized.memory_mib / slot.model.memory_mib
+            size_compute = sized.compute_percent
+            break
+    tenant, workload, replica = unit.key
+    return (-unit.priority, -size_memory, -size_compute, tenant, workload, replica)

@@ -1,0 +1,44 @@
+"""The fleet: nodes, their GPUs and pools."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+from pydantic import Field
+
+from gpuplex.core.spec.fields import DnsLabel, SpecModel
+
+
+class MigModeSpec(StrEnum):
+    """Whether a GPU may run in MIG mode. `auto`: the planner decides per GPU (MIG-capable models only);
+    switching the mode on a host stays an explicit operator action."""
+
+    AUTO = "auto"
+    ON = "on"
+    OFF = "off"
+
+
+class GpuGroupSpec(SpecModel):
+    model: str = Field(
+        description="A GPU model from the catalog, e.g. H100-80GB (see `gpuplex schema`)."
+    )
+    count: int = Field(default=1, ge=1, le=64)
+    uuids: list[str] | None = Field(default=None, description="One UUID per GPU, in index order.")
+    mig: MigModeSpec = MigModeSpec.AUTO
+    pool: DnsLabel | None = Field(default=None, description="Overrides the node's pool.")
+
+
+class NodeSpec(SpecModel):
+    name: DnsLabel
+    gpus: list[GpuGroupSpec] = Field(min_length=1)
+    cpu_cores: int | None = Field(default=None, ge=1)
+    memory_gib: int | None = Field(default=None, ge=1)
+    pool: DnsLabel | None = Field(default=None, description="e.g. long-running or bursty.")
+
+
+class FleetSpec(SpecModel):
+    discover: bool = Field(
+        default=False,
+        description="Fill the nodes from NVML on the host (the host runtime does this).",
+    )
+    nodes: list[NodeSpec] = Field(default_factory=list)

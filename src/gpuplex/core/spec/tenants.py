@@ -1,0 +1,95 @@
+"""Tenants: isolation requirement, tier, priority, quotas, rate limits, budget, co-tenancy rules."""
+
+from __future__ import annotations
+
+from decimal import Decimal
+from enum import StrEnum
+
+from pydantic import Field, model_validator
+
+from gpuplex.core.spec.fields import DnsLabel, SpecModel
+from gpuplex.core.spec.workloads import WorkloadSpec
+
+
+class Isolation(StrEnum):
+    DEDICATED = "dedicated"
+    MIG = "mig"
+    MPS = "mps"
+    TIMESLICE = "timeslice"
+    AUTO = "auto"
+
+
+class Requirement(StrEnum):
+    """How strongly a tenant must be kept apart from others (used by isolation: auto)."""
+
+    HARD = "hard"  # hardware isolation: MIG, else a dedicated GPU
+    STRONG = "strong"  # MIG or dedicated
+    MODERATE = "moderate"  # an MPS share with thread and memory limits
+    SHARED = "shared"  # time-slicing, memory still accounted
+
+
+class Tier(StrEnum):
+    PREMIUM = "premium"
+    STANDARD = "standard"
+    FREE = "free"
+
+
+class QuotaSpec(SpecModel):
+    gpus: int | None = Field(default=None, ge=0, description="Whole (dedicated) GPUs.")
+    gpu_memory_gib: float | None = Field(default=None, ge=0)
+    compute_percent: int | None = Field(
+        default=None, ge=0, description="Sum of SM shares; a whole GPU counts 100."
+    )
+    mig: dict[str, int] = Field(default_factory=dict, description="MIG slices per profile name.")
+
+
+class RateLimitSpec(SpecModel):
+    requests_per_min: int | None = Field(default=None, ge=1)
+    tokens_per_min: int | None = Field(default=None, ge=1)
+    concurrent_requests: int | None = Field(default=None, ge=1)
+
+
+class TenantSpec(SpecModel):
+    name: DnsLabel
+    isolation: Isolation = Isolation.AUTO
+    requirement: Requirement | None = Field(
+        default=None, description="For isolation: auto. Defaults from the tier."
+    )
+    regulated: bool = Field(default=False, description="Implies requirement: hard.")
+    tier: Tier = Tier.STANDARD
+    priority: int = Field(default=0, ge=-1000, le=1000, description="Higher wins preemption.")
+    weight: int = Field(default=1, ge=1, le=1000, description="Fair-share weight in the gateway.")
+    quota: QuotaSpec = Field(default_factory=QuotaSpec)
+    rate_limits: RateLimitSpec = Field(default_factory=RateLimitSpec)
+    monthly_budget: Decimal | None = Field(default=None, ge=0)
+    never_share_with: list[DnsLabel] = Field(
+        default_factory=list, description="Tenants never placed on the same physical GPU."
+    )
+    exclusive_gpus: bool = Field(
+        default=False, description="Never share a physical GPU with any other tenant."
+    )
+    workloads: list[WorkloadSpec] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _requirement_matches_isolation(self) -> TenantSpec:
+        if self.regulated and self.requirement not in (None, Requirement.HARD):
+            raise ValueError(
+                f"regulated: true implies requirement: hard, but requirement is {self.requirement}"
+            )
+        required = self.effective_requirement
+        if self.isolation in (Isolation.MPS, Isolation.TIMESLICE) and required in (
+            Requirement.HARD,
+            Requirement.STRONG,
+        ):
+            raise ValueError(
+                f"requirement {required} needs hardware isolation: use isolation mig, dedicated "
+                f"or auto, not {self.isolation}"
+            )
+        return self
+
+    @property
+    def effective_requirement(self) -> Requirement | None:
+        """The requirement in force: regulated implies hard; else the explicit one (may be None)."""
+        if self.regulated:
+            return Requirement.HARD
+        return self.requirement

@@ -1,0 +1,95 @@
+"""Workloads: what a tenant runs and what GPU it asks for."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+from pydantic import Field, model_validator
+
+from gpuplex.core.spec.fields import DnsLabel, SpecModel
+
+
+class WorkloadKind(StrEnum):
+    INFERENCE = "inference"
+    TRAINING = "training"
+    BATCH = "batch"
+    NOTEBOOK = "notebook"
+
+
+class Pattern(StrEnum):
+    LONG_RUNNING = "long-running"
+    BURSTY = "bursty"
+
+
+class GpuRequestSpec(SpecModel):
+    """Exactly one form: whole GPUs (`count`); a share (`memory_gib`, optional `compute_percent`);
+    or an explicit MIG profile (`mig_profile`)."""
+
+    count: int | None = Field(default=None, ge=1, le=64, description="Whole GPUs on one node.")
+    memory_gib: float | None = Field(default=None, gt=0, description="GPU memory for a share.")
+    compute_percent: int | None = Field(
+        default=None, ge=1, le=100, description="SM share (MPS thread %); with memory_gib."
+    )
+    mig_profile: str | None = Field(
+        default=None, description="e.g. 3g.40gb; must exist on the GPU."
+    )
+
+    @model_validator(mode="after")
+    def _one_form(self) -> GpuRequestSpec:
+        forms = [
+            name
+            for name, value in (
+                ("count", self.count),
+                ("memory_gib", self.memory_gib),
+                ("mig_profile", self.mig_profile),
+            )
+            if value is not None
+        ]
+        if len(forms) != 1:
+            raise ValueError(
+                "give exactly one of count (whole GPUs), memory_gib (a share, with optional "
+                f"compute_percent) or mig_profile; got {', '.join(forms) if forms else 'none'}"
+            )
+        if self.compute_percent is not None and self.memory_gib is None:
+            raise ValueError("compute_percent goes with memory_gib (a share of one GPU)")
+        return self
+
+
+class ServeSpec(SpecModel):
+    """What an inference workload serves. `lora_of` loads this workload as a LoRA adapter on another
+    workload's base model server (`tenant/workload`); such a workload asks for no GPU of its own."""
+
+    model: str = Field(min_length=1, description="The model name tenants send in requests.")
+    base_model: str | None = Field(default=None, description="The base model the server loads.")
+    lora_of: str | None = Field(
+        default=None, description="tenant/workload serving the shared base."
+    )
+    accepts_adapters: bool = Field(
+        default=False, description="This server hosts other workloads' LoRA adapters."
+    )
+    port: int = Field(default=8000, ge=1, le=65535)
+
+
+class HealthCheckSpec(SpecModel):
+    http_path: str = Field(default="/health", pattern=r"^/")
+    port: int | None = Field(default=None, ge=1, le=65535)
+    interval_s: float = Field(default=10.0, gt=0)
+    timeout_s: float = Field(default=2.0, gt=0)
+
+
+class WorkloadSpec(SpecModel):
+    name: DnsLabel
+    kind: WorkloadKind = WorkloadKind.INFERENCE
+    pattern: Pattern = Pattern.LONG_RUNNING
+    pool: DnsLabel | None = Field(
+        default=None, description="Defaults to the pattern's pool when the fleet has one."
+    )
+    gpu: GpuRequestSpec | None = Field(
+        default=None, description="Required unless serve.lora_of puts this on a shared base."
+    )
+    replicas: int = Field(default=1, ge=0, le=1000)
+    serve: ServeSpec | None = None
+    command: list[str] | None = None
+    image: str | None = None
+    env: dict[str, str] = Field(default_factory=dict)
+    health: HealthCheckSpec | None = None

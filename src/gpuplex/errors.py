@@ -1,0 +1,83 @@
+"""The one error tree. Every error carries a stable code; one place maps codes to HTTP status.
+
+    GpuplexError
+    ├── SpecError            the spec file is unreadable or invalid (a list of problems)
+    ├── PlanFileError        a plan JSON given with --current is unreadable or invalid
+    └── NotFoundError        a named thing (workload, tenant) does not exist
+
+Errors say what to do next. "Does not fit" is never an error: the planner returns it as a value.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+
+
+class ErrorCode(StrEnum):
+    SPEC_INVALID = "spec_invalid"
+    PLAN_INVALID = "plan_invalid"
+    NOT_FOUND = "not_found"
+
+
+#: CLI exit code for input the user must fix (bad spec, bad plan file, unknown name).
+EXIT_BAD_INPUT = 2
+
+
+@dataclass(frozen=True, slots=True)
+class SpecProblem:
+    """One thing wrong with a spec: where (field path and, once located, file position) and what."""
+
+    path: tuple[str | int, ...]
+    message: str
+    line: int | None = None
+    column: int | None = None
+
+    @property
+    def dotted_path(self) -> str:
+        """`tenants[0].workloads[1].gpu` - the path as a user would write it."""
+        out = ""
+        for part in self.path:
+            if isinstance(part, int):
+                out += f"[{part}]"
+            else:
+                out += f".{part}" if out else part
+        return out or "(document)"
+
+
+class GpuplexError(Exception):
+    code: ErrorCode = ErrorCode.SPEC_INVALID
+    exit_code: int = 1
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+
+class SpecError(GpuplexError):
+    code = ErrorCode.SPEC_INVALID
+    exit_code = EXIT_BAD_INPUT
+
+    def __init__(self, source: str, problems: list[SpecProblem]) -> None:
+        self.source = source
+        self.problems = problems
+        super().__init__(self.render())
+
+    def render(self) -> str:
+        lines = []
+        for problem in self.problems:
+            where = self.source
+            if problem.line is not None:
+                where += f":{problem.line}:{problem.column or 1}"
+            lines.append(f"{where}: {problem.dotted_path}: {problem.message}")
+        return "\n".join(lines)
+
+
+class PlanFileError(GpuplexError):
+    code = ErrorCode.PLAN_INVALID
+    exit_code = EXIT_BAD_INPUT
+
+
+class NotFoundError(GpuplexError):
+    code = ErrorCode.NOT_FOUND
+    exit_code = EXIT_BAD_INPUT
