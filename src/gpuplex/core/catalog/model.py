@@ -27,6 +27,16 @@ class MigProfile:
     starts: tuple[int, ...]  # valid placement starts, counted in memory slices
     provenance: Provenance
 
+    @property
+    def single_instance(self) -> bool:
+        """At most one per GPU (the +me variants, 4g, 7g). Other maxima follow from the starts."""
+        return self.max_count == 1
+
+    @property
+    def is_variant(self) -> bool:
+        """A `+me` (media extensions) variant of a base profile."""
+        return "+" in self.name
+
     def slots(self, start: int) -> range:
         """The memory slots a placement at `start` occupies."""
         return range(start, start + self.memory_slices)

@@ -81,7 +81,7 @@ def mig_profile_on(unit: Unit, model: GpuModel) -> MigProfile | None:
     fitting = [
         p
         for p in geometry.profiles
-        if not p.name.endswith("+me")
+        if not p.is_variant
         and p.memory_mib >= (unit.memory_mib or 0)
         and 100 * p.compute_slices >= (unit.compute_percent or 0) * geometry.compute_slices
     ]

@@ -37,8 +37,8 @@ def room_left(geometry: MigGeometry, mask: int) -> int:
     """
     total = 0
     for profile in geometry.profiles:
-        if profile.max_count == 1 and profile.memory_slices == 1:
-            continue  # +me variant
+        if profile.is_variant:
+            continue
         for start in profile.starts:
             if not mask & slot_mask(profile, start):
                 total += profile.memory_slices * profile.memory_slices

@@ -32,7 +32,7 @@ class GpuState:
     mode: Mode | None = None
     mig_mask: int = 0
     mig_compute: int = 0
-    mig_special: tuple[str, ...] = ()  # single-instance (+me) profiles present
+    mig_special: tuple[str, ...] = ()  # single-instance profiles present (+me, 4g, 7g)
     memory_used_mib: int = 0
     threads_used: int = 0
     clients: int = 0
@@ -62,7 +62,7 @@ class GpuState:
         if sized.profile is not None and hold.mig_start is not None:
             self.mig_mask |= slot_mask(sized.profile, hold.mig_start)
             self.mig_compute += sized.profile.compute_slices
-            if sized.profile.max_count == 1 and sized.profile.memory_slices == 1:
+            if sized.profile.single_instance:
                 self.mig_special = tuple(sorted((*self.mig_special, sized.profile.name)))
 
     def remove(self, key: Key) -> Hold:

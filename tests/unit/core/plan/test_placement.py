@@ -1,0 +1,160 @@
+"""Placement behaviour: binpack vs spread, pools, co-tenancy, quotas, preemption, re-planning."""
+
+from __future__ import annotations
+
+from gpuplex.core.plan import Plan, make_plan
+from tests.unit.core.plan.factories import fleet, spec, tenant, workload
+from tests.unit.core.plan.invariants import plan_violations
+
+H100 = {"model": "H100-80GB", "count": 4}
+
+
+def gpus_of(plan: Plan, label: str) -> list[tuple[str, int]]:
+    return [
+        (p.node, i) for p in plan.placements if p.label().startswith(label) for i in p.gpu_indices
+    ]
+
+
+def test_binpack_fills_one_gpu_and_spread_uses_many() -> None:
+    shares = tenant("t", workload("w", {"memory_gib": 10}, replicas=4), isolation="mps")
+    packed = make_plan(spec(fleet(H100), shares))
+    spread = make_plan(spec(fleet(H100), shares, policy={"placement": "spread"}))
+    assert packed.summary.gpus_used == 1
+    assert spread.summary.gpus_used == 4
+
+
+def test_spread_interleaves_nodes_for_dedicated_gpus() -> None:
+    whole = tenant("t", workload("w", {"count": 1}, replicas=2))
+    plan = make_plan(spec(fleet(H100, nodes=2), whole, policy={"placement": "spread"}))
+    assert {node for node, _ in gpus_of(plan, "t/w")} == {"n0", "n1"}
+
+
+def test_multi_gpu_replica_stays_on_one_node() -> None:
+    first = tenant("a", workload("w", {"count": 1}))
+    big = tenant("b", workload("w", {"count": 4}))
+    plan = make_plan(spec(fleet(H100, nodes=2), first, big))
+    nodes = {node for node, _ in gpus_of(plan, "b/w")}
+    assert len(nodes) == 1
+    assert len(gpus_of(plan, "b/w")) == 4
+
+
+def test_bursty_work_stays_out_of_the_long_running_pool() -> None:
+    fleet_spec = {
+        "nodes": [
+            {"name": "steady", "pool": "long-running", "gpus": [{"model": "L4", "count": 1}]},
+            {"name": "spiky", "pool": "bursty", "gpus": [{"model": "L4", "count": 1}]},
+        ]
+    }
+    bursty = tenant("t", workload("w", {"count": 1}, pattern="bursty", replicas=2))
+    plan = make_plan(spec(fleet_spec, bursty))
+    assert gpus_of(plan, "t/w") == [("spiky", 0)]
+    assert len(plan.infeasible) == 1
+    assert any("in pool long-running" in r for r in plan.infeasible[0].reasons)
+
+
+def test_exclusive_and_never_share_with_keep_tenants_apart() -> None:
+    lone = tenant("lone", workload("w", {"memory_gib": 5}), isolation="mps", exclusive_gpus=True)
+    other = tenant("other", workload("w", {"memory_gib": 5}), isolation="mps")
+    rival = tenant(
+        "rival", workload("w", {"memory_gib": 5}), isolation="mps", never_share_with=["other"]
+    )
+    plan = make_plan(spec(fleet({"model": "L4", "count": 3}), lone, other, rival))
+    assert len({gpu for label in ("lone", "other", "rival") for gpu in gpus_of(plan, label)}) == 3
+    assert plan_violations(spec(fleet({"model": "L4", "count": 3}), lone, other, rival), plan) == []
+
+
+def test_quota_stops_placement_with_the_reason() -> None:
+    capped = tenant(
+        "t",
+        workload("w", {"mig_profile": "3g.40gb"}, replicas=3),
+        isolation="mig",
+        quota={"mig": {"3g.40gb": 2}},
+    )
+    plan = make_plan(spec(fleet(H100), capped))
+    assert plan.summary.replicas_placed == 2
+    assert plan.infeasible[0].reasons == ["quota mig 3g.40gb: would hold 3, quota 2"]
+
+
+def test_memory_request_gets_the_smallest_mig_profile_that_holds_it() -> None:
+    plan = make_plan(
+        spec(fleet(H100), tenant("t", workload("w", {"memory_gib": 15}), isolation="mig"))
+    )
+    assert plan.placements[0].mig is not None
+    assert plan.placements[0].mig.profile == "1g.20gb"
+
+
+def test_preemption_evicts_the_fewest_lower_priority_replicas() -> None:
+    base = fleet({"model": "H100-80GB", "count": 1})
+    low = tenant(
+        "low",
+        workload("small", {"mig_profile": "1g.10gb"}, replicas=3),
+        isolation="mig",
+        priority=0,
+    )
+    low_big = tenant(
+        "low-big", workload("big", {"mig_profile": "3g.40gb"}), isolation="mig", priority=0
+    )
+    current = make_plan(spec(base, low, low_big))
+    assert current.summary.replicas_placed == 4
+    high = tenant("high", workload("w", {"mig_profile": "3g.40gb"}), isolation="mig", priority=10)
+    plan = make_plan(spec(base, low, low_big, high), current)
+    assert [p.label() for p in plan.placements if p.tenant == "high"] == ["high/w#0"]
+    assert len(plan.preemptions) == 1  # one 3g.40gb evicted, not three 1g.10gb
+    assert plan.preemptions[0].tenant == "low-big"
+    assert plan.preemptions[0].by == "high/w#0"
+
+
+def test_no_preemption_when_the_policy_is_off() -> None:
+    base = fleet({"model": "L4", "count": 1})
+    low = tenant("low", workload("w", {"count": 1}), priority=0)
+    current = make_plan(spec(base, low))
+    high = tenant("high", workload("w", {"count": 1}), priority=5)
+    plan = make_plan(spec(base, low, high, policy={"preemption": False}), current)
+    assert plan.preemptions == []
+    assert [i.tenant for i in plan.infeasible] == ["high"]
+
+
+def test_replanning_keeps_placements_and_reports_only_changed_mig_geometry() -> None:
+    t = tenant(
+        "t",
+        workload("a", {"mig_profile": "3g.40gb"}),
+        workload("b", {"mig_profile": "2g.20gb"}),
+        isolation="mig",
+    )
+    current = make_plan(spec(fleet(H100), t))
+    grown = tenant(
+        "t",
+        workload("a", {"mig_profile": "3g.40gb"}),
+        workload("b", {"mig_profile": "2g.20gb"}),
+        workload("c", {"mig_profile": "7g.80gb"}),
+        isolation="mig",
+    )
+    plan = make_plan(spec(fleet(H100), grown), current)
+    assert plan.moves == []
+    kept = {p.label(): (p.node, p.gpu_indices, p.mig) for p in current.placements}
+    assert all(
+        kept[p.label()] == (p.node, p.gpu_indices, p.mig)
+        for p in plan.placements
+        if p.label() in kept
+    )
+    changed = [(r.node, r.gpu_index) for r in plan.mig_reconfigurations]
+    assert changed == [("n0", 1)]  # only the GPU that gains the 7g.80gb
+
+
+def test_a_removed_gpu_moves_its_replica() -> None:
+    two = spec(
+        fleet({"model": "L4", "count": 2}), tenant("t", workload("w", {"count": 1}, replicas=2))
+    )
+    current = make_plan(two)
+    one_left = spec(
+        {
+            "nodes": [
+                {"name": "n0", "gpus": [{"model": "L4", "count": 1}]},
+                {"name": "n1", "gpus": [{"model": "L4", "count": 1}]},
+            ]
+        },
+        tenant("t", workload("w", {"count": 1}, replicas=2)),
+    )
+    plan = make_plan(one_left, current)
+    assert [m.label() for m in plan.moves] == ["t/w#1"]
+    assert plan.moves[0].to_node == "n1"
