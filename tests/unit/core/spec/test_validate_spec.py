@@ -1,0 +1,117 @@
+"""validate_spec: shape and cross-field rules give problems with the field path (pure, no files)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from gpuplex.core.spec import GpuplexSpec, validate_spec
+
+FLEET = {"nodes": [{"name": "n0", "gpus": [{"model": "H100-80GB", "count": 2}]}]}
+
+
+def doc(*tenants: dict[str, Any], **top: Any) -> dict[str, Any]:
+    return {"fleet": FLEET, "tenants": list(tenants), **top}
+
+
+def one(name: str = "t", **workload: Any) -> dict[str, Any]:
+    return {"name": name, "workloads": [{"name": "w", **workload}]}
+
+
+CASES: list[tuple[str, object, tuple[str | int, ...], str]] = [
+    ("empty", None, (), "empty"),
+    ("list at top", [1, 2], (), "expected a mapping"),
+    ("typo", {"fleet": FLEET, "tenant": []}, ("tenant",), 'did you mean "tenants"'),
+    (
+        "bad enum",
+        doc({"name": "t", "isolation": "migg"}),
+        ("tenants", 0, "isolation"),
+        'did you mean "mig"',
+    ),
+    (
+        "model",
+        {"fleet": {"nodes": [{"name": "n", "gpus": [{"model": "H100"}]}]}},
+        ("fleet", "nodes", 0, "gpus", 0, "model"),
+        "unknown GPU model",
+    ),
+    (
+        "profile",
+        doc(one(gpu={"mig_profile": "3g.20gb"})),
+        ("tenants", 0, "workloads", 0, "gpu", "mig_profile"),
+        "exists on no candidate GPU",
+    ),
+    (
+        "too big",
+        doc(one(gpu={"memory_gib": 200})),
+        ("tenants", 0, "workloads", 0, "gpu", "memory_gib"),
+        "more than the largest",
+    ),
+    (
+        "too many",
+        doc(one(gpu={"count": 3})),
+        ("tenants", 0, "workloads", 0, "gpu", "count"),
+        "no node has more than 2",
+    ),
+    (
+        "quota",
+        doc({**one(gpu={"count": 1}, replicas=2), "quota": {"gpus": 1}}),
+        ("tenants", 0, "quota", "gpus"),
+        "over the quota",
+    ),
+    (
+        "dup tenant",
+        doc(one(gpu={"count": 1}), one(gpu={"count": 1})),
+        ("tenants", 1, "name"),
+        "duplicate tenant",
+    ),
+    ("dns", doc(one("Bad_Name", gpu={"count": 1})), ("tenants", 0, "name"), "DNS-1123"),
+    (
+        "lora",
+        doc(one(serve={"model": "m", "lora_of": "x/y"})),
+        ("tenants", 0, "workloads", 0, "serve", "lora_of"),
+        "does not name a workload",
+    ),
+    ("no gpu", doc(one()), ("tenants", 0, "workloads", 0, "gpu"), "required"),
+    (
+        "two forms",
+        doc(one(gpu={"count": 1, "memory_gib": 3})),
+        ("tenants", 0, "workloads", 0, "gpu"),
+        "exactly one",
+    ),
+    (
+        "pool",
+        doc(one(gpu={"count": 1}, pool="gold")),
+        ("tenants", 0, "workloads", 0, "pool"),
+        "no GPU is in pool",
+    ),
+    (
+        "price",
+        {"fleet": FLEET, "pricing": {"gpu_hour": {"H100": "2"}}},
+        ("pricing", "gpu_hour", "H100"),
+        "unknown GPU model",
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("data", "path", "words"), [c[1:] for c in CASES], ids=[c[0] for c in CASES]
+)
+def test_problem_names_the_field(data: object, path: tuple[str | int, ...], words: str) -> None:
+    result = validate_spec(data)
+    assert isinstance(result, list), "expected problems"
+    matching = [p for p in result if p.path == path]
+    assert matching, [(p.path, p.message) for p in result]
+    assert words in matching[0].message
+
+
+def test_a_good_spec_is_returned_typed() -> None:
+    result = validate_spec(doc(one(gpu={"mig_profile": "3g.40gb"}, replicas=2)))
+    assert isinstance(result, GpuplexSpec)
+    assert result.tenants[0].workloads[0].replicas == 2
+
+
+def test_all_problems_come_at_once() -> None:
+    result = validate_spec(doc(one(gpu={"count": 3}), one("u", gpu={"memory_gib": 500})))
+    assert isinstance(result, list)
+    assert len(result) == 2
