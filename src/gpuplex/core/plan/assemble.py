@@ -139,14 +139,16 @@ def _layout(gpu: GpuView) -> list[str]:
 
 
 def _mig_changes(current: Plan | None, gpus: list[GpuView]) -> list[MigReconfiguration]:
-    """GPUs whose MIG geometry differs from the current plan's; only those need reconfiguring."""
+    """GPUs whose MIG geometry differs from the current plan's (or whose card was replaced by
+    another model); only those need reconfiguring."""
     if current is None:
         return []
-    before = {(gpu.node, gpu.index): _layout(gpu) for gpu in current.gpus}
+    before = {(gpu.node, gpu.index): (gpu.model, _layout(gpu)) for gpu in current.gpus}
     changes = []
     for gpu in gpus:
-        old, new = before.get((gpu.node, gpu.index), []), _layout(gpu)
-        if old != new:
+        old_model, old = before.get((gpu.node, gpu.index), (gpu.model, []))
+        new = _layout(gpu)
+        if old != new or (old_model != gpu.model and new):
             changes.append(
                 MigReconfiguration(node=gpu.node, gpu_index=gpu.index, before=old, after=new)
             )

@@ -20,7 +20,7 @@ from gpuplex.core.plan.index import Candidate, FleetIndex
 from gpuplex.core.plan.inventory import GpuSlot, build_inventory
 from gpuplex.core.plan.mig_fit import free_starts
 from gpuplex.core.plan.model import Infeasible, Mode, Placement, Plan, Preemption
-from gpuplex.core.plan.occupancy import Hold, fit_on, sharing_problem
+from gpuplex.core.plan.occupancy import Hold, fit_on, mode_problem, sharing_problem
 from gpuplex.core.plan.preempt import find_eviction
 from gpuplex.core.plan.quota import QuotaLedger
 from gpuplex.core.plan.units import build_units
@@ -93,8 +93,12 @@ class _PlanRun:
         sized = size_on(unit, model)
         if (
             sized is None
+            or placement.gpu_model != model.name
             or any(
-                s.slot.model != model or not pool_accepts(s.slot.pool, unit.pool) for s in states
+                s.slot.model != model
+                or not pool_accepts(s.slot.pool, unit.pool)
+                or mode_problem(unit, s.slot) is not None
+                for s in states
             )
             or self.ledger.problem(unit, sized) is not None
         ):
@@ -127,20 +131,20 @@ class _PlanRun:
         while queue:
             _, key = heapq.heappop(queue)
             unit = by_key[key]
-            candidate = self.index.search(unit, partial(self.ledger.problem, unit))
+            refuse = partial(self.ledger.problem, unit)
+            candidate = self.index.search(unit, refuse)
             if candidate is not None:
                 self._take(unit, candidate, self._why_here(unit, candidate))
                 continue
-            eviction = find_eviction(unit, self.index) if preemption else None
+            eviction = find_eviction(unit, self.index, refuse) if preemption else None
             if eviction is not None:
                 victims = ", ".join(v.unit.label for v in eviction.victims)
                 for victim in eviction.victims:
                     self._drop(victim)
                     self.evicted_by[victim.unit.key] = unit.label
                     heapq.heappush(queue, (order[victim.unit.key], victim.unit.key))
-                if self.ledger.problem(unit, eviction.candidate.sized) is None:
-                    self._take(unit, eviction.candidate, f"preempted {victims} (lower priority)")
-                    continue
+                self._take(unit, eviction.candidate, f"preempted {victims} (lower priority)")
+                continue
             if key in self.evicted_by:
                 self.preemptions.append(
                     Preemption(

@@ -7,6 +7,7 @@ then the least memory freed, then GPU order. Multi-GPU dedicated replicas are no
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from itertools import combinations
 
@@ -23,11 +24,16 @@ class Eviction:
     candidate: Candidate
 
 
-def find_eviction(unit: Unit, index: FleetIndex) -> Eviction | None:
+def find_eviction(
+    unit: Unit, index: FleetIndex, refuse: Callable[[Sized], str | None]
+) -> Eviction | None:
+    """`refuse` is the preemptor's quota check: no eviction for a demand its quota would refuse."""
     if unit.gpu_count > 1:
         return None
     best: tuple[tuple[int, int, int, tuple[int, int]], Eviction] | None = None
     for group, sized in index.candidate_groups(unit):
+        if refuse(sized) is not None:
+            continue
         for gpu_id in _gpu_ids(index, group.first.group):
             state = index.states[gpu_id]
             lower = sorted(

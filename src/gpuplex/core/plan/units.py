@@ -13,19 +13,12 @@ from gpuplex.core.spec.pools import fleet_pools, pool_accepts, workload_pool
 def build_units(spec: GpuplexSpec, slots: list[GpuSlot]) -> tuple[list[Decision], list[Unit]]:
     pools = fleet_pools(spec.fleet)
     groups = list({slot.group: slot for slot in slots}.values())  # one GPU per group
-    decisions: list[Decision] = []
+    decided: dict[tuple[str, str], Decision] = {}
     units: list[Unit] = []
     for tenant in spec.tenants:
         for workload in tenant.workloads:
             if workload.gpu is None:
-                base = workload.serve.lora_of if workload.serve else None
-                reason = f"LoRA adapter loaded on {base}'s server; no GPU of its own"
-                decisions.append(
-                    Decision(
-                        tenant=tenant.name, workload=workload.name, mode=Mode.MPS, reason=reason
-                    )
-                )
-                continue
+                continue  # a LoRA adapter: decided below, from its base
             pool = workload_pool(pools, workload)
             probe = _unit(tenant, workload, pool, Mode.MIG, 0)
             mig_available = any(
@@ -35,18 +28,33 @@ def build_units(spec: GpuplexSpec, slots: list[GpuSlot]) -> tuple[list[Decision]
                 for slot in groups
             )
             choice = choose_mode(tenant, workload, mig_available=mig_available)
-            decisions.append(
-                Decision(
-                    tenant=tenant.name,
-                    workload=workload.name,
-                    mode=choice.mode,
-                    reason=choice.reason,
-                )
+            decided[(tenant.name, workload.name)] = Decision(
+                tenant=tenant.name,
+                workload=workload.name,
+                mode=choice.mode,
+                reason=choice.reason,
             )
             units += [
                 _unit(tenant, workload, pool, choice.mode, r) for r in range(workload.replicas)
             ]
+    decisions = [
+        decided.get((t.name, w.name)) or _adapter_decision(t, w, decided)
+        for t in spec.tenants
+        for w in t.workloads
+    ]
     return decisions, sorted(units, key=lambda u: placement_order(u, groups))
+
+
+def _adapter_decision(
+    tenant: TenantSpec, workload: WorkloadSpec, decided: dict[tuple[str, str], Decision]
+) -> Decision:
+    """A LoRA adapter runs inside its base model's server: it gets the base's isolation."""
+    base_ref = workload.serve.lora_of if workload.serve and workload.serve.lora_of else "?/?"
+    owner, _, name = base_ref.partition("/")
+    base = decided.get((owner, name))
+    mode = base.mode if base else Mode.MPS
+    reason = f"LoRA adapter inside {base_ref}'s server, which runs {mode}; no GPU of its own"
+    return Decision(tenant=tenant.name, workload=workload.name, mode=mode, reason=reason)
 
 
 def _unit(

@@ -158,3 +158,48 @@ def test_a_removed_gpu_moves_its_replica() -> None:
     plan = make_plan(one_left, current)
     assert [m.label() for m in plan.moves] == ["t/w#1"]
     assert plan.moves[0].to_node == "n1"
+
+
+def test_no_eviction_for_a_replica_its_own_quota_refuses() -> None:
+    base = fleet({"model": "L4", "count": 1})
+    low = tenant("low", workload("w", {"count": 1}), priority=0)
+    current = make_plan(spec(base, low))
+    capped = tenant("high", workload("w", {"count": 1}), priority=9, quota={"gpus": 0})
+    plan = make_plan(spec(base, low, capped), current)
+    assert plan.preemptions == []
+    assert [p.label() for p in plan.placements] == ["low/w#0"]
+    assert plan.infeasible[0].reasons == ["quota gpus: would hold 1 whole GPUs, quota 0"]
+
+
+def test_current_mig_slice_is_not_kept_on_a_gpu_now_mig_off() -> None:
+    t = tenant("t", workload("w", {"mig_profile": "1g.10gb"}), isolation="mig")
+    current = make_plan(spec(fleet({"model": "H100-80GB", "count": 2}), t))
+    assert current.placements[0].gpu_indices == [0]
+    node = {"name": "n0", "gpus": [{"model": "H100-80GB", "mig": "off"}, {"model": "H100-80GB"}]}
+    plan = make_plan(spec({"nodes": [node]}, t), current)
+    assert plan.placements[0].gpu_indices == [1]
+    assert [m.label() for m in plan.moves] == ["t/w#0"]
+
+
+def test_current_placement_is_not_kept_when_the_gpu_model_changed() -> None:
+    t = tenant("t", workload("w", {"mig_profile": "3g.40gb"}), isolation="mig")
+    current = make_plan(spec(fleet({"model": "H100-80GB", "count": 1}), t))
+    plan = make_plan(spec(fleet({"model": "A100-80GB", "count": 1}), t), current)
+    assert plan.placements[0].gpu_model == "A100-80GB"
+    assert plan.placements[0].reason != "kept where the current plan has it"
+    assert [(r.node, r.gpu_index) for r in plan.mig_reconfigurations] == [("n0", 0)]
+
+
+def test_lora_adapter_gets_its_base_servers_mode() -> None:
+    owner = tenant(
+        "owner",
+        workload(
+            "base", {"mig_profile": "3g.40gb"}, serve={"model": "b", "accepts_adapters": True}
+        ),
+        isolation="mig",
+    )
+    rider = tenant("rider", workload("lora", serve={"model": "r", "lora_of": "owner/base"}))
+    plan = make_plan(spec(fleet(H100), owner, rider))
+    decision = next(d for d in plan.decisions if d.tenant == "rider")
+    assert decision.mode == "mig"
+    assert "owner/base" in decision.reason
