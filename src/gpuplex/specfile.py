@@ -6,6 +6,7 @@ raises anything else for bad input.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import yaml
@@ -17,24 +18,24 @@ from gpuplex.errors import SpecError, SpecProblem
 Position = tuple[int, int]  # 1-based line and column
 
 
-class _UniqueKeyLoader(yaml.SafeLoader):
-    """SafeLoader that refuses duplicate keys instead of silently keeping the last one."""
+_BOOL_TAG = "tag:yaml.org,2002:bool"
+_STR_TAG = "tag:yaml.org,2002:str"
+_MERGE_TAG = "tag:yaml.org,2002:merge"
 
-    def construct_mapping(self, node: MappingNode, deep: bool = False) -> dict[object, object]:
-        seen: dict[object, Node] = {}
-        for key_node, _ in node.value:
-            key = self.construct_object(key_node, deep=deep)
-            if isinstance(key, str | int | float | bool) and key in seen:
-                first = seen[key].start_mark.line + 1
-                raise yaml.constructor.ConstructorError(
-                    None,
-                    None,
-                    f"duplicate key {key!r} (first on line {first})",
-                    key_node.start_mark,
-                )
-            if isinstance(key, str | int | float | bool):
-                seen[key] = key_node
-        return super().construct_mapping(node, deep=deep)
+
+class _SpecLoader(yaml.SafeLoader):
+    """SafeLoader with YAML 1.2 booleans: only true and false are booleans, so `mig: on` and
+    `mig: off` stay text (YAML 1.1 reads on/off/yes/no as booleans). Pydantic still reads
+    `preemption: yes` as a boolean where the field is one."""
+
+
+_SpecLoader.yaml_implicit_resolvers = {
+    first: [(tag, regexp) for tag, regexp in resolvers if tag != _BOOL_TAG]
+    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
+}
+_SpecLoader.add_implicit_resolver(
+    _BOOL_TAG, re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$"), list("tTfF")
+)
 
 
 def load_spec_file(path: Path) -> GpuplexSpec:
@@ -75,43 +76,91 @@ def _decode(raw: bytes | str, source: str) -> str:
 
 
 def _parse_yaml(text: str, source: str) -> tuple[object, dict[tuple[str | int, ...], Position]]:
-    loader = _UniqueKeyLoader(text)
+    loader: _SpecLoader | None = None
     try:
+        loader = _SpecLoader(text)  # the reader rejects unprintable characters here
         node = loader.get_single_node()
+        positions: dict[tuple[str | int, ...], Position] = {}
+        problems: list[SpecProblem] = []
+        if node is not None:
+            _walk(node, (), positions, problems, set())
+        if problems:
+            raise SpecError(source, problems)
         data = loader.construct_document(node) if node is not None else None
     except yaml.MarkedYAMLError as error:
         mark = error.problem_mark or error.context_mark
         message = f"invalid YAML: {error.problem or error.context}"
+        if error.problem and error.context and error.context_mark:
+            # e.g. an unclosed bracket: the problem is found lines after the bracket opened
+            message += f" ({error.context} that starts on line {error.context_mark.line + 1})"
         if "\t" in text and "'\\t'" in str(error.problem):
             message += " (YAML indents with spaces; replace the tab)"
         line, column = (mark.line + 1, mark.column + 1) if mark else (None, None)
         raise SpecError(source, [SpecProblem((), message, line, column)]) from None
     except yaml.YAMLError as error:  # reader errors: control characters, binary data
-        mark = getattr(error, "position", None)
-        line = text.count("\n", 0, mark) + 1 if isinstance(mark, int) else None
-        problem = SpecProblem((), f"invalid YAML: {error}".split("\n")[0], line, 1)
+        index = getattr(error, "position", None)
+        line, column = (None, None)
+        if isinstance(index, int):
+            line = text.count("\n", 0, index) + 1
+            column = index - (text.rfind("\n", 0, index) + 1) + 1
+        message = f"invalid YAML: {error}".split("\n")[0] + " (is this a text file?)"
+        raise SpecError(source, [SpecProblem((), message, line, column)]) from None
+    except RecursionError:
+        mark = loader.get_mark() if loader is not None else None
+        line, column = (mark.line + 1, mark.column + 1) if mark else (None, None)
+        problem = SpecProblem((), "invalid YAML: nested too deeply to read", line, column)
         raise SpecError(source, [problem]) from None
     finally:
-        loader.dispose()
-    positions: dict[tuple[str | int, ...], Position] = {}
-    if node is not None:
-        _record_positions(node, (), positions)
+        if loader is not None:
+            loader.dispose()
     return data, positions
 
 
-def _record_positions(
-    node: Node, path: tuple[str | int, ...], positions: dict[tuple[str | int, ...], Position]
+def _walk(
+    node: Node,
+    path: tuple[str | int, ...],
+    positions: dict[tuple[str | int, ...], Position],
+    problems: list[SpecProblem],
+    seen: set[int],
 ) -> None:
-    positions.setdefault(path, (node.start_mark.line + 1, node.start_mark.column + 1))
+    """Record where each path starts and refuse keys that are duplicated or not text.
+
+    Each node is entered once: an alias repeats a node, and aliases may nest (a "billion laughs")
+    or point back at their own anchor."""
+    positions.setdefault(path, _position(node))
+    if id(node) in seen:
+        return
+    seen.add(id(node))
     if isinstance(node, MappingNode):
+        first_lines: dict[str, int] = {}
         for key_node, value_node in node.value:
-            if isinstance(key_node, ScalarNode):
-                key_path = (*path, str(key_node.value))
-                positions[key_path] = (key_node.start_mark.line + 1, key_node.start_mark.column + 1)
-                _record_positions(value_node, key_path, positions)
+            if key_node.tag == _MERGE_TAG:
+                continue  # `<<: *defaults`: the constructor merges these
+            line, column = _position(key_node)
+            if not isinstance(key_node, ScalarNode) or key_node.tag != _STR_TAG:
+                message = (
+                    f"key {key_node.value} is not text: write keys as names, quoted if need be"
+                    if isinstance(key_node, ScalarNode)
+                    else "a list or mapping cannot be a key: write keys as names"
+                )
+                problems.append(SpecProblem(path, message, line, column))
+                continue
+            key_path = (*path, key_node.value)
+            if key_node.value in first_lines:
+                first = first_lines[key_node.value]
+                message = f"duplicate key {key_node.value!r} (first on line {first}): keep one"
+                problems.append(SpecProblem(key_path, message, line, column))
+                continue
+            first_lines[key_node.value] = line
+            positions[key_path] = (line, column)
+            _walk(value_node, key_path, positions, problems, seen)
     elif isinstance(node, SequenceNode):
         for index, item in enumerate(node.value):
-            _record_positions(item, (*path, index), positions)
+            _walk(item, (*path, index), positions, problems, seen)
+
+
+def _position(node: Node) -> Position:
+    return node.start_mark.line + 1, node.start_mark.column + 1
 
 
 def _locate(problem: SpecProblem, positions: dict[tuple[str | int, ...], Position]) -> SpecProblem:

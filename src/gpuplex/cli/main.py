@@ -13,6 +13,7 @@ import typer
 import yaml
 from pydantic import ValidationError
 from rich.console import Console
+from rich.markup import escape
 
 from gpuplex.cli.render import gpu_map, placement_table, problems_table, summary_line
 from gpuplex.core.plan import Plan, make_plan
@@ -129,5 +130,6 @@ def run() -> None:
     try:
         app()
     except GpuplexError as error:
-        err.print(f"[red]error[/]: {error.message}", highlight=False, soft_wrap=True)
+        # escape: messages quote user input and field paths such as env[key], not markup
+        err.print(f"[red]error[/]: {escape(error.message)}", highlight=False, soft_wrap=True)
         raise SystemExit(error.exit_code) from None

@@ -192,8 +192,12 @@ def _check_request(
         return  # the inventory is not known until the host runtime discovers it
     candidates = _candidate_models(spec, workload)
     if not candidates:
-        yield SpecProblem(where, "no GPU in the fleet is in this workload's pool")
-        return
+        if _fleet_is_known(spec) and not _pool_is_unknown(spec, workload):
+            pools = ", ".join(sorted(fleet_pools(spec.fleet)))
+            yield SpecProblem(
+                where, f"no GPU can take this workload: every GPU is in a pool ({pools}); set pool"
+            )
+        return  # otherwise the fleet or pool problem is reported already: one cause, one message
     if request.mig_profile is not None:
         names = sorted({p.name for m, _, ok in candidates if ok and m.mig for p in m.mig.profiles})
         if request.mig_profile not in names:
@@ -219,6 +223,15 @@ def _check_request(
                 (*where, "count"),
                 f"{request.count} GPUs on one node, but no node has more than {most} candidate GPUs",
             )
+
+
+def _fleet_is_known(spec: GpuplexSpec) -> bool:
+    models = [group.model for node in spec.fleet.nodes for group in node.gpus]
+    return bool(models) and all(gpu_model(model) is not None for model in models)
+
+
+def _pool_is_unknown(spec: GpuplexSpec, workload: WorkloadSpec) -> bool:
+    return workload.pool is not None and workload.pool not in fleet_pools(spec.fleet)
 
 
 def _check_quota(tenant: TenantSpec, path: Path) -> Iterator[SpecProblem]:
