@@ -1,44 +1,82 @@
-"""Why a replica could not be placed: every candidate GPU asked, reasons counted."""
+"""Why a replica could not be placed, counted over every GPU.
+
+Whole groups are answered at once (pool, mode, model, quota); inside a group the index's lists say
+which GPUs run another mode or have no room, so only the few GPUs with room are asked one by one.
+"""
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from collections import Counter
 
-from gpuplex.core.plan.demand import Unit, size_on
-from gpuplex.core.plan.index import FleetIndex
-from gpuplex.core.plan.occupancy import fit_on, mode_problem
+from gpuplex.core.plan.demand import Sized, Unit, size_on
+from gpuplex.core.plan.index import FleetIndex, GroupIndex
+from gpuplex.core.plan.model import Mode
+from gpuplex.core.plan.occupancy import best_mig_start, fit_on, mode_problem, sharing_problem
 from gpuplex.core.plan.quota import QuotaLedger
 from gpuplex.core.spec.pools import pool_accepts
 
 
 def why_not_placed(unit: Unit, index: FleetIndex, ledger: QuotaLedger) -> list[str]:
+    if not index.states:
+        return ["the fleet has no GPUs"]
     counts: Counter[str] = Counter()
     quota: list[str] = []
-    for state in index.states:
-        slot = state.slot
+    for group in index.groups:
+        slot, size = group.first, len(group.gpu_ids)
         if not pool_accepts(slot.pool, unit.pool):
-            counts[f"in pool {slot.pool}; this workload runs in {unit.pool or 'no pool'}"] += 1
+            counts[f"in pool {slot.pool}; this workload runs in {unit.pool or 'no pool'}"] += size
             continue
         problem = mode_problem(unit, slot)
         sized = size_on(unit, slot.model)
-        if problem is None and sized is None:
-            problem = f"{slot.model.name} is too small or lacks the profile"
-        if problem is None and sized is not None:
-            refused = ledger.problem(unit, sized)
-            if refused is not None:
-                if refused not in quota:
-                    quota.append(refused)
-                continue
-            fit = fit_on(unit, sized, state, index.tenants)
-            problem = fit if isinstance(fit, str) else None
-            if problem is None and unit.gpu_count > 1:
-                problem = f"no node has {unit.gpu_count} free GPUs of this kind together"
-        if problem is not None:
-            counts[problem] += 1
-    if not index.states:
-        return ["the fleet has no GPUs"]
+        if problem is not None or sized is None:
+            counts[problem or f"{slot.model.name} is too small or lacks the profile"] += size
+            continue
+        refused = ledger.problem(unit, sized)
+        if refused is not None:
+            quota += [refused] if refused not in quota else []
+            continue
+        _count_in_group(unit, sized, group, index, counts)
     reasons = quota + [
         f"{count} GPU{'s' if count > 1 else ''}: {problem}"
         for problem, count in counts.most_common()
     ]
     return reasons or ["no GPU fits"]
+
+
+def _count_in_group(
+    unit: Unit, sized: Sized, group: GroupIndex, index: FleetIndex, counts: Counter[str]
+) -> None:
+    for mode, count in group.mode_counts.items():
+        if count and mode is not None and (mode is not unit.mode or mode is Mode.DEDICATED):
+            counts[f"runs {mode}" if mode is not Mode.DEDICATED else "held whole"] += count
+    if unit.mode is Mode.DEDICATED:
+        if group.empty:
+            most = max(len(free) for free in group.empty_by_node.values())
+            counts[f"free, but no node has {unit.gpu_count} free together (most: {most})"] += len(
+                group.empty
+            )
+        return
+    if unit.mode is Mode.MIG:
+        for members in group.mig.values():
+            if not members:
+                continue
+            if best_mig_start(index.states[members[0][1]], sized) is None:
+                counts[f"no free MIG placement for {sized.profile_name}"] += len(members)
+                continue
+            for _, gpu_id in members:
+                problem = sharing_problem(unit, index.states[gpu_id], index.tenants)
+                counts[problem or "fits"] += 1
+        return
+    listed = group.shares[unit.mode]
+    full = group.mode_counts[unit.mode] - len(listed)
+    if full:
+        counts[f"{unit.mode} GPU full"] += full
+    enough = bisect_left(listed, (sized.memory_mib,))
+    if enough:
+        most_gib, needs_gib = listed[enough - 1][0] / 1024, sized.memory_mib / 1024
+        why = f"not enough free memory (most free {most_gib:.1f} GiB, needs {needs_gib:.1f})"
+        counts[why] += enough
+    for _, _, gpu_id in listed[enough:]:
+        fit = fit_on(unit, sized, index.states[gpu_id], index.tenants)
+        counts[fit if isinstance(fit, str) else "fits"] += 1

@@ -12,10 +12,12 @@ tightest fit, then the choice that leaves the most MIG room. spread: the opposit
 from __future__ import annotations
 
 from bisect import bisect_left, insort
+from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
+from gpuplex.core.catalog import MPS_CLIENT_LIMIT
 from gpuplex.core.plan.demand import Sized, Unit, size_on
 from gpuplex.core.plan.inventory import GpuSlot
 from gpuplex.core.plan.mig_fit import room_left, slot_mask
@@ -46,10 +48,13 @@ class Candidate:
 
 
 class GroupIndex:
-    """The GPUs of one group, sorted by what is on them."""
+    """The GPUs of one group, sorted by what is on them. A share GPU with no room left (MPS out
+    of threads or clients, no free memory) is in no list: searches never walk past it."""
 
     def __init__(self, slots: list[GpuSlot]) -> None:
         self.first = slots[0]
+        self.gpu_ids = [slot.gpu_id for slot in slots]
+        self.mode_counts: Counter[Mode | None] = Counter({None: len(slots)})
         self.empty: list[tuple[Order, int]] = sorted((s.order, s.gpu_id) for s in slots)
         self.empty_by_node: dict[str, list[tuple[Order, int]]] = {}
         for slot in sorted(slots, key=lambda s: s.order):
@@ -59,23 +64,34 @@ class GroupIndex:
 
     def take_out(self, state: GpuState) -> None:
         slot = state.slot
+        self.mode_counts[state.mode] -= 1
         if state.is_empty:
             _remove(self.empty, (slot.order, slot.gpu_id))
             _remove(self.empty_by_node[slot.node], (slot.order, slot.gpu_id))
         elif state.mode is Mode.MIG:
             _remove(self.mig[state.mig_signature], (slot.order, slot.gpu_id))
-        elif state.mode in self.shares:
+        elif state.mode in self.shares and has_room(state):
             _remove(self.shares[state.mode], (state.free_memory_mib, slot.order, slot.gpu_id))
 
     def put_in(self, state: GpuState) -> None:
         slot = state.slot
+        self.mode_counts[state.mode] += 1
         if state.is_empty:
             insort(self.empty, (slot.order, slot.gpu_id))
             insort(self.empty_by_node.setdefault(slot.node, []), (slot.order, slot.gpu_id))
         elif state.mode is Mode.MIG:
             insort(self.mig.setdefault(state.mig_signature, []), (slot.order, slot.gpu_id))
-        elif state.mode in self.shares:
+        elif state.mode in self.shares and has_room(state):
             insort(self.shares[state.mode], (state.free_memory_mib, slot.order, slot.gpu_id))
+
+
+def has_room(state: GpuState) -> bool:
+    """Whether a share GPU can take any further client at all."""
+    if state.free_memory_mib <= 0:
+        return False
+    return state.mode is not Mode.MPS or (
+        state.threads_used < 100 and state.clients < MPS_CLIENT_LIMIT
+    )
 
 
 def _remove(items: list[_Entry], item: _Entry) -> None:
@@ -96,6 +112,7 @@ class FleetIndex:
         for slot in slots:
             grouped.setdefault(slot.group, []).append(slot)
         self.groups = [GroupIndex(members) for members in grouped.values()]
+        self.held_priorities: Counter[int] = Counter()  # priorities of placed replicas
         self.group_of = {slot.gpu_id: g for g in self.groups for slot in grouped[g.first.group]}
 
     def candidate_groups(self, unit: Unit) -> Iterator[tuple[GroupIndex, Sized]]:
@@ -194,9 +211,11 @@ class FleetIndex:
         hold = Hold(unit, candidate.sized, candidate.mig_start, candidate.gpu_ids)
         for gpu_id in candidate.gpu_ids:
             self._update(gpu_id, lambda state: state.add(hold))
+        self.held_priorities[unit.priority] += 1
         return hold
 
     def release(self, hold: Hold) -> None:
+        self.held_priorities[hold.unit.priority] -= 1
         for gpu_id in hold.gpu_ids:
             self._update(gpu_id, lambda state: state.remove(hold.unit.key))
 

@@ -146,17 +146,16 @@ def fit_on(unit: Unit, sized: Sized, state: GpuState, tenants: dict[str, TenantS
         return f"GPU already runs {state.mode}"
     if unit.mode is Mode.DEDICATED:
         return -1 if state.is_empty else "GPU is not free"
-    problem = sharing_problem(unit, state, tenants)
-    if problem:
-        return problem
+    fit = -1
     if unit.mode is Mode.MIG:
         start = best_mig_start(state, sized)
-        return start if start is not None else f"no free placement for {sized.profile_name}"
-    if sized.memory_mib > state.free_memory_mib:
-        return f"needs {sized.memory_mib} MiB, {state.free_memory_mib} MiB free"
-    if unit.mode is Mode.MPS:
-        if state.threads_used + (sized.thread_percent or 0) > 100:
-            return f"needs {sized.thread_percent}% threads, {100 - state.threads_used}% free"
-        if state.clients >= MPS_CLIENT_LIMIT:
-            return f"MPS client limit ({MPS_CLIENT_LIMIT}) reached"
-    return -1
+        if start is None:
+            return f"no free MIG placement for {sized.profile_name}"
+        fit = start
+    elif sized.memory_mib > state.free_memory_mib:
+        return "not enough free memory"
+    elif unit.mode is Mode.MPS and state.threads_used + (sized.thread_percent or 0) > 100:
+        return "not enough free MPS threads"
+    elif unit.mode is Mode.MPS and state.clients >= MPS_CLIENT_LIMIT:
+        return f"MPS client limit ({MPS_CLIENT_LIMIT}) reached"
+    return sharing_problem(unit, state, tenants) or fit

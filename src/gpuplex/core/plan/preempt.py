@@ -28,13 +28,15 @@ def find_eviction(
     unit: Unit, index: FleetIndex, refuse: Callable[[Sized], str | None]
 ) -> Eviction | None:
     """`refuse` is the preemptor's quota check: no eviction for a demand its quota would refuse."""
-    if unit.gpu_count > 1:
-        return None
+    if unit.gpu_count > 1 or not any(
+        count and priority < unit.priority for priority, count in index.held_priorities.items()
+    ):
+        return None  # in a fresh plan nothing placed has a lower priority: placement order
     best: tuple[tuple[int, int, int, tuple[int, int]], Eviction] | None = None
     for group, sized in index.candidate_groups(unit):
         if refuse(sized) is not None:
             continue
-        for gpu_id in _gpu_ids(index, group.first.group):
+        for gpu_id in group.gpu_ids:
             state = index.states[gpu_id]
             lower = sorted(
                 (h for h in state.holds.values() if h.unit.priority < unit.priority),
@@ -60,10 +62,6 @@ def find_eviction(
                     best = (cost, Eviction(victims, candidate))
                 break
     return best[1] if best else None
-
-
-def _gpu_ids(index: FleetIndex, group_key: object) -> list[int]:
-    return [s.slot.gpu_id for s in index.states if s.slot.group == group_key]
 
 
 def _victim_sets(lower: list[Hold]) -> list[tuple[Hold, ...]]:
