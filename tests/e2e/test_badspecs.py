@@ -142,8 +142,12 @@ EXPECTED: dict[str, Expected] = {
         13, "tenants[0].workloads[0].health.http_path", "pattern '^/'"
     ),
     # isolation
-    "requirement-hard-with-mps.yaml": Expected(7, "tenants[0]", "needs hardware isolation"),
-    "regulated-with-moderate.yaml": Expected(7, "tenants[0]", "implies requirement: hard"),
+    "requirement-hard-with-mps.yaml": Expected(
+        8, "tenants[0].isolation", "needs hardware isolation"
+    ),
+    "regulated-with-moderate.yaml": Expected(
+        9, "tenants[0].requirement", "implies requirement: hard"
+    ),
     "isolation-mig-with-count.yaml": Expected(
         12, "tenants[0].workloads[0].gpu.count", "tenant isolation is mig"
     ),

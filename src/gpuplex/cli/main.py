@@ -120,7 +120,7 @@ def _load_plan(path: Path) -> Plan:
         first = error.errors(include_url=False)[0]
         where = ".".join(str(part) for part in first["loc"]) or "(document)"
         raise PlanFileError(
-            f"{path}: not a gpuplex plan ({error.error_count()} problems; first at {where}: "
+            f"{path}: not a gpuplex plan ({error.error_count()} problem(s); first at {where}: "
             f"{first['msg']}); write one with `gpuplex plan FILE -o json`"
         ) from None
 

@@ -15,12 +15,6 @@ from dataclasses import dataclass
 from gpuplex.core.plan.model import Mode
 from gpuplex.core.spec import Isolation, Requirement, TenantSpec, Tier, WorkloadSpec
 
-_TIER_DEFAULT = {
-    Tier.PREMIUM: Requirement.STRONG,
-    Tier.STANDARD: Requirement.STRONG,
-    Tier.FREE: Requirement.MODERATE,
-}
-
 
 @dataclass(frozen=True, slots=True)
 class ModeChoice:
@@ -37,10 +31,12 @@ def choose_mode(tenant: TenantSpec, workload: WorkloadSpec, *, mig_available: bo
         return ModeChoice(Mode.MIG, f"asks for MIG profile {request.mig_profile}")
     if tenant.isolation is not Isolation.AUTO:
         return ModeChoice(Mode(tenant.isolation.value), f"tenant isolation is {tenant.isolation}")
-    requirement = tenant.effective_requirement
-    source = "regulated tenant" if tenant.regulated else f"requirement {requirement}"
-    if requirement is None:
-        requirement = _TIER_DEFAULT[tenant.tier]
+    requirement = tenant.requirement_in_force
+    if tenant.regulated:
+        source = "regulated tenant"
+    elif tenant.requirement is not None:
+        source = f"requirement {requirement}"
+    else:
         source = f"{tenant.tier} tier implies requirement {requirement}"
     if requirement in (Requirement.HARD, Requirement.STRONG):
         if tenant.tier is Tier.PREMIUM:

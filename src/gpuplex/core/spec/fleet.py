@@ -6,6 +6,7 @@ from enum import StrEnum
 
 from pydantic import Field
 
+from gpuplex.core.catalog import gpu_model_names
 from gpuplex.core.spec.fields import DnsLabel, SpecModel
 
 
@@ -20,7 +21,8 @@ class MigModeSpec(StrEnum):
 
 class GpuGroupSpec(SpecModel):
     model: str = Field(
-        description="A GPU model from the catalog, e.g. H100-80GB (see `gpuplex schema`)."
+        description="A GPU model from the catalog: " + ", ".join(gpu_model_names()) + ".",
+        examples=gpu_model_names(),
     )
     count: int = Field(default=1, ge=1, le=64)
     uuids: list[str] | None = Field(default=None, description="One UUID per GPU, in index order.")

@@ -20,6 +20,9 @@ def did_you_mean(word: str, choices: typing.Iterable[str]) -> str:
     lowered = {option.lower(): option for option in options}
     if word.lower() in lowered:
         return f' (did you mean "{lowered[word.lower()]}"?)'
+    prefixed = [option for option in options if option.lower().startswith(word.lower())]
+    if word and prefixed:
+        return f' (did you mean "{prefixed[0]}"?)'  # "H100" -> the first H100 in catalog order
     close = difflib.get_close_matches(word, options, n=1, cutoff=0.6)
     return f' (did you mean "{close[0]}"?)' if close else ""
 

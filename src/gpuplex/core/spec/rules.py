@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterator
+from dataclasses import dataclass
 
 from gpuplex.core.catalog import GPU_MODELS, GpuModel, gpu_model, gpu_model_names
 from gpuplex.core.spec.document import GpuplexSpec
@@ -12,7 +13,7 @@ from gpuplex.core.spec.fleet import MigModeSpec
 from gpuplex.core.spec.parse import did_you_mean
 from gpuplex.core.spec.pools import fleet_pools, gpu_pool, pool_accepts, workload_pool
 from gpuplex.core.spec.tenants import Isolation, Requirement, TenantSpec
-from gpuplex.core.spec.workloads import WorkloadKind, WorkloadSpec
+from gpuplex.core.spec.workloads import GpuRequestSpec, WorkloadKind, WorkloadSpec
 from gpuplex.errors import SpecProblem
 
 Path = tuple[str | int, ...]
@@ -23,12 +24,31 @@ def check_spec(spec: GpuplexSpec) -> list[SpecProblem]:
     problems += _check_fleet(spec)
     problems += _check_names(spec)
     problems += _check_references(spec)
+    candidates_for = _CandidateFinder(spec)
     for t, tenant in enumerate(spec.tenants):
+        problems += _check_isolation(tenant, ("tenants", t))
         for w, workload in enumerate(tenant.workloads):
-            problems += _check_request(spec, tenant, workload, ("tenants", t, "workloads", w))
+            path: Path = ("tenants", t, "workloads", w)
+            problems += _check_request(spec, tenant, workload, path, candidates_for)
         problems += _check_quota(tenant, ("tenants", t))
     problems += _check_pricing(spec)
     return problems
+
+
+def _check_isolation(tenant: TenantSpec, path: Path) -> Iterator[SpecProblem]:
+    if tenant.regulated and tenant.requirement not in (None, Requirement.HARD):
+        yield SpecProblem(
+            (*path, "requirement"),
+            f"regulated: true implies requirement: hard, but requirement is {tenant.requirement}",
+        )
+    required = tenant.effective_requirement
+    shared = tenant.isolation in (Isolation.MPS, Isolation.TIMESLICE)
+    if shared and required in (Requirement.HARD, Requirement.STRONG):
+        yield SpecProblem(
+            (*path, "isolation"),
+            f"requirement {required} needs hardware isolation: use isolation mig, dedicated "
+            f"or auto, not {tenant.isolation}",
+        )
 
 
 def _check_fleet(spec: GpuplexSpec) -> Iterator[SpecProblem]:
@@ -96,15 +116,11 @@ def _check_references(spec: GpuplexSpec) -> Iterator[SpecProblem]:
                     f"no GPU is in pool {workload.pool!r}{did_you_mean(workload.pool, pools)}; "
                     f"pools: {known}",
                 )
-            yield from _check_serving(spec, tenants, tenant, workload, path)
+            yield from _check_serving(tenants, tenant, workload, path)
 
 
 def _check_serving(
-    spec: GpuplexSpec,
-    tenants: dict[str, TenantSpec],
-    tenant: TenantSpec,
-    workload: WorkloadSpec,
-    path: Path,
+    tenants: dict[str, TenantSpec], tenant: TenantSpec, workload: WorkloadSpec, path: Path
 ) -> Iterator[SpecProblem]:
     serve = workload.serve
     if serve is not None and workload.kind is not WorkloadKind.INFERENCE:
@@ -134,44 +150,72 @@ def _check_serving(
         yield SpecProblem(
             where, f"{serve.lora_of} does not accept adapters: set serve.accepts_adapters there"
         )
-    if owner.name != tenant.name:
-        if tenant.effective_requirement in (Requirement.HARD, Requirement.STRONG) or (
-            tenant.exclusive_gpus
-        ):
-            yield SpecProblem(
-                where,
-                f"tenant {tenant.name} needs its own GPUs (requirement "
-                f"{tenant.effective_requirement or 'exclusive_gpus'}) and cannot share a base "
-                f"server with {owner.name}",
-            )
-        if owner.name in tenant.never_share_with or tenant.name in owner.never_share_with:
-            yield SpecProblem(where, f"{tenant.name} and {owner.name} must never share a GPU")
+    if owner.name == tenant.name:
+        return
+    if tenant.needs_own_gpus:
+        yield SpecProblem(
+            where,
+            f"tenant {tenant.name} needs its own GPUs (isolation {tenant.isolation}, requirement "
+            f"{tenant.requirement_in_force}{', exclusive_gpus' if tenant.exclusive_gpus else ''})"
+            f" and cannot run inside {owner.name}'s server; give it its own gpu",
+        )
+    if owner.exclusive_gpus or owner.effective_requirement is Requirement.HARD:
+        yield SpecProblem(
+            where,
+            f"{owner.name} keeps hard isolation (regulated, requirement hard or exclusive_gpus): "
+            "its servers cannot host other tenants' adapters",
+        )
+    if owner.name in tenant.never_share_with or tenant.name in owner.never_share_with:
+        yield SpecProblem(where, f"{tenant.name} and {owner.name} must never share a GPU")
 
 
-def _candidate_models(
-    spec: GpuplexSpec, workload: WorkloadSpec
-) -> list[tuple[GpuModel, int, bool]]:
-    """(model, most GPUs of that model on one node in the pool, MIG allowed) for candidate GPUs."""
-    pools = fleet_pools(spec.fleet)
-    wanted = workload_pool(pools, workload)
-    found: dict[tuple[str, bool], tuple[GpuModel, int, bool]] = {}
-    for node in spec.fleet.nodes:
-        per_node: Counter[tuple[str, bool]] = Counter()
-        for group in node.gpus:
-            model = gpu_model(group.model)
-            if model is None or not pool_accepts(gpu_pool(node, group), wanted):
-                continue
-            mig_ok = model.mig is not None and group.mig is not MigModeSpec.OFF
-            per_node[(model.name, mig_ok)] += group.count
-            found.setdefault((model.name, mig_ok), (model, 0, mig_ok))
-        for key, count in per_node.items():
-            model, best, mig_ok = found[key]
-            found[key] = (model, max(best, count), mig_ok)
-    return list(found.values())
+@dataclass(frozen=True, slots=True)
+class _Candidate:
+    """GPUs of one model that a workload may use, as far as validation cares."""
+
+    model: GpuModel
+    mig_ok: bool  # MIG-capable and not mig: off
+    whole_ok: bool  # not mig: on, so usable whole or for MPS / time-slicing
+    most_on_one_node: int
+
+
+class _CandidateFinder:
+    """Candidate GPUs per pool, computed once per pool (the fleet is walked once per pool)."""
+
+    def __init__(self, spec: GpuplexSpec) -> None:
+        self.spec = spec
+        self.pools = fleet_pools(spec.fleet)
+        self.by_pool: dict[str | None, list[_Candidate]] = {}
+
+    def __call__(self, workload: WorkloadSpec) -> list[_Candidate]:
+        wanted = workload_pool(self.pools, workload)
+        if wanted not in self.by_pool:
+            self.by_pool[wanted] = self._find(wanted)
+        return self.by_pool[wanted]
+
+    def _find(self, wanted: str | None) -> list[_Candidate]:
+        most: dict[tuple[GpuModel, bool, bool], int] = {}
+        for node in self.spec.fleet.nodes:
+            per_node: Counter[tuple[GpuModel, bool, bool]] = Counter()
+            for group in node.gpus:
+                model = gpu_model(group.model)
+                if model is None or not pool_accepts(gpu_pool(node, group), wanted):
+                    continue
+                mig_ok = model.mig is not None and group.mig is not MigModeSpec.OFF
+                # mig: on for a card without MIG is reported by the fleet check; no follow-on here
+                whole_ok = group.mig is not MigModeSpec.ON or model.mig is None
+                per_node[(model, mig_ok, whole_ok)] += group.count
+            for key, count in per_node.items():
+                most[key] = max(most.get(key, 0), count)
+        return [_Candidate(*key, count) for key, count in most.items()]
 
 
 def _check_request(
-    spec: GpuplexSpec, tenant: TenantSpec, workload: WorkloadSpec, path: Path
+    spec: GpuplexSpec,
+    tenant: TenantSpec,
+    workload: WorkloadSpec,
+    path: Path,
+    candidates_for: _CandidateFinder,
 ) -> Iterator[SpecProblem]:
     request = workload.gpu
     if request is None:
@@ -184,13 +228,15 @@ def _check_request(
             f"whole GPUs need isolation dedicated or auto (tenant isolation is {mode}); "
             "ask for memory_gib or mig_profile instead",
         )
+        return
     if request.mig_profile is not None and mode not in (Isolation.MIG, Isolation.AUTO):
         yield SpecProblem(
             (*where, "mig_profile"), f"a MIG profile needs isolation mig or auto, not {mode}"
         )
+        return
     if spec.fleet.discover and not spec.fleet.nodes:
         return  # the inventory is not known until the host runtime discovers it
-    candidates = _candidate_models(spec, workload)
+    candidates = candidates_for(workload)
     if not candidates:
         if _fleet_is_known(spec) and not _pool_is_unknown(spec, workload):
             pools = ", ".join(sorted(fleet_pools(spec.fleet)))
@@ -198,8 +244,42 @@ def _check_request(
                 where, f"no GPU can take this workload: every GPU is in a pool ({pools}); set pool"
             )
         return  # otherwise the fleet or pool problem is reported already: one cause, one message
+    if request.mig_profile is not None or mode is Isolation.MIG:
+        yield from _check_mig_request(request, [c for c in candidates if c.mig_ok], where)
+        return
+    usable = candidates
+    if mode is not Isolation.AUTO or request.count is not None:
+        usable = [c for c in candidates if c.whole_ok]
+        if not usable:
+            yield SpecProblem(
+                where,
+                f"isolation {'dedicated' if request.count else mode} needs a GPU without MIG, "
+                "but every GPU in this workload's pool has mig: on",
+            )
+            return
+    if request.memory_gib is not None:
+        largest = max(c.model.memory_gib for c in usable)
+        if request.memory_gib > largest:
+            yield SpecProblem(
+                (*where, "memory_gib"),
+                f"{request.memory_gib:g} GiB is more than the largest candidate GPU "
+                f"({largest:.1f} GiB)",
+            )
+    if request.count is not None:
+        most = max(c.most_on_one_node for c in usable)
+        if request.count > most:
+            yield SpecProblem(
+                (*where, "count"),
+                f"{request.count} GPUs on one node, but no node has more than {most} candidate GPUs",
+            )
+
+
+def _check_mig_request(
+    request: GpuRequestSpec, candidates: list[_Candidate], where: Path
+) -> Iterator[SpecProblem]:
+    profiles = [p for c in candidates if c.model.mig for p in c.model.mig.profiles]
+    names = sorted({p.name for p in profiles})
     if request.mig_profile is not None:
-        names = sorted({p.name for m, _, ok in candidates if ok and m.mig for p in m.mig.profiles})
         if request.mig_profile not in names:
             known = ", ".join(names) if names else "none (no MIG-capable GPU with mig on or auto)"
             hint = did_you_mean(request.mig_profile, names)
@@ -208,20 +288,20 @@ def _check_request(
                 f"profile {request.mig_profile!r} exists on no candidate GPU{hint}; "
                 f"profiles there: {known}",
             )
+        return
+    if not profiles:
+        yield SpecProblem(
+            where,
+            "isolation mig, but no GPU in this workload's pool can run MIG (capable, not off)",
+        )
+        return
     if request.memory_gib is not None:
-        largest = max(model.memory_gib for model, _, _ in candidates)
-        if request.memory_gib > largest:
+        largest = max(profiles, key=lambda p: p.memory_mib)
+        if request.memory_gib * 1024 > largest.memory_mib:
             yield SpecProblem(
                 (*where, "memory_gib"),
-                f"{request.memory_gib:g} GiB is more than the largest candidate GPU "
-                f"({largest:.1f} GiB)",
-            )
-    if request.count is not None:
-        most = max(count for _, count, _ in candidates)
-        if request.count > most:
-            yield SpecProblem(
-                (*where, "count"),
-                f"{request.count} GPUs on one node, but no node has more than {most} candidate GPUs",
+                f"{request.memory_gib:g} GiB fits no MIG profile on the candidate GPUs "
+                f"(largest: {largest.name}, {largest.memory_mib / 1024:.1f} GiB)",
             )
 
 

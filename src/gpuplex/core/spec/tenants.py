@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from decimal import Decimal
 from enum import StrEnum
+from typing import Annotated
 
-from pydantic import Field, model_validator
+from pydantic import Field
 
 from gpuplex.core.spec.fields import DnsLabel, SpecModel
 from gpuplex.core.spec.workloads import WorkloadSpec
@@ -40,7 +41,9 @@ class QuotaSpec(SpecModel):
     compute_percent: int | None = Field(
         default=None, ge=0, description="Sum of SM shares; a whole GPU counts 100."
     )
-    mig: dict[str, int] = Field(default_factory=dict, description="MIG slices per profile name.")
+    mig: dict[str, Annotated[int, Field(ge=0)]] = Field(
+        default_factory=dict, description="MIG slices per profile name."
+    )
 
 
 class RateLimitSpec(SpecModel):
@@ -70,26 +73,32 @@ class TenantSpec(SpecModel):
     )
     workloads: list[WorkloadSpec] = Field(default_factory=list)
 
-    @model_validator(mode="after")
-    def _requirement_matches_isolation(self) -> TenantSpec:
-        if self.regulated and self.requirement not in (None, Requirement.HARD):
-            raise ValueError(
-                f"regulated: true implies requirement: hard, but requirement is {self.requirement}"
-            )
-        required = self.effective_requirement
-        if self.isolation in (Isolation.MPS, Isolation.TIMESLICE) and required in (
-            Requirement.HARD,
-            Requirement.STRONG,
-        ):
-            raise ValueError(
-                f"requirement {required} needs hardware isolation: use isolation mig, dedicated "
-                f"or auto, not {self.isolation}"
-            )
-        return self
-
     @property
     def effective_requirement(self) -> Requirement | None:
-        """The requirement in force: regulated implies hard; else the explicit one (may be None)."""
+        """The stated requirement: regulated implies hard; else the explicit one (may be None)."""
         if self.regulated:
             return Requirement.HARD
         return self.requirement
+
+    @property
+    def requirement_in_force(self) -> Requirement:
+        """The stated requirement, else the tier's default (premium and standard: strong,
+        free: moderate). What `isolation: auto` decides by."""
+        return self.effective_requirement or TIER_DEFAULT_REQUIREMENT[self.tier]
+
+    @property
+    def needs_own_gpus(self) -> bool:
+        """Never inside another tenant's process or on a GPU shared without MIG."""
+        if self.exclusive_gpus or self.isolation in (Isolation.DEDICATED, Isolation.MIG):
+            return True
+        return self.isolation is Isolation.AUTO and self.requirement_in_force in (
+            Requirement.HARD,
+            Requirement.STRONG,
+        )
+
+
+TIER_DEFAULT_REQUIREMENT = {
+    Tier.PREMIUM: Requirement.STRONG,
+    Tier.STANDARD: Requirement.STRONG,
+    Tier.FREE: Requirement.MODERATE,
+}

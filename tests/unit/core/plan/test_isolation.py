@@ -8,7 +8,7 @@ import pytest
 
 from gpuplex.core.plan import Mode
 from gpuplex.core.plan.isolation import choose_mode
-from gpuplex.core.spec import TenantSpec, WorkloadSpec
+from gpuplex.core.spec import TenantSpec, WorkloadSpec, validate_spec
 
 CASES = [
     # tenant fields, gpu request, MIG available, expected mode, words in the reason
@@ -54,5 +54,13 @@ def test_auto_choice(
 
 
 def test_hard_requirement_rejects_shared_isolation() -> None:
-    with pytest.raises(ValueError, match="needs hardware isolation"):
-        TenantSpec.model_validate({"name": "t", "requirement": "hard", "isolation": "mps"})
+    problems = validate_spec(
+        {
+            "fleet": {"nodes": [{"name": "n", "gpus": [{"model": "L4"}]}]},
+            "tenants": [{"name": "t", "requirement": "hard", "isolation": "mps"}],
+        }
+    )
+    assert isinstance(problems, list)
+    assert [(p.path, "needs hardware isolation" in p.message) for p in problems] == [
+        (("tenants", 0, "isolation"), True)
+    ]

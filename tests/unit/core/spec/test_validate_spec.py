@@ -19,6 +19,27 @@ def one(name: str = "t", **workload: Any) -> dict[str, Any]:
     return {"name": name, "workloads": [{"name": "w", **workload}]}
 
 
+def base(owner: str = "owner", **fields: Any) -> dict[str, Any]:
+    serve = {"model": "b", "accepts_adapters": True}
+    return {
+        "name": owner,
+        **fields,
+        "workloads": [{"name": "base", "gpu": {"count": 1}, "serve": serve}],
+    }
+
+
+def rider(**fields: Any) -> dict[str, Any]:
+    return {
+        "name": "rider",
+        **fields,
+        "workloads": [{"name": "lora", "serve": {"model": "r", "lora_of": "owner/base"}}],
+    }
+
+
+LORA = ("tenants", 1, "workloads", 0, "serve", "lora_of")
+L4_ONLY = {"nodes": [{"name": "n0", "gpus": [{"model": "L4"}]}]}
+ALL_MIG = {"nodes": [{"name": "n0", "gpus": [{"model": "H100-80GB", "mig": "on"}]}]}
+
 CASES: list[tuple[str, object, tuple[str | int, ...], str]] = [
     ("empty", None, (), "empty"),
     ("list at top", [1, 2], (), "expected a mapping"),
@@ -89,7 +110,51 @@ CASES: list[tuple[str, object, tuple[str | int, ...], str]] = [
         "price",
         {"fleet": FLEET, "pricing": {"gpu_hour": {"H100": "2"}}},
         ("pricing", "gpu_hour", "H100"),
-        "unknown GPU model",
+        "unknown GPU model 'H100' (did you mean \"H100-80GB\"?)",
+    ),
+    (
+        "lora into regulated base",
+        doc(base(regulated=True), rider(requirement="moderate")),
+        LORA,
+        "cannot host other tenants",
+    ),
+    (
+        "lora into exclusive base",
+        doc(base(exclusive_gpus=True), rider(requirement="moderate")),
+        LORA,
+        "cannot host other tenants",
+    ),
+    ("lora from standard tier", doc(base(), rider()), LORA, "needs its own GPUs"),
+    ("lora from mig tenant", doc(base(), rider(isolation="mig")), LORA, "needs its own GPUs"),
+    (
+        "mig on a card without",
+        {"fleet": L4_ONLY, "tenants": [one(gpu={"memory_gib": 4}) | {"isolation": "mig"}]},
+        ("tenants", 0, "workloads", 0, "gpu"),
+        "no GPU in this workload's pool can run MIG",
+    ),
+    (
+        "mig too big",
+        doc(one(gpu={"memory_gib": 79.9}) | {"isolation": "mig"}),
+        ("tenants", 0, "workloads", 0, "gpu", "memory_gib"),
+        "fits no MIG profile",
+    ),
+    (
+        "mps on mig-only",
+        {"fleet": ALL_MIG, "tenants": [one(gpu={"memory_gib": 4}) | {"isolation": "mps"}]},
+        ("tenants", 0, "workloads", 0, "gpu"),
+        "every GPU in this workload's pool has mig: on",
+    ),
+    (
+        "negative mig quota",
+        doc({"name": "t", "quota": {"mig": {"3g.40gb": -1}}}),
+        ("tenants", 0, "quota", "mig", "3g.40gb"),
+        "greater than or equal to 0",
+    ),
+    (
+        "hard with timeslice",
+        doc({"name": "t", "regulated": True, "isolation": "timeslice"}),
+        ("tenants", 0, "isolation"),
+        "needs hardware isolation",
     ),
 ]
 
@@ -115,3 +180,7 @@ def test_all_problems_come_at_once() -> None:
     result = validate_spec(doc(one(gpu={"count": 3}), one("u", gpu={"memory_gib": 500})))
     assert isinstance(result, list)
     assert len(result) == 2
+
+
+def test_a_moderate_tenant_may_ride_a_consenting_base() -> None:
+    assert isinstance(validate_spec(doc(base(), rider(requirement="moderate"))), GpuplexSpec)
