@@ -12,7 +12,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+import yaml
 
+from gpuplex import specfile
 from tests.e2e.cli_runs import CliResult, run_in_process, run_subprocess
 
 BADSPECS = Path(__file__).resolve().parents[1] / "badspecs"
@@ -232,6 +234,16 @@ def test_binary_corpus_files_are_what_they_claim() -> None:
 def test_validate_names_line_and_field(
     name: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
+    result = run_in_process(["validate", str(BADSPECS / name)], monkeypatch, capsys)
+    assert_reported(result, name)
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED), ids=lambda name: name.removesuffix(".yaml"))
+def test_the_pure_python_yaml_parser_reports_the_same(
+    name: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Where PyYAML has no libyaml, the pure-Python parser runs: same messages, same lines."""
+    monkeypatch.setattr(specfile, "SPEC_LOADER", specfile.make_spec_loader(yaml.SafeLoader))
     result = run_in_process(["validate", str(BADSPECS / name)], monkeypatch, capsys)
     assert_reported(result, name)
 
