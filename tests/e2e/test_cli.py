@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 import yaml
 
+from gpuplex.core.catalog import GPU_MODELS
 from gpuplex.core.plan import Plan
 from gpuplex.specfile import load_spec_file
 from tests.e2e.cli_runs import EXAMPLES, CliResult, run_subprocess
@@ -170,3 +171,22 @@ def test_schema_is_json_with_the_top_level_sections() -> None:
     assert isinstance(schema, dict)
     assert {"fleet", "tenants", "pricing", "policy"} <= set(schema["properties"])
     assert schema["additionalProperties"] is False, "unknown keys are errors, editors should say so"
+
+
+def test_catalog_lists_every_model() -> None:
+    result = ok(run_subprocess("catalog"))
+    for model in GPU_MODELS:
+        assert model.name in result.stdout
+
+
+def test_catalog_model_lists_its_mig_profiles_with_starts() -> None:
+    result = ok(run_subprocess("catalog", "A30"))
+    assert "2g.12gb+me" in result.stdout
+    assert "0,1,2,3" in result.stdout
+
+
+def test_catalog_unknown_model_exits_2_with_a_suggestion() -> None:
+    result = run_subprocess("catalog", "h100")
+    assert result.exit_code == 2
+    assert 'did you mean "H100-80GB"' in result.stderr
+    assert "Traceback" not in result.output

@@ -15,10 +15,13 @@ from pydantic import ValidationError
 from rich.console import Console
 from rich.markup import escape
 
+from gpuplex.cli.catalog_view import models_table, profiles_table
 from gpuplex.cli.render import gpu_map, placement_table, problems_table, summary_line
+from gpuplex.core.catalog import gpu_model, gpu_model_names
 from gpuplex.core.plan import Plan, make_plan
 from gpuplex.core.plan.explain import explain as explain_workload
 from gpuplex.core.spec import GpuplexSpec
+from gpuplex.core.spec.parse import did_you_mean
 from gpuplex.errors import GpuplexError, NotFoundError, PlanFileError
 from gpuplex.specfile import load_spec_file
 
@@ -86,6 +89,25 @@ def explain(
     result = make_plan(spec, _load_plan(current) if current else None)
     for line in explain_workload(spec, result, tenant_name, workload_name):
         out.print(line, highlight=False)
+
+
+@app.command()
+def catalog(
+    model: Annotated[
+        str | None, typer.Argument(help="A GPU model: list its MIG profiles.", show_default=False)
+    ] = None,
+) -> None:
+    """The GPU models a spec may name, or one model's MIG profiles and placements."""
+    if model is None:
+        out.print(models_table())
+        return
+    found = gpu_model(model)
+    if found is None:
+        hint = did_you_mean(model, gpu_model_names())
+        raise NotFoundError(
+            f"unknown GPU model {model!r}{hint}; run `gpuplex catalog` for the list"
+        )
+    out.print(profiles_table(found))
 
 
 @app.command()
