@@ -25,6 +25,7 @@ class Unit:
     memory_mib: int | None  # asked memory (share, or minimum for a dedicated GPU / MIG profile)
     compute_percent: int | None
     mig_profile: str | None  # explicit profile name
+    gpu_model: str | None  # only GPUs of this catalog model
 
     @property
     def label(self) -> str:
@@ -51,6 +52,8 @@ class Sized:
 
 def size_on(unit: Unit, model: GpuModel) -> Sized | None:
     """The unit's demand on a GPU of `model`, or None if it can never fit that model."""
+    if unit.gpu_model is not None and model.name != unit.gpu_model:
+        return None
     if unit.mode is Mode.DEDICATED:
         if unit.memory_mib is not None and unit.memory_mib > model.memory_mib:
             return None
@@ -74,7 +77,7 @@ def mig_profile_on(unit: Unit, model: GpuModel) -> MigProfile | None:
     """The explicit profile if the model has it; else the smallest base profile that holds the
     asked memory and compute."""
     geometry = model.mig
-    if geometry is None:
+    if geometry is None or (unit.gpu_model is not None and model.name != unit.gpu_model):
         return None
     if unit.mig_profile is not None:
         return geometry.profile(unit.mig_profile)

@@ -29,6 +29,8 @@ def why_not_placed(unit: Unit, index: FleetIndex, ledger: QuotaLedger) -> list[s
             continue
         problem = mode_problem(unit, slot)
         sized = size_on(unit, slot.model)
+        if problem is None and sized is None and unit.gpu_model not in (None, slot.model.name):
+            problem = f"model {slot.model.name}; this workload asks for {unit.gpu_model}"
         if problem is not None or sized is None:
             counts[problem or f"{slot.model.name} is too small or lacks the profile"] += size
             continue

@@ -72,6 +72,7 @@ def _unit(
         memory_mib=memory_mib_of(memory) if memory is not None else None,
         compute_percent=request.compute_percent if request else None,
         mig_profile=request.mig_profile if request else None,
+        gpu_model=request.model if request else None,
     )
 
 

@@ -237,6 +237,21 @@ def _check_request(
     if spec.fleet.discover and not spec.fleet.nodes:
         return  # the inventory is not known until the host runtime discovers it
     candidates = candidates_for(workload)
+    if request.model is not None:
+        if gpu_model(request.model) is None:
+            yield SpecProblem(
+                (*where, "model"),
+                f"unknown GPU model {request.model!r}{did_you_mean(request.model, gpu_model_names())}",
+            )
+            return
+        in_pool = sorted({c.model.name for c in candidates})
+        candidates = [c for c in candidates if c.model.name == request.model]
+        if not candidates and in_pool:
+            yield SpecProblem(
+                (*where, "model"),
+                f"no {request.model} in this workload's pool; models there: {', '.join(in_pool)}",
+            )
+            return
     if not candidates:
         if _fleet_is_known(spec) and not _pool_is_unknown(spec, workload):
             pools = ", ".join(sorted(fleet_pools(spec.fleet)))

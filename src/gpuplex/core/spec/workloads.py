@@ -33,6 +33,10 @@ class GpuRequestSpec(SpecModel):
     mig_profile: str | None = Field(
         default=None, description="e.g. 3g.40gb; must exist on the GPU."
     )
+    model: str | None = Field(
+        default=None,
+        description="Only GPUs of this catalog model (any model in the pool if unset).",
+    )
 
     @model_validator(mode="after")
     def _one_form(self) -> GpuRequestSpec:

@@ -125,6 +125,9 @@ def _pool_violations(spec: GpuplexSpec, plan: Plan) -> list[str]:
     workloads = {(t.name, w.name): w for t in spec.tenants for w in t.workloads}
     out = []
     for p in plan.placements:
+        request = workloads[(p.tenant, p.workload)].gpu
+        if request is not None and request.model not in (None, p.gpu_model):
+            out.append(f"{p.label()}: on a {p.gpu_model}, asked for {request.model}")
         wanted = workload_pool(pools, workloads[(p.tenant, p.workload)])
         for index in p.gpu_indices:
             if not pool_accepts(gpu_pools[(p.node, index)], wanted):

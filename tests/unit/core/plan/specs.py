@@ -36,16 +36,20 @@ def _profiles(models: list[str]) -> list[str]:
 
 
 @st.composite
-def gpu_requests(draw: st.DrawFn, profiles: list[str]) -> dict[str, Any]:
+def gpu_requests(draw: st.DrawFn, profiles: list[str], models: list[str]) -> dict[str, Any]:
     forms = ["count", "memory", "memory_compute"] + (["mig"] * 3 if profiles else [])
     form = draw(st.sampled_from(forms))
+    request: dict[str, Any]
     if form == "count":
-        return {"count": draw(st.integers(1, 2))}
-    if form == "mig":
-        return {"mig_profile": draw(st.sampled_from(profiles))}
-    request: dict[str, Any] = {"memory_gib": draw(st.integers(1, 40))}
-    if form == "memory_compute":
-        request["compute_percent"] = draw(st.integers(5, 60))
+        request = {"count": draw(st.integers(1, 2))}
+    elif form == "mig":
+        request = {"mig_profile": draw(st.sampled_from(profiles))}
+    else:
+        request = {"memory_gib": draw(st.integers(1, 40))}
+        if form == "memory_compute":
+            request["compute_percent"] = draw(st.integers(5, 60))
+    if draw(st.integers(0, 4)) == 0:
+        request["model"] = draw(st.sampled_from(models))
     return request
 
 
@@ -83,7 +87,7 @@ def specs(draw: st.DrawFn, max_nodes: int = 3) -> GpuplexSpec:
         workloads: list[dict[str, Any]] = [
             {
                 "name": f"w{w}",
-                "gpu": draw(gpu_requests(profiles if isolation in ("auto", "mig") else [])),
+                "gpu": draw(gpu_requests(profiles if isolation in ("auto", "mig") else [], models)),
                 "replicas": draw(st.integers(0, 3)),
                 "pattern": draw(st.sampled_from(["long-running", "bursty"])),
             }

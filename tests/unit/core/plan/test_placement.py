@@ -203,3 +203,19 @@ def test_lora_adapter_gets_its_base_servers_mode() -> None:
     decision = next(d for d in plan.decisions if d.tenant == "rider")
     assert decision.mode == "mig"
     assert "owner/base" in decision.reason
+
+
+def test_gpu_model_pins_every_replica_to_that_model() -> None:
+    mixed = {
+        "nodes": [
+            {"name": "h", "gpus": [{"model": "H100-80GB", "count": 1}]},
+            {"name": "a", "gpus": [{"model": "A100-80GB", "count": 4}]},
+        ]
+    }
+    sweep = tenant("t", workload("sweep", {"count": 1, "model": "A100-80GB"}, replicas=3))
+    plan = make_plan(spec(mixed, sweep))
+    assert {p.gpu_model for p in plan.placements} == {"A100-80GB"}
+    too_many = tenant("t", workload("sweep", {"count": 1, "model": "H100-80GB"}, replicas=2))
+    short = make_plan(spec(mixed, too_many))
+    assert short.summary.replicas_placed == 1
+    assert "4 GPUs: model A100-80GB; this workload asks for H100-80GB" in short.infeasible[0].reasons
