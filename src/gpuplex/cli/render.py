@@ -108,7 +108,7 @@ def problems_table(plan: Plan) -> Table | None:
     table.add_column("replica")
     table.add_column("why", overflow="fold")
     for item in plan.infeasible:
-        table.add_row(item.label(), "; ".join(item.reasons))
+        table.add_row(item.label(), "\n".join(item.reasons))
     for preempted in plan.preemptions:
         table.add_row(preempted.label(), preempted.reason)
     return table

@@ -22,8 +22,21 @@ class ModeChoice:
     reason: str
 
 
-def choose_mode(tenant: TenantSpec, workload: WorkloadSpec, *, mig_available: bool) -> ModeChoice:
-    """`mig_available`: some candidate GPU of this workload can run MIG (capable and not mig: off)."""
+def choose_mode(
+    tenant: TenantSpec, workload: WorkloadSpec, *, mig_available: bool, whole_available: bool = True
+) -> ModeChoice:
+    """`mig_available`: some candidate GPU of this workload can run MIG (capable, not mig: off).
+    `whole_available`: some candidate GPU is not mig: on (so dedicated, MPS, time-slicing run)."""
+    choice = _by_rules(tenant, workload, mig_available=mig_available)
+    auto = tenant.isolation is Isolation.AUTO and workload.gpu and workload.gpu.count is None
+    if auto and choice.mode is not Mode.MIG and not whole_available and mig_available:
+        return ModeChoice(
+            Mode.MIG, f"{choice.reason}; but every GPU in the pool has mig: on, so a MIG slice"
+        )
+    return choice
+
+
+def _by_rules(tenant: TenantSpec, workload: WorkloadSpec, *, mig_available: bool) -> ModeChoice:
     request = workload.gpu
     if request is not None and request.count is not None:
         return ModeChoice(Mode.DEDICATED, f"asks for {request.count} whole GPU(s)")

@@ -6,7 +6,7 @@ from gpuplex.core.plan.demand import Unit, memory_mib_of, mig_profile_on, size_o
 from gpuplex.core.plan.inventory import GpuSlot
 from gpuplex.core.plan.isolation import choose_mode
 from gpuplex.core.plan.model import Decision, Mode
-from gpuplex.core.spec import GpuplexSpec, TenantSpec, WorkloadSpec
+from gpuplex.core.spec import GpuplexSpec, MigModeSpec, TenantSpec, WorkloadSpec
 from gpuplex.core.spec.pools import fleet_pools, pool_accepts, workload_pool
 
 
@@ -27,7 +27,15 @@ def build_units(spec: GpuplexSpec, slots: list[GpuSlot]) -> tuple[list[Decision]
                 and mig_profile_on(probe, slot.model)
                 for slot in groups
             )
-            choice = choose_mode(tenant, workload, mig_available=mig_available)
+            whole_available = any(
+                slot.mig_policy is not MigModeSpec.ON
+                and pool_accepts(slot.pool, pool)
+                and probe.gpu_model in (None, slot.model.name)
+                for slot in groups
+            )
+            choice = choose_mode(
+                tenant, workload, mig_available=mig_available, whole_available=whole_available
+            )
             decided[(tenant.name, workload.name)] = Decision(
                 tenant=tenant.name,
                 workload=workload.name,

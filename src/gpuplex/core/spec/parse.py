@@ -16,7 +16,7 @@ from gpuplex.errors import SpecProblem
 
 def did_you_mean(word: str, choices: typing.Iterable[str]) -> str:
     """' (did you mean "quota"?)' when a choice is close, else ''."""
-    options = list(choices)
+    options = sorted(choices)  # sets come in hash order: sort so the hint never changes
     lowered = {option.lower(): option for option in options}
     if word.lower() in lowered:
         return f' (did you mean "{lowered[word.lower()]}"?)'

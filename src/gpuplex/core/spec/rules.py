@@ -146,18 +146,25 @@ def _check_serving(
             where, f"{serve.lora_of!r} does not name a workload: write tenant/workload"
         )
         return
+    if base.serve is not None and base.serve.lora_of is not None:
+        yield SpecProblem(
+            where,
+            f"{serve.lora_of} is itself an adapter on {base.serve.lora_of}: point lora_of at "
+            "the base server",
+        )
+        return
     if base.serve is None or not base.serve.accepts_adapters:
         yield SpecProblem(
             where, f"{serve.lora_of} does not accept adapters: set serve.accepts_adapters there"
         )
     if owner.name == tenant.name:
         return
-    if tenant.needs_own_gpus:
+    reason = tenant.own_gpus_reason
+    if reason is not None:
         yield SpecProblem(
             where,
-            f"tenant {tenant.name} needs its own GPUs (isolation {tenant.isolation}, requirement "
-            f"{tenant.requirement_in_force}{', exclusive_gpus' if tenant.exclusive_gpus else ''})"
-            f" and cannot run inside {owner.name}'s server; give it its own gpu",
+            f"tenant {tenant.name} needs its own GPUs ({reason}) and cannot run inside "
+            f"{owner.name}'s server; give it its own gpu",
         )
     if owner.exclusive_gpus or owner.effective_requirement is Requirement.HARD:
         yield SpecProblem(

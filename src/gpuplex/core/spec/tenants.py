@@ -87,14 +87,17 @@ class TenantSpec(SpecModel):
         return self.effective_requirement or TIER_DEFAULT_REQUIREMENT[self.tier]
 
     @property
-    def needs_own_gpus(self) -> bool:
-        """Never inside another tenant's process or on a GPU shared without MIG."""
-        if self.exclusive_gpus or self.isolation in (Isolation.DEDICATED, Isolation.MIG):
-            return True
-        return self.isolation is Isolation.AUTO and self.requirement_in_force in (
-            Requirement.HARD,
-            Requirement.STRONG,
-        )
+    def own_gpus_reason(self) -> str | None:
+        """Why this tenant may never run inside another tenant's process, or None if it may."""
+        if self.exclusive_gpus:
+            return "exclusive_gpus"
+        if self.isolation in (Isolation.DEDICATED, Isolation.MIG):
+            return f"isolation {self.isolation}"
+        strong = (Requirement.HARD, Requirement.STRONG)
+        if self.isolation is Isolation.AUTO and self.requirement_in_force in strong:
+            source = "" if self.effective_requirement else f", the {self.tier} tier's default"
+            return f"isolation auto with requirement {self.requirement_in_force}{source}"
+        return None
 
 
 TIER_DEFAULT_REQUIREMENT = {

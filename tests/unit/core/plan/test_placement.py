@@ -218,4 +218,15 @@ def test_gpu_model_pins_every_replica_to_that_model() -> None:
     too_many = tenant("t", workload("sweep", {"count": 1, "model": "H100-80GB"}, replicas=2))
     short = make_plan(spec(mixed, too_many))
     assert short.summary.replicas_placed == 1
-    assert "4 GPUs: model A100-80GB; this workload asks for H100-80GB" in short.infeasible[0].reasons
+    assert (
+        "4 GPUs: model A100-80GB; this workload asks for H100-80GB" in short.infeasible[0].reasons
+    )
+
+
+def test_auto_on_a_pool_that_is_all_mig_takes_a_slice() -> None:
+    all_mig = fleet({"model": "H100-80GB", "count": 1, "mig": "on"})
+    free_tier = tenant("t", workload("w", {"memory_gib": 8}), tier="free")
+    plan = make_plan(spec(all_mig, free_tier))
+    assert plan.decisions[0].mode == "mig"
+    assert "every GPU in the pool has mig: on" in plan.decisions[0].reason
+    assert plan.summary.replicas_placed == 1

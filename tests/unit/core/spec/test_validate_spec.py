@@ -113,6 +113,32 @@ CASES: list[tuple[str, object, tuple[str | int, ...], str]] = [
         "unknown GPU model 'H100' (did you mean \"H100-80GB\"?)",
     ),
     (
+        "gpu model typo",
+        doc(one(gpu={"count": 1, "model": "H100"})),
+        ("tenants", 0, "workloads", 0, "gpu", "model"),
+        'did you mean "H100-80GB"',
+    ),
+    (
+        "gpu model not in pool",
+        doc(one(gpu={"count": 1, "model": "L4"})),
+        ("tenants", 0, "workloads", 0, "gpu", "model"),
+        "no L4 in this workload's pool; models there: H100-80GB",
+    ),
+    (
+        "lora chain",
+        doc(
+            base(),
+            rider(requirement="moderate"),
+            {
+                "name": "leaf",
+                "requirement": "moderate",
+                "workloads": [{"name": "l", "serve": {"model": "x", "lora_of": "rider/lora"}}],
+            },
+        ),
+        ("tenants", 2, "workloads", 0, "serve", "lora_of"),
+        "is itself an adapter",
+    ),
+    (
         "lora into regulated base",
         doc(base(regulated=True), rider(requirement="moderate")),
         LORA,
@@ -184,3 +210,16 @@ def test_all_problems_come_at_once() -> None:
 
 def test_a_moderate_tenant_may_ride_a_consenting_base() -> None:
     assert isinstance(validate_spec(doc(base(), rider(requirement="moderate"))), GpuplexSpec)
+
+
+def test_suggestions_do_not_depend_on_hash_order() -> None:
+    """Several pools share the prefix; the hint must be the same in every process."""
+    pooled = {
+        "nodes": [
+            {"name": f"n{p}", "pool": p, "gpus": [{"model": "L4"}]}
+            for p in ("gpu-b", "gpu-a", "gpu-c")
+        ]
+    }
+    result = validate_spec({"fleet": pooled, "tenants": [one(gpu={"count": 1}, pool="gpu")]})
+    assert isinstance(result, list)
+    assert 'did you mean "gpu-a"' in result[0].message
