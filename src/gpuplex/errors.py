@@ -24,11 +24,15 @@ class ErrorCode(StrEnum):
 EXIT_BAD_INPUT = 2
 
 
+#: Where a value sits in a spec: ("tenants", 0, "workloads", 1, "gpu").
+FieldPath = tuple[str | int, ...]
+
+
 @dataclass(frozen=True, slots=True)
 class SpecProblem:
     """One thing wrong with a spec: where (field path and, once located, file position) and what."""
 
-    path: tuple[str | int, ...]
+    path: FieldPath
     message: str
     line: int | None = None
     column: int | None = None

@@ -13,7 +13,7 @@ import yaml
 from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
 from gpuplex.core.spec import GpuplexSpec, validate_spec
-from gpuplex.errors import SpecError, SpecProblem
+from gpuplex.errors import FieldPath, SpecError, SpecProblem
 
 Position = tuple[int, int]  # 1-based line and column
 
@@ -84,12 +84,12 @@ def _decode(raw: bytes | str, source: str) -> str:
         raise SpecError(source, [problem]) from None
 
 
-def _parse_yaml(text: str, source: str) -> tuple[object, dict[tuple[str | int, ...], Position]]:
+def _parse_yaml(text: str, source: str) -> tuple[object, dict[FieldPath, Position]]:
     loader: yaml.SafeLoader | None = None
     try:
         loader = SPEC_LOADER(text)  # the reader rejects unprintable characters here
         node = loader.get_single_node()
-        positions: dict[tuple[str | int, ...], Position] = {}
+        positions: dict[FieldPath, Position] = {}
         problems: list[SpecProblem] = []
         if node is not None:
             _walk(node, positions, problems)
@@ -130,15 +130,13 @@ def _parse_yaml(text: str, source: str) -> tuple[object, dict[tuple[str | int, .
 MAX_DEPTH = 64
 
 
-def _walk(
-    root: Node, positions: dict[tuple[str | int, ...], Position], problems: list[SpecProblem]
-) -> None:
+def _walk(root: Node, positions: dict[FieldPath, Position], problems: list[SpecProblem]) -> None:
     """Record where each path starts and refuse keys that are duplicated or not text.
 
     Iterative, in document order. Each node is entered once: an alias repeats a node, and aliases
     may nest (a "billion laughs") or point back at their own anchor."""
     seen: set[int] = set()
-    stack: list[tuple[Node, tuple[str | int, ...]]] = [(root, ())]
+    stack: list[tuple[Node, FieldPath]] = [(root, ())]
     while stack:
         node, path = stack.pop()
         positions.setdefault(path, _position(node))
@@ -149,7 +147,7 @@ def _walk(
             message = f"invalid YAML: nested too deeply (more than {MAX_DEPTH} levels)"
             problems.append(SpecProblem((), message, *_position(node)))
             return
-        children: list[tuple[Node, tuple[str | int, ...]]] = []
+        children: list[tuple[Node, FieldPath]] = []
         if isinstance(node, MappingNode):
             children = _mapping_children(node, path, positions, problems)
         elif isinstance(node, SequenceNode):
@@ -159,11 +157,11 @@ def _walk(
 
 def _mapping_children(
     node: MappingNode,
-    path: tuple[str | int, ...],
-    positions: dict[tuple[str | int, ...], Position],
+    path: FieldPath,
+    positions: dict[FieldPath, Position],
     problems: list[SpecProblem],
-) -> list[tuple[Node, tuple[str | int, ...]]]:
-    children: list[tuple[Node, tuple[str | int, ...]]] = []
+) -> list[tuple[Node, FieldPath]]:
+    children: list[tuple[Node, FieldPath]] = []
     first_lines: dict[str, int] = {}
     for key_node, value_node in node.value:
         if key_node.tag == _MERGE_TAG:
@@ -198,7 +196,7 @@ def _position(node: Node) -> Position:
     return node.start_mark.line + 1, node.start_mark.column + 1
 
 
-def _locate(problem: SpecProblem, positions: dict[tuple[str | int, ...], Position]) -> SpecProblem:
+def _locate(problem: SpecProblem, positions: dict[FieldPath, Position]) -> SpecProblem:
     """Attach the position of the deepest part of the path that exists in the file."""
     path = problem.path
     for end in range(len(path), -1, -1):
