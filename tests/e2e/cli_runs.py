@@ -3,6 +3,7 @@ the same `run()` entry point (fast, for large tables of inputs)."""
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import sys
@@ -29,14 +30,21 @@ class CliResult:
         return self.stdout + self.stderr
 
 
-def run_subprocess(*args: str | Path, timeout_s: float = 60) -> CliResult:
-    """The CLI in a fresh interpreter, exactly as a user runs it."""
+def run_subprocess(
+    *args: str | Path, timeout_s: float = 60, hash_seed: int | None = None
+) -> CliResult:
+    """The CLI in a fresh interpreter, exactly as a user runs it. `hash_seed` fixes
+    PYTHONHASHSEED (set and dict-of-str order) for that interpreter."""
+    env = dict(os.environ)
+    if hash_seed is not None:
+        env["PYTHONHASHSEED"] = str(hash_seed)
     completed = subprocess.run(  # noqa: S603 - our own interpreter and module, fixed arguments
         [sys.executable, "-m", "gpuplex.cli", *(str(arg) for arg in args)],
         capture_output=True,
         timeout=timeout_s,
         check=False,
         cwd=ROOT,
+        env=env,
     )
     return CliResult(
         completed.returncode,

@@ -13,7 +13,7 @@ import yaml
 from gpuplex.core.catalog import GPU_MODELS
 from gpuplex.core.plan import Plan
 from gpuplex.specfile import load_spec_file
-from tests.e2e.cli_runs import EXAMPLES, CliResult, run_subprocess
+from tests.e2e.cli_runs import EXAMPLES, ROOT, CliResult, run_subprocess
 
 EXIT_BAD_INPUT = 2
 
@@ -79,6 +79,14 @@ def test_plan_json_round_trips_byte_for_byte(example: Path, plan_json: dict[Path
 def test_plan_json_is_deterministic(example: Path, plan_json: dict[Path, str]) -> None:
     again = ok(run_subprocess("plan", example, "-o", "json")).stdout
     assert again == plan_json[example]
+
+
+def test_plan_json_does_not_depend_on_the_hash_seed() -> None:
+    """Set and dict order of strings changes with PYTHONHASHSEED; the plan must not."""
+    example = ROOT / "examples" / "enterprise-cluster.yaml"
+    first = ok(run_subprocess("plan", example, "-o", "json", hash_seed=1)).stdout
+    second = ok(run_subprocess("plan", example, "-o", "json", hash_seed=2)).stdout
+    assert first == second
 
 
 @examples
