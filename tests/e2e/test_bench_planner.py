@@ -6,7 +6,8 @@ from __future__ import annotations
 import json
 
 import pytest
-from bench.planner import Options, build_spec, main
+from bench.planner import main
+from bench.planner_spec import Options, build_spec
 
 from gpuplex.core.spec import check_spec
 
