@@ -86,7 +86,12 @@ class _PlanRun:
     ) -> Candidate | None:
         """The candidate at the placement's GPU(s) and slice, if it is still valid and free."""
         gpu_ids = tuple(where.get((placement.node, i), -1) for i in placement.gpu_indices)
-        if placement.mode is not unit.mode or -1 in gpu_ids or len(gpu_ids) != unit.gpu_count:
+        if (
+            placement.mode is not unit.mode
+            or -1 in gpu_ids
+            or len(set(gpu_ids)) != len(gpu_ids)  # a hand-edited plan may repeat a GPU
+            or len(gpu_ids) != unit.gpu_count
+        ):
             return None
         states = [self.index.states[g] for g in gpu_ids]
         model = states[0].slot.model

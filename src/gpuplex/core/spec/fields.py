@@ -26,4 +26,4 @@ DnsLabel = Annotated[str, AfterValidator(_check_dns_label)]
 class SpecModel(BaseModel):
     """Base of every gpuplex.yaml model: unknown keys are errors, values are immutable."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True, strict=False)
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=False, allow_inf_nan=False)

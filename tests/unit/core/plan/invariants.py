@@ -126,6 +126,9 @@ def _pool_violations(spec: GpuplexSpec, plan: Plan) -> list[str]:
     out = []
     for p in plan.placements:
         request = workloads[(p.tenant, p.workload)].gpu
+        wanted_gpus = request.count if request is not None and request.count else 1
+        if len(set(p.gpu_indices)) != wanted_gpus or len(p.gpu_indices) != wanted_gpus:
+            out.append(f"{p.label()}: on GPUs {p.gpu_indices}, asked for {wanted_gpus} GPU(s)")
         if request is not None and request.model not in (None, p.gpu_model):
             out.append(f"{p.label()}: on a {p.gpu_model}, asked for {request.model}")
         wanted = workload_pool(pools, workloads[(p.tenant, p.workload)])

@@ -230,3 +230,17 @@ def test_auto_on_a_pool_that_is_all_mig_takes_a_slice() -> None:
     assert plan.decisions[0].mode == "mig"
     assert "every GPU in the pool has mig: on" in plan.decisions[0].reason
     assert plan.summary.replicas_placed == 1
+
+
+def test_a_current_plan_that_repeats_a_gpu_is_not_kept() -> None:
+    two = fleet({"model": "L4", "count": 2})
+    big = tenant("a", workload("big", {"count": 2}), priority=0)
+    current = make_plan(spec(two, big))
+    placed = current.placements[0]
+    edited = current.model_copy(
+        update={"placements": [placed.model_copy(update={"gpu_indices": [0, 0]})]}
+    )
+    rival = tenant("b", workload("w", {"count": 1}), priority=5)
+    plan = make_plan(spec(two, big, rival), edited)
+    assert plan_violations(spec(two, big, rival), plan) == []
+    assert all(len(set(p.gpu_indices)) == len(p.gpu_indices) for p in plan.placements)
