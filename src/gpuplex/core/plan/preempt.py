@@ -1,8 +1,10 @@
 """Priority preemption: the smallest set of lower-priority replicas whose eviction makes room.
 
-Per GPU, sets are tried by size (1, 2, 3 replicas, exhaustively), then all lower-priority replicas
-there, lowest priority first. Across GPUs the choice is: fewest evicted, then the lowest priorities,
-then the least memory freed, then GPU order. Multi-GPU dedicated replicas are not preempted for yet.
+A GPU is considered only if evicting all its lower-priority replicas would make room. Then, with
+at most 8 of them, every set of 1, 2 and 3 is tried; otherwise (MPS GPUs with dozens of clients)
+they are evicted in order, lowest priority and largest first, until the replica fits. Across GPUs
+the choice is: fewest evicted, then the lowest priorities, then the least memory freed, then GPU
+order. Multi-GPU dedicated replicas are not preempted for yet.
 """
 
 from __future__ import annotations
@@ -15,7 +17,8 @@ from gpuplex.core.plan.demand import Sized, Unit
 from gpuplex.core.plan.index import Candidate, FleetIndex
 from gpuplex.core.plan.occupancy import GpuState, Hold, fit_on
 
-_EXHAUSTIVE_UP_TO = 3
+_EXHAUSTIVE_UP_TO = 3  # largest victim set tried exhaustively
+_EXHAUSTIVE_CANDIDATES = 8  # ... when a GPU holds at most this many lower-priority replicas
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,35 +45,48 @@ def find_eviction(
                 (h for h in state.holds.values() if h.unit.priority < unit.priority),
                 key=lambda h: (h.unit.priority, -h.sized.memory_mib, h.unit.key),
             )
-            if not lower:
+            if not lower or _fit_without(unit, sized, state, tuple(lower), index) is None:
+                continue  # even evicting every lower-priority replica here would not make room
+            most = best[0][0] if best else len(lower)
+            found = _smallest_set(unit, sized, state, lower, index, most)
+            if found is None:
                 continue
-            for victims in _victim_sets(lower):
-                start = _fit_without(unit, sized, state, victims, index)
-                if start is None:
-                    continue
-                cost = (
-                    len(victims),
-                    max(v.unit.priority for v in victims),
-                    sum(v.sized.memory_mib for v in victims),
-                    state.slot.order,
-                )
-                if best is None or cost < best[0]:
-                    mig_start = start if start >= 0 else None
-                    candidate = Candidate(
-                        (gpu_id,), sized, mig_start, (0, 0, 0, state.slot.order), ""
-                    )
-                    best = (cost, Eviction(victims, candidate))
-                break
+            victims, start = found
+            cost = (
+                len(victims),
+                max(v.unit.priority for v in victims),
+                sum(v.sized.memory_mib for v in victims),
+                state.slot.order,
+            )
+            if best is None or cost < best[0]:
+                mig_start = start if start >= 0 else None
+                candidate = Candidate((gpu_id,), sized, mig_start, (0, 0, 0, state.slot.order), "")
+                best = (cost, Eviction(victims, candidate))
     return best[1] if best else None
 
 
-def _victim_sets(lower: list[Hold]) -> list[tuple[Hold, ...]]:
-    sets: list[tuple[Hold, ...]] = []
-    for size in range(1, min(len(lower), _EXHAUSTIVE_UP_TO) + 1):
-        sets += combinations(lower, size)
-    if len(lower) > _EXHAUSTIVE_UP_TO:
-        sets.append(tuple(lower))
-    return sets
+def _smallest_set(
+    unit: Unit,
+    sized: Sized,
+    state: GpuState,
+    lower: list[Hold],
+    index: FleetIndex,
+    most: int,
+) -> tuple[tuple[Hold, ...], int] | None:
+    """The fewest victims (at most `most`) on this GPU that make room, with the fit's start.
+    Exhaustive over sets of up to 3 when there are at most 8 candidates; otherwise evict in order
+    (lowest priority, then largest, first) until the replica fits."""
+    if len(lower) <= _EXHAUSTIVE_CANDIDATES:
+        for size in range(1, min(_EXHAUSTIVE_UP_TO, most) + 1):
+            for victims in combinations(lower, size):
+                start = _fit_without(unit, sized, state, victims, index)
+                if start is not None:
+                    return victims, start
+    for size in range(1, min(len(lower), most) + 1):
+        start = _fit_without(unit, sized, state, tuple(lower[:size]), index)
+        if start is not None:
+            return tuple(lower[:size]), start
+    return None
 
 
 def _fit_without(
