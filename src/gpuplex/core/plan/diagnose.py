@@ -27,7 +27,8 @@ def why_not_placed(unit: Unit, index: FleetIndex, ledger: QuotaLedger) -> list[s
         if not pool_accepts(slot.pool, unit.pool):
             counts[f"in pool {slot.pool}; this workload runs in {unit.pool or 'no pool'}"] += size
             continue
-        problem = mode_problem(unit, slot)
+        runs = group.runs_mig if unit.mode is Mode.MIG else group.runs_whole
+        problem = None if runs else mode_problem(unit, slot)
         sized = size_on(unit, slot.model)
         if problem is None and sized is None and unit.gpu_model not in (None, slot.model.name):
             problem = f"model {slot.model.name}; this workload asks for {unit.gpu_model}"
@@ -52,12 +53,19 @@ def _count_in_group(
     for mode, count in group.mode_counts.items():
         if count and mode is not None and (mode is not unit.mode or mode is Mode.DEDICATED):
             counts[f"runs {mode}" if mode is not Mode.DEDICATED else "held whole"] += count
+    usable_empty = group.empty_mig if unit.mode is Mode.MIG else group.empty_whole
+    barred = group.mode_counts[None] - len(usable_empty)
+    if barred:  # free GPUs whose MIG policy forbids this mode
+        counts[
+            "MIG is off on this GPU"
+            if unit.mode is Mode.MIG
+            else f"GPU is in MIG mode; {unit.mode} needs a non-MIG GPU"
+        ] += barred
     if unit.mode is Mode.DEDICATED:
-        if group.empty:
+        if usable_empty:
             most = max(len(free) for free in group.empty_by_node.values())
-            counts[f"free, but no node has {unit.gpu_count} free together (most: {most})"] += len(
-                group.empty
-            )
+            why = f"free, but no node has {unit.gpu_count} free together (most: {most})"
+            counts[why] += len(usable_empty)
         return
     if unit.mode is Mode.MIG:
         for members in group.mig.values():

@@ -27,7 +27,6 @@ from gpuplex.core.plan.occupancy import (
     Hold,
     best_mig_start,
     fit_on,
-    mode_problem,
     sharing_problem,
 )
 from gpuplex.core.spec import PlacementPolicy, TenantSpec
@@ -48,17 +47,20 @@ class Candidate:
 
 
 class GroupIndex:
-    """The GPUs of one group, sorted by what is on them. A share GPU with no room left (MPS out
-    of threads or clients, no free memory) is in no list: searches never walk past it."""
+    """The GPUs of one model in one pool, sorted by what is on them. Empty GPUs are listed once
+    for MIG use and once for whole-GPU use (dedicated, MPS, time-slicing), each as its MIG policy
+    allows. A share GPU with no room left (MPS out of threads or clients, no free memory) is in no
+    list: searches never walk past it."""
 
     def __init__(self, slots: list[GpuSlot]) -> None:
         self.first = slots[0]
         self.gpu_ids = [slot.gpu_id for slot in slots]
-        self.mode_counts: Counter[Mode | None] = Counter({None: len(slots)})
-        self.empty: list[tuple[Order, int]] = sorted((s.order, s.gpu_id) for s in slots)
-        self.empty_by_node: dict[str, list[tuple[Order, int]]] = {}
-        for slot in sorted(slots, key=lambda s: s.order):
-            self.empty_by_node.setdefault(slot.node, []).append((slot.order, slot.gpu_id))
+        self.runs_mig = any(slot.runs_mig for slot in slots)
+        self.runs_whole = any(slot.runs_whole for slot in slots)
+        self.mode_counts: Counter[Mode | None] = Counter()
+        self.empty_mig: list[tuple[Order, int]] = []
+        self.empty_whole: list[tuple[Order, int]] = []
+        self.empty_by_node: dict[str, list[tuple[Order, int]]] = {}  # for whole-GPU use
         self.mig: dict[tuple[int, int, tuple[str, ...]], list[tuple[Order, int]]] = {}
         self.shares: dict[Mode, list[tuple[int, Order, int]]] = {Mode.MPS: [], Mode.TIMESLICE: []}
 
@@ -66,8 +68,11 @@ class GroupIndex:
         slot = state.slot
         self.mode_counts[state.mode] -= 1
         if state.is_empty:
-            _remove(self.empty, (slot.order, slot.gpu_id))
-            _remove(self.empty_by_node[slot.node], (slot.order, slot.gpu_id))
+            if slot.runs_mig:
+                _remove(self.empty_mig, (slot.order, slot.gpu_id))
+            if slot.runs_whole:
+                _remove(self.empty_whole, (slot.order, slot.gpu_id))
+                _remove(self.empty_by_node[slot.node], (slot.order, slot.gpu_id))
         elif state.mode is Mode.MIG:
             _remove(self.mig[state.mig_signature], (slot.order, slot.gpu_id))
         elif state.mode in self.shares and has_room(state):
@@ -77,8 +82,11 @@ class GroupIndex:
         slot = state.slot
         self.mode_counts[state.mode] += 1
         if state.is_empty:
-            insort(self.empty, (slot.order, slot.gpu_id))
-            insort(self.empty_by_node.setdefault(slot.node, []), (slot.order, slot.gpu_id))
+            if slot.runs_mig:
+                insort(self.empty_mig, (slot.order, slot.gpu_id))
+            if slot.runs_whole:
+                insort(self.empty_whole, (slot.order, slot.gpu_id))
+                insort(self.empty_by_node.setdefault(slot.node, []), (slot.order, slot.gpu_id))
         elif state.mode is Mode.MIG:
             insort(self.mig.setdefault(state.mig_signature, []), (slot.order, slot.gpu_id))
         elif state.mode in self.shares and has_room(state):
@@ -114,11 +122,14 @@ class FleetIndex:
         self.groups = [GroupIndex(members) for members in grouped.values()]
         self.held_priorities: Counter[int] = Counter()  # priorities of placed replicas
         self.group_of = {slot.gpu_id: g for g in self.groups for slot in grouped[g.first.group]}
+        for state in self.states:
+            self.group_of[state.slot.gpu_id].put_in(state)
 
     def candidate_groups(self, unit: Unit) -> Iterator[tuple[GroupIndex, Sized]]:
         for group in self.groups:
             slot = group.first
-            if not pool_accepts(slot.pool, unit.pool) or mode_problem(unit, slot):
+            runs = group.runs_mig if unit.mode is Mode.MIG else group.runs_whole
+            if not pool_accepts(slot.pool, unit.pool) or not runs:
                 continue
             sized = size_on(unit, slot.model)
             if sized is not None:
@@ -145,8 +156,8 @@ class FleetIndex:
 
     def _dedicated(self, group: GroupIndex, unit: Unit, sized: Sized) -> Iterator[Candidate]:
         need = unit.gpu_count
-        if need == 1 and group.empty:
-            order, gpu_id = group.empty[0]
+        if need == 1 and group.empty_whole:
+            order, gpu_id = group.empty_whole[0]
             yield Candidate((gpu_id,), sized, None, (1, 0, 0, order), "first free GPU")
             return
         nodes = [free for free in group.empty_by_node.values() if len(free) >= need]
@@ -163,7 +174,7 @@ class FleetIndex:
         geometry, profile = group.first.model.mig, sized.profile
         if geometry is None or profile is None:
             return
-        for members in [*group.mig.values(), group.empty[:1]]:
+        for members in [*group.mig.values(), group.empty_mig[:1]]:
             found = next(
                 (
                     (order, self.states[gpu_id])
@@ -201,8 +212,8 @@ class FleetIndex:
                 score = (1, -left, 0, order) if self.spread else (0, left, 0, order)
                 yield Candidate((gpu_id,), sized, None, score, f"shares a {unit.mode} GPU")
                 break
-        if group.empty:
-            order, gpu_id = group.empty[0]
+        if group.empty_whole:
+            order, gpu_id = group.empty_whole[0]
             left = group.first.model.memory_mib - need
             score = (0, -left, 0, order) if self.spread else (1, left, 0, order)
             yield Candidate((gpu_id,), sized, None, score, f"opens a GPU for {unit.mode}")

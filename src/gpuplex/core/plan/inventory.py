@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from gpuplex.core.catalog import GpuModel, gpu_model
-from gpuplex.core.spec import FleetSpec, MigModeSpec, PlacementPolicy
+from gpuplex.core.spec import FleetSpec, MigModeSpec, PlacementPolicy, runs_mig, runs_whole
 from gpuplex.core.spec.pools import gpu_pool
 
 
@@ -21,13 +21,17 @@ class GpuSlot:
     order: tuple[int, int]  # preference among empty GPUs, by placement policy
 
     @property
-    def mig_capable(self) -> bool:
-        return self.model.mig is not None and self.mig_policy is not MigModeSpec.OFF
+    def runs_mig(self) -> bool:
+        return runs_mig(self.model, self.mig_policy)
 
     @property
-    def group(self) -> tuple[str, str | None, MigModeSpec]:
-        """GPUs of one group are interchangeable for the planner."""
-        return (self.model.name, self.pool, self.mig_policy)
+    def runs_whole(self) -> bool:
+        return runs_whole(self.model, self.mig_policy)
+
+    @property
+    def group(self) -> tuple[str, str | None]:
+        """GPUs of one group (model and pool) differ only in their MIG policy and what is on them."""
+        return (self.model.name, self.pool)
 
 
 def build_inventory(fleet: FleetSpec, policy: PlacementPolicy) -> list[GpuSlot]:

@@ -15,7 +15,7 @@ from gpuplex.core.plan.demand import Key, Sized, Unit
 from gpuplex.core.plan.inventory import GpuSlot
 from gpuplex.core.plan.mig_fit import free_starts, room_left, slot_mask
 from gpuplex.core.plan.model import Mode
-from gpuplex.core.spec import MigModeSpec, Requirement, TenantSpec
+from gpuplex.core.spec import Requirement, TenantSpec
 
 
 @dataclass(slots=True)
@@ -85,12 +85,11 @@ class GpuState:
 
 def mode_problem(unit: Unit, slot: GpuSlot) -> str | None:
     """Whether the GPU can ever run the unit's mode (independent of what is on it)."""
-    if unit.mode is Mode.MIG:
-        if slot.model.mig is None:
-            return f"{slot.model.name} has no MIG"
-        if slot.mig_policy is MigModeSpec.OFF:
-            return "MIG is off on this GPU"
-    elif slot.mig_policy is MigModeSpec.ON:
+    if unit.mode is Mode.MIG and not slot.runs_mig:
+        return (
+            f"{slot.model.name} has no MIG" if slot.model.mig is None else "MIG is off on this GPU"
+        )
+    if unit.mode is not Mode.MIG and not slot.runs_whole:
         return f"GPU is in MIG mode; {unit.mode} needs a non-MIG GPU"
     return None
 

@@ -6,13 +6,14 @@ from gpuplex.core.plan.demand import Unit, memory_mib_of, mig_profile_on, size_o
 from gpuplex.core.plan.inventory import GpuSlot
 from gpuplex.core.plan.isolation import choose_mode
 from gpuplex.core.plan.model import Decision, Mode
-from gpuplex.core.spec import GpuplexSpec, MigModeSpec, TenantSpec, WorkloadSpec
+from gpuplex.core.spec import GpuplexSpec, TenantSpec, WorkloadSpec
 from gpuplex.core.spec.pools import fleet_pools, pool_accepts, workload_pool
 
 
 def build_units(spec: GpuplexSpec, slots: list[GpuSlot]) -> tuple[list[Decision], list[Unit]]:
     pools = fleet_pools(spec.fleet)
-    groups = list({slot.group: slot for slot in slots}.values())  # one GPU per group
+    # one GPU of each kind the planner tells apart: model, pool and MIG policy
+    groups = list({(*slot.group, slot.mig_policy): slot for slot in slots}.values())
     decided: dict[tuple[str, str], Decision] = {}
     units: list[Unit] = []
     for tenant in spec.tenants:
@@ -22,13 +23,13 @@ def build_units(spec: GpuplexSpec, slots: list[GpuSlot]) -> tuple[list[Decision]
             pool = workload_pool(pools, workload)
             probe = _unit(tenant, workload, pool, Mode.MIG, 0)
             mig_available = any(
-                slot.mig_capable
+                slot.runs_mig
                 and pool_accepts(slot.pool, pool)
                 and mig_profile_on(probe, slot.model)
                 for slot in groups
             )
             whole_available = any(
-                slot.mig_policy is not MigModeSpec.ON
+                slot.runs_whole
                 and pool_accepts(slot.pool, pool)
                 and probe.gpu_model in (None, slot.model.name)
                 for slot in groups

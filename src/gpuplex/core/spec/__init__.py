@@ -3,7 +3,14 @@
 from __future__ import annotations
 
 from gpuplex.core.spec.document import GpuplexSpec, PlacementPolicy, PolicySpec, PricingSpec
-from gpuplex.core.spec.fleet import FleetSpec, GpuGroupSpec, MigModeSpec, NodeSpec
+from gpuplex.core.spec.fleet import (
+    FleetSpec,
+    GpuGroupSpec,
+    MigModeSpec,
+    NodeSpec,
+    runs_mig,
+    runs_whole,
+)
 from gpuplex.core.spec.parse import parse_spec
 from gpuplex.core.spec.rules import check_spec
 from gpuplex.core.spec.tenants import (
@@ -57,5 +64,7 @@ __all__ = [
     "WorkloadSpec",
     "check_spec",
     "parse_spec",
+    "runs_mig",
+    "runs_whole",
     "validate_spec",
 ]

@@ -6,7 +6,7 @@ from enum import StrEnum
 
 from pydantic import Field
 
-from gpuplex.core.catalog import gpu_model_names
+from gpuplex.core.catalog import GpuModel, gpu_model_names
 from gpuplex.core.spec.fields import DnsLabel, SpecModel
 
 
@@ -44,3 +44,14 @@ class FleetSpec(SpecModel):
         description="Fill the nodes from NVML on the host (the host runtime does this).",
     )
     nodes: list[NodeSpec] = Field(default_factory=list)
+
+
+def runs_mig(model: GpuModel, policy: MigModeSpec) -> bool:
+    """A GPU can hold MIG slices: the model has MIG and the group is not `mig: off`."""
+    return model.mig is not None and policy is not MigModeSpec.OFF
+
+
+def runs_whole(model: GpuModel, policy: MigModeSpec) -> bool:
+    """A GPU can run without MIG (dedicated, MPS, time-slicing): it is not `mig: on`. A card
+    without MIG counts as able whatever it says (`mig: on` there is reported by validation)."""
+    return policy is not MigModeSpec.ON or model.mig is None

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 from gpuplex.core.catalog import GpuModel, gpu_model, gpu_model_names
 from gpuplex.core.spec.document import GpuplexSpec
-from gpuplex.core.spec.fleet import MigModeSpec
+from gpuplex.core.spec.fleet import runs_mig, runs_whole
 from gpuplex.core.spec.parse import did_you_mean
 from gpuplex.core.spec.pools import fleet_pools, gpu_pool, pool_accepts, workload_pool
 from gpuplex.core.spec.tenants import Isolation, TenantSpec
@@ -18,13 +18,13 @@ from gpuplex.errors import FieldPath, SpecProblem
 
 
 @dataclass(frozen=True, slots=True)
-class Candidate:
-    """GPUs of one model that a workload may use, as far as validation cares."""
+class CandidateModel:
+    """The GPUs of one model that a workload's pool rule allows, as far as validation cares."""
 
     model: GpuModel
-    mig_ok: bool  # MIG-capable and not mig: off
-    whole_ok: bool  # not mig: on, so usable whole or for MPS / time-slicing
-    most_on_one_node: int
+    mig_ok: bool  # some of them can hold MIG slices
+    whole_ok: bool  # some of them can run without MIG (dedicated, MPS, time-slicing)
+    most_whole_on_one_node: int  # for whole-GPU requests
 
 
 class CandidateFinder:
@@ -33,29 +33,34 @@ class CandidateFinder:
     def __init__(self, spec: GpuplexSpec) -> None:
         self.spec = spec
         self.pools = fleet_pools(spec.fleet)
-        self.by_pool: dict[str | None, list[Candidate]] = {}
+        self.by_pool: dict[str | None, list[CandidateModel]] = {}
 
-    def __call__(self, workload: WorkloadSpec) -> list[Candidate]:
+    def __call__(self, workload: WorkloadSpec) -> list[CandidateModel]:
         wanted = workload_pool(self.pools, workload)
         if wanted not in self.by_pool:
             self.by_pool[wanted] = self._find(wanted)
         return self.by_pool[wanted]
 
-    def _find(self, wanted: str | None) -> list[Candidate]:
-        most: dict[tuple[GpuModel, bool, bool], int] = {}
+    def _find(self, wanted: str | None) -> list[CandidateModel]:
+        seen: dict[GpuModel, tuple[bool, bool]] = {}
+        most_whole: Counter[GpuModel] = Counter()
         for node in self.spec.fleet.nodes:
-            per_node: Counter[tuple[GpuModel, bool, bool]] = Counter()
+            whole_here: Counter[GpuModel] = Counter()
             for group in node.gpus:
                 model = gpu_model(group.model)
                 if model is None or not pool_accepts(gpu_pool(node, group), wanted):
                     continue
-                mig_ok = model.mig is not None and group.mig is not MigModeSpec.OFF
-                # mig: on for a card without MIG is reported by the fleet check; no follow-on here
-                whole_ok = group.mig is not MigModeSpec.ON or model.mig is None
-                per_node[(model, mig_ok, whole_ok)] += group.count
-            for key, count in per_node.items():
-                most[key] = max(most.get(key, 0), count)
-        return [Candidate(*key, count) for key, count in most.items()]
+                mig_ok, whole_ok = seen.get(model, (False, False))
+                seen[model] = (mig_ok or runs_mig(model, group.mig), whole_ok)
+                if runs_whole(model, group.mig):
+                    seen[model] = (seen[model][0], True)
+                    whole_here[model] += group.count
+            for model, count in whole_here.items():
+                most_whole[model] = max(most_whole[model], count)
+        return [
+            CandidateModel(model, mig_ok, whole_ok, most_whole[model])
+            for model, (mig_ok, whole_ok) in seen.items()
+        ]
 
 
 def check_request(
@@ -129,7 +134,7 @@ def check_request(
                 f"({largest:.1f} GiB)",
             )
     if request.count is not None:
-        most = max(c.most_on_one_node for c in usable)
+        most = max(c.most_whole_on_one_node for c in usable)
         if request.count > most:
             yield SpecProblem(
                 (*where, "count"),
@@ -138,7 +143,7 @@ def check_request(
 
 
 def _check_mig_request(
-    request: GpuRequestSpec, candidates: list[Candidate], where: FieldPath
+    request: GpuRequestSpec, candidates: list[CandidateModel], where: FieldPath
 ) -> Iterator[SpecProblem]:
     profiles = [p for c in candidates if c.model.mig for p in c.model.mig.profiles]
     names = sorted({p.name for p in profiles})

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from gpuplex.core.plan import Plan, make_plan
+from gpuplex.core.spec import validate_spec
 from tests.unit.core.plan.factories import fleet, spec, tenant, workload
 from tests.unit.core.plan.invariants import plan_violations
 
@@ -244,3 +245,15 @@ def test_a_current_plan_that_repeats_a_gpu_is_not_kept() -> None:
     plan = make_plan(spec(two, big, rival), edited)
     assert plan_violations(spec(two, big, rival), plan) == []
     assert all(len(set(p.gpu_indices)) == len(p.gpu_indices) for p in plan.placements)
+
+
+def test_whole_gpus_combine_across_mig_auto_and_off_on_one_node() -> None:
+    node = {
+        "name": "n0",
+        "gpus": [{"model": "H100-80GB", "mig": "auto"}, {"model": "H100-80GB", "mig": "off"}],
+    }
+    pair = tenant("t", workload("w", {"count": 2}))
+    mixed = spec({"nodes": [node]}, pair)
+    assert validate_spec(mixed.model_dump(mode="json")) == mixed
+    plan = make_plan(mixed)
+    assert [p.gpu_indices for p in plan.placements] == [[0, 1]]
