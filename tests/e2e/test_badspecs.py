@@ -136,6 +136,8 @@ EXPECTED: dict[str, Expected] = {
     "compute-percent-without-memory.yaml": Expected(
         12, "tenants[0].workloads[0].gpu", "compute_percent goes with memory_gib"
     ),
+    "boolean-as-count.yaml": Expected(12, "tenants[0].workloads[0].gpu.count", "valid integer"),
+    "negative-price.yaml": Expected(9, "pricing.gpu_hour.H100-80GB", "greater than or equal to 0"),
     "negative-replicas.yaml": Expected(
         11, "tenants[0].workloads[0].replicas", "greater than or equal to 0"
     ),

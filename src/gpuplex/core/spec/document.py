@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from decimal import Decimal
 from enum import StrEnum
+from typing import Annotated
 
-from pydantic import Field
+from pydantic import Field, StrictInt
 
-from gpuplex.core.spec.fields import SpecModel
+from gpuplex.core.spec.fields import Money, SpecModel
 from gpuplex.core.spec.fleet import FleetSpec
 from gpuplex.core.spec.tenants import TenantSpec
 
@@ -19,7 +19,7 @@ class PlacementPolicy(StrEnum):
 
 class PricingSpec(SpecModel):
     currency: str = Field(default="USD", pattern=r"^[A-Z]{3}$", description="ISO 4217 code.")
-    gpu_hour: dict[str, Decimal] = Field(
+    gpu_hour: dict[str, Annotated[Money, Field(ge=0)]] = Field(
         default_factory=dict, description="Price of one whole GPU-hour per catalog model."
     )
 
@@ -34,7 +34,7 @@ class PolicySpec(SpecModel):
 class GpuplexSpec(SpecModel):
     """A whole gpuplex.yaml."""
 
-    version: int = Field(default=1, ge=1, le=1, description="Spec format version; 1 today.")
+    version: StrictInt = Field(default=1, ge=1, le=1, description="Spec format version; 1 today.")
     fleet: FleetSpec = Field(default_factory=FleetSpec)
     tenants: list[TenantSpec] = Field(default_factory=list)
     pricing: PricingSpec = Field(default_factory=PricingSpec)

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import re
+from decimal import Decimal
 from typing import Annotated
 
-from pydantic import AfterValidator, BaseModel, ConfigDict
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict
 
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 
@@ -21,6 +22,17 @@ def _check_dns_label(value: str) -> str:
 
 #: A name that can become a Kubernetes namespace or object name.
 DnsLabel = Annotated[str, AfterValidator(_check_dns_label)]
+
+
+def _refuse_bool(value: object) -> object:
+    if isinstance(value, bool):
+        raise ValueError("expected an amount, got true/false")
+    return value
+
+
+#: Money as Decimal, never a float's rounding, and never `true`. Numbers in the spec are strict
+#: (StrictInt, StrictFloat): YAML's true/false would otherwise pass as 1 and 0.
+Money = Annotated[Decimal, BeforeValidator(_refuse_bool)]
 
 
 class SpecModel(BaseModel):

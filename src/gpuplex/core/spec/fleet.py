@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from enum import StrEnum
 
-from pydantic import Field
+from pydantic import Field, StrictInt
 
 from gpuplex.core.catalog import GpuModel, gpu_model_names
 from gpuplex.core.spec.fields import DnsLabel, SpecModel
@@ -24,7 +24,7 @@ class GpuGroupSpec(SpecModel):
         description="A GPU model from the catalog: " + ", ".join(gpu_model_names()) + ".",
         examples=gpu_model_names(),
     )
-    count: int = Field(default=1, ge=1, le=64)
+    count: StrictInt = Field(default=1, ge=1, le=64)
     uuids: list[str] | None = Field(default=None, description="One UUID per GPU, in index order.")
     mig: MigModeSpec = MigModeSpec.AUTO
     pool: DnsLabel | None = Field(default=None, description="Overrides the node's pool.")
@@ -33,8 +33,8 @@ class GpuGroupSpec(SpecModel):
 class NodeSpec(SpecModel):
     name: DnsLabel
     gpus: list[GpuGroupSpec] = Field(min_length=1)
-    cpu_cores: int | None = Field(default=None, ge=1)
-    memory_gib: int | None = Field(default=None, ge=1)
+    cpu_cores: StrictInt | None = Field(default=None, ge=1)
+    memory_gib: StrictInt | None = Field(default=None, ge=1)
     pool: DnsLabel | None = Field(default=None, description="e.g. long-running or bursty.")
 
 

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-from decimal import Decimal
 from enum import StrEnum
 from typing import Annotated
 
-from pydantic import Field
+from pydantic import Field, StrictFloat, StrictInt
 
-from gpuplex.core.spec.fields import DnsLabel, SpecModel
+from gpuplex.core.spec.fields import DnsLabel, Money, SpecModel
 from gpuplex.core.spec.workloads import WorkloadSpec
 
 
@@ -36,20 +35,20 @@ class Tier(StrEnum):
 
 
 class QuotaSpec(SpecModel):
-    gpus: int | None = Field(default=None, ge=0, description="Whole (dedicated) GPUs.")
-    gpu_memory_gib: float | None = Field(default=None, ge=0)
-    compute_percent: int | None = Field(
+    gpus: StrictInt | None = Field(default=None, ge=0, description="Whole (dedicated) GPUs.")
+    gpu_memory_gib: StrictFloat | None = Field(default=None, ge=0)
+    compute_percent: StrictInt | None = Field(
         default=None, ge=0, description="Sum of SM shares; a whole GPU counts 100."
     )
-    mig: dict[str, Annotated[int, Field(ge=0)]] = Field(
+    mig: dict[str, Annotated[StrictInt, Field(ge=0)]] = Field(
         default_factory=dict, description="MIG slices per profile name."
     )
 
 
 class RateLimitSpec(SpecModel):
-    requests_per_min: int | None = Field(default=None, ge=1)
-    tokens_per_min: int | None = Field(default=None, ge=1)
-    concurrent_requests: int | None = Field(default=None, ge=1)
+    requests_per_min: StrictInt | None = Field(default=None, ge=1)
+    tokens_per_min: StrictInt | None = Field(default=None, ge=1)
+    concurrent_requests: StrictInt | None = Field(default=None, ge=1)
 
 
 class TenantSpec(SpecModel):
@@ -60,11 +59,13 @@ class TenantSpec(SpecModel):
     )
     regulated: bool = Field(default=False, description="Implies requirement: hard.")
     tier: Tier = Tier.STANDARD
-    priority: int = Field(default=0, ge=-1000, le=1000, description="Higher wins preemption.")
-    weight: int = Field(default=1, ge=1, le=1000, description="Fair-share weight in the gateway.")
+    priority: StrictInt = Field(default=0, ge=-1000, le=1000, description="Higher wins preemption.")
+    weight: StrictInt = Field(
+        default=1, ge=1, le=1000, description="Fair-share weight in the gateway."
+    )
     quota: QuotaSpec = Field(default_factory=QuotaSpec)
     rate_limits: RateLimitSpec = Field(default_factory=RateLimitSpec)
-    monthly_budget: Decimal | None = Field(default=None, ge=0)
+    monthly_budget: Money | None = Field(default=None, ge=0)
     never_share_with: list[DnsLabel] = Field(
         default_factory=list, description="Tenants never placed on the same physical GPU."
     )

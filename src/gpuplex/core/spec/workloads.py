@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from enum import StrEnum
 
-from pydantic import Field, model_validator
+from pydantic import Field, StrictFloat, StrictInt, model_validator
 
 from gpuplex.core.spec.fields import DnsLabel, SpecModel
 
@@ -25,9 +25,13 @@ class GpuRequestSpec(SpecModel):
     """Exactly one form: whole GPUs (`count`); a share (`memory_gib`, optional `compute_percent`);
     or an explicit MIG profile (`mig_profile`)."""
 
-    count: int | None = Field(default=None, ge=1, le=64, description="Whole GPUs on one node.")
-    memory_gib: float | None = Field(default=None, gt=0, description="GPU memory for a share.")
-    compute_percent: int | None = Field(
+    count: StrictInt | None = Field(
+        default=None, ge=1, le=64, description="Whole GPUs on one node."
+    )
+    memory_gib: StrictFloat | None = Field(
+        default=None, gt=0, description="GPU memory for a share."
+    )
+    compute_percent: StrictInt | None = Field(
         default=None, ge=1, le=100, description="SM share (MPS thread %); with memory_gib."
     )
     mig_profile: str | None = Field(
@@ -71,14 +75,14 @@ class ServeSpec(SpecModel):
     accepts_adapters: bool = Field(
         default=False, description="This server hosts other workloads' LoRA adapters."
     )
-    port: int = Field(default=8000, ge=1, le=65535)
+    port: StrictInt = Field(default=8000, ge=1, le=65535)
 
 
 class HealthCheckSpec(SpecModel):
     http_path: str = Field(default="/health", pattern=r"^/")
-    port: int | None = Field(default=None, ge=1, le=65535)
-    interval_s: float = Field(default=10.0, gt=0)
-    timeout_s: float = Field(default=2.0, gt=0)
+    port: StrictInt | None = Field(default=None, ge=1, le=65535)
+    interval_s: StrictFloat = Field(default=10.0, gt=0)
+    timeout_s: StrictFloat = Field(default=2.0, gt=0)
 
 
 class WorkloadSpec(SpecModel):
@@ -91,7 +95,7 @@ class WorkloadSpec(SpecModel):
     gpu: GpuRequestSpec | None = Field(
         default=None, description="Required unless serve.lora_of puts this on a shared base."
     )
-    replicas: int = Field(default=1, ge=0, le=1000)
+    replicas: StrictInt = Field(default=1, ge=0, le=1000)
     serve: ServeSpec | None = None
     command: list[str] | None = None
     image: str | None = None
