@@ -21,7 +21,7 @@ def placement_table(plan: Plan) -> Table:
         table.add_column(column, overflow="fold")
     for p in plan.placements:
         if p.mig is not None:
-            share = f"{p.mig.profile} @ slot {p.mig.start}"
+            share = f"{p.mig.profile} @ slot {p.mig.start_slot}"
         elif p.thread_percent is not None:
             share = f"{p.thread_percent}% threads"
         else:
@@ -57,7 +57,7 @@ def _cells(gpu: GpuView, tenants: list[str]) -> Text:
         owner: list[tuple[str, str] | None] = [None] * slots
         for o in gpu.occupants:
             if o.mig is not None:
-                for s in range(o.mig.start, o.mig.start + o.mig.size):
+                for s in range(o.mig.start_slot, o.mig.start_slot + o.mig.size_slots):
                     owner[s] = (o.tenant, f"{o.workload}#{o.replica} {o.mig.profile}")
         s = 0
         while s < slots:

@@ -37,10 +37,6 @@ class MigProfile:
         """A `+me` (media extensions) variant of a base profile."""
         return "+" in self.name
 
-    def slots(self, start: int) -> range:
-        """The memory slots a placement at `start` occupies."""
-        return range(start, start + self.memory_slices)
-
 
 @dataclass(frozen=True, slots=True)
 class MigGeometry:

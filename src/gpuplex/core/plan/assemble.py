@@ -28,8 +28,8 @@ def mig_slice(hold: Hold) -> MigSlicePlan | None:
     return MigSlicePlan(
         profile=profile.name,
         profile_id=profile.profile_id,
-        start=hold.mig_start,
-        size=profile.memory_slices,
+        start_slot=hold.mig_start,
+        size_slots=profile.memory_slices,
     )
 
 
@@ -119,7 +119,7 @@ def _moves(current: Plan | None, placements: list[Placement]) -> list[Move]:
     moves = []
     for after in placements:
         old = before.get((after.tenant, after.workload, after.replica))
-        if old is not None and (old.node, old.gpu_indices) != (after.node, after.gpu_indices):
+        if old is not None and _where(old) != _where(after):
             moves.append(
                 Move(
                     tenant=after.tenant,
@@ -127,15 +127,24 @@ def _moves(current: Plan | None, placements: list[Placement]) -> list[Move]:
                     replica=after.replica,
                     from_node=old.node,
                     from_gpu_indices=old.gpu_indices,
+                    from_mode=old.mode,
+                    from_mig=old.mig,
                     to_node=after.node,
                     to_gpu_indices=after.gpu_indices,
+                    to_mode=after.mode,
+                    to_mig=after.mig,
                 )
             )
     return moves
 
 
+def _where(placement: Placement) -> tuple[object, ...]:
+    """What a replica's process is bound to: changing any of it means restarting the replica."""
+    return (placement.node, placement.gpu_indices, placement.mode, placement.mig)
+
+
 def _layout(gpu: GpuView) -> list[str]:
-    return sorted(f"{o.mig.profile}@{o.mig.start}" for o in gpu.occupants if o.mig is not None)
+    return sorted(f"{o.mig.profile}@{o.mig.start_slot}" for o in gpu.occupants if o.mig is not None)
 
 
 def _mig_changes(current: Plan | None, gpus: list[GpuView]) -> list[MigReconfiguration]:

@@ -6,8 +6,8 @@ import math
 from dataclasses import dataclass
 
 from gpuplex.core.catalog import GpuModel, MigProfile
-from gpuplex.core.plan.model import Mode
-from gpuplex.core.spec import TenantSpec, WorkloadSpec
+from gpuplex.core.plan.model import Mode, replica_label
+from gpuplex.core.spec import TenantSpec
 
 Key = tuple[str, str, int]  # tenant, workload, replica
 
@@ -18,7 +18,6 @@ class Unit:
 
     key: Key
     tenant: TenantSpec
-    workload: WorkloadSpec
     mode: Mode
     pool: str | None
     gpu_count: int  # whole GPUs (dedicated); 1 otherwise
@@ -29,7 +28,7 @@ class Unit:
 
     @property
     def label(self) -> str:
-        return f"{self.key[0]}/{self.key[1]}#{self.key[2]}"
+        return replica_label(*self.key)
 
     @property
     def priority(self) -> int:

@@ -2,14 +2,19 @@
 
 from __future__ import annotations
 
-from gpuplex.core.plan.model import Placement, Plan
+from gpuplex.core.plan.model import MigSlicePlan, Mode, Placement, Plan
 from gpuplex.core.spec import GpuplexSpec
 from gpuplex.core.spec.pools import fleet_pools, workload_pool
+from gpuplex.errors import NotFoundError
 
 
 def explain(spec: GpuplexSpec, plan: Plan, tenant_name: str, workload_name: str) -> list[str]:
-    tenant = next(t for t in spec.tenants if t.name == tenant_name)
-    workload = next(w for w in tenant.workloads if w.name == workload_name)
+    tenant = next((t for t in spec.tenants if t.name == tenant_name), None)
+    workload = (
+        next((w for w in tenant.workloads if w.name == workload_name), None) if tenant else None
+    )
+    if tenant is None or workload is None:
+        raise NotFoundError(f"no workload {tenant_name}/{workload_name} in this spec")
     lines = [
         f"{tenant_name}/{workload_name}: {workload.kind}, {workload.pattern}, {workload.replicas} replica(s)"
     ]
@@ -36,18 +41,23 @@ def explain(spec: GpuplexSpec, plan: Plan, tenant_name: str, workload_name: str)
             lines.append(f"replica {preempted.replica}: PREEMPTED, {preempted.reason}")
     for move in plan.moves:
         if (move.tenant, move.workload) == mine:
-            lines.append(
-                f"replica {move.replica}: moves from {move.from_node} GPU {move.from_gpu_indices}"
-                f" to {move.to_node} GPU {move.to_gpu_indices}"
+            before = f"{move.from_node} GPU {move.from_gpu_indices} ({_slice(move.from_mode, move.from_mig)})"
+            after = (
+                f"{move.to_node} GPU {move.to_gpu_indices} ({_slice(move.to_mode, move.to_mig)})"
             )
+            lines.append(f"replica {move.replica}: moves from {before} to {after}")
     return lines
+
+
+def _slice(mode: Mode, mig: MigSlicePlan | None) -> str:
+    return f"{mig.profile}@{mig.start_slot}" if mig is not None else str(mode)
 
 
 def _where(placement: Placement) -> str:
     gpus = ",".join(str(i) for i in placement.gpu_indices)
     where = f"{placement.node} GPU {gpus} ({placement.gpu_model})"
     if placement.mig is not None:
-        return f"{where}, MIG {placement.mig.profile} at slot {placement.mig.start}"
+        return f"{where}, MIG {placement.mig.profile} at slot {placement.mig.start_slot}"
     if placement.thread_percent is not None:
         return (
             f"{where}, MPS {placement.memory_mib} MiB pinned, {placement.thread_percent}% threads"

@@ -21,6 +21,11 @@ class PlanModel(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
+def replica_label(tenant: str, workload: str, replica: int) -> str:
+    """How a replica is named everywhere a person reads it: `tenant/workload#replica`."""
+    return f"{tenant}/{workload}#{replica}"
+
+
 class UnitKey(PlanModel):
     """One replica of one workload: the unit the planner places."""
 
@@ -29,14 +34,14 @@ class UnitKey(PlanModel):
     replica: int
 
     def label(self) -> str:
-        return f"{self.tenant}/{self.workload}#{self.replica}"
+        return replica_label(self.tenant, self.workload, self.replica)
 
 
 class MigSlicePlan(PlanModel):
     profile: str
     profile_id: int
-    start: int  # first memory slot
-    size: int  # memory slots
+    start_slot: int  # first memory slot it occupies (NVML placement.start)
+    size_slots: int  # memory slots it occupies (NVML placement.size)
 
 
 class Placement(UnitKey):
@@ -68,10 +73,17 @@ class Preemption(UnitKey):
 
 
 class Move(UnitKey):
+    """A kept replica that must restart elsewhere: another node or GPU, another MIG slice on the
+    same GPU, or another mode."""
+
     from_node: str
     from_gpu_indices: list[int]
+    from_mode: Mode
+    from_mig: MigSlicePlan | None = None
     to_node: str
     to_gpu_indices: list[int]
+    to_mode: Mode
+    to_mig: MigSlicePlan | None = None
 
 
 class MigReconfiguration(PlanModel):
@@ -81,10 +93,7 @@ class MigReconfiguration(PlanModel):
     after: list[str]
 
 
-class Occupant(PlanModel):
-    tenant: str
-    workload: str
-    replica: int
+class Occupant(UnitKey):
     mig: MigSlicePlan | None = None
     memory_mib: int
     thread_percent: int | None = None

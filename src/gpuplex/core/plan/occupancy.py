@@ -97,7 +97,7 @@ def mode_problem(unit: Unit, slot: GpuSlot) -> str | None:
 def sharing_problem(unit: Unit, state: GpuState, tenants: dict[str, TenantSpec]) -> str | None:
     """Co-tenancy: may this unit's tenant share this physical GPU with those already on it?"""
     me = unit.tenant
-    others = [name for name in state.tenants if name != me.name]
+    others = sorted(name for name in state.tenants if name != me.name)  # stable messages
     if not others:
         return None
     if me.exclusive_gpus:
@@ -116,8 +116,16 @@ def sharing_problem(unit: Unit, state: GpuState, tenants: dict[str, TenantSpec])
     return None
 
 
+def open_mig_starts(state: GpuState, profile: MigProfile) -> tuple[int, ...]:
+    """Where `profile` may start on this GPU now: free slots, compute and per-GPU count allowing."""
+    geometry = state.slot.model.mig
+    if geometry is None:
+        return ()
+    return _open_starts(geometry, profile, state.mig_mask, state.mig_compute, state.mig_special)
+
+
 def best_mig_start(state: GpuState, sized: Sized) -> int | None:
-    """The free start that leaves the most room, or None when the profile does not fit."""
+    """The open start that leaves the most room, or None when the profile does not fit."""
     profile, geometry = sized.profile, state.slot.model.mig
     if profile is None or geometry is None:
         return None
@@ -125,11 +133,18 @@ def best_mig_start(state: GpuState, sized: Sized) -> int | None:
 
 
 @cache
+def _open_starts(
+    geometry: MigGeometry, profile: MigProfile, mask: int, compute: int, special: tuple[str, ...]
+) -> tuple[int, ...]:
+    count = 1 if profile.name in special else 0
+    return tuple(free_starts(geometry, profile, mask=mask, compute_used=compute, count=count))
+
+
+@cache
 def _best_start(
     geometry: MigGeometry, profile: MigProfile, mask: int, compute: int, special: tuple[str, ...]
 ) -> int | None:
-    count = 1 if profile.name in special else 0
-    starts = free_starts(geometry, profile, mask=mask, compute_used=compute, count=count)
+    starts = _open_starts(geometry, profile, mask, compute, special)
     if not starts:
         return None
     return max(starts, key=lambda s: (room_left(geometry, mask | slot_mask(profile, s)), -s))

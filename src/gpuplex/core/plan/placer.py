@@ -18,9 +18,14 @@ from gpuplex.core.plan.demand import Key, Unit, size_on
 from gpuplex.core.plan.diagnose import why_not_placed
 from gpuplex.core.plan.index import Candidate, FleetIndex
 from gpuplex.core.plan.inventory import GpuSlot, build_inventory
-from gpuplex.core.plan.mig_fit import free_starts
 from gpuplex.core.plan.model import Infeasible, Mode, Placement, Plan, Preemption
-from gpuplex.core.plan.occupancy import Hold, fit_on, mode_problem, sharing_problem
+from gpuplex.core.plan.occupancy import (
+    Hold,
+    fit_on,
+    mode_problem,
+    open_mig_starts,
+    sharing_problem,
+)
 from gpuplex.core.plan.preempt import find_eviction
 from gpuplex.core.plan.quota import QuotaLedger
 from gpuplex.core.plan.units import build_units
@@ -109,20 +114,17 @@ class _PlanRun:
         ):
             return None
         if unit.mode is Mode.MIG:
-            state, geometry, profile = states[0], model.mig, sized.profile
-            if placement.mig is None or geometry is None or profile is None:
-                return None
-            if profile.name != placement.mig.profile or sharing_problem(
-                unit, state, self.index.tenants
+            state, profile = states[0], sized.profile
+            if (
+                placement.mig is None
+                or profile is None
+                or profile.name != placement.mig.profile
+                or state.mode not in (None, Mode.MIG)
+                or placement.mig.start_slot not in open_mig_starts(state, profile)
+                or sharing_problem(unit, state, self.index.tenants)
             ):
                 return None
-            count = 1 if profile.name in state.mig_special else 0
-            starts = free_starts(
-                geometry, profile, mask=state.mig_mask, compute_used=state.mig_compute, count=count
-            )
-            if placement.mig.start not in starts or state.mode not in (None, Mode.MIG):
-                return None
-            return Candidate(gpu_ids, sized, placement.mig.start, (0, 0, 0, (0, 0)), "")
+            return Candidate(gpu_ids, sized, placement.mig.start_slot, (0, 0, 0, (0, 0)), "")
         if all(isinstance(fit_on(unit, sized, s, self.index.tenants), int) for s in states):
             return Candidate(gpu_ids, sized, None, (0, 0, 0, (0, 0)), "")
         return None

@@ -20,7 +20,6 @@ class TenantUsage:
 
 class QuotaLedger:
     def __init__(self, tenants: dict[str, TenantSpec]) -> None:
-        self.tenants = tenants
         self.usage = {name: TenantUsage() for name in tenants}
 
     def problem(self, unit: Unit, sized: Sized) -> str | None:

@@ -74,7 +74,6 @@ def _unit(
     return Unit(
         key=(tenant.name, workload.name, replica),
         tenant=tenant,
-        workload=workload,
         mode=mode,
         pool=pool,
         gpu_count=(request.count or 1) if request else 1,

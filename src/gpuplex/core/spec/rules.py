@@ -139,6 +139,9 @@ def _check_serving(
     owner = tenants.get(owner_name)
     base = next((w for w in owner.workloads if w.name == base_name), None) if owner else None
     where = (*path, "serve", "lora_of")
+    if (owner_name, base_name) == (tenant.name, workload.name):
+        yield SpecProblem(where, "lora_of names this workload itself: name the base server")
+        return
     if owner is None or base is None:
         yield SpecProblem(
             where, f"{serve.lora_of!r} does not name a workload: write tenant/workload"

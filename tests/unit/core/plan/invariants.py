@@ -42,7 +42,7 @@ def _gpu_violations(spec: GpuplexSpec, plan: Plan) -> list[str]:
                 if profile is None or o.mig is None:
                     out.append(f"{where}: occupant without a valid profile")
                     continue
-                layout.append((profile, o.mig.start))
+                layout.append((profile, o.mig.start_slot))
             out += [f"{where}: {p}" for p in layout_problems(model.mig, layout)]
         elif gpu.occupants:
             if sum(o.memory_mib for o in gpu.occupants) > model.memory_mib:

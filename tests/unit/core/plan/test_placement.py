@@ -257,3 +257,17 @@ def test_whole_gpus_combine_across_mig_auto_and_off_on_one_node() -> None:
     assert validate_spec(mixed.model_dump(mode="json")) == mixed
     plan = make_plan(mixed)
     assert [p.gpu_indices for p in plan.placements] == [[0, 1]]
+
+
+def test_a_new_slice_on_the_same_gpu_is_a_move() -> None:
+    one = fleet({"model": "H100-80GB", "count": 1, "mig": "on"})
+    small = tenant("t", workload("w", {"mig_profile": "1g.10gb"}), isolation="mig")
+    current = make_plan(spec(one, small))
+    grown = tenant("t", workload("w", {"mig_profile": "3g.40gb"}), isolation="mig")
+    plan = make_plan(spec(one, grown), current)
+    assert [m.label() for m in plan.moves] == ["t/w#0"]
+    move = plan.moves[0]
+    assert (move.from_node, move.from_gpu_indices) == (move.to_node, move.to_gpu_indices)
+    assert move.from_mig is not None
+    assert move.to_mig is not None
+    assert (move.from_mig.profile, move.to_mig.profile) == ("1g.10gb", "3g.40gb")

@@ -113,6 +113,12 @@ CASES: list[tuple[str, object, tuple[str | int, ...], str]] = [
         "unknown GPU model 'H100' (did you mean \"H100-80GB\"?)",
     ),
     (
+        "lora on itself",
+        doc({"name": "t", "workloads": [{"name": "w", "serve": {"model": "m", "lora_of": "t/w"}}]}),
+        ("tenants", 0, "workloads", 0, "serve", "lora_of"),
+        "names this workload itself",
+    ),
+    (
         "gpu model typo",
         doc(one(gpu={"count": 1, "model": "H100"})),
         ("tenants", 0, "workloads", 0, "gpu", "model"),
