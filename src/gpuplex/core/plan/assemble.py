@@ -95,7 +95,7 @@ def _gpu_view(gpu_id: int, index: FleetIndex) -> GpuView:
             workload=hold.unit.key[1],
             replica=hold.unit.key[2],
             mig=mig_slice(hold),
-            memory_mib=hold.sized.memory_mib // len(hold.gpu_ids),
+            memory_mib=hold.memory_per_gpu_mib,
             thread_percent=hold.sized.thread_percent,
         )
         for hold in sorted(state.holds.values(), key=lambda h: (h.mig_start or 0, h.unit.key))

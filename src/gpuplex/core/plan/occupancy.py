@@ -25,6 +25,11 @@ class Hold:
     mig_start: int | None
     gpu_ids: tuple[int, ...]
 
+    @property
+    def memory_per_gpu_mib(self) -> int:
+        """A multi-GPU dedicated replica's memory is spread over its GPUs."""
+        return self.sized.memory_mib // len(self.gpu_ids)
+
 
 @dataclass(slots=True)
 class GpuState:
@@ -57,7 +62,7 @@ class GpuState:
         self.holds[unit.key] = hold
         self.tenants[unit.tenant.name] += 1
         self.clients += 1
-        self.memory_used_mib += sized.memory_mib // len(hold.gpu_ids)
+        self.memory_used_mib += hold.memory_per_gpu_mib
         self.threads_used += sized.thread_percent or 0
         if sized.profile is not None and hold.mig_start is not None:
             self.mig_mask |= slot_mask(sized.profile, hold.mig_start)
@@ -72,7 +77,7 @@ class GpuState:
         if not self.tenants[unit.tenant.name]:
             del self.tenants[unit.tenant.name]
         self.clients -= 1
-        self.memory_used_mib -= sized.memory_mib // len(hold.gpu_ids)
+        self.memory_used_mib -= hold.memory_per_gpu_mib
         self.threads_used -= sized.thread_percent or 0
         if sized.profile is not None and hold.mig_start is not None:
             self.mig_mask &= ~slot_mask(sized.profile, hold.mig_start)

@@ -51,7 +51,12 @@ def build_units(spec: GpuplexSpec, slots: list[GpuSlot]) -> tuple[list[Decision]
         for t in spec.tenants
         for w in t.workloads
     ]
-    return decisions, sorted(units, key=lambda u: placement_order(u, groups))
+    # every replica of a workload sizes alike: size each workload once
+    by_workload: dict[tuple[str, str], tuple[int, float, int]] = {}
+    for unit in units:
+        if unit.key[:2] not in by_workload:
+            by_workload[unit.key[:2]] = placement_size(unit, groups)
+    return decisions, sorted(units, key=lambda u: (*by_workload[u.key[:2]], *u.key))
 
 
 def _adapter_decision(
@@ -84,8 +89,9 @@ def _unit(
     )
 
 
-def placement_order(unit: Unit, groups: list[GpuSlot]) -> tuple[int, float, int, str, str, int]:
-    """Higher priority first, then larger demand first (first-fit decreasing), then by name."""
+def placement_size(unit: Unit, groups: list[GpuSlot]) -> tuple[int, float, int]:
+    """The sort key before the name: higher priority first, then larger demand first (first-fit
+    decreasing); replicas then go by tenant, workload and replica."""
     size_memory, size_compute = 0.0, 0
     for slot in groups:
         sized = size_on(unit, slot.model)
@@ -93,5 +99,4 @@ def placement_order(unit: Unit, groups: list[GpuSlot]) -> tuple[int, float, int,
             size_memory = sized.memory_mib / slot.model.memory_mib
             size_compute = sized.compute_percent
             break
-    tenant, workload, replica = unit.key
-    return (-unit.priority, -size_memory, -size_compute, tenant, workload, replica)
+    return (-unit.priority, -size_memory, -size_compute)
