@@ -12,6 +12,7 @@ from gpuplex.core.spec.fleet import MigModeSpec
 from gpuplex.core.spec.parse import did_you_mean
 from gpuplex.core.spec.pools import fleet_pools
 from gpuplex.core.spec.requests import CandidateFinder, check_request
+from gpuplex.core.spec.runtime import Network
 from gpuplex.core.spec.tenants import Isolation, Requirement, TenantSpec
 from gpuplex.core.spec.workloads import WorkloadKind, WorkloadSpec
 from gpuplex.errors import FieldPath, SpecProblem
@@ -28,6 +29,7 @@ def check_spec(spec: GpuplexSpec) -> list[SpecProblem]:
         for w, workload in enumerate(tenant.workloads):
             path: FieldPath = ("tenants", t, "workloads", w)
             problems += check_request(spec, tenant, workload, path, candidates_for)
+            problems += _check_runtime(workload, path)
         problems += _check_quota(tenant, ("tenants", t))
     problems += _check_pricing(spec)
     return problems
@@ -175,6 +177,19 @@ def _check_serving(
         )
     if owner.name in tenant.never_share_with or tenant.name in owner.never_share_with:
         yield SpecProblem(where, f"{tenant.name} and {owner.name} must never share a GPU")
+
+
+def _check_runtime(workload: WorkloadSpec, path: FieldPath) -> Iterator[SpecProblem]:
+    if workload.network is Network.NONE and (workload.serve or workload.health):
+        yield SpecProblem(
+            (*path, "network"),
+            "network none leaves only loopback inside the workload: the gateway and health checks "
+            "could not reach it; use network host for served workloads",
+        )
+    if workload.command is not None and not workload.command:
+        yield SpecProblem(
+            (*path, "command"), "command is empty: give the program and its arguments"
+        )
 
 
 def _check_quota(tenant: TenantSpec, path: FieldPath) -> Iterator[SpecProblem]:

@@ -72,6 +72,11 @@ class TenantSpec(SpecModel):
     exclusive_gpus: bool = Field(
         default=False, description="Never share a physical GPU with any other tenant."
     )
+    unix_user: str | None = Field(
+        default=None,
+        pattern=r"^[a-z_][a-z0-9_-]{0,31}$",
+        description="Run this tenant's processes as this Unix user (the host runtime needs root).",
+    )
     workloads: list[WorkloadSpec] = Field(default_factory=list)
 
     @property

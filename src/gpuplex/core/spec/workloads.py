@@ -7,6 +7,7 @@ from enum import StrEnum
 from pydantic import Field, StrictFloat, StrictInt, model_validator
 
 from gpuplex.core.spec.fields import DnsLabel, SpecModel
+from gpuplex.core.spec.runtime import LimitsSpec, Network, RestartSpec
 
 
 class WorkloadKind(StrEnum):
@@ -83,6 +84,12 @@ class HealthCheckSpec(SpecModel):
     port: StrictInt | None = Field(default=None, ge=1, le=65535)
     interval_s: StrictFloat = Field(default=10.0, gt=0)
     timeout_s: StrictFloat = Field(default=2.0, gt=0)
+    failure_threshold: StrictInt = Field(
+        default=3, ge=1, le=100, description="Consecutive failed checks before a restart."
+    )
+    start_period_s: StrictFloat = Field(
+        default=30.0, ge=0, description="Failed checks this soon after a start do not count."
+    )
 
 
 class WorkloadSpec(SpecModel):
@@ -99,5 +106,13 @@ class WorkloadSpec(SpecModel):
     serve: ServeSpec | None = None
     command: list[str] | None = None
     image: str | None = None
-    env: dict[str, str] = Field(default_factory=dict)
+    env: dict[str, str] = Field(
+        default_factory=dict,
+        description="Extra environment; {port}, {replica} and {memory_mib} are filled in.",
+    )
     health: HealthCheckSpec | None = None
+    limits: LimitsSpec = Field(default_factory=LimitsSpec)
+    restart: RestartSpec = Field(default_factory=RestartSpec)
+    network: Network = Field(
+        default=Network.HOST, description="none: loopback only (not for served workloads)."
+    )
