@@ -18,6 +18,11 @@ class ErrorCode(StrEnum):
     SPEC_INVALID = "spec_invalid"
     PLAN_INVALID = "plan_invalid"
     NOT_FOUND = "not_found"
+    HOST_STATE = "host_state_invalid"
+    HOST_BUSY = "host_busy"
+    HOST_ACTION = "host_action_failed"
+    HOST_CGROUP = "host_cgroup_unavailable"
+    HOST_GPU_DRIVER = "host_gpu_driver"
 
 
 #: CLI exit code for input the user must fix (bad spec, bad plan file, unknown name).
@@ -85,3 +90,34 @@ class PlanFileError(GpuplexError):
 class NotFoundError(GpuplexError):
     code = ErrorCode.NOT_FOUND
     exit_code = EXIT_BAD_INPUT
+
+
+class HostStateError(GpuplexError):
+    """A file under the host runtime's state directory is unreadable."""
+
+    code = ErrorCode.HOST_STATE
+
+
+class HostBusyError(GpuplexError):
+    """Another gpuplex process holds this host's supervisor lock."""
+
+    code = ErrorCode.HOST_BUSY
+
+
+class HostActionError(GpuplexError):
+    """Starting, stopping or reshaping something on the host failed; the message says what and why."""
+
+    code = ErrorCode.HOST_ACTION
+
+
+class GpuDriverError(GpuplexError):
+    """The GPU driver (NVML) is missing or a call to it failed; the message names the GPU and call."""
+
+    code = ErrorCode.HOST_GPU_DRIVER
+
+
+class CgroupUnavailable(GpuplexError):
+    """The host cannot give a replica its own cgroup (no usable hierarchy, not writable, or a
+    controller missing); the message says which, and what to change."""
+
+    code = ErrorCode.HOST_CGROUP

@@ -17,7 +17,7 @@ BANNED_IN_CORE = {
     "redis", "anyio", "yaml", "typer", "rich",
 }  # fmt: skip
 #: Libraries allowed only in one module each (imported lazily there).
-ONLY_IN = {"pynvml": "host/nvml.py", "kubernetes": "kube/apply.py"}
+ONLY_IN = {"pynvml": "host/nvml_driver.py", "kubernetes": "kube/apply.py"}
 
 
 def imported_roots(source: str) -> set[str]:

@@ -16,6 +16,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from gpuplex.cli.catalog_view import models_table, profiles_table
+from gpuplex.cli.host import host_app
 from gpuplex.cli.render import gpu_map, placement_table, problems_table, summary_line
 from gpuplex.core.catalog import gpu_model, gpu_model_names
 from gpuplex.core.plan import Plan, make_plan
@@ -31,6 +32,7 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
     add_completion=False,
 )
+app.add_typer(host_app, name="host")
 out = Console()
 err = Console(stderr=True)
 

@@ -45,7 +45,7 @@ def desired_host(spec: GpuplexSpec, plan: Plan, node: str) -> DesiredHost:
         for view in plan.gpus
         if view.node == node
     ]
-    return DesiredHost(node=node, gpus=gpus, workloads=workloads, notes=notes)
+    return DesiredHost(node=node, gpus=gpus, workloads=workloads, settings=spec.host, notes=notes)
 
 
 def _replica(

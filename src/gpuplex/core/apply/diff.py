@@ -74,7 +74,9 @@ class _Diff:
         self._stops()
         for wanted_gpu in self.desired.gpus:
             status = gpus.get(wanted_gpu.index)
-            if status is not None and wanted_gpu.index not in self.blocked_gpus:
+            # A GPU blocked for its MIG mode still sheds the instances gpuplex made and no longer
+            # needs, so that the operator can switch the mode.
+            if status is not None and not status.lost:
                 self._reshape_mig(wanted_gpu, status)
         self._mps_daemons()
         self._starts()

@@ -8,7 +8,7 @@ from enum import StrEnum
 from pydantic import BaseModel, ConfigDict, Field
 
 from gpuplex.core.plan.model import MigSlicePlan, Mode, replica_label
-from gpuplex.core.spec.runtime import LimitsSpec, Network, RestartSpec
+from gpuplex.core.spec.runtime import HostSpec, LimitsSpec, Network, RestartSpec
 from gpuplex.core.spec.workloads import HealthCheckSpec
 
 
@@ -67,9 +67,9 @@ class DesiredHost(ApplyModel):
     node: str
     gpus: list[GpuDesired]
     workloads: list[WorkloadDesired]
-    notes: list[str] = Field(
-        default_factory=list
-    )  # placed replicas this host will not run, and why
+    settings: HostSpec = Field(default_factory=HostSpec)
+    #: placed replicas this host will not run, and why
+    notes: list[str] = Field(default_factory=list)
 
 
 class MigInstanceStatus(ApplyModel):
@@ -134,6 +134,7 @@ class WorkloadRecord(ApplyModel):
     started_at_s: float | None = None
     device: str | None = None  # CUDA device it was given (GPU or MIG UUID)
     cgroups: list[str] = Field(default_factory=list)
+    limits_applied: str | None = None  # read back from the cgroup filesystem after the start
     restarts: int = 0
     exits_at_s: list[float] = Field(default_factory=list)  # exits inside the crash-loop window
     last_exit: str | None = None

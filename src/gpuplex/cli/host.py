@@ -1,0 +1,206 @@
+"""`gpuplex host ...`: run a plan on this GPU server."""
+
+from __future__ import annotations
+
+import sys
+from enum import StrEnum
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.markup import escape
+
+from gpuplex.cli.host_view import events_table, gpus_table, mps_table, replicas_table
+from gpuplex.core.apply.actions import describe
+from gpuplex.core.apply.mig_commands import mig_mode_commands, nvidia_smi_commands
+from gpuplex.host import session
+from gpuplex.host.state import StateDir
+from gpuplex.host.status import host_status
+from gpuplex.host.wiring import open_driver
+from gpuplex.settings import HostSettings, default_state_dir
+from gpuplex.specfile import load_spec_file
+
+host_app = typer.Typer(
+    help="Run a plan on this GPU server: MIG, MPS, cgroups, supervised tenant processes.",
+    no_args_is_help=True,
+)
+out = Console()
+
+
+class Driver(StrEnum):
+    AUTO = "auto"
+    NVML = "nvml"
+    SIM = "sim"
+
+
+class StatusFormat(StrEnum):
+    TABLE = "table"
+    JSON = "json"
+
+
+StateDirOption = Annotated[
+    Path | None,
+    typer.Option(
+        "--state-dir",
+        help="Where gpuplex keeps this host's state [default: /var/lib/gpuplex as root]",
+    ),
+]
+NodeOption = Annotated[
+    str | None, typer.Option(help="This server's node name in the fleet (needed with several).")
+]
+DriverOption = Annotated[
+    Driver, typer.Option(help="nvml: real GPUs; sim: simulated GPUs; auto: NVML if it loads.")
+]
+
+
+def _settings(
+    state_dir: Path | None,
+    node: str | None = None,
+    driver: Driver = Driver.AUTO,
+    interval_s: float = 1.0,
+) -> HostSettings:
+    return HostSettings(
+        state_dir=(state_dir or default_state_dir()).absolute(),
+        node=node,
+        driver=driver.value,
+        interval_s=interval_s,
+    )
+
+
+@host_app.command("apply")
+def apply_command(
+    file: Annotated[Path, typer.Argument(help="The gpuplex.yaml to apply.", show_default=False)],
+    state_dir: StateDirOption = None,
+    node: NodeOption = None,
+    driver: DriverOption = Driver.AUTO,
+    dry_run: Annotated[
+        bool,
+        typer.Option("--dry-run", help="Print what would change, and the nvidia-smi commands."),
+    ] = False,
+) -> None:
+    """Plan the spec against what this host runs and make it so (one reconcile pass)."""
+    spec = load_spec_file(file)
+    settings = _settings(state_dir, node, driver)
+    result = session.apply(spec, file.read_bytes(), file, settings, dry_run=dry_run)
+    if result.note:
+        out.print(f"[yellow]note[/]: {escape(result.note)}")
+    for line in result.desired.notes:
+        out.print(f"[yellow]skipped[/]: {escape(line)}")
+    for unplaced in result.plan.infeasible:
+        reasons = "; ".join(unplaced.reasons)
+        out.print(f"[yellow]not placed[/]: {escape(unplaced.label())}: {escape(reasons)}")
+    if dry_run:
+        if not result.actions:
+            out.print("nothing to change")
+        for action in result.actions:
+            out.print(f"would {escape(describe(action))}", highlight=False)
+        commands = nvidia_smi_commands(result.actions)
+        if commands:
+            out.print("\nequivalent nvidia-smi commands:")
+            for command in commands:
+                out.print(f"  {command}", highlight=False)
+        return
+    if result.supervisor_pid is not None:
+        out.print(f"written; the running supervisor (pid {result.supervisor_pid}) applies it now")
+        return
+    for event in result.events:
+        out.print(
+            f"{event.kind:>18}  {escape(event.target)}: {escape(event.message)}", highlight=False
+        )
+    running = len(result.desired.workloads)
+    out.print(
+        f"[green]applied[/]: {running} replicas on node {result.desired.node}; "
+        "run `gpuplex host run` to keep supervising them"
+    )
+
+
+@host_app.command("run")
+def run_command(
+    file: Annotated[
+        Path | None, typer.Argument(help="Apply this spec first (else the last one applied).")
+    ] = None,
+    state_dir: StateDirOption = None,
+    node: NodeOption = None,
+    driver: DriverOption = Driver.AUTO,
+    interval: Annotated[
+        float, typer.Option(help="Seconds between reconcile passes.", min=0.05)
+    ] = 1.0,
+) -> None:
+    """Supervise this host: restart crashed replicas, health checks, VRAM watchdog, MPS daemons.
+    Stopping it (or a crash) leaves every tenant running; starting it again re-adopts them."""
+    settings = _settings(state_dir, node, driver, interval)
+    if file is not None:
+        spec = load_spec_file(file)
+        session.store(spec, file.read_bytes(), file, settings)
+    out.print(
+        f"supervising {settings.state_dir} every {interval:g} s (Ctrl-C leaves tenants running)"
+    )
+    session.run(settings)
+
+
+@host_app.command("status")
+def status_command(
+    state_dir: StateDirOption = None,
+    output: Annotated[StatusFormat, typer.Option("--output", "-o")] = StatusFormat.TABLE,
+) -> None:
+    """GPUs, MIG slices, replicas, processes, memory and restarts on this host."""
+    settings = _settings(state_dir)
+    dirs = StateDir(settings.state_dir)
+    opened = open_driver(settings, dirs, None)
+    try:
+        report = host_status(dirs, opened.driver)
+    finally:
+        opened.driver.close()
+    if output is StatusFormat.JSON:
+        sys.stdout.write(report.model_dump_json(indent=2) + "\n")
+        return
+    supervisor = (
+        f"supervisor pid {report.supervisor_pid}"
+        if report.supervisor_pid
+        else "no supervisor running"
+    )
+    out.print(f"node {report.node or '?'} ({report.driver} driver), {supervisor}")
+    out.print(gpus_table(report))
+    out.print(replicas_table(report))
+    if report.mps_daemons:
+        out.print(mps_table(report))
+    if report.recent_events:
+        out.print(events_table(report))
+
+
+@host_app.command("down")
+def down_command(state_dir: StateDirOption = None) -> None:
+    """Stop every replica and MPS daemon on this host and forget the applied spec."""
+    for event in session.down(_settings(state_dir)):
+        out.print(
+            f"{event.kind:>18}  {escape(event.target)}: {escape(event.message)}", highlight=False
+        )
+    out.print("[green]down[/]: nothing of gpuplex's runs on this host")
+
+
+@host_app.command("mig-mode")
+def mig_mode_command(
+    gpu: Annotated[int, typer.Argument(help="GPU index.", min=0)],
+    mode: Annotated[str, typer.Argument(help="on or off", show_default=False)],
+    state_dir: StateDirOption = None,
+    driver: DriverOption = Driver.AUTO,
+    yes: Annotated[bool, typer.Option("--yes", help="Do it (without it: only print).")] = False,
+) -> None:
+    """Switch a GPU's MIG mode: an explicit operator action, never done by apply. Prints first."""
+    if mode not in ("on", "off"):
+        raise typer.BadParameter("say on or off", param_hint="MODE")
+    settings = _settings(state_dir, driver=driver)
+    enable = mode == "on"
+    busy = session.mig_mode_preview(settings, gpu)
+    out.print(f"this turns MIG mode {mode} on GPU {gpu}, like:")
+    for command in mig_mode_commands(gpu, enable):
+        out.print(f"  {command}", highlight=False)
+    out.print("the driver may reset the GPU to do it; every process on it must stop first")
+    if busy:
+        out.print(f"[red]running on it now[/]: {', '.join(busy)}")
+    if not yes:
+        out.print("nothing done: run again with --yes")
+        raise typer.Exit(1)
+    session.set_mig_mode(settings, gpu, enable)
+    out.print(f"[green]done[/]: MIG mode {mode} on GPU {gpu}")

@@ -1,0 +1,29 @@
+"""The GPU driver interface the host runtime talks to; NVML and the simulated driver implement it."""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from gpuplex.core.apply.model import GpuProcessStatus, GpuStatus, MigInstanceStatus
+
+
+class GpuDriver(Protocol):
+    name: str
+
+    def gpus(self) -> list[GpuStatus]: ...
+
+    def processes(self) -> list[GpuProcessStatus]: ...
+
+    def possible_placements(self, gpu_index: int) -> dict[int, list[tuple[int, int]]]: ...
+
+    def create_mig_instance(
+        self, gpu_index: int, profile_id: int, start_slot: int
+    ) -> MigInstanceStatus: ...
+
+    def destroy_mig_instance(self, gpu_index: int, gi_id: int) -> None: ...
+
+    def set_mig_mode(self, gpu_index: int, enabled: bool) -> None: ...
+
+    def client_env(self) -> dict[str, str]: ...
+
+    def close(self) -> None: ...

@@ -1,0 +1,36 @@
+"""HTTP health checks of inference servers, on loopback, run side by side so that one slow server
+never delays another's verdict."""
+
+from __future__ import annotations
+
+import http.client
+from concurrent.futures import ThreadPoolExecutor
+
+
+def probe(port: int, path: str, timeout_s: float) -> bool:
+    """True when GET http://127.0.0.1:<port><path> answers 2xx or 3xx within the timeout."""
+    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout_s)
+    try:
+        connection.request("GET", path, headers={"User-Agent": "gpuplex-health"})
+        status = connection.getresponse().status
+    except (OSError, http.client.HTTPException):
+        return False
+    finally:
+        connection.close()
+    return 200 <= status < 400
+
+
+class HealthProber:
+    def __init__(self, max_parallel: int = 16) -> None:
+        self._pool = ThreadPoolExecutor(max_workers=max_parallel, thread_name_prefix="health")
+
+    def probe_all(self, checks: dict[str, tuple[int, str, float]]) -> dict[str, bool]:
+        """label -> (port, path, timeout_s)  =>  label -> healthy."""
+        futures = {
+            label: self._pool.submit(probe, port, path, timeout)
+            for label, (port, path, timeout) in checks.items()
+        }
+        return {label: future.result() for label, future in futures.items()}
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=True, cancel_futures=True)

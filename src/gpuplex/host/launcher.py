@@ -1,0 +1,101 @@
+"""The process runtime: start a replica as a process in its own session and cgroup, with exactly its
+GPU visible, its output in its own log files; stop it gracefully (SIGTERM, grace, SIGKILL) without
+touching any other replica."""
+
+from __future__ import annotations
+
+import os
+import signal
+from dataclasses import dataclass
+from pathlib import Path
+
+from gpuplex.clock import now_s, sleep_s
+from gpuplex.core.apply.launch import process_argv
+from gpuplex.core.apply.model import WorkloadDesired, WorkloadRecord
+from gpuplex.host.cgroups import Cgroups
+from gpuplex.host.children import Children
+from gpuplex.host.logs import log_paths
+from gpuplex.host.proc import is_same_process, session_of, user_exists
+
+
+@dataclass(frozen=True, slots=True)
+class Started:
+    pid: int
+    start_ticks: int | None
+    cgroups: list[str]
+    limits_applied: str | None
+
+
+def unit_name(wanted: WorkloadDesired) -> str:
+    return f"{wanted.workload}-{wanted.replica}"
+
+
+class ProcessRuntime:
+    name = "process"
+
+    def __init__(self, children: Children, cgroups: Cgroups | None, logs_dir: Path) -> None:
+        self.children = children
+        self.cgroups = cgroups
+        self.logs_dir = logs_dir
+
+    def start(self, wanted: WorkloadDesired, env: dict[str, str]) -> Started:
+        dirs: list[Path] = []
+        if self.cgroups is not None:
+            dirs = self.cgroups.create(wanted.tenant, unit_name(wanted), wanted.limits)
+        procs = [str(p) for p in self.cgroups.procs_files(dirs)] if self.cgroups else []
+        user_ok = wanted.unix_user is not None and user_exists(wanted.unix_user)
+        argv = process_argv(wanted, procs, user_exists=user_ok)
+        stdout_path, stderr_path = log_paths(self.logs_dir, wanted.tenant, unit_name(wanted))
+        with stdout_path.open("ab") as stdout, stderr_path.open("ab") as stderr:
+            pid, ticks = self.children.spawn(argv, env=env, stdout=stdout, stderr=stderr)
+        applied = self.cgroups.read_back(dirs).describe() if self.cgroups and dirs else None
+        return Started(
+            pid=pid, start_ticks=ticks, cgroups=[str(d) for d in dirs], limits_applied=applied
+        )
+
+    def stop(self, record: WorkloadRecord, grace_s: float) -> None:
+        """SIGTERM to the replica's process group, SIGKILL after the grace period; then anything
+        left in its cgroup (a process that left the group is still in the cgroup)."""
+        pid = record.pid
+        if pid is None:
+            return
+        if is_same_process(pid, record.start_ticks) and session_of(pid) == pid:
+            _signal_group(pid, signal.SIGTERM)
+            deadline = now_s() + grace_s
+            while _group_alive(pid) and now_s() < deadline:
+                self.children.exit_status(pid, record.start_ticks)  # reap the leader if it is ours
+                sleep_s(0.05)
+            _signal_group(pid, signal.SIGKILL)
+        if self.cgroups is not None and record.cgroups:
+            dirs = [Path(d) for d in record.cgroups]
+            for leftover in self.cgroups.pids(dirs):
+                _kill(leftover)
+        self.children.wait(pid, 2.0)
+        self.children.exit_status(pid, record.start_ticks)
+
+    def release(self, record: WorkloadRecord) -> None:
+        """Remove the cgroups of a replica that is gone for good."""
+        if self.cgroups is not None and record.cgroups:
+            self.cgroups.remove([Path(d) for d in record.cgroups])
+
+
+def _signal_group(pgid: int, signum: int) -> None:
+    try:
+        os.killpg(pgid, signum)
+    except (ProcessLookupError, PermissionError):
+        return
+
+
+def _group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except (ProcessLookupError, PermissionError):
+        return False
+    return True
+
+
+def _kill(pid: int) -> None:
+    try:
+        os.kill(pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        return

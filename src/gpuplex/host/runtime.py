@@ -1,0 +1,359 @@
+"""The reconcile loop of one host: observe -> core.apply.diff -> act -> record. Each tick is
+idempotent; state is saved after every tick, so a gpuplex killed at any moment re-adopts its running
+replicas when it starts again and restarts none of them."""
+
+from __future__ import annotations
+
+from gpuplex.clock import now_s, utc_now
+from gpuplex.core.apply import actions as act
+from gpuplex.core.apply.diff import diff, forget_removed, mig_key
+from gpuplex.core.apply.launch import gpu_environment
+from gpuplex.core.apply.model import (
+    LIVE_PHASES,
+    DesiredHost,
+    ExitStatus,
+    Phase,
+    WorkloadDesired,
+    WorkloadRecord,
+)
+from gpuplex.core.apply.restart import after_exit, after_health_check
+from gpuplex.core.plan.model import Mode
+from gpuplex.errors import GpuplexError, HostActionError
+from gpuplex.host.children import Children
+from gpuplex.host.driver import GpuDriver
+from gpuplex.host.health import HealthProber
+from gpuplex.host.launcher import ProcessRuntime, unit_name
+from gpuplex.host.logs import rotate_if_large
+from gpuplex.host.mps import MpsControl
+from gpuplex.host.observe import GpuSnapshot, observation, snapshot
+from gpuplex.host.state import Event, HostState, StateDir
+from gpuplex.settings import HostSettings
+
+
+class HostRuntime:
+    def __init__(
+        self,
+        dirs: StateDir,
+        settings: HostSettings,
+        driver: GpuDriver,
+        mps: MpsControl,
+        launcher: ProcessRuntime,
+        children: Children,
+        base_env: dict[str, str],
+        *,
+        record_events: bool = True,
+    ) -> None:
+        self.record_events = record_events
+        self.dirs = dirs
+        self.settings = settings
+        self.driver = driver
+        self.mps = mps
+        self.launcher = launcher
+        self.children = children
+        self.base_env = base_env
+        self.state: HostState = dirs.read_state()
+        self.prober = HealthProber()
+        self.events: list[Event] = []
+        self._checked_at: dict[str, float] = {}
+        self._blocked_said: dict[str, str] = {}
+
+    # --- start-up -----------------------------------------------------------------------------
+    def adopt(self) -> None:
+        """Take over replicas a previous gpuplex started: the same pid with the same start time is
+        the same process, so it keeps running untouched; anything else is gone."""
+        now = now_s()
+        records = []
+        for record in self.state.records:
+            if record.phase in LIVE_PHASES and record.pid is not None:
+                ended = self.children.exit_status(record.pid, record.start_ticks)
+                if ended is None:
+                    self._event(
+                        "adopted", record.label, f"running as pid {record.pid}", pid=record.pid
+                    )
+                else:
+                    note = "exited while gpuplex was not running"
+                    record = after_exit(record, ended.model_copy(update={"note": note}), now)
+                    self._event("exited", record.label, f"{note}; {record.message}")
+            records.append(record)
+        self.state = self.state.model_copy(update={"records": records})
+        self.dirs.write_state(self.state)
+
+    # --- one pass -------------------------------------------------------------------------------
+    def tick(self, desired: DesiredHost, *, dry_run: bool = False) -> list[act.Action]:
+        now = now_s()
+        records = self._notice_exits(self.state.records, now)
+        records = self._check_health(records, now)
+        gpu = snapshot(self.driver, records)
+        seen = observation(
+            gpu,
+            records,
+            self.state.mps_daemons,
+            self.mps,
+            self.state.owned_mig,
+            desired.settings.vram_tolerance_percent,
+        )
+        actions = diff(desired, seen, now)
+        if dry_run:
+            return actions
+        self.state = self.state.model_copy(update={"records": records})
+        for action in actions:
+            self._act(action, gpu)
+        self.state = self.state.model_copy(
+            update={"records": forget_removed(self.state.records, desired)}
+        )
+        self._rotate_logs(desired.settings.log_max_mib * 1024 * 1024, desired.settings.log_keep)
+        self.dirs.write_state(self.state)
+        return actions
+
+    def _notice_exits(self, records: list[WorkloadRecord], now: float) -> list[WorkloadRecord]:
+        updated = []
+        for record in records:
+            if record.phase in LIVE_PHASES and record.pid is not None:
+                ended = self.children.exit_status(record.pid, record.start_ticks)
+                if ended is not None:
+                    record = after_exit(record, ended, now)
+                    kind = "failed" if record.phase is Phase.FAILED else "exited"
+                    self._event(kind, record.label, record.message or "", pid=None)
+                elif record.phase is Phase.STARTING and record.desired.health is None:
+                    record = record.model_copy(update={"phase": Phase.RUNNING})
+            updated.append(record)
+        return updated
+
+    def _check_health(self, records: list[WorkloadRecord], now: float) -> list[WorkloadRecord]:
+        due: dict[str, tuple[int, str, float]] = {}
+        for record in records:
+            health, port = record.desired.health, record.desired.health_port
+            if record.phase not in LIVE_PHASES or health is None or port is None:
+                continue
+            if now - self._checked_at.get(record.label, 0.0) >= health.interval_s:
+                due[record.label] = (port, health.http_path, health.timeout_s)
+        if not due:
+            return records
+        verdicts = self.prober.probe_all(due)
+        updated = []
+        for record in records:
+            if record.label in verdicts:
+                self._checked_at[record.label] = now
+                ok = verdicts[record.label]
+                before = record.phase
+                record = after_health_check(record, ok, now)
+                if before is Phase.STARTING and record.phase is Phase.RUNNING:
+                    self._event(
+                        "healthy", record.label, f"answers health checks (pid {record.pid})"
+                    )
+                if not ok:
+                    self._event(
+                        "health_failed", record.label, f"failed check {record.health_failures}"
+                    )
+            updated.append(record)
+        return updated
+
+    # --- acting -----------------------------------------------------------------------------------
+    def _act(self, action: act.Action, gpu: GpuSnapshot) -> None:
+        try:
+            match action:
+                case act.StopWorkload():
+                    self._stop(action.label, action.reason, counts_as_exit=action.counts_as_exit)
+                case act.VramStop():
+                    self._event(
+                        "vram_exceeded",
+                        action.label,
+                        act.describe(action),
+                        tenant=action.tenant,
+                        workload=action.workload,
+                        planned_mib=action.planned_mib,
+                        observed_mib=action.observed_mib,
+                        limit_mib=action.limit_mib,
+                    )
+                    self._stop(action.label, "stopped by the VRAM watchdog", counts_as_exit=True)
+                case act.DestroyMigInstance():
+                    self.driver.destroy_mig_instance(action.gpu_index, action.gi_id)
+                    self._own_mig(
+                        action.gpu_index, mig_key(action.profile, action.start_slot), False
+                    )
+                    self._event("mig_destroyed", f"GPU {action.gpu_index}", act.describe(action))
+                case act.CreateMigInstance():
+                    mig = action.slice
+                    self.driver.create_mig_instance(
+                        action.gpu_index, mig.profile_id, mig.start_slot
+                    )
+                    self._own_mig(action.gpu_index, mig_key(mig.profile, mig.start_slot), True)
+                    self._event("mig_created", f"GPU {action.gpu_index}", act.describe(action))
+                case act.StartMpsDaemon():
+                    self._start_mps(action.gpu_index, action.reason, gpu)
+                case act.StopMpsDaemon():
+                    self._stop_mps(action.gpu_index, action.reason)
+                case act.StartWorkload():
+                    self._start(action.desired, action.reason)
+                case act.Blocked():
+                    if self._blocked_said.get(action.target) != action.reason:
+                        self._blocked_said[action.target] = action.reason
+                        self._event("blocked", action.target, action.reason)
+        except GpuplexError as error:
+            self._event(
+                "action_failed", _target(action), f"{act.describe(action)}: {error.message}"
+            )
+
+    def _start(self, wanted: WorkloadDesired, reason: str) -> None:
+        previous = self._record(wanted.label)
+        restarts = previous.restarts + 1 if previous and previous.phase is Phase.BACKOFF else 0
+        exits = previous.exits_at_s if previous and previous.phase is Phase.BACKOFF else []
+        if previous is not None and previous.phase not in LIVE_PHASES:
+            self.launcher.release(previous)
+        devices = self._devices(wanted)
+        pipe_dir = self._mps_pipe(wanted)
+        env = {
+            **self.base_env,
+            **wanted.env,
+            **self.driver.client_env(),
+            **gpu_environment(wanted, devices, pipe_dir),
+            "GPUPLEX_TENANT": wanted.tenant,
+            "GPUPLEX_WORKLOAD": wanted.workload,
+            "GPUPLEX_REPLICA": str(wanted.replica),
+            "GPUPLEX_DEVICE_UUIDS": ",".join(devices),
+            "GPUPLEX_GPU_MEMORY_MIB": str(wanted.binding.memory_mib),
+        }
+        if wanted.port is not None:
+            env["GPUPLEX_PORT"] = str(wanted.port)
+        now = now_s()
+        record = WorkloadRecord(
+            desired=wanted,
+            phase=Phase.STARTING,
+            restarts=restarts,
+            exits_at_s=exits,
+            started_at_s=now,
+            last_exit=previous.last_exit if previous and previous.phase is Phase.BACKOFF else None,
+        )
+        try:
+            started = self.launcher.start(wanted, env)
+        except (OSError, GpuplexError) as error:
+            detail = error.message if isinstance(error, GpuplexError) else str(error)
+            record = after_exit(record, ExitStatus(note=f"could not start: {detail}"), now)
+            self._put(record)
+            self._event(
+                "failed" if record.phase is Phase.FAILED else "exited",
+                wanted.label,
+                record.message or "",
+            )
+            return
+        record = record.model_copy(
+            update={
+                "pid": started.pid,
+                "start_ticks": started.start_ticks,
+                "cgroups": started.cgroups,
+                "limits_applied": started.limits_applied,
+                "device": ",".join(devices),
+            }
+        )
+        self._put(record)
+        self._event("started", wanted.label, f"pid {started.pid}: {reason}", pid=started.pid)
+
+    def _stop(self, label: str, reason: str, *, counts_as_exit: bool) -> None:
+        record = self._record(label)
+        if record is None:
+            return
+        self.launcher.stop(record, float(record.desired.restart.stop_grace_s))
+        self._event("stopped", label, reason, pid=record.pid)
+        if counts_as_exit:
+            self._put(after_exit(record, ExitStatus(note=reason), now_s()))
+        else:
+            self.launcher.release(record)
+            self._drop(label)
+
+    def _start_mps(self, gpu_index: int, reason: str, gpu: GpuSnapshot) -> None:
+        uuid = next((g.uuid for g in gpu.gpus if g.index == gpu_index), None)
+        if uuid is None:
+            raise HostActionError(f"GPU {gpu_index} is not on this host")
+        old = next((d for d in self.state.mps_daemons if d.gpu_index == gpu_index), None)
+        if old is not None:
+            self._event(
+                "mps_daemon_died", f"GPU {gpu_index}", f"pid {old.pid} is gone", pid=old.pid
+            )
+            self.mps.stop(old)
+        base = self.dirs.mps / uuid
+        daemon = self.mps.start(gpu_index, uuid, base / "pipe", base / "log")
+        daemon = daemon.model_copy(update={"restarts": old.restarts + 1 if old else 0})
+        daemons = [d for d in self.state.mps_daemons if d.gpu_index != gpu_index] + [daemon]
+        self.state = self.state.model_copy(update={"mps_daemons": daemons})
+        self._event(
+            "mps_daemon_started", f"GPU {gpu_index}", f"pid {daemon.pid}: {reason}", pid=daemon.pid
+        )
+
+    def _stop_mps(self, gpu_index: int, reason: str) -> None:
+        for daemon in self.state.mps_daemons:
+            if daemon.gpu_index == gpu_index:
+                self.mps.stop(daemon)
+                self._event("mps_daemon_stopped", f"GPU {gpu_index}", reason, pid=daemon.pid)
+        daemons = [d for d in self.state.mps_daemons if d.gpu_index != gpu_index]
+        self.state = self.state.model_copy(update={"mps_daemons": daemons})
+
+    # --- helpers ------------------------------------------------------------------------------------
+    def _devices(self, wanted: WorkloadDesired) -> list[str]:
+        gpus = {g.index: g for g in self.driver.gpus()}
+        binding = wanted.binding
+        if binding.mig is not None:
+            gpu = gpus[binding.gpu_indices[0]]
+            key = mig_key(binding.mig.profile, binding.mig.start_slot)
+            for instance in gpu.instances:
+                if mig_key(instance.profile, instance.start_slot) == key:
+                    return [instance.device_uuid]
+            raise HostActionError(f"GPU {gpu.index} has no MIG instance {key} for {wanted.label}")
+        return [gpus[i].uuid for i in binding.gpu_indices]
+
+    def _mps_pipe(self, wanted: WorkloadDesired) -> str | None:
+        if wanted.binding.mode is not Mode.MPS:
+            return None
+        for daemon in self.state.mps_daemons:
+            if daemon.gpu_index == wanted.binding.gpu_indices[0]:
+                return daemon.pipe_dir
+        raise HostActionError(
+            f"no MPS daemon on GPU {wanted.binding.gpu_indices[0]} for {wanted.label}"
+        )
+
+    def _own_mig(self, gpu_index: int, key: str, owned: bool) -> None:
+        mine = dict(self.state.owned_mig)
+        keys = [k for k in mine.get(gpu_index, []) if k != key] + ([key] if owned else [])
+        mine[gpu_index] = keys
+        self.state = self.state.model_copy(update={"owned_mig": mine})
+
+    def _record(self, label: str) -> WorkloadRecord | None:
+        return next((r for r in self.state.records if r.label == label), None)
+
+    def _put(self, record: WorkloadRecord) -> None:
+        others = [r for r in self.state.records if r.label != record.label]
+        self.state = self.state.model_copy(update={"records": [*others, record]})
+
+    def _drop(self, label: str) -> None:
+        self.state = self.state.model_copy(
+            update={"records": [r for r in self.state.records if r.label != label]}
+        )
+
+    def _rotate_logs(self, max_bytes: int, keep: int) -> None:
+        for record in self.state.records:
+            folder = self.dirs.logs / record.desired.tenant
+            for stream in ("stdout", "stderr"):
+                path = folder / f"{unit_name(record.desired)}.{stream}.log"
+                rotate_if_large(path, max_bytes, keep)
+
+    def _event(
+        self, kind: str, target: str, message: str, **fields: str | int | float | None
+    ) -> None:
+        event = Event(at=utc_now(), kind=kind, target=target, message=message, fields=fields)
+        self.events.append(event)
+        if self.record_events:
+            self.dirs.append_event(event)
+
+    def close(self) -> None:
+        self.prober.close()
+
+
+def _target(action: act.Action) -> str:
+    match action:
+        case act.StartWorkload(desired=wanted):
+            return wanted.label
+        case act.StopWorkload(label=label) | act.VramStop(label=label):
+            return label
+        case act.Blocked(target=target):
+            return target
+        case _:
+            return f"GPU {getattr(action, 'gpu_index', '?')}"

@@ -1,0 +1,229 @@
+"""The operations behind `gpuplex host ...`: apply a spec, run the supervising loop, stop everything,
+switch MIG mode on the operator's say-so. The CLI only parses options and prints."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import signal
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import FrameType
+
+from gpuplex.clock import now_s, sleep_s, utc_now
+from gpuplex.core.apply import actions as act
+from gpuplex.core.apply.desired import desired_host, port_clashes
+from gpuplex.core.apply.model import LIVE_PHASES, DesiredHost
+from gpuplex.core.plan import Plan, make_plan
+from gpuplex.core.spec import GpuplexSpec
+from gpuplex.core.spec.fleet import NodeSpec
+from gpuplex.errors import HostActionError, HostBusyError, NotFoundError
+from gpuplex.host.state import DesiredFile, Event, StateDir
+from gpuplex.host.wiring import open_driver, open_runtime
+from gpuplex.settings import HostSettings
+
+
+def choose_node(spec: GpuplexSpec, wanted: str | None) -> NodeSpec:
+    nodes = spec.fleet.nodes
+    if wanted is not None:
+        for node in nodes:
+            if node.name == wanted:
+                return node
+        names = ", ".join(n.name for n in nodes) or "none"
+        raise NotFoundError(f"no node {wanted!r} in the spec's fleet; nodes: {names}")
+    if len(nodes) == 1:
+        return nodes[0]
+    names = ", ".join(n.name for n in nodes) or "none"
+    raise NotFoundError(
+        f"the fleet has {len(nodes)} nodes ({names}): say which one this is with --node"
+    )
+
+
+@dataclass
+class Applied:
+    plan: Plan
+    desired: DesiredHost
+    actions: list[act.Action]
+    events: list[Event] = field(default_factory=list)
+    supervisor_pid: int | None = None  # set when a running supervisor will do the work
+    note: str | None = None
+
+
+def prepare(
+    spec: GpuplexSpec, spec_text: bytes, spec_path: Path, settings: HostSettings
+) -> tuple[DesiredFile, NodeSpec]:
+    dirs = StateDir(settings.state_dir)
+    previous = dirs.read_desired() if (settings.state_dir / "desired.json").exists() else None
+    plan = make_plan(spec, current=previous.plan if previous else None)
+    node = choose_node(spec, settings.node)
+    host = desired_host(spec, plan, node.name)
+    clashes = port_clashes(host)
+    if clashes:
+        raise HostActionError(f"{spec_path}: " + "; ".join(clashes))
+    desired = DesiredFile(
+        spec_path=str(spec_path),
+        spec_sha256=hashlib.sha256(spec_text).hexdigest(),
+        driver=settings.driver,
+        plan=plan,
+        node=node,
+        host=host,
+        applied_at=utc_now(),
+    )
+    return desired, node
+
+
+def store(spec: GpuplexSpec, spec_text: bytes, spec_path: Path, settings: HostSettings) -> None:
+    """Record the spec as this host's desired state for the supervisor to apply on its next pass."""
+    dirs = StateDir(settings.state_dir)
+    dirs.create()
+    desired, _ = prepare(spec, spec_text, spec_path, settings)
+    dirs.write_desired(desired)
+
+
+def apply(
+    spec: GpuplexSpec, spec_text: bytes, spec_path: Path, settings: HostSettings, *, dry_run: bool
+) -> Applied:
+    """Plan against what this host runs now, and make it so (or, with dry_run, say what it would do)."""
+    dirs = StateDir(settings.state_dir)
+    dirs.create()
+    desired, node = prepare(spec, spec_text, spec_path, settings)
+    mig_on = {g.index for g in desired.host.gpus if g.mig_slices}
+    opened = open_driver(settings, dirs, node, mig_on)
+    runtime = open_runtime(settings, dirs, opened.driver, record_events=not dry_run)
+    try:
+        if dry_run:
+            return Applied(
+                desired.plan,
+                desired.host,
+                runtime.tick(desired.host, dry_run=True),
+                note=opened.note,
+            )
+        dirs.write_desired(desired)
+        lock = dirs.try_lock()
+        if lock is None:
+            return Applied(
+                desired.plan, desired.host, [], supervisor_pid=dirs.lock_holder(), note=opened.note
+            )
+        with lock:
+            runtime.adopt()
+            actions = runtime.tick(desired.host)
+        return Applied(desired.plan, desired.host, actions, runtime.events, note=opened.note)
+    finally:
+        runtime.close()
+        opened.driver.close()
+
+
+class _Stop:
+    def __init__(self) -> None:
+        self.requested = False
+
+    def __call__(self, signum: int, frame: FrameType | None) -> None:
+        self.requested = True
+
+
+def run(settings: HostSettings, *, max_ticks: int | None = None) -> None:
+    """The supervising loop: re-read desired.json, reconcile, sleep; until SIGTERM or SIGINT. Leaves
+    every replica running when it exits: a stop or crash of gpuplex never stops a tenant."""
+    dirs = StateDir(settings.state_dir)
+    dirs.create()
+    lock = dirs.try_lock()
+    if lock is None:
+        raise HostBusyError(
+            f"another gpuplex (pid {dirs.lock_holder()}) already supervises {settings.state_dir}"
+        )
+    stop = _Stop()
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    with lock:
+        desired = dirs.read_desired()
+        if desired is None:
+            raise HostActionError(f"nothing to run in {settings.state_dir}: give a spec file")
+        mig_on = {g.index for g in desired.host.gpus if g.mig_slices}
+        opened = open_driver(settings, dirs, desired.node, mig_on)
+        runtime = open_runtime(settings, dirs, opened.driver)
+        try:
+            runtime.adopt()
+            ticks = 0
+            while not stop.requested and (max_ticks is None or ticks < max_ticks):
+                started = now_s()
+                current = dirs.read_desired() or desired
+                runtime.tick(current.host)
+                ticks += 1
+                sleep_s(max(0.0, settings.interval_s - (now_s() - started)))
+        finally:
+            runtime.close()
+            opened.driver.close()
+
+
+def down(settings: HostSettings) -> list[Event]:
+    """Stop every replica and MPS daemon on this host (MIG instances stay) and forget the desired
+    state. A running supervisor is asked to exit first."""
+    dirs = StateDir(settings.state_dir)
+    holder = dirs.lock_holder()
+    if holder is not None:
+        signal_pid(holder, signal.SIGTERM)
+        deadline = now_s() + 30
+        while dirs.lock_holder() is not None and now_s() < deadline:
+            sleep_s(0.1)
+    lock = dirs.try_lock()
+    if lock is None:
+        raise HostBusyError(
+            f"gpuplex pid {dirs.lock_holder()} did not let go of {settings.state_dir}"
+        )
+    with lock:
+        opened = open_driver(settings, dirs, None)
+        runtime = open_runtime(settings, dirs, opened.driver)
+        try:
+            runtime.adopt()
+            empty = DesiredHost(node="", gpus=[], workloads=[])
+            runtime.tick(empty)
+            (settings.state_dir / "desired.json").unlink(missing_ok=True)
+            return runtime.events
+        finally:
+            runtime.close()
+            opened.driver.close()
+
+
+def mig_mode_preview(settings: HostSettings, gpu_index: int) -> list[str]:
+    """The replicas that run on a GPU now: switching its MIG mode would need them gone."""
+    dirs = StateDir(settings.state_dir)
+    state = dirs.read_state()
+    return [
+        r.label
+        for r in state.records
+        if r.phase in LIVE_PHASES and gpu_index in r.desired.binding.gpu_indices
+    ]
+
+
+def set_mig_mode(settings: HostSettings, gpu_index: int, enable: bool) -> None:
+    busy = mig_mode_preview(settings, gpu_index)
+    if busy:
+        raise HostActionError(
+            f"GPU {gpu_index} runs {', '.join(busy)}: stop them first (apply a spec without them, "
+            "or `gpuplex host down`)"
+        )
+    dirs = StateDir(settings.state_dir)
+    dirs.create()
+    opened = open_driver(settings, dirs, None)
+    try:
+        opened.driver.set_mig_mode(gpu_index, enable)
+    finally:
+        opened.driver.close()
+    dirs.append_event(
+        Event(
+            at=utc_now(),
+            kind="mig_mode",
+            target=f"GPU {gpu_index}",
+            message=f"MIG mode {'enabled' if enable else 'disabled'} by the operator",
+        )
+    )
+
+
+def signal_pid(pid: int, signum: int) -> None:
+    try:
+        os.kill(pid, signum)
+    except ProcessLookupError:
+        return
+
+
+__all__ = ["Applied", "apply", "choose_node", "down", "run", "set_mig_mode"]

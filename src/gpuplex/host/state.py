@@ -1,0 +1,158 @@
+"""The host runtime's files under the state directory:
+
+    desired.json     what to run: the spec file, its plan and this node's desired host (`host apply`)
+    state.json       what runs: a record per replica (pid, start time, cgroup, GPU), MPS daemons
+    events.jsonl     what happened, one JSON object per line, append-only
+    supervisor.lock  held by the one process that acts on this host
+    logs/            per-replica stdout and stderr;  mps/  MPS pipe and log directories;  sim/
+
+Every write is atomic (temporary file, fsync, rename): a crash of gpuplex never leaves half a file."""
+
+from __future__ import annotations
+
+import fcntl
+import os
+from datetime import datetime
+from pathlib import Path
+from typing import IO, Literal, TypeVar
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from gpuplex.core.apply.model import DesiredHost, MpsDaemonRecord, WorkloadRecord
+from gpuplex.core.plan.model import Plan
+from gpuplex.core.spec.fleet import NodeSpec
+from gpuplex.errors import HostStateError
+
+
+class _StateModel(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class DesiredFile(_StateModel):
+    format_version: Literal[1] = 1
+    spec_path: str
+    spec_sha256: str
+    driver: str
+    plan: Plan
+    node: NodeSpec
+    host: DesiredHost
+    applied_at: datetime
+
+
+class HostState(_StateModel):
+    format_version: Literal[1] = 1
+    records: list[WorkloadRecord] = Field(default_factory=list)
+    mps_daemons: list[MpsDaemonRecord] = Field(default_factory=list)
+    owned_mig: dict[int, list[str]] = Field(default_factory=dict)
+    applied_sha256: str | None = None  # the desired.json the records were reconciled against
+    supervisor_pid: int | None = None
+
+
+class Event(_StateModel):
+    at: datetime
+    kind: str
+    target: str
+    message: str
+    fields: dict[str, str | int | float | None] = Field(default_factory=dict)
+
+
+class StateDir:
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.logs = root / "logs"
+        self.mps = root / "mps"
+        self.sim = root / "sim"
+
+    def create(self) -> None:
+        for path in (self.root, self.logs, self.mps, self.sim):
+            path.mkdir(parents=True, exist_ok=True)
+        self.root.chmod(0o700)
+
+    # --- desired.json ---------------------------------------------------------------------------
+    def read_desired(self) -> DesiredFile | None:
+        return _read(self.root / "desired.json", DesiredFile)
+
+    def write_desired(self, desired: DesiredFile) -> None:
+        _write_atomic(self.root / "desired.json", desired.model_dump_json(indent=1))
+
+    def desired_sha(self) -> str | None:
+        desired = self.read_desired()
+        return desired.spec_sha256 + desired.applied_at.isoformat() if desired else None
+
+    # --- state.json -----------------------------------------------------------------------------
+    def read_state(self) -> HostState:
+        return _read(self.root / "state.json", HostState) or HostState()
+
+    def write_state(self, state: HostState) -> None:
+        _write_atomic(self.root / "state.json", state.model_dump_json(indent=1))
+
+    # --- events.jsonl ---------------------------------------------------------------------------
+    def append_event(self, event: Event) -> None:
+        with (self.root / "events.jsonl").open("a") as out:
+            out.write(event.model_dump_json() + "\n")
+            out.flush()
+            os.fsync(out.fileno())
+
+    def events(self) -> list[Event]:
+        path = self.root / "events.jsonl"
+        if not path.exists():
+            return []
+        found = []
+        for line in path.read_text().splitlines():
+            try:
+                found.append(Event.model_validate_json(line))
+            except ValidationError:
+                continue  # a line cut short by a crash mid-write
+        return found
+
+    # --- the supervisor lock --------------------------------------------------------------------
+    def try_lock(self) -> IO[str] | None:
+        """Hold supervisor.lock (until the returned file is closed or the process dies), or None
+        when another gpuplex process holds it."""
+        handle = (self.root / "supervisor.lock").open("a+")
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            handle.close()
+            return None
+        handle.seek(0)
+        handle.truncate()
+        handle.write(f"{os.getpid()}\n")
+        handle.flush()
+        return handle
+
+    def lock_holder(self) -> int | None:
+        path = self.root / "supervisor.lock"
+        if not path.exists():
+            return None
+        handle = self.try_lock()
+        if handle is not None:
+            handle.close()
+            return None
+        text = path.read_text().strip()
+        return int(text) if text.isdigit() else None
+
+
+M = TypeVar("M", bound=BaseModel)
+
+
+def _read(path: Path, model: type[M]) -> M | None:
+    if not path.exists():
+        return None
+    try:
+        return model.model_validate_json(path.read_text())
+    except ValidationError as error:
+        raise HostStateError(
+            f"{path}: not a gpuplex state file ({error.error_count()} problems: "
+            f"{error.errors()[0]['msg']}). Move it aside to start afresh; running workloads will "
+            "not be adopted."
+        ) from None
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    with tmp.open("w") as out:
+        out.write(text)
+        out.flush()
+        os.fsync(out.fileno())
+    os.replace(tmp, path)

@@ -1,0 +1,54 @@
+"""Build the host runtime from settings: pick the GPU driver (NVML, or simulated GPUs where there is
+no NVIDIA GPU), the MPS control, cgroups and the process runtime."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from gpuplex.core.spec.fleet import NodeSpec
+from gpuplex.errors import GpuDriverError
+from gpuplex.host.cgroups import Cgroups
+from gpuplex.host.children import Children
+from gpuplex.host.driver import GpuDriver
+from gpuplex.host.launcher import ProcessRuntime
+from gpuplex.host.mps import MpsControl, NvidiaMps, SimulatedMps
+from gpuplex.host.runtime import HostRuntime
+from gpuplex.host.sim_driver import SimulatedDriver
+from gpuplex.host.state import StateDir
+from gpuplex.settings import HostSettings, inherited_environment
+
+
+@dataclass
+class OpenedDriver:
+    driver: GpuDriver
+    note: str | None  # said to the operator, e.g. why simulated GPUs are in use
+
+
+def open_driver(
+    settings: HostSettings, dirs: StateDir, node: NodeSpec | None, mig_on: set[int] | None = None
+) -> OpenedDriver:
+    if settings.driver in ("auto", "nvml"):
+        try:
+            from gpuplex.host.nvml_driver import NvmlDriver
+
+            return OpenedDriver(NvmlDriver(), None)
+        except GpuDriverError as error:
+            if settings.driver == "nvml":
+                raise
+            note = f"no NVIDIA GPU ({error.message.split(':')[0]}): using simulated GPUs"
+            return OpenedDriver(SimulatedDriver(dirs.sim, node, mig_on), note)
+    return OpenedDriver(SimulatedDriver(dirs.sim, node, mig_on), None)
+
+
+def open_runtime(
+    settings: HostSettings, dirs: StateDir, driver: GpuDriver, *, record_events: bool = True
+) -> HostRuntime:
+    children = Children()
+    base_env = inherited_environment()
+    mps: MpsControl = (
+        SimulatedMps(children, base_env) if driver.name == "sim" else NvidiaMps(base_env)
+    )
+    launcher = ProcessRuntime(children, Cgroups.detect(), dirs.logs)
+    return HostRuntime(
+        dirs, settings, driver, mps, launcher, children, base_env, record_events=record_events
+    )

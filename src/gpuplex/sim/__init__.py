@@ -1,0 +1,1 @@
+"""Stand-ins for the world in tests and demos: a tenant workload process, an MPS daemon."""
