@@ -8,10 +8,11 @@ import os
 import signal
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol
 
 from gpuplex.clock import now_s, sleep_s
 from gpuplex.core.apply.launch import process_argv
-from gpuplex.core.apply.model import WorkloadDesired, WorkloadRecord
+from gpuplex.core.apply.model import ExitStatus, WorkloadDesired, WorkloadRecord
 from gpuplex.host.cgroups import Cgroups
 from gpuplex.host.children import Children
 from gpuplex.host.logs import log_paths
@@ -24,6 +25,20 @@ class Started:
     start_ticks: int | None
     cgroups: list[str]
     limits_applied: str | None
+
+
+class Launcher(Protocol):
+    """Starts and stops replicas: processes (ProcessRuntime) or containers (ContainerRuntime)."""
+
+    name: str
+
+    def start(self, wanted: WorkloadDesired, env: dict[str, str]) -> Started: ...
+
+    def exit_status(self, record: WorkloadRecord) -> ExitStatus | None: ...
+
+    def stop(self, record: WorkloadRecord, grace_s: float) -> None: ...
+
+    def release(self, record: WorkloadRecord) -> None: ...
 
 
 def unit_name(wanted: WorkloadDesired) -> str:
@@ -52,6 +67,11 @@ class ProcessRuntime:
         return Started(
             pid=pid, start_ticks=ticks, cgroups=[str(d) for d in dirs], limits_applied=applied
         )
+
+    def exit_status(self, record: WorkloadRecord) -> ExitStatus | None:
+        if record.pid is None:
+            return ExitStatus(note="never started")
+        return self.children.exit_status(record.pid, record.start_ticks)
 
     def stop(self, record: WorkloadRecord, grace_s: float) -> None:
         """SIGTERM to the replica's process group, SIGKILL after the grace period; then anything

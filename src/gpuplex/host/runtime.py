@@ -18,11 +18,11 @@ from gpuplex.core.apply.model import (
 )
 from gpuplex.core.apply.restart import after_exit, after_health_check
 from gpuplex.core.plan.model import Mode
+from gpuplex.core.spec.runtime import Runtime
 from gpuplex.errors import GpuplexError, HostActionError
-from gpuplex.host.children import Children
 from gpuplex.host.driver import GpuDriver
 from gpuplex.host.health import HealthProber
-from gpuplex.host.launcher import ProcessRuntime, unit_name
+from gpuplex.host.launcher import Launcher, unit_name
 from gpuplex.host.logs import rotate_if_large
 from gpuplex.host.mps import MpsControl
 from gpuplex.host.observe import GpuSnapshot, observation, snapshot
@@ -37,8 +37,7 @@ class HostRuntime:
         settings: HostSettings,
         driver: GpuDriver,
         mps: MpsControl,
-        launcher: ProcessRuntime,
-        children: Children,
+        launchers: dict[Runtime, Launcher],
         base_env: dict[str, str],
         *,
         record_events: bool = True,
@@ -48,8 +47,7 @@ class HostRuntime:
         self.settings = settings
         self.driver = driver
         self.mps = mps
-        self.launcher = launcher
-        self.children = children
+        self.launchers = launchers
         self.base_env = base_env
         self.state: HostState = dirs.read_state()
         self.prober = HealthProber()
@@ -65,7 +63,7 @@ class HostRuntime:
         records = []
         for record in self.state.records:
             if record.phase in LIVE_PHASES and record.pid is not None:
-                ended = self.children.exit_status(record.pid, record.start_ticks)
+                ended = self._launcher(record.desired).exit_status(record)
                 if ended is None:
                     self._event(
                         "adopted", record.label, f"running as pid {record.pid}", pid=record.pid
@@ -109,7 +107,7 @@ class HostRuntime:
         updated = []
         for record in records:
             if record.phase in LIVE_PHASES and record.pid is not None:
-                ended = self.children.exit_status(record.pid, record.start_ticks)
+                ended = self._launcher(record.desired).exit_status(record)
                 if ended is not None:
                     record = after_exit(record, ended, now)
                     kind = "failed" if record.phase is Phase.FAILED else "exited"
@@ -199,7 +197,7 @@ class HostRuntime:
         restarts = previous.restarts + 1 if previous and previous.phase is Phase.BACKOFF else 0
         exits = previous.exits_at_s if previous and previous.phase is Phase.BACKOFF else []
         if previous is not None and previous.phase not in LIVE_PHASES:
-            self.launcher.release(previous)
+            self._launcher(previous.desired).release(previous)
         devices = self._devices(wanted)
         pipe_dir = self._mps_pipe(wanted)
         env = {
@@ -225,7 +223,7 @@ class HostRuntime:
             last_exit=previous.last_exit if previous and previous.phase is Phase.BACKOFF else None,
         )
         try:
-            started = self.launcher.start(wanted, env)
+            started = self._launcher(wanted).start(wanted, env)
         except (OSError, GpuplexError) as error:
             detail = error.message if isinstance(error, GpuplexError) else str(error)
             record = after_exit(record, ExitStatus(note=f"could not start: {detail}"), now)
@@ -252,12 +250,12 @@ class HostRuntime:
         record = self._record(label)
         if record is None:
             return
-        self.launcher.stop(record, float(record.desired.restart.stop_grace_s))
+        self._launcher(record.desired).stop(record, float(record.desired.restart.stop_grace_s))
         self._event("stopped", label, reason, pid=record.pid)
         if counts_as_exit:
             self._put(after_exit(record, ExitStatus(note=reason), now_s()))
         else:
-            self.launcher.release(record)
+            self._launcher(record.desired).release(record)
             self._drop(label)
 
     def _start_mps(self, gpu_index: int, reason: str, gpu: GpuSnapshot) -> None:
@@ -286,6 +284,12 @@ class HostRuntime:
                 self._event("mps_daemon_stopped", f"GPU {gpu_index}", reason, pid=daemon.pid)
         daemons = [d for d in self.state.mps_daemons if d.gpu_index != gpu_index]
         self.state = self.state.model_copy(update={"mps_daemons": daemons})
+
+    def _launcher(self, wanted: WorkloadDesired) -> Launcher:
+        launcher = self.launchers.get(wanted.runtime)
+        if launcher is None:
+            raise HostActionError(f"no {wanted.runtime} runtime on this host for {wanted.label}")
+        return launcher
 
     # --- helpers ------------------------------------------------------------------------------------
     def _devices(self, wanted: WorkloadDesired) -> list[str]:

@@ -6,11 +6,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from gpuplex.core.spec.fleet import NodeSpec
+from gpuplex.core.spec.runtime import Runtime
 from gpuplex.errors import GpuDriverError
 from gpuplex.host.cgroups import Cgroups
 from gpuplex.host.children import Children
+from gpuplex.host.containers import ContainerRuntime
 from gpuplex.host.driver import GpuDriver
-from gpuplex.host.launcher import ProcessRuntime
+from gpuplex.host.launcher import Launcher, ProcessRuntime
 from gpuplex.host.mps import MpsControl, NvidiaMps, SimulatedMps
 from gpuplex.host.runtime import HostRuntime
 from gpuplex.host.sim_driver import SimulatedDriver
@@ -48,7 +50,11 @@ def open_runtime(
     mps: MpsControl = (
         SimulatedMps(children, base_env) if driver.name == "sim" else NvidiaMps(base_env)
     )
-    launcher = ProcessRuntime(children, Cgroups.detect(), dirs.logs)
+    launchers: dict[Runtime, Launcher] = {
+        Runtime.PROCESS: ProcessRuntime(children, Cgroups.detect(), dirs.logs),
+        Runtime.DOCKER: ContainerRuntime("docker"),
+        Runtime.PODMAN: ContainerRuntime("podman"),
+    }
     return HostRuntime(
-        dirs, settings, driver, mps, launcher, children, base_env, record_events=record_events
+        dirs, settings, driver, mps, launchers, base_env, record_events=record_events
     )

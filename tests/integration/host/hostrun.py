@@ -115,6 +115,7 @@ class Host:
 
     root: Path
     supervisors: list[subprocess.Popen[bytes]] = field(default_factory=list)
+    env: dict[str, str] | None = None  # the environment gpuplex runs with (None: this one)
 
     @property
     def state_dir(self) -> Path:
@@ -132,6 +133,7 @@ class Host:
             text=True,
             timeout=120,
             check=False,
+            env=self.env,
         )
         if check and done.returncode != 0:
             raise AssertionError(
@@ -157,7 +159,9 @@ class Host:
             str(interval_s),
         ]
         with (self.root / f"supervisor-{len(self.supervisors)}.log").open("wb") as log:
-            process = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT)  # noqa: S603
+            process = subprocess.Popen(  # noqa: S603
+                argv, stdout=log, stderr=subprocess.STDOUT, env=self.env
+            )
         self.supervisors.append(process)
         return process
 

@@ -77,6 +77,7 @@ def _replica(
             thread_percent=placement.thread_percent,
         ),
         argv=[_fill(arg, fill) for arg in workload.command or []],
+        runtime=spec.host.runtime if containerised else Runtime.PROCESS,
         image=workload.image if containerised else None,
         env={name: _fill(value, fill) for name, value in workload.env.items()},
         port=port,

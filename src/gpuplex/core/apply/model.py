@@ -8,7 +8,7 @@ from enum import StrEnum
 from pydantic import BaseModel, ConfigDict, Field
 
 from gpuplex.core.plan.model import MigSlicePlan, Mode, replica_label
-from gpuplex.core.spec.runtime import HostSpec, LimitsSpec, Network, RestartSpec
+from gpuplex.core.spec.runtime import HostSpec, LimitsSpec, Network, RestartSpec, Runtime
 from gpuplex.core.spec.workloads import HealthCheckSpec
 
 
@@ -41,6 +41,7 @@ class WorkloadDesired(ApplyModel):
     replica: int
     binding: Binding
     argv: list[str]
+    runtime: Runtime = Runtime.PROCESS  # docker or podman when the workload has an image
     image: str | None = None
     env: dict[str, str] = Field(default_factory=dict)
     port: int | None = None
