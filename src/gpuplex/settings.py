@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 #: What a tenant process inherits from gpuplex's own environment; nothing else (no secrets) passes.
@@ -32,3 +32,6 @@ class HostSettings:
     node: str | None = None  # the fleet node this server is; None: the spec's only node
     driver: str = "auto"  # auto | nvml | sim
     interval_s: float = 1.0  # reconcile period
+
+    def with_driver(self, driver: str) -> HostSettings:
+        return replace(self, driver=driver)

@@ -14,9 +14,10 @@ from gpuplex.clock import now_s, sleep_s
 from gpuplex.core.apply.launch import process_argv
 from gpuplex.core.apply.model import ExitStatus, WorkloadDesired, WorkloadRecord
 from gpuplex.host.cgroups import Cgroups
+from gpuplex.errors import HostActionError
 from gpuplex.host.children import Children
 from gpuplex.host.logs import log_paths
-from gpuplex.host.proc import is_same_process, session_of, user_exists
+from gpuplex.host.proc import is_same_process, session_of, user_ids
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,8 +59,16 @@ class ProcessRuntime:
         if self.cgroups is not None:
             dirs = self.cgroups.create(wanted.tenant, unit_name(wanted), wanted.limits)
         procs = [str(p) for p in self.cgroups.procs_files(dirs)] if self.cgroups else []
-        user_ok = wanted.unix_user is not None and user_exists(wanted.unix_user)
-        argv = process_argv(wanted, procs, user_exists=user_ok)
+        run_as = None
+        if wanted.unix_user is not None:
+            run_as = user_ids(wanted.unix_user)
+            if run_as is None:
+                # Never fall back to gpuplex's own user: that would run the tenant as root.
+                raise HostActionError(
+                    f"unix_user {wanted.unix_user!r} of tenant {wanted.tenant} does not exist on "
+                    f"this host: create it (useradd --system {wanted.unix_user}) or remove unix_user"
+                )
+        argv = process_argv(wanted, procs, run_as)
         stdout_path, stderr_path = log_paths(self.logs_dir, wanted.tenant, unit_name(wanted))
         with stdout_path.open("ab") as stdout, stderr_path.open("ab") as stderr:
             pid, ticks = self.children.spawn(argv, env=env, stdout=stdout, stderr=stderr)

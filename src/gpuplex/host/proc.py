@@ -35,11 +35,12 @@ def session_of(pid: int) -> int | None:
         return None
 
 
-def user_exists(name: str) -> bool:
+def user_ids(name: str) -> tuple[int, int] | None:
+    """(uid, primary gid) of a Unix user, or None if there is no such user."""
     import pwd
 
     try:
-        pwd.getpwnam(name)
+        entry = pwd.getpwnam(name)
     except KeyError:
-        return False
-    return True
+        return None
+    return entry.pw_uid, entry.pw_gid

@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 import os
 import signal
+import socket
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
@@ -13,11 +14,12 @@ from types import FrameType
 from gpuplex.clock import now_s, sleep_s, utc_now
 from gpuplex.core.apply import actions as act
 from gpuplex.core.apply.desired import desired_host, port_clashes
+from gpuplex.core.apply.discover import discovered_node, with_discovered_fleet
 from gpuplex.core.apply.model import LIVE_PHASES, DesiredHost
 from gpuplex.core.plan import Plan, make_plan
 from gpuplex.core.spec import GpuplexSpec
 from gpuplex.core.spec.fleet import NodeSpec
-from gpuplex.errors import HostActionError, HostBusyError, NotFoundError
+from gpuplex.errors import HostActionError, HostBusyError, NotFoundError, SpecError, SpecProblem
 from gpuplex.host.state import DesiredFile, Event, StateDir
 from gpuplex.host.wiring import open_driver, open_runtime
 from gpuplex.settings import HostSettings
@@ -49,9 +51,36 @@ class Applied:
     note: str | None = None
 
 
+def discover_fleet(spec: GpuplexSpec, spec_path: Path, settings: HostSettings) -> GpuplexSpec:
+    """Fill an empty `fleet` with `discover: true` from this host's GPUs (NVML)."""
+    if not spec.fleet.discover or spec.fleet.nodes:
+        return spec
+    if settings.driver == "sim":
+        raise SpecError(
+            str(spec_path),
+            [
+                SpecProblem(
+                    ("fleet", "discover"), "simulated GPUs cannot be discovered: list fleet.nodes"
+                )
+            ],
+        )
+    dirs = StateDir(settings.state_dir)
+    opened = open_driver(settings.with_driver("nvml"), dirs, None)
+    try:
+        gpus = opened.driver.gpus()
+    finally:
+        opened.driver.close()
+    node = discovered_node(settings.node or socket.gethostname().split(".")[0].lower(), gpus)
+    result = with_discovered_fleet(spec, node) if isinstance(node, NodeSpec) else node
+    if isinstance(result, list):
+        raise SpecError(str(spec_path), result)
+    return result
+
+
 def prepare(
     spec: GpuplexSpec, spec_text: bytes, spec_path: Path, settings: HostSettings
 ) -> tuple[DesiredFile, NodeSpec]:
+    spec = discover_fleet(spec, spec_path, settings)
     dirs = StateDir(settings.state_dir)
     previous = dirs.read_desired() if (settings.state_dir / "desired.json").exists() else None
     plan = make_plan(spec, current=previous.plan if previous else None)

@@ -34,8 +34,11 @@ class _GpuMemory:
         if self.report is None or not self.device:
             return
         tmp = self.report.with_suffix(".tmp")
-        tmp.write_text(f"{self.device} {mib}\n")
-        os.replace(tmp, self.report)
+        try:
+            tmp.write_text(f"{self.device} {mib}\n")
+            os.replace(tmp, self.report)
+        except PermissionError:
+            sys.stderr.write(f"cannot report simulated GPU memory in {self.report.parent}\n")
 
 
 def _handler(memory: _GpuMemory) -> type[BaseHTTPRequestHandler]:

@@ -194,3 +194,32 @@ def test_a_job_without_a_port_runs_and_is_supervised(host: Host) -> None:
     )
     assert environ["CUDA_VISIBLE_DEVICES"].startswith("GPU-")
     assert environ["GPUPLEX_TENANT"] == "fox"
+
+
+def test_a_tenant_with_a_unix_user_runs_as_that_user_never_as_root(host: Host) -> None:
+    def job(tenant: str, user: str) -> dict[str, object]:
+        return {
+            "name": tenant,
+            "isolation": "dedicated",
+            "unix_user": user,
+            "workloads": [
+                {"name": "job", "kind": "batch", "gpu": {"count": 1}, "command": WORKLOAD}
+            ],
+        }
+
+    gpus = [{"model": "H100-80GB", "count": 2}]
+    host.apply(host.write_spec(spec([job("gus", "nobody"), job("hal", "no-such-user")], gpus)))
+    pid = host.pid_of("gus/job#0")
+    assert pid is not None
+    wait_for("gus runs", lambda: alive(pid))
+    uids = next(
+        line.split()[1:]
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines()
+        if line.startswith("Uid:")
+    )
+    assert set(uids) == {"65534"}  # real, effective, saved and filesystem uid: nobody
+    hal = host.record("hal/job#0")
+    assert hal is not None
+    assert hal["pid"] is None
+    assert "'no-such-user'" in hal["last_exit"]
+    assert "does not exist" in hal["last_exit"]

@@ -42,16 +42,17 @@ def gpu_environment(
 
 
 def process_argv(
-    wanted: WorkloadDesired, cgroup_procs: list[str], *, user_exists: bool
+    wanted: WorkloadDesired, cgroup_procs: list[str], run_as: tuple[int, int] | None = None
 ) -> list[str]:
     """The argv for the process runtime: join cgroups, enter a private network namespace
-    (network: none), drop to the tenant's Unix user, then exec the workload's command."""
+    (network: none), drop to the tenant's Unix user (`run_as`), then exec the workload's command."""
     argv = ["/bin/sh", "-c", _JOIN_CGROUPS, "gpuplex-launch", *cgroup_procs, "--"]
     if wanted.network is Network.NONE:
         # A new network namespace holds only a loopback device, down until set up.
         argv += ["unshare", "--net", "--", "/bin/sh", "-c", 'ip link set lo up; exec "$@"', "net"]
-    if wanted.unix_user is not None and user_exists:
-        argv += ["setpriv", f"--reuid={wanted.unix_user}", f"--regid={wanted.unix_user}"]
+    if run_as is not None:  # the tenant's unix_user, as (uid, primary gid)
+        uid, gid = run_as
+        argv += ["setpriv", f"--reuid={uid}", f"--regid={gid}"]
         argv += ["--init-groups", "--no-new-privs", "--"]
     return argv + wanted.argv
 
