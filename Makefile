@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test lint typecheck unit bench clean
+.PHONY: demo host-demo test lint typecheck unit bench clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -14,6 +14,13 @@ $(STAMP): pyproject.toml
 
 demo: $(STAMP)
 	$(BIN)/gpuplex plan examples/saas-single-server.yaml
+
+# The host runtime on simulated GPUs: apply, show, tear down (state in .demo-state/).
+host-demo: $(STAMP)
+	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/gpuplex host apply examples/host-demo.yaml --driver sim --state-dir .demo-state
+	sleep 2
+	$(BIN)/gpuplex host status --state-dir .demo-state
+	$(BIN)/gpuplex host down --state-dir .demo-state
 
 lint: $(STAMP)
 	$(BIN)/ruff check src tests bench
@@ -32,4 +39,4 @@ bench: $(STAMP)
 	$(BIN)/python bench/planner.py
 
 clean:
-	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .hypothesis
+	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .hypothesis .demo-state

@@ -223,3 +223,42 @@ def test_a_tenant_with_a_unix_user_runs_as_that_user_never_as_root(host: Host) -
     assert hal["pid"] is None
     assert "'no-such-user'" in hal["last_exit"]
     assert "does not exist" in hal["last_exit"]
+
+
+def test_stop_is_sigterm_then_sigkill_after_the_grace_period(host: Host) -> None:
+    stubborn = {
+        "name": "ivy",
+        "isolation": "dedicated",
+        "workloads": [
+            {
+                "name": "job",
+                "kind": "batch",
+                "gpu": {"count": 1},
+                # ignores SIGTERM, and its child too: only SIGKILL ends them
+                "command": ["/bin/sh", "-c", "trap '' TERM; sleep 300 & wait"],
+                "restart": {"stop_grace_s": 1},
+            }
+        ],
+    }
+    host.apply(host.write_spec(spec([stubborn], [{"model": "H100-80GB", "count": 1}])))
+    pid = host.pid_of("ivy/job#0")
+    assert pid is not None
+    wait_for("the job and its child", lambda: len(_session_members(pid)) >= 2)
+    members = _session_members(pid)
+    started = time.monotonic()
+    host.gpuplex("host", "down")
+    took_s = time.monotonic() - started
+    assert not any(alive(member) for member in members)  # the whole group, child included
+    assert took_s >= 1.0  # it waited the grace period before SIGKILL
+
+
+def _session_members(session: int) -> list[int]:
+    members = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if os.getsid(int(entry.name)) == session and alive(int(entry.name)):
+                    members.append(int(entry.name))
+            except ProcessLookupError:
+                continue
+    return members
