@@ -30,6 +30,16 @@ class Expected:
 
 
 EXPECTED: dict[str, Expected] = {
+    # host runtime settings
+    "runtime-health-without-port.yaml": Expected(
+        13, "tenants[0].workloads[0].health.port", "needs a port"
+    ),
+    "runtime-network-none-served.yaml": Expected(
+        13, "tenants[0].workloads[0].network", "network none"
+    ),
+    "runtime-backoff-order.yaml": Expected(
+        12, "tenants[0].workloads[0].restart", "backoff_max_s must be >= backoff_initial_s"
+    ),
     # wrong types
     "wrong-type-string-for-int.yaml": Expected(7, "fleet.nodes[0].gpus[0].count", "valid integer"),
     "wrong-type-list-for-mapping.yaml": Expected(10, "tenants[0].quota", "valid dictionary"),

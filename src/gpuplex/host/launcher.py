@@ -13,8 +13,8 @@ from typing import Protocol
 from gpuplex.clock import now_s, sleep_s
 from gpuplex.core.apply.launch import process_argv
 from gpuplex.core.apply.model import ExitStatus, WorkloadDesired, WorkloadRecord
-from gpuplex.host.cgroups import Cgroups
 from gpuplex.errors import HostActionError
+from gpuplex.host.cgroups import Cgroups
 from gpuplex.host.children import Children
 from gpuplex.host.logs import log_paths
 from gpuplex.host.proc import is_same_process, session_of, user_ids

@@ -7,7 +7,8 @@ import hashlib
 import os
 import signal
 import socket
-from dataclasses import dataclass, field
+import tempfile
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from types import FrameType
 
@@ -103,9 +104,9 @@ def prepare(
 
 def store(spec: GpuplexSpec, spec_text: bytes, spec_path: Path, settings: HostSettings) -> None:
     """Record the spec as this host's desired state for the supervisor to apply on its next pass."""
+    desired, _ = prepare(spec, spec_text, spec_path, settings)
     dirs = StateDir(settings.state_dir)
     dirs.create()
-    desired, _ = prepare(spec, spec_text, spec_path, settings)
     dirs.write_desired(desired)
 
 
@@ -113,9 +114,14 @@ def apply(
     spec: GpuplexSpec, spec_text: bytes, spec_path: Path, settings: HostSettings, *, dry_run: bool
 ) -> Applied:
     """Plan against what this host runs now, and make it so (or, with dry_run, say what it would do)."""
+    if dry_run and not settings.state_dir.exists():
+        # Nothing applied here yet: work out the answer in a scratch directory, create nothing.
+        with tempfile.TemporaryDirectory(prefix="gpuplex-dry-run-") as scratch:
+            scratch_settings = replace(settings, state_dir=Path(scratch))
+            return apply(spec, spec_text, spec_path, scratch_settings, dry_run=True)
+    desired, node = prepare(spec, spec_text, spec_path, settings)
     dirs = StateDir(settings.state_dir)
     dirs.create()
-    desired, node = prepare(spec, spec_text, spec_path, settings)
     mig_on = {g.index for g in desired.host.gpus if g.mig_slices}
     opened = open_driver(settings, dirs, node, mig_on)
     runtime = open_runtime(settings, dirs, opened.driver, record_events=not dry_run)

@@ -106,9 +106,10 @@ class SimulatedDriver:
                 continue
             try:
                 device, mib = report.read_text().split()
+                used = int(mib)
             except ValueError:
-                continue  # being written
-            found.append(GpuProcessStatus(device_uuid=device, pid=pid, used_memory_mib=int(mib)))
+                continue  # being written, or not a report
+            found.append(GpuProcessStatus(device_uuid=device, pid=pid, used_memory_mib=used))
         return found
 
     def possible_placements(self, gpu_index: int) -> dict[int, list[tuple[int, int]]]:

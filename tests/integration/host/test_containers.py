@@ -41,7 +41,8 @@ def test_a_container_replica_runs_with_its_limits_and_restarts(host: Host) -> No
     host.start_supervisor(host.write_spec(document))
     wait_for("the container runs", lambda: host.phase("kit/api#0") == "running")
     pid = host.pid_of("kit/api#0")
-    assert pid is not None and alive(pid)
+    assert pid is not None
+    assert alive(pid)
 
     calls = [json.loads(line) for line in (calls_dir / "calls.jsonl").read_text().splitlines()]
     assert ["network", "create", "--label", "gpuplex=1", "gpuplex-kit"] in calls
@@ -68,5 +69,6 @@ def test_a_container_replica_runs_with_its_limits_and_restarts(host: Host) -> No
     os.kill(pid, signal.SIGKILL)  # the container's main process dies
     wait_for("a new container", lambda: host.pid_of("kit/api#0") not in (None, pid))
     record = host.record("kit/api#0")
-    assert record is not None and record["restarts"] == 1
+    assert record is not None
+    assert record["restarts"] == 1
     assert "exit code 137" in record["last_exit"]

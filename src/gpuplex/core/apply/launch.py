@@ -31,8 +31,11 @@ def gpu_environment(
     daemon's one visible GPU)."""
     binding = wanted.binding
     if binding.mode is Mode.MPS:
+        if not mps_pipe_dir:
+            # An empty value would send the client to the default daemon, not its GPU's.
+            raise ValueError(f"{wanted.label} is an MPS client but its GPU has no MPS daemon")
         env = {
-            "CUDA_MPS_PIPE_DIRECTORY": mps_pipe_dir or "",
+            "CUDA_MPS_PIPE_DIRECTORY": mps_pipe_dir,
             "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT": f"0={binding.memory_mib}M",
         }
         if binding.thread_percent is not None:

@@ -186,6 +186,12 @@ def _check_runtime(workload: WorkloadSpec, path: FieldPath) -> Iterator[SpecProb
             "network none leaves only loopback inside the workload: the gateway and health checks "
             "could not reach it; use network host for served workloads",
         )
+    health = workload.health
+    if health is not None and health.port is None and workload.serve is None:
+        yield SpecProblem(
+            (*path, "health", "port"),
+            "a health check needs a port: give health.port, or serve (its port is checked)",
+        )
     if workload.command is not None and not workload.command:
         yield SpecProblem(
             (*path, "command"), "command is empty: give the program and its arguments"

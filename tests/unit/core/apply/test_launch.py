@@ -1,0 +1,195 @@
+"""Launch commands: GPU environment, the process runtime's wrapper (run for real through /bin/sh)
+and the container engine's run command."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gpuplex.core.apply.launch import (
+    CGROUP_JOIN_FAILED,
+    container_argv,
+    gpu_environment,
+    process_argv,
+)
+from gpuplex.core.apply.model import Binding, WorkloadDesired
+from gpuplex.core.plan.model import Mode
+from gpuplex.core.spec.runtime import LimitsSpec, Network
+from tests.unit.core.apply.factories import binding, mig_slice, wanted
+
+PIPE = "/run/gpuplex/mps/GPU-5/pipe"
+
+
+@pytest.mark.parametrize(
+    ("where", "devices"),
+    [
+        (binding(Mode.DEDICATED, 0), ["GPU-aaa"]),
+        (binding(Mode.DEDICATED, 0, 1), ["GPU-aaa", "GPU-bbb"]),
+        (binding(Mode.TIMESLICE, 2), ["GPU-ccc"]),
+        (binding(Mode.MIG, 3, mig=mig_slice("3g.40gb", 4)), ["MIG-ddd"]),
+    ],
+)
+def test_visible_devices_are_exactly_the_given_uuids(where: Binding, devices: list[str]) -> None:
+    env = gpu_environment(wanted("w", where), devices, mps_pipe_dir=None)
+    assert env == {"CUDA_VISIBLE_DEVICES": ",".join(devices)}
+
+
+@pytest.mark.parametrize(("thread_percent", "memory_mib"), [(20, 12288), (100, 1), (7, 40960)])
+def test_mps_clients_get_pipe_threads_and_pinned_memory(
+    thread_percent: int, memory_mib: int
+) -> None:
+    share = binding(Mode.MPS, 5, memory_mib=memory_mib, thread_percent=thread_percent)
+    env = gpu_environment(wanted("w", share), ["GPU-eee"], mps_pipe_dir=PIPE)
+    assert "CUDA_VISIBLE_DEVICES" not in env
+    assert env == {
+        "CUDA_MPS_PIPE_DIRECTORY": PIPE,
+        "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE": str(thread_percent),
+        "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT": f"0={memory_mib}M",
+    }
+
+
+# --- process runtime --------------------------------------------------------------------------------
+
+
+def test_process_argv_joins_cgroups_then_execs_the_command_unchanged() -> None:
+    job = wanted("train", binding(Mode.DEDICATED, 0), argv=["python", "-c", "print('a b')"])
+    procs = ["/sys/fs/cgroup/gpuplex/acme/cgroup.procs", "/sys/fs/cgroup/cpu/x/cgroup.procs"]
+    argv = process_argv(job, procs)
+    assert argv[:3] == ["/bin/sh", "-c", argv[2]]
+    marker = argv.index("--")
+    assert argv[4:marker] == procs
+    assert argv[marker + 1 :] == ["python", "-c", "print('a b')"]
+
+
+@pytest.mark.parametrize(
+    ("network", "run_as", "wrappers"),
+    [
+        (Network.HOST, None, []),
+        (Network.HOST, (1001, 1002), ["setpriv"]),
+        (Network.NONE, None, ["unshare"]),
+        (Network.NONE, (1001, 1002), ["unshare", "setpriv"]),
+    ],
+)
+def test_network_namespace_then_user_then_command(
+    network: Network, run_as: tuple[int, int] | None, wrappers: list[str]
+) -> None:
+    job = wanted("batch", binding(Mode.DEDICATED, 0), network=network, unix_user="acme")
+    argv = process_argv(job, ["/cg/cgroup.procs"], run_as)
+    after_join = argv[argv.index("--") + 1 :]
+    assert [a for a in after_join if a in ("unshare", "setpriv")] == wrappers
+    assert after_join[-2:] == ["serve", "batch"]
+    if "unshare" in wrappers:
+        assert after_join[:3] == ["unshare", "--net", "--"]
+    if "setpriv" in wrappers:
+        at = after_join.index("setpriv")
+        assert after_join[at + 1 : at + 3] == ["--reuid=1001", "--regid=1002"]
+        assert "--no-new-privs" in after_join[at:-2]
+        assert after_join[-3] == "--"
+
+
+def test_the_wrapper_writes_its_pid_into_each_cgroup_then_runs_the_command(
+    tmp_path: Path,
+) -> None:
+    procs = [tmp_path / "a.procs", tmp_path / "b.procs"]
+    job = wanted("hello", binding(Mode.DEDICATED, 0), argv=["echo", "hello", "$HOME", "--"])
+    argv = process_argv(job, [str(p) for p in procs])
+    child = subprocess.Popen(argv, stdout=subprocess.PIPE, text=True)  # noqa: S603 - /bin/sh, our files
+    out, _ = child.communicate(timeout=10)
+    assert child.returncode == 0
+    assert out == "hello $HOME --\n"  # argv reaches the program unchanged, never re-parsed
+    for path in procs:
+        assert path.read_text() == f"{child.pid}\n"  # exec keeps the pid: the program is inside
+
+
+def test_the_wrapper_does_not_run_the_command_when_it_cannot_join(tmp_path: Path) -> None:
+    ran = tmp_path / "ran"
+    job = wanted("w", binding(Mode.DEDICATED, 0), argv=["touch", str(ran)])
+    argv = process_argv(job, [str(tmp_path / "missing" / "cgroup.procs")])
+    done = subprocess.run(argv, capture_output=True, check=False, timeout=10)  # noqa: S603
+    assert done.returncode == CGROUP_JOIN_FAILED
+    assert not ran.exists()
+
+
+@pytest.mark.skipif(
+    os.geteuid() != 0 or shutil.which("setpriv") is None, reason="dropping to a user needs root"
+)
+def test_the_wrapper_drops_to_the_tenants_user(tmp_path: Path) -> None:
+    procs = tmp_path / "cgroup.procs"
+    job = wanted("who", binding(Mode.DEDICATED, 0), argv=["id", "-u"], unix_user="nobody")
+    argv = process_argv(job, [str(procs)], (65534, 65534))
+    child = subprocess.Popen(argv, stdout=subprocess.PIPE, text=True)  # noqa: S603
+    out, _ = child.communicate(timeout=10)
+    assert (child.returncode, out) == (0, "65534\n")
+    assert procs.read_text() == f"{child.pid}\n"
+
+
+# --- container runtime ------------------------------------------------------------------------------
+
+
+def option(argv: list[str], flag: str) -> list[str]:
+    return [argv[i + 1] for i, a in enumerate(argv[:-1]) if a == flag]
+
+
+def served(where: Binding | None = None, **fields: Any) -> WorkloadDesired:
+    return wanted(
+        "chat",
+        where or binding(Mode.DEDICATED, 1),
+        tenant="globex",
+        replica=2,
+        image="vllm/vllm-openai:v0.6",
+        argv=["--model", "/models/x", "--port", "8002"],
+        port=8002,
+        limits=LimitsSpec(cpu_cores=2.5, memory_gib=16, pids=512),
+        **fields,
+    )
+
+
+def test_container_argv_isolates_and_limits() -> None:
+    argv = container_argv("docker", served(), ["GPU-abc"], {"A": "1"})
+    assert argv[:2] == ["docker", "run"]
+    assert option(argv, "--name") == ["gpuplex-globex-chat-2"]
+    assert option(argv, "--gpus") == ["device=GPU-abc"]
+    assert option(argv, "--cpus") == ["2.5"]
+    assert option(argv, "--memory") == ["16384m"]
+    assert option(argv, "--pids-limit") == ["512"]
+    assert "--read-only" in argv
+    assert option(argv, "--cap-drop") == ["ALL"]
+    assert option(argv, "--security-opt") == ["no-new-privileges"]
+    assert option(argv, "--network") == ["gpuplex-globex"]
+    assert option(argv, "--publish") == ["127.0.0.1:8002:8002"]
+    assert option(argv, "--env") == ["A=1"]
+    assert argv[-5:] == ["vllm/vllm-openai:v0.6", "--model", "/models/x", "--port", "8002"]
+
+
+def test_container_without_network_publishes_nothing() -> None:
+    argv = container_argv("podman", served(network=Network.NONE, unix_user="globex"), [], {})
+    assert argv[0] == "podman"
+    assert option(argv, "--network") == ["none"]
+    assert option(argv, "--publish") == []
+    assert option(argv, "--gpus") == []
+    assert option(argv, "--user") == ["globex"]
+
+
+def test_container_with_two_gpus_quotes_the_device_list() -> None:
+    argv = container_argv("docker", served(), ["GPU-a", "GPU-b"], {})
+    assert option(argv, "--gpus") == ['"device=GPU-a,GPU-b"']
+
+
+def test_mps_container_shares_ipc_and_the_pipe_directory() -> None:
+    share = binding(Mode.MPS, 5, thread_percent=20)
+    job = served(where=share)
+    env = gpu_environment(job, ["GPU-5"], PIPE)
+    argv = container_argv("docker", job, ["GPU-5"], env)
+    assert option(argv, "--ipc") == ["host"]
+    assert option(argv, "--volume") == [f"{PIPE}:{PIPE}"]
+    assert f"CUDA_MPS_PIPE_DIRECTORY={PIPE}" in option(argv, "--env")
+
+
+def test_container_without_image_is_refused() -> None:
+    with pytest.raises(ValueError, match="no image"):
+        container_argv("docker", wanted("w", binding(Mode.DEDICATED, 0)), ["GPU-a"], {})
