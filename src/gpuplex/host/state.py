@@ -44,8 +44,6 @@ class HostState(_StateModel):
     records: list[WorkloadRecord] = Field(default_factory=list)
     mps_daemons: list[MpsDaemonRecord] = Field(default_factory=list)
     owned_mig: dict[int, list[str]] = Field(default_factory=dict)
-    applied_sha256: str | None = None  # the desired.json the records were reconciled against
-    supervisor_pid: int | None = None
 
 
 class Event(_StateModel):
@@ -74,10 +72,6 @@ class StateDir:
 
     def write_desired(self, desired: DesiredFile) -> None:
         _write_atomic(self.root / "desired.json", desired.model_dump_json(indent=1))
-
-    def desired_sha(self) -> str | None:
-        desired = self.read_desired()
-        return desired.spec_sha256 + desired.applied_at.isoformat() if desired else None
 
     # --- state.json -----------------------------------------------------------------------------
     def read_state(self) -> HostState:

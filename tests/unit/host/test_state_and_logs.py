@@ -17,7 +17,7 @@ def test_state_round_trips_and_a_damaged_file_says_what_to_do(tmp_path: Path) ->
     dirs = StateDir(tmp_path / "state")
     dirs.create()
     assert dirs.read_state() == HostState()
-    dirs.write_state(HostState(owned_mig={0: ["3g.40gb@4"]}, supervisor_pid=7))
+    dirs.write_state(HostState(owned_mig={0: ["3g.40gb@4"]}))
     assert dirs.read_state().owned_mig == {0: ["3g.40gb@4"]}
     assert [p.name for p in dirs.root.iterdir() if p.name.endswith(".tmp")] == []
     (dirs.root / "state.json").write_text('{"format_version": 1, "records": 3}')
