@@ -3,7 +3,12 @@
     GpuplexError
     ├── SpecError            the spec file is unreadable or invalid (a list of problems)
     ├── PlanFileError        a plan JSON given with --current is unreadable or invalid
-    └── NotFoundError        a named thing (workload, tenant) does not exist
+    ├── NotFoundError        a named thing (workload, tenant, node) does not exist
+    ├── HostStateError       a file in the host runtime's state directory is unreadable
+    ├── HostBusyError        another gpuplex process holds this host's supervisor lock
+    ├── HostActionError      starting, stopping or reshaping something on the host failed
+    ├── GpuDriverError       the GPU driver (NVML) is missing, or a call to it failed
+    └── CgroupUnavailable    the host cannot give a replica its own cgroup with its limits
 
 Errors say what to do next. "Does not fit" is never an error: the planner returns it as a value.
 """
