@@ -56,8 +56,7 @@ def mig_profile_name(model_name: str, profile_id: int, nvml_profile_name: str) -
     """The catalog name of a GPU-instance profile ("3g.40gb") by its NVML profile id, else the name
     NVML gives it (with a leading "MIG " removed, as NVML writes "MIG 3g.40gb")."""
     model = gpu_model(model_name)
-    if model is not None and model.mig is not None:
-        for profile in model.mig.profiles:
-            if profile.profile_id == profile_id:
-                return profile.name
+    profile = model.mig.profile_by_id(profile_id) if model and model.mig else None
+    if profile is not None:
+        return profile.name
     return nvml_profile_name.removeprefix("MIG ").strip()

@@ -4,6 +4,7 @@ session it belongs to. Linux only, like the rest of the host runtime."""
 from __future__ import annotations
 
 import os
+import pwd
 from pathlib import Path
 
 PROC = Path("/proc")
@@ -37,8 +38,6 @@ def session_of(pid: int) -> int | None:
 
 def user_ids(name: str) -> tuple[int, int] | None:
     """(uid, primary gid) of a Unix user, or None if there is no such user."""
-    import pwd
-
     try:
         entry = pwd.getpwnam(name)
     except KeyError:

@@ -122,7 +122,7 @@ def apply(
     desired, node = prepare(spec, spec_text, spec_path, settings)
     dirs = StateDir(settings.state_dir)
     dirs.create()
-    mig_on = {g.index for g in desired.host.gpus if g.mig_slices}
+    mig_on = desired.host.mig_gpus()
     opened = open_driver(settings, dirs, node, mig_on)
     runtime = open_runtime(settings, dirs, opened.driver, record_events=not dry_run)
     try:
@@ -173,7 +173,7 @@ def run(settings: HostSettings, *, max_ticks: int | None = None) -> None:
         desired = dirs.read_desired()
         if desired is None:
             raise HostActionError(f"nothing to run in {settings.state_dir}: give a spec file")
-        mig_on = {g.index for g in desired.host.gpus if g.mig_slices}
+        mig_on = desired.host.mig_gpus()
         opened = open_driver(settings, dirs, desired.node, mig_on)
         runtime = open_runtime(settings, dirs, opened.driver)
         try:

@@ -265,7 +265,7 @@ def _gpu(state: _SimState, index: int) -> _SimGpu:
 
 
 def _profile_by_id(geometry: MigGeometry, profile_id: int, gpu_index: int) -> MigProfile:
-    for profile in geometry.profiles:
-        if profile.profile_id == profile_id:
-            return profile
-    raise GpuDriverError(f"GPU {gpu_index}: no MIG profile with id {profile_id}")
+    profile = geometry.profile_by_id(profile_id)
+    if profile is None:
+        raise GpuDriverError(f"GPU {gpu_index}: no MIG profile with id {profile_id}")
+    return profile

@@ -72,6 +72,10 @@ class DesiredHost(ApplyModel):
     #: placed replicas this host will not run, and why
     notes: list[str] = Field(default_factory=list)
 
+    def mig_gpus(self) -> set[int]:
+        """The GPUs the plan puts MIG slices on."""
+        return {gpu.index for gpu in self.gpus if gpu.mig_slices}
+
 
 class MigInstanceStatus(ApplyModel):
     gi_id: int

@@ -50,6 +50,13 @@ class MigGeometry:
                 return profile
         return None
 
+    def profile_by_id(self, profile_id: int) -> MigProfile | None:
+        """By the id NVML and `nvidia-smi mig -lgip` use (19, 15, 9...)."""
+        for profile in self.profiles:
+            if profile.profile_id == profile_id:
+                return profile
+        return None
+
 
 @dataclass(frozen=True, slots=True)
 class GpuModel:
