@@ -12,7 +12,7 @@ SRC = Path(__file__).resolve().parents[2] / "src" / "gpuplex"
 
 BANNED_IN_CORE = {
     "time", "uuid", "random", "os", "socket", "subprocess", "asyncio", "logging", "threading",
-    "pathlib", "shutil", "tempfile", "datetime", "secrets", "urllib", "http", "io",
+    "pathlib", "shutil", "tempfile", "secrets", "urllib", "http", "io",
     "sqlalchemy", "fastapi", "starlette", "httpx", "kubernetes", "pynvml", "prometheus_client",
     "redis", "anyio", "yaml", "typer", "rich",
 }  # fmt: skip
@@ -30,13 +30,28 @@ def imported_roots(source: str) -> set[str]:
     return roots
 
 
+#: `datetime` values are fine in core (usage records carry them); reading the clock is not.
+CLOCK_CALLS = {"now", "utcnow", "today", "fromtimestamp", "utcfromtimestamp"}
+
+
+def clock_calls(source: str) -> set[str]:
+    return {
+        node.func.attr
+        for node in ast.walk(ast.parse(source))
+        if isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Attribute)
+        and node.func.attr in CLOCK_CALLS
+    }
+
+
 def core_violations(source: str) -> set[str]:
-    return imported_roots(source) & BANNED_IN_CORE
+    return (imported_roots(source) & BANNED_IN_CORE) | clock_calls(source)
 
 
 def test_the_checker_catches_banned_imports() -> None:
     source = "import os\nfrom time import monotonic\nimport json\nfrom gpuplex.core import spec\n"
     assert core_violations(source) == {"os", "time"}
+    assert core_violations("from datetime import datetime\nx = datetime.now()\n") == {"now"}
 
 
 @pytest.mark.parametrize(

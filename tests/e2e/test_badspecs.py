@@ -40,6 +40,14 @@ EXPECTED: dict[str, Expected] = {
     "runtime-backoff-order.yaml": Expected(
         12, "tenants[0].workloads[0].restart", "backoff_max_s must be >= backoff_initial_s"
     ),
+    # gateway settings
+    "gateway-workers-memory-limiter.yaml": Expected(13, "gateway.workers", "limiter: redis"),
+    "gateway-duplicate-model-name.yaml": Expected(
+        14, "tenants[0].workloads[1].serve.model", "already served by 'assistant'"
+    ),
+    "gateway-unknown-backend.yaml": Expected(
+        14, "gateway.backends.chat/asistant", 'did you mean "chat/assistant"'
+    ),
     # wrong types
     "wrong-type-string-for-int.yaml": Expected(7, "fleet.nodes[0].gpus[0].count", "valid integer"),
     "wrong-type-list-for-mapping.yaml": Expected(10, "tenants[0].quota", "valid dictionary"),

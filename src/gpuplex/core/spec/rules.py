@@ -3,12 +3,14 @@ on this fleet and within quota. Each rule returns problems; `check_spec` returns
 
 from __future__ import annotations
 
+import ipaddress
 from collections import Counter
 from collections.abc import Iterator
 
 from gpuplex.core.catalog import GPU_MODELS, gpu_model, gpu_model_names
 from gpuplex.core.spec.document import GpuplexSpec
 from gpuplex.core.spec.fleet import MigModeSpec
+from gpuplex.core.spec.gateway import LimiterBackend
 from gpuplex.core.spec.parse import did_you_mean
 from gpuplex.core.spec.pools import fleet_pools
 from gpuplex.core.spec.requests import CandidateFinder, check_request
@@ -32,6 +34,7 @@ def check_spec(spec: GpuplexSpec) -> list[SpecProblem]:
             problems += _check_runtime(workload, path)
         problems += _check_quota(tenant, ("tenants", t))
     problems += _check_pricing(spec)
+    problems += _check_gateway(spec)
     return problems
 
 
@@ -249,3 +252,55 @@ def _check_pricing(spec: GpuplexSpec) -> Iterator[SpecProblem]:
                 ("pricing", "gpu_hour", name),
                 f"unknown GPU model {name!r}{did_you_mean(name, gpu_model_names())}",
             )
+
+
+def _check_gateway(spec: GpuplexSpec) -> Iterator[SpecProblem]:
+    gateway = spec.gateway
+    if gateway.workers > 1 and gateway.limiter is LimiterBackend.MEMORY:
+        yield SpecProblem(
+            ("gateway", "workers"),
+            f"{gateway.workers} workers with limiter: memory would give each worker its own "
+            "limits (each tenant would get workers x its limit): set limiter: redis, or workers: 1",
+        )
+    servers = {
+        f"{t.name}/{w.name}"
+        for t in spec.tenants
+        for w in t.workloads
+        if w.serve is not None and not w.serve.lora_of
+    }
+    for name, urls in gateway.backends.items():
+        if name not in servers:
+            yield SpecProblem(
+                ("gateway", "backends", name),
+                f"no served workload {name!r} (tenant/workload){did_you_mean(name, servers)}",
+            )
+        for url in urls:
+            if not url.startswith(("http://", "https://")):
+                yield SpecProblem(
+                    ("gateway", "backends", name), f"{url!r} is not an http:// or https:// URL"
+                )
+    for n, network in enumerate(gateway.metrics_from):
+        if not _is_network(network):
+            yield SpecProblem(
+                ("gateway", "metrics_from", n), f"{network!r} is not a network like 10.0.0.0/8"
+            )
+    for t, tenant in enumerate(spec.tenants):
+        seen: dict[str, str] = {}
+        for w, workload in enumerate(tenant.workloads):
+            if workload.serve is None:
+                continue
+            first = seen.setdefault(workload.serve.model, workload.name)
+            if first != workload.name:
+                yield SpecProblem(
+                    ("tenants", t, "workloads", w, "serve", "model"),
+                    f"model name {workload.serve.model!r} is already served by {first!r}: the "
+                    "gateway routes by model name, so each must be unique within a tenant",
+                )
+
+
+def _is_network(text: str) -> bool:
+    try:
+        ipaddress.ip_network(text, strict=False)
+    except ValueError:
+        return False
+    return True

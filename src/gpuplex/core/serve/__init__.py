@@ -1,0 +1,1 @@
+"""Pure serving math: token estimates, rate-limit windows, the fair queue, routing choice."""

@@ -1,0 +1,228 @@
+"""Rate-limit math: requests per minute, tokens per minute, concurrent requests, per key and per
+tenant, decided together so that a request is admitted by all of its limits or by none.
+
+Per-minute limits are sliding windows: at any moment, what was admitted in the last 60 s plus the
+new request must fit the limit. That is what "tokens per minute" means to the people who set it,
+and it holds from the first second: a token bucket (or GCRA) that lets a fresh key burst its whole
+minute and then refill admits up to twice the limit in the first minute.
+
+A request reserves its tokens at admission (prompt estimate + `max_tokens`), so concurrent requests
+cannot overshoot; `settle` later replaces the reservation with what the response's usage says, which
+gives back what was not used. Concurrency slots are leases: a gateway that dies holding one cannot
+leak it for longer than the lease.
+
+The state here is one process's. `gateway.limiter_redis` runs the same rules as one Lua script per
+decision so that several gateway processes share one limit; tests check the two agree.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+WINDOW_S = 60.0
+
+
+class LimitKind(StrEnum):
+    REQUESTS = "requests_per_min"
+    TOKENS = "tokens_per_min"
+    CONCURRENT = "concurrent_requests"
+
+
+@dataclass(frozen=True, slots=True)
+class Limit:
+    """One limit on one scope, e.g. ("tenant:acme", TOKENS, 100_000)."""
+
+    scope: str
+    kind: LimitKind
+    amount: int
+
+    @property
+    def state_key(self) -> str:
+        return f"{self.scope}:{self.kind}"
+
+    def cost(self, tokens: int) -> int:
+        """What one request with this token reservation takes from this limit."""
+        return tokens if self.kind is LimitKind.TOKENS else 1
+
+
+@dataclass(frozen=True, slots=True)
+class Admitted:
+    request_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class Refused:
+    """Over `limit`. `retry_after_s` is when it would fit if nothing else arrived; `never` is True
+    when the request alone is bigger than the limit (waiting cannot help)."""
+
+    limit: Limit
+    retry_after_s: float
+    never: bool = False
+
+
+Decision = Admitted | Refused
+
+
+@dataclass(slots=True)
+class _Entry:
+    at_s: float
+    request_id: str
+    amount: int
+
+
+@dataclass(slots=True)
+class SlidingWindow:
+    """What one per-minute limit admitted in the last WINDOW_S seconds, oldest first."""
+
+    entries: deque[_Entry] = field(default_factory=deque)
+    total: int = 0
+    by_request: dict[str, _Entry] = field(default_factory=dict)
+
+    def expire(self, now_s: float) -> None:
+        horizon = now_s - WINDOW_S
+        while self.entries and self.entries[0].at_s <= horizon:
+            entry = self.entries.popleft()
+            self.total -= entry.amount
+            self.by_request.pop(entry.request_id, None)
+
+    def wait_for_room_s(self, now_s: float, need: int, limit: int) -> float:
+        """Seconds until `need` fits, as the oldest entries leave the window."""
+        excess = self.total + need - limit
+        if excess <= 0:
+            return 0.0
+        for entry in self.entries:
+            excess -= entry.amount
+            if excess <= 0:
+                return max(0.0, entry.at_s + WINDOW_S - now_s)
+        return WINDOW_S
+
+    def add(self, now_s: float, request_id: str, amount: int) -> None:
+        entry = _Entry(now_s, request_id, amount)
+        self.entries.append(entry)
+        self.by_request[request_id] = entry
+        self.total += amount
+
+    def correct(self, request_id: str, amount: int) -> None:
+        entry = self.by_request.get(request_id)
+        if entry is not None:
+            self.total += amount - entry.amount
+            entry.amount = amount
+
+
+@dataclass(slots=True)
+class Leases:
+    """Concurrency slots held by requests in flight, each until it is released or its lease ends."""
+
+    until_s: dict[str, float] = field(default_factory=dict)
+
+    def expire(self, now_s: float) -> None:
+        for request_id in [r for r, until in self.until_s.items() if until <= now_s]:
+            del self.until_s[request_id]
+
+
+@dataclass(slots=True)
+class LimiterState:
+    """All windows and leases one limiter holds, by `Limit.state_key`."""
+
+    windows: dict[str, SlidingWindow] = field(default_factory=dict)
+    leases: dict[str, Leases] = field(default_factory=dict)
+
+    def window(self, limit: Limit) -> SlidingWindow:
+        return self.windows.setdefault(limit.state_key, SlidingWindow())
+
+    def lease_set(self, limit: Limit) -> Leases:
+        return self.leases.setdefault(limit.state_key, Leases())
+
+    def prune(self, now_s: float) -> None:
+        """Forget windows and lease sets with nothing in them (keeps memory bounded by activity)."""
+        for key, window in list(self.windows.items()):
+            window.expire(now_s)
+            if not window.entries:
+                del self.windows[key]
+        for key, leases in list(self.leases.items()):
+            leases.expire(now_s)
+            if not leases.until_s:
+                del self.leases[key]
+
+    def used(self, limit: Limit, now_s: float) -> int:
+        """How much of `limit` is taken now."""
+        if limit.kind is LimitKind.CONCURRENT:
+            leases = self.lease_set(limit)
+            leases.expire(now_s)
+            return len(leases.until_s)
+        window = self.window(limit)
+        window.expire(now_s)
+        return window.total
+
+
+#: How long a concurrency slot is held when its request is never settled (the gateway died).
+DEFAULT_LEASE_S = 600.0
+
+#: What a concurrency refusal suggests waiting: a slot frees when some request finishes.
+CONCURRENCY_RETRY_S = 1.0
+
+
+def admit(
+    state: LimiterState,
+    limits: Sequence[Limit],
+    request_id: str,
+    tokens: int,
+    now_s: float,
+    lease_s: float = DEFAULT_LEASE_S,
+) -> Decision:
+    """Admit a request under every limit, or refuse it naming the limit that waits longest."""
+    worst: Refused | None = None
+    for limit in limits:
+        refusal = _check(state, limit, tokens, now_s)
+        if refusal is not None and (
+            worst is None
+            or refusal.never > worst.never
+            or (refusal.never == worst.never and refusal.retry_after_s > worst.retry_after_s)
+        ):
+            worst = refusal
+    if worst is not None:
+        return worst
+    for limit in limits:
+        if limit.kind is LimitKind.CONCURRENT:
+            state.lease_set(limit).until_s[request_id] = now_s + lease_s
+        else:
+            state.window(limit).add(now_s, request_id, limit.cost(tokens))
+    return Admitted(request_id)
+
+
+def _check(state: LimiterState, limit: Limit, tokens: int, now_s: float) -> Refused | None:
+    if limit.kind is LimitKind.CONCURRENT:
+        leases = state.lease_set(limit)
+        leases.expire(now_s)
+        if len(leases.until_s) + 1 > limit.amount:
+            return Refused(limit, CONCURRENCY_RETRY_S)
+        return None
+    need = limit.cost(tokens)
+    if need > limit.amount:
+        return Refused(limit, math.inf, never=True)
+    window = state.window(limit)
+    window.expire(now_s)
+    wait_s = window.wait_for_room_s(now_s, need, limit.amount)
+    return Refused(limit, wait_s) if wait_s > 0 else None
+
+
+def settle(
+    state: LimiterState, limits: Sequence[Limit], request_id: str, actual_tokens: int
+) -> None:
+    """The request is over: its token entries become what it used; its concurrency slots free."""
+    for limit in limits:
+        if limit.kind is LimitKind.CONCURRENT:
+            state.lease_set(limit).until_s.pop(request_id, None)
+        elif limit.kind is LimitKind.TOKENS:
+            state.window(limit).correct(request_id, actual_tokens)
+
+
+def retry_after_header(refusal: Refused) -> str:
+    """Whole seconds for `Retry-After`, rounded up, at least 1."""
+    if refusal.never:
+        return str(int(WINDOW_S))
+    return str(max(1, math.ceil(refusal.retry_after_s)))

@@ -1,0 +1,113 @@
+"""Rate-limit math: sliding per-minute windows, reservations corrected by usage, leases."""
+
+from __future__ import annotations
+
+import math
+
+from hypothesis import given, settings, strategies as st
+
+from gpuplex.core.serve.limits import (
+    WINDOW_S,
+    Admitted,
+    Limit,
+    LimiterState,
+    LimitKind,
+    Refused,
+    admit,
+    retry_after_header,
+    settle,
+)
+
+TOKENS = Limit("tenant:a", LimitKind.TOKENS, 1000)
+REQUESTS = Limit("tenant:a", LimitKind.REQUESTS, 3)
+CONCURRENT = Limit("key:k", LimitKind.CONCURRENT, 2)
+
+
+def test_tokens_are_reserved_so_concurrent_requests_cannot_overshoot() -> None:
+    state = LimiterState()
+    decisions = [admit(state, [TOKENS], f"r{i}", 300, now_s=0.0) for i in range(4)]
+    assert [isinstance(d, Admitted) for d in decisions] == [True, True, True, False]
+
+
+def test_settle_gives_back_what_was_not_used() -> None:
+    state = LimiterState()
+    for i in range(3):
+        admit(state, [TOKENS], f"r{i}", 300, now_s=0.0)
+    settle(state, [TOKENS], "r0", 50)
+    assert isinstance(admit(state, [TOKENS], "r3", 300, now_s=1.0), Admitted)
+    assert state.used(TOKENS, 1.0) == 50 + 300 + 300 + 300
+
+
+def test_refusal_says_when_the_oldest_entries_leave_the_window() -> None:
+    state = LimiterState()
+    admit(state, [TOKENS], "r0", 600, now_s=10.0)
+    admit(state, [TOKENS], "r1", 300, now_s=20.0)
+    refused = admit(state, [TOKENS], "r2", 500, now_s=30.0)
+    assert isinstance(refused, Refused)
+    assert refused.limit == TOKENS
+    assert refused.retry_after_s == 10.0 + WINDOW_S - 30.0  # r0 leaving frees enough
+    assert retry_after_header(refused) == "40"
+    assert isinstance(admit(state, [TOKENS], "r2", 500, now_s=70.0), Admitted)
+
+
+def test_a_request_bigger_than_the_limit_is_never_admitted() -> None:
+    refused = admit(LimiterState(), [TOKENS], "big", 1001, now_s=0.0)
+    assert isinstance(refused, Refused)
+    assert refused.never
+    assert math.isinf(refused.retry_after_s)
+
+
+def test_all_limits_or_none() -> None:
+    state = LimiterState()
+    for i in range(3):
+        assert isinstance(admit(state, [REQUESTS, TOKENS], f"r{i}", 10, now_s=0.0), Admitted)
+    refused = admit(state, [REQUESTS, TOKENS], "r3", 10, now_s=0.0)
+    assert isinstance(refused, Refused)
+    assert refused.limit == REQUESTS
+    assert state.used(TOKENS, 0.0) == 30  # the refused request took nothing from TOKENS
+
+
+def test_concurrency_slots_free_on_settle_or_when_the_lease_ends() -> None:
+    state = LimiterState()
+    assert isinstance(admit(state, [CONCURRENT], "a", 1, 0.0, lease_s=5.0), Admitted)
+    assert isinstance(admit(state, [CONCURRENT], "b", 1, 0.0, lease_s=5.0), Admitted)
+    assert isinstance(admit(state, [CONCURRENT], "c", 1, 1.0, lease_s=5.0), Refused)
+    settle(state, [CONCURRENT], "a", 0)
+    assert isinstance(admit(state, [CONCURRENT], "c", 1, 1.0, lease_s=5.0), Admitted)
+    assert isinstance(admit(state, [CONCURRENT], "d", 1, 6.0, lease_s=5.0), Admitted)  # b expired
+
+
+def test_prune_forgets_idle_windows() -> None:
+    state = LimiterState()
+    admit(state, [TOKENS, CONCURRENT], "a", 10, 0.0, lease_s=1.0)
+    state.prune(WINDOW_S + 1)
+    assert not state.windows
+    assert not state.leases
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.floats(min_value=0, max_value=5, allow_nan=False),  # gap to the previous request
+            st.integers(min_value=1, max_value=400),  # reservation
+            st.integers(min_value=0, max_value=400),  # actual use
+        ),
+        max_size=80,
+    )
+)
+def test_no_window_of_60_s_admits_more_than_the_limit(
+    requests: list[tuple[float, int, int]],
+) -> None:
+    state = LimiterState()
+    now = 0.0
+    charged: list[tuple[float, int]] = []  # (admitted at, tokens finally charged)
+    for i, (gap, reserve, used) in enumerate(requests):
+        now += gap
+        if isinstance(admit(state, [TOKENS], f"r{i}", reserve, now), Admitted):
+            final = min(used, reserve)
+            settle(state, [TOKENS], f"r{i}", final)
+            charged.append((now, final))
+    for start, _ in charged:
+        in_window = sum(t for at, t in charged if start <= at < start + WINDOW_S)
+        assert in_window <= TOKENS.amount
