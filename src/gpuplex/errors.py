@@ -8,7 +8,10 @@
     ├── HostBusyError        another gpuplex process holds this host's supervisor lock
     ├── HostActionError      starting, stopping or reshaping something on the host failed
     ├── GpuDriverError       the GPU driver (NVML) is missing, or a call to it failed
-    └── CgroupUnavailable    the host cannot give a replica its own cgroup with its limits
+    ├── CgroupUnavailable    the host cannot give a replica its own cgroup with its limits
+    ├── StoreError           the store (SQLite or PostgreSQL) is unreachable, invalid or failed
+    ├── LimiterUnavailable   the shared rate-limit state (Redis) is unreachable or failed
+    └── GatewayError         the gateway cannot start as asked (as root, a setting missing)
 
 Errors say what to do next. "Does not fit" is never an error: the planner returns it as a value.
 """
@@ -28,6 +31,9 @@ class ErrorCode(StrEnum):
     HOST_ACTION = "host_action_failed"
     HOST_CGROUP = "host_cgroup_unavailable"
     HOST_GPU_DRIVER = "host_gpu_driver"
+    STORE_UNAVAILABLE = "store_unavailable"
+    LIMITER_UNAVAILABLE = "limiter_unavailable"
+    GATEWAY_INVALID = "gateway_invalid"
 
 
 #: CLI exit code for input the user must fix (bad spec, bad plan file, unknown name).
@@ -126,3 +132,25 @@ class CgroupUnavailable(GpuplexError):
     controller missing); the message says which, and what to change."""
 
     code = ErrorCode.HOST_CGROUP
+
+
+class StoreError(GpuplexError):
+    """The store cannot be opened or used: a bad URL, an unreachable server, a file that cannot be
+    created, or a query that failed. The message names the URL (never its password) and what to
+    check."""
+
+    code = ErrorCode.STORE_UNAVAILABLE
+
+
+class LimiterUnavailable(GpuplexError):
+    """The rate limiter's shared state (Redis) cannot be reached or a decision failed. The gateway
+    fails closed (503). The message names the URL (never its password) and what to check."""
+
+    code = ErrorCode.LIMITER_UNAVAILABLE
+
+
+class GatewayError(GpuplexError):
+    """The gateway cannot start as asked (run as root, settings missing); the message says how."""
+
+    code = ErrorCode.GATEWAY_INVALID
+    exit_code = EXIT_BAD_INPUT

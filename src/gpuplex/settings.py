@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -35,3 +36,58 @@ class HostSettings:
 
     def with_driver(self, driver: str) -> HostSettings:
         return replace(self, driver=driver)
+
+
+def default_store_url() -> str:
+    """$GPUPLEX_STORE_URL, else SQLite in the default state directory."""
+    return os.environ.get("GPUPLEX_STORE_URL") or f"sqlite:///{default_state_dir() / 'gpuplex.db'}"
+
+
+def prometheus_multiproc_dir() -> str | None:
+    """Where worker processes keep their Prometheus metrics (prometheus-client's own variable)."""
+    return os.environ.get("PROMETHEUS_MULTIPROC_DIR")
+
+
+def export_for_workers(values: dict[str, str]) -> None:
+    """Set environment variables that worker processes started after this inherit."""
+    os.environ.update(values)
+
+
+def redis_url_from_environment() -> str | None:
+    return os.environ.get("GPUPLEX_REDIS_URL")
+
+
+@dataclass(frozen=True, slots=True)
+class GatewaySettings:
+    """What a gateway worker needs besides the spec's `gateway:` section."""
+
+    spec_path: Path
+    store_url: str
+    spool_dir: Path
+    redis_url: str | None = None
+
+    def to_environment(self) -> dict[str, str]:
+        data = {
+            "spec_path": str(self.spec_path),
+            "store_url": self.store_url,
+            "spool_dir": str(self.spool_dir),
+            "redis_url": self.redis_url or "",
+        }
+        return {GATEWAY_SETTINGS_VARIABLE: json.dumps(data)}
+
+
+GATEWAY_SETTINGS_VARIABLE = "GPUPLEX_GATEWAY_SETTINGS"
+
+
+def gateway_settings_from_environment() -> GatewaySettings:
+    """A worker's settings, as the `gpuplex gateway` process that started it exported them."""
+    raw = os.environ.get(GATEWAY_SETTINGS_VARIABLE)
+    if not raw:
+        raise RuntimeError(f"{GATEWAY_SETTINGS_VARIABLE} is not set: start with `gpuplex gateway`")
+    data = json.loads(raw)
+    return GatewaySettings(
+        spec_path=Path(data["spec_path"]),
+        store_url=data["store_url"],
+        spool_dir=Path(data["spool_dir"]),
+        redis_url=data["redis_url"] or None,
+    )

@@ -16,8 +16,11 @@ from rich.console import Console
 from rich.markup import escape
 
 from gpuplex.cli.catalog_view import models_table, profiles_table
+from gpuplex.cli.gateway import gateway_command
 from gpuplex.cli.host import host_app
+from gpuplex.cli.keys import keys_app
 from gpuplex.cli.render import gpu_map, placement_table, problems_table, summary_line
+from gpuplex.cli.sim import sim_app
 from gpuplex.core.catalog import gpu_model, gpu_model_names
 from gpuplex.core.plan import Plan, make_plan
 from gpuplex.core.plan.explain import explain as explain_workload
@@ -33,6 +36,9 @@ app = typer.Typer(
     add_completion=False,
 )
 app.add_typer(host_app, name="host")
+app.add_typer(keys_app, name="keys")
+app.add_typer(sim_app, name="sim")
+app.command(name="gateway")(gateway_command)
 out = Console()
 err = Console(stderr=True)
 

@@ -1,0 +1,70 @@
+"""`gpuplex gateway --config FILE`: the OpenAI-compatible gateway for the spec's tenants."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+
+from gpuplex.errors import GatewayError
+from gpuplex.gateway.serve import HttpServer, serve
+from gpuplex.settings import (
+    GatewaySettings,
+    default_state_dir,
+    default_store_url,
+    redis_url_from_environment,
+)
+from gpuplex.specfile import load_spec_file
+from gpuplex.store.db import open_store
+
+err = Console(stderr=True)
+
+
+def gateway_command(
+    config: Annotated[
+        Path, typer.Option("--config", "-c", help="The gpuplex.yaml: tenants, models, gateway:.")
+    ],
+    store: Annotated[
+        str | None,
+        typer.Option(help="Store URL for keys and usage (default: $GPUPLEX_STORE_URL or SQLite)."),
+    ] = None,
+    redis_url: Annotated[
+        str | None,
+        typer.Option(help="Redis for shared rate limits (default: $GPUPLEX_REDIS_URL)."),
+    ] = None,
+    spool_dir: Annotated[
+        Path | None, typer.Option(help="Durable usage spool (default: in the state directory).")
+    ] = None,
+    server: Annotated[
+        HttpServer, typer.Option(help="HTTP server (uvicorn measured fastest here).")
+    ] = HttpServer.UVICORN,
+) -> None:
+    """Serve the OpenAI-compatible API: keys, rate limits, fair queues, routing, metering."""
+    if os.geteuid() == 0:
+        raise GatewayError(
+            "the gateway never runs as root: start it as an unprivileged user "
+            "(it needs no privileges; the host runtime is what runs as root)"
+        )
+    spec = load_spec_file(config)
+    settings = GatewaySettings(
+        spec_path=config.resolve(),
+        store_url=store or default_store_url(),
+        spool_dir=(spool_dir or default_state_dir() / "gateway-spool").resolve(),
+        redis_url=redis_url or redis_url_from_environment(),
+    )
+    if spec.gateway.limiter == "redis" and not settings.redis_url:
+        raise GatewayError(
+            f"{config}: gateway.limiter is redis but no Redis URL was given: "
+            "pass --redis-url or set GPUPLEX_REDIS_URL"
+        )
+    open_store(settings.store_url).dispose()  # fail here, clearly, not in every worker
+    settings.spool_dir.mkdir(parents=True, exist_ok=True)
+    gw = spec.gateway
+    err.print(
+        f"gateway on http://{gw.host}:{gw.port} with {gw.workers} worker(s), "
+        f"{len(spec.tenants)} tenants, limits in {gw.limiter}"
+    )
+    serve(settings, gw, server)

@@ -1,0 +1,257 @@
+"""`gpuplex keys create | list | revoke`: the gateway's API keys, in the store.
+
+A new key is printed once and never again: the store keeps only its SHA-256. Lists show the public
+prefix, never the key or its hash.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pwd
+import re
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import datetime, timedelta
+from enum import StrEnum
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from gpuplex.clock import utc_now
+from gpuplex.core.spec.parse import did_you_mean
+from gpuplex.errors import GpuplexError, NotFoundError
+from gpuplex.settings import default_store_url
+from gpuplex.specfile import load_spec_file
+from gpuplex.store.db import open_store
+from gpuplex.store.keys import ApiKey, KeyLimits, KeyRepository
+
+keys_app = typer.Typer(
+    help="API keys for the gateway: create (shown once), list, revoke.",
+    no_args_is_help=True,
+)
+out = Console()
+err = Console(stderr=True)
+
+
+class KeysOutput(StrEnum):
+    TABLE = "table"
+    JSON = "json"
+
+
+StoreOption = Annotated[
+    str | None,
+    typer.Option(
+        "--store", help="Store URL [default: $GPUPLEX_STORE_URL, else SQLite in the state dir]"
+    ),
+]
+OutputOption = Annotated[KeysOutput, typer.Option("--output", "-o")]
+_DURATION = re.compile(r"^\s*(\d+)\s*([dhm])\s*$")
+_UNITS = {"d": "days", "h": "hours", "m": "minutes"}
+
+
+@keys_app.command("create")
+def create_command(
+    tenant: Annotated[str, typer.Option(help="The tenant the key calls as.", show_default=False)],
+    name: Annotated[str, typer.Option(help="A label to recognise the key by.")] = "",
+    model: Annotated[
+        list[str] | None,
+        typer.Option("--model", "-m", help="A model the key may call (repeat); none: all."),
+    ] = None,
+    expires_in: Annotated[
+        str | None, typer.Option(help="Lifetime: 30d, 12h or 90m [default: never expires]")
+    ] = None,
+    rpm: Annotated[
+        int | None, typer.Option(min=1, help="Requests per minute for this key.")
+    ] = None,
+    tpm: Annotated[int | None, typer.Option(min=1, help="Tokens per minute for this key.")] = None,
+    concurrency: Annotated[
+        int | None, typer.Option(min=1, help="Requests in flight at once for this key.")
+    ] = None,
+    spec: Annotated[
+        Path | None,
+        typer.Option(help="A gpuplex.yaml: check the tenant exists and serves each --model."),
+    ] = None,
+    store: StoreOption = None,
+    output: OutputOption = KeysOutput.TABLE,
+) -> None:
+    """Create a key and print it ONCE: only its hash is kept."""
+    with _reported():
+        if not tenant.strip():
+            raise typer.BadParameter("must not be empty", param_hint="--tenant")
+        models = list(dict.fromkeys(model or []))
+        lifetime = parse_duration(expires_in) if expires_in is not None else None
+        if spec is not None:
+            check_against_spec(spec, tenant, models)
+        now = utc_now()
+        engine = open_store(store or default_store_url())
+        try:
+            token, key = KeyRepository(engine).create(
+                tenant,
+                name,
+                models,
+                now + lifetime if lifetime is not None else None,
+                KeyLimits(rpm, tpm, concurrency),
+                now,
+                actor=os_user_name(),
+            )
+        finally:
+            engine.dispose()
+        if output is KeysOutput.JSON:
+            sys.stdout.write(json.dumps({"key": token, **key_json(key, now)}, indent=2) + "\n")
+            err.print("store this key now: it will not be shown again", highlight=False)
+            return
+        out.print(
+            f"created key [bold]{key.prefix}[/] for tenant {escape(key.tenant)} "
+            f"(models: {escape(_models_text(key))}; expires: {_when(key.expires_at, 'never')})",
+            highlight=False,
+            soft_wrap=True,
+        )
+        out.print(token, markup=False, highlight=False, soft_wrap=True)
+        out.print("[yellow]store this key now: it will not be shown again[/]", highlight=False)
+
+
+@keys_app.command("list")
+def list_command(
+    tenant: Annotated[str | None, typer.Option(help="Only this tenant's keys.")] = None,
+    store: StoreOption = None,
+    output: OutputOption = KeysOutput.TABLE,
+) -> None:
+    """The keys and their state (active, expired, revoked); never the key itself."""
+    with _reported():
+        engine = open_store(store or default_store_url())
+        try:
+            keys = KeyRepository(engine).list(tenant)
+        finally:
+            engine.dispose()
+        now = utc_now()
+        if output is KeysOutput.JSON:
+            sys.stdout.write(json.dumps([key_json(key, now) for key in keys], indent=2) + "\n")
+            return
+        if not keys:
+            out.print("no API keys" + (f" for tenant {escape(tenant)}" if tenant else ""))
+            return
+        out.print(keys_table(keys, now))
+
+
+@keys_app.command("revoke")
+def revoke_command(
+    prefix: Annotated[str, typer.Argument(help="The key's prefix, as `keys list` shows it.")],
+    store: StoreOption = None,
+) -> None:
+    """Revoke a key: the gateway refuses it within a second. Revoking twice is harmless."""
+    with _reported():
+        now = utc_now()
+        engine = open_store(store or default_store_url())
+        try:
+            key = KeyRepository(engine).revoke(prefix.strip(), now, actor=os_user_name())
+        finally:
+            engine.dispose()
+        verb = "revoked" if key.revoked_at == now else "already revoked"
+        when = _when(key.revoked_at, "")
+        out.print(f"{verb}: key {key.prefix} of tenant {escape(key.tenant)}, at {when}")
+
+
+def parse_duration(text: str) -> timedelta:
+    """`30d`, `12h` or `90m` as a timedelta; a bad value is a usage error (exit 2)."""
+    match = _DURATION.match(text)
+    if match is None or int(match.group(1)) == 0:
+        raise typer.BadParameter(
+            f"{text!r} is not a lifetime: write a positive number and d, h or m (30d, 12h, 90m)",
+            param_hint="--expires-in",
+        )
+    return timedelta(**{_UNITS[match.group(2)]: int(match.group(1))})
+
+
+def check_against_spec(path: Path, tenant: str, models: list[str]) -> None:
+    """The tenant must be in the spec, and serve every model the key names."""
+    spec = load_spec_file(path)
+    tenants = {t.name: t for t in spec.tenants}
+    found = tenants.get(tenant)
+    if found is None:
+        hint = did_you_mean(tenant, tenants)
+        raise NotFoundError(
+            f"{path}: no tenant {tenant!r}{hint}; tenants: {', '.join(sorted(tenants)) or 'none'}"
+        )
+    served = {w.serve.model for w in found.workloads if w.serve is not None}
+    for name in models:
+        if name not in served:
+            hint = did_you_mean(name, served)
+            raise NotFoundError(
+                f"{path}: tenant {tenant!r} does not serve model {name!r}{hint}; "
+                f"it serves: {', '.join(sorted(served)) or 'no models'}"
+            )
+
+
+def key_json(key: ApiKey, now: datetime) -> dict[str, Any]:
+    return {
+        "prefix": key.prefix,
+        "tenant": key.tenant,
+        "name": key.name,
+        "models": list(key.models),
+        "created_at": key.created_at.isoformat(),
+        "expires_at": key.expires_at.isoformat() if key.expires_at else None,
+        "revoked_at": key.revoked_at.isoformat() if key.revoked_at else None,
+        "requests_per_min": key.requests_per_min,
+        "tokens_per_min": key.tokens_per_min,
+        "concurrent_requests": key.concurrent_requests,
+        "state": key.state(now),
+    }
+
+
+def keys_table(keys: list[ApiKey], now: datetime) -> Table:
+    table = Table(title="API keys (times in UTC)", title_justify="left")
+    for column in ("prefix", "tenant", "name", "models", "created", "expires", "state"):
+        table.add_column(
+            column,
+            no_wrap=column in ("prefix", "state"),
+            overflow="fold" if column in ("tenant", "name", "models") else "ellipsis",
+        )
+    colours = {"active": "green", "expired": "yellow", "revoked": "red"}
+    for key in keys:
+        state = key.state(now)
+        table.add_row(
+            key.prefix,
+            escape(key.tenant),
+            escape(key.name) or "-",
+            escape(_models_text(key)),
+            _when(key.created_at, "-", utc_suffix=False),
+            _when(key.expires_at, "never", utc_suffix=False),
+            f"[{colours[state]}]{state}[/]",
+        )
+    return table
+
+
+def os_user_name() -> str:
+    """Who runs the command, for the audit log: the effective user's name, else its uid."""
+    uid = os.geteuid()
+    try:
+        return pwd.getpwuid(uid).pw_name
+    except KeyError:
+        return f"uid:{uid}"
+
+
+def _models_text(key: ApiKey) -> str:
+    return ", ".join(key.models) if key.models else "all"
+
+
+def _when(at: datetime | None, default: str, *, utc_suffix: bool = True) -> str:
+    if at is None:
+        return default
+    return at.strftime("%Y-%m-%d %H:%M") + (" UTC" if utc_suffix else "")
+
+
+@contextmanager
+def _reported() -> Iterator[None]:
+    """A gpuplex error ends the command with its exit code and one line on stderr, no traceback
+    (also when this app runs on its own, not under `gpuplex`'s own handler)."""
+    try:
+        yield
+    except GpuplexError as error:
+        err.print(f"[red]error[/]: {escape(error.message)}", highlight=False, soft_wrap=True)
+        raise typer.Exit(error.exit_code) from None

@@ -1,0 +1,1 @@
+"""The data plane: the OpenAI-compatible gateway in front of the tenants' model servers."""

@@ -1,0 +1,147 @@
+"""The gateway as an ASGI application: `/v1/chat/completions`, `/v1/completions`, `/v1/embeddings`,
+`/v1/models`, `/health`, and `/metrics` (only to the addresses in `gateway.metrics_from`, since it
+names every tenant). Every error is an OpenAI-style JSON body; nothing escapes as a traceback."""
+
+from __future__ import annotations
+
+import ipaddress
+import logging
+
+from gpuplex.core.serve.inference import ENDPOINT_PATHS
+from gpuplex.gateway.api_errors import ApiCode, ApiError
+from gpuplex.gateway.asgi_io import (
+    Receive,
+    Scope,
+    Send,
+    header,
+    send_error,
+    send_json,
+    send_reply,
+)
+from gpuplex.gateway.proxy import handle_inference
+from gpuplex.gateway.runtime import GatewayRuntime
+from gpuplex.observe import gateway_metrics as metrics
+from gpuplex.settings import GatewaySettings, gateway_settings_from_environment
+
+log = logging.getLogger(__name__)
+
+METRICS_HEADERS = [(b"content-type", b"text/plain; version=0.0.4; charset=utf-8")]
+
+
+class GatewayApp:
+    def __init__(self, settings: GatewaySettings) -> None:
+        self.settings = settings
+        self.runtime: GatewayRuntime | None = None
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        kind = scope["type"]
+        if kind == "http":
+            await self._http(scope, receive, send)
+        elif kind == "lifespan":
+            await self._lifespan(receive, send)
+
+    async def _lifespan(self, receive: Receive, send: Send) -> None:
+        while True:
+            message = await receive()
+            if message["type"] == "lifespan.startup":
+                try:
+                    await self.startup()
+                except Exception as error:
+                    log.error("the gateway cannot start: %s", error)
+                    await send({"type": "lifespan.startup.failed", "message": str(error)})
+                    return
+                await send({"type": "lifespan.startup.complete"})
+            elif message["type"] == "lifespan.shutdown":
+                await self.shutdown()
+                await send({"type": "lifespan.shutdown.complete"})
+                return
+
+    async def startup(self) -> None:
+        if self.runtime is None:
+            self.runtime = GatewayRuntime(self.settings)
+            await self.runtime.start()
+
+    async def shutdown(self) -> None:
+        if self.runtime is not None:
+            await self.runtime.stop()
+            self.runtime = None
+
+    async def _http(self, scope: Scope, receive: Receive, send: Send) -> None:
+        rt = self.runtime
+        if rt is None:  # a server without lifespan support
+            await self.startup()
+            rt = self.runtime
+        assert rt is not None
+        path: str = scope["path"]
+        method: str = scope["method"]
+        try:
+            endpoint = ENDPOINT_PATHS.get(path)
+            if endpoint is not None:
+                _require(method, "POST")
+                await handle_inference(rt, scope, receive, send, endpoint)
+            elif path == "/v1/models" or path.startswith("/v1/models/"):
+                _require(method, "GET")
+                await _models(rt, scope, send, path.removeprefix("/v1/models").strip("/"))
+            elif path == "/health":
+                await send_json(send, 200, {"status": "ok"})
+            elif path == "/metrics":
+                _metrics_allowed(rt, scope)
+                await send_reply(send, 200, metrics.exposition(), METRICS_HEADERS)
+            else:
+                raise ApiError(ApiCode.NOT_FOUND, f"no such endpoint: {method} {path}")
+        except ApiError as error:
+            if error.code in (ApiCode.INVALID_API_KEY, ApiCode.TOO_MANY_FAILED_AUTH):
+                metrics.REJECTIONS.labels(metrics.UNKNOWN_TENANT, str(error.code)).inc()
+            await send_error(send, error)
+        except Exception:
+            log.exception("request %s %s failed inside the gateway", method, path)
+            await send_error(send, ApiError(ApiCode.INTERNAL, "internal error in the gateway"))
+
+
+def _require(method: str, wanted: str) -> None:
+    if method != wanted:
+        raise ApiError(ApiCode.METHOD_NOT_ALLOWED, f"use {wanted} here, not {method}")
+
+
+async def _models(rt: GatewayRuntime, scope: Scope, send: Send, model_id: str) -> None:
+    client = scope.get("client") or ("unknown", 0)
+    caller = rt.keys.authenticate(header(scope, b"authorization"), str(client[0]))
+    names = [
+        name
+        for name in rt.routes.models_of(caller.tenant)
+        if not caller.models or name in caller.models
+    ]
+    cards = [{"id": n, "object": "model", "created": 0, "owned_by": caller.tenant} for n in names]
+    if not model_id:
+        await send_json(send, 200, {"object": "list", "data": cards})
+        return
+    for card in cards:
+        if card["id"] == model_id:
+            await send_json(send, 200, card)
+            return
+    raise ApiError(
+        ApiCode.MODEL_NOT_FOUND,
+        f"The model `{model_id}` does not exist or you do not have access to it.",
+        param="model",
+    )
+
+
+def _metrics_allowed(rt: GatewayRuntime, scope: Scope) -> None:
+    client = scope.get("client")
+    try:
+        address = ipaddress.ip_address(client[0]) if client else None
+    except ValueError:
+        address = None
+    allowed = rt.config.metrics_from
+    if address is None or not any(
+        address in ipaddress.ip_network(net, strict=False) for net in allowed
+    ):
+        raise ApiError(ApiCode.NOT_FOUND, "no such endpoint: GET /metrics")
+
+
+def app_from_environment() -> GatewayApp:
+    """The factory each worker process calls (`gpuplex gateway` exported the settings)."""
+    logging.basicConfig(
+        level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    return GatewayApp(gateway_settings_from_environment())

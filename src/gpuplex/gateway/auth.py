@@ -1,0 +1,118 @@
+"""Who is calling: `Authorization: Bearer gpx_...` checked against the keys in the store.
+
+Every worker keeps the active keys in memory, found by their public prefix and compared by hash in
+constant time, and polls the store's key version every `refresh_s` (0.5 s): a revoked key stops
+working on every worker within a second, and a store outage never fails requests with the keys
+already loaded. Failed attempts are counted per client address; past the limit the address gets
+429 until its window clears.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from gpuplex.clock import now_s, utc_now
+from gpuplex.core.serve.keys import key_matches, key_prefix
+from gpuplex.core.serve.limits import Limit, LimiterState, LimitKind, admit
+from gpuplex.gateway.api_errors import ApiCode, ApiError
+from gpuplex.store.keys import KeyRecord, KeyRepository
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class Caller:
+    tenant: str
+    key_prefix: str
+    models: frozenset[str]  # empty: every model of the tenant
+    expires_at_s: float | None
+    limits: tuple[Limit, ...]
+
+
+def caller_of(record: KeyRecord, tenant_limits: Callable[[str], tuple[Limit, ...]]) -> Caller:
+    key = record.key
+    own = [
+        Limit(f"key:{key.prefix}", kind, amount)
+        for kind, amount in (
+            (LimitKind.REQUESTS, key.requests_per_min),
+            (LimitKind.TOKENS, key.tokens_per_min),
+            (LimitKind.CONCURRENT, key.concurrent_requests),
+        )
+        if amount is not None
+    ]
+    expires = key.expires_at.timestamp() if key.expires_at is not None else None
+    return Caller(
+        key.tenant, key.prefix, frozenset(key.models), expires, (*own, *tenant_limits(key.tenant))
+    )
+
+
+class KeyCache:
+    def __init__(
+        self,
+        keys: KeyRepository,
+        tenant_limits: Callable[[str], tuple[Limit, ...]],
+        failed_auth_per_min: int,
+        refresh_s: float = 0.5,
+    ) -> None:
+        self._keys = keys
+        self._tenant_limits = tenant_limits
+        self._refresh_s = refresh_s
+        self._by_prefix: dict[str, tuple[str, Caller]] = {}
+        self._version: str | None = None
+        self._failures = LimiterState()
+        self._failed_auth_per_min = failed_auth_per_min
+
+    def load(self) -> None:
+        """Read the active keys now (blocking: call from a thread, or before serving)."""
+        version = self._keys.version()
+        if version == self._version:
+            return
+        records = self._keys.active_records(utc_now())
+        self._by_prefix = {
+            r.key.prefix: (r.key_hash, caller_of(r, self._tenant_limits)) for r in records
+        }
+        self._version = version
+
+    async def run(self, stop: asyncio.Event) -> None:
+        loop = asyncio.get_running_loop()
+        while not stop.is_set():
+            try:
+                await loop.run_in_executor(None, self.load)
+            except Exception as error:  # a store outage must not stop serving known keys
+                log.warning("cannot refresh API keys from the store: %s", error)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), self._refresh_s)
+
+    def authenticate(self, authorization: bytes | None, client: str) -> Caller:
+        now = now_s()
+        failures = Limit(f"ip:{client}", LimitKind.REQUESTS, self._failed_auth_per_min)
+        if self._failures.used(failures, now) >= self._failed_auth_per_min:
+            raise ApiError(
+                ApiCode.TOO_MANY_FAILED_AUTH,
+                "too many failed API key checks from this address; wait a minute",
+                retry_after_s=60,
+            )
+        caller = self._match(authorization, now)
+        if caller is None:
+            admit(self._failures, [failures], f"{now}", 1, now)
+            if len(self._failures.windows) > 10_000:
+                self._failures.prune(now)
+            raise ApiError(ApiCode.INVALID_API_KEY, "invalid API key")
+        return caller
+
+    def _match(self, authorization: bytes | None, now: float) -> Caller | None:
+        if not authorization or not authorization.startswith(b"Bearer "):
+            return None
+        token = authorization[7:].strip().decode("latin-1")
+        prefix = key_prefix(token)
+        found = self._by_prefix.get(prefix) if prefix else None
+        if found is None or not key_matches(found[0], token):
+            return None
+        caller = found[1]
+        if caller.expires_at_s is not None and caller.expires_at_s <= now:
+            return None
+        return caller

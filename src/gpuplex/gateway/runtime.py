@@ -1,0 +1,117 @@
+"""Everything one gateway worker holds: the routing table and backend pools from the spec, the key
+cache, the rate limiter, the usage spool and its mover, the upstream HTTP client, and the
+background tasks that keep them fresh. Built at startup, closed at shutdown."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+
+import aiohttp
+
+from gpuplex.core.serve.limits import Limit, LimitKind
+from gpuplex.core.serve.routes import RouteTable, route_table
+from gpuplex.core.spec.document import GpuplexSpec
+from gpuplex.core.spec.gateway import GatewaySpec, LimiterBackend
+from gpuplex.gateway.auth import KeyCache
+from gpuplex.gateway.backends import BackendPool, run_health_checks
+from gpuplex.gateway.limiter_memory import Limiter, MemoryLimiter
+from gpuplex.gateway.spool import UsageSpool
+from gpuplex.gateway.spool_mover import SpoolMover
+from gpuplex.settings import GatewaySettings
+from gpuplex.specfile import load_spec_file
+from gpuplex.store.db import open_store
+from gpuplex.store.keys import KeyRepository
+from gpuplex.store.usage import UsageRepository
+
+log = logging.getLogger(__name__)
+
+
+def tenant_limits(table: RouteTable, tenant: str) -> tuple[Limit, ...]:
+    policy = table.tenants.get(tenant)
+    if policy is None:
+        return ()
+    spec = policy.rate_limits
+    return tuple(
+        Limit(f"tenant:{tenant}", kind, amount)
+        for kind, amount in (
+            (LimitKind.REQUESTS, spec.requests_per_min),
+            (LimitKind.TOKENS, spec.tokens_per_min),
+            (LimitKind.CONCURRENT, spec.concurrent_requests),
+        )
+        if amount is not None
+    )
+
+
+class GatewayRuntime:
+    def __init__(self, settings: GatewaySettings, spec: GpuplexSpec | None = None) -> None:
+        self.settings = settings
+        self.spec = spec if spec is not None else load_spec_file(settings.spec_path)
+        self.config: GatewaySpec = self.spec.gateway
+        self.routes = route_table(self.spec, self.config.backend_host, self.config.backends)
+        workers = self.config.workers
+        self.pools = {
+            backend_id: BackendPool(backend, self.config, workers)
+            for backend_id, backend in self.routes.backends.items()
+        }
+        engine = open_store(settings.store_url)
+        self.keys = KeyCache(
+            KeyRepository(engine),
+            lambda tenant: tenant_limits(self.routes, tenant),
+            self.config.failed_auth_per_min,
+        )
+        self.keys.load()
+        self.usage_sink = UsageRepository(engine)
+        self.limiter: Limiter = self._limiter()
+        self.spool = UsageSpool(settings.spool_dir, f"w{os.getpid()}")
+        self.mover = SpoolMover(settings.spool_dir, self.usage_sink)
+        self.session: aiohttp.ClientSession | None = None
+        self._stop = asyncio.Event()
+        self._tasks: list[asyncio.Task[None]] = []
+
+    def _limiter(self) -> Limiter:
+        if self.config.limiter is LimiterBackend.MEMORY:
+            return MemoryLimiter()
+        from gpuplex.gateway.limiter_redis import RedisLimiter
+
+        if not self.settings.redis_url:
+            raise ValueError("limiter: redis needs --redis-url or GPUPLEX_REDIS_URL")
+        return RedisLimiter(self.settings.redis_url)
+
+    async def start(self) -> None:
+        connector = aiohttp.TCPConnector(limit=0, keepalive_timeout=30, ttl_dns_cache=300)
+        self.session = aiohttp.ClientSession(
+            connector=connector,
+            auto_decompress=False,
+            timeout=aiohttp.ClientTimeout(
+                total=float(self.config.upstream_timeout_s),
+                sock_connect=float(self.config.connect_timeout_s),
+            ),
+        )
+        self._tasks = [
+            asyncio.create_task(self.keys.run(self._stop)),
+            asyncio.create_task(self.spool.run_fsync_loop(self._stop)),
+            asyncio.create_task(self.mover.run(self._stop)),
+            asyncio.create_task(
+                run_health_checks(
+                    list(self.pools.values()),
+                    self.session,
+                    float(self.config.health_interval_s),
+                    self._stop,
+                )
+            ),
+        ]
+
+    async def stop(self) -> None:
+        self._stop.set()
+        for task in self._tasks:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(task, 5)
+        self.spool.close()
+        with contextlib.suppress(Exception):
+            self.mover.move_once()
+        if self.session is not None:
+            await self.session.close()
+        await self.limiter.close()

@@ -1,0 +1,1 @@
+"""Prometheus metric definitions and logging setup."""

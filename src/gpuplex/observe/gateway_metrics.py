@@ -1,0 +1,70 @@
+"""The gateway's Prometheus metrics. Labels are bounded: `tenant` is a tenant of the spec (or
+`unknown` before a key is checked), `status` an HTTP status the gateway itself sends, `reason` one
+of the gateway's error codes, `model` never a label (tenants name models freely).
+
+With several worker processes the metrics live in prometheus-client's multiprocess directory and
+`/metrics` on any worker reports the sum."""
+
+from __future__ import annotations
+
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    generate_latest,
+    multiprocess,
+)
+
+from gpuplex.settings import prometheus_multiproc_dir
+
+UNKNOWN_TENANT = "unknown"
+
+LATENCY_BUCKETS_S = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
+WAIT_BUCKETS_S = (0.001, 0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
+
+REQUESTS = Counter(
+    "gpuplex_gateway_requests_total",
+    "Requests answered, by tenant and HTTP status.",
+    ["tenant", "status"],
+)
+TOKENS = Counter(
+    "gpuplex_gateway_tokens_total",
+    "Tokens served, by tenant and kind (prompt, completion).",
+    ["tenant", "kind"],
+)
+REJECTIONS = Counter(
+    "gpuplex_gateway_rejections_total",
+    "Requests refused by the gateway, by tenant and reason.",
+    ["tenant", "reason"],
+)
+QUEUE_DEPTH = Gauge(
+    "gpuplex_gateway_queue_depth",
+    "Requests waiting in the fair queue, by tenant.",
+    ["tenant"],
+    multiprocess_mode="livesum",
+)
+QUEUE_WAIT = Histogram(
+    "gpuplex_gateway_queue_wait_seconds",
+    "Time spent waiting for a turn, by tenant.",
+    ["tenant"],
+    buckets=WAIT_BUCKETS_S,
+)
+LATENCY = Histogram(
+    "gpuplex_gateway_request_duration_seconds",
+    "From a request's arrival to the last byte of its answer, by tenant.",
+    ["tenant"],
+    buckets=LATENCY_BUCKETS_S,
+)
+
+
+def exposition() -> bytes:
+    """The text format for `/metrics`: this process's metrics, or every worker's summed."""
+    directory = prometheus_multiproc_dir()
+    if directory is None:
+        from prometheus_client import REGISTRY
+
+        return generate_latest(REGISTRY)
+    registry = CollectorRegistry()
+    multiprocess.MultiProcessCollector(registry, path=directory)  # type: ignore[no-untyped-call]
+    return generate_latest(registry)

@@ -1,0 +1,309 @@
+"""A simulated OpenAI-compatible model server, shaped like vLLM's: chat and text completions (whole
+or streamed token by token), embeddings, the model list, plus `/sim/...` endpoints that let tests
+see what arrived. It serves a base model and LoRA adapter names, takes time per token as the latency
+model says, and can hold requests beyond a batch size. A raw ASGI app with orjson, cheap per request,
+because benchmarks run it as the backend behind both nginx and the gateway.
+
+    GET  /health               {"status": "ok"}
+    GET  /v1/models            base models, then adapters
+    POST /v1/chat/completions  POST /v1/completions  POST /v1/embeddings
+    GET  /sim/last-request     the last JSON body POSTed to /v1, as it arrived
+    GET  /sim/stats            {"requests": {model: count}, "in_flight": n}
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import Counter
+from collections.abc import Awaitable, Callable, MutableMapping
+from contextlib import suppress
+from dataclasses import dataclass
+from functools import partial
+from types import TracebackType
+from typing import Any
+
+import orjson
+
+from gpuplex.clock import now_s
+from gpuplex.ids import random_hex
+from gpuplex.sim.model_latency import LatencyModel
+from gpuplex.sim.model_replies import (
+    completion_reply,
+    embeddings_reply,
+    models_reply,
+    stream_events,
+)
+from gpuplex.sim.model_requests import (
+    Endpoint,
+    ErrorReply,
+    GenerationRequest,
+    invalid_json,
+    parse_request,
+)
+
+Scope = MutableMapping[str, Any]
+Message = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
+Handler = Callable[[Receive, Send], Awaitable[None]]
+
+SSE_HEADERS = [(b"content-type", b"text/event-stream"), (b"cache-control", b"no-cache")]
+SHUTTING_DOWN = ErrorReply(
+    503, "The simulated server is shutting down: retry elsewhere.", "shutdown"
+)
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class ModelServerSettings:
+    """What the simulated server serves and how fast. `models[0]` is the base the adapters sit on."""
+
+    models: tuple[str, ...]
+    adapters: tuple[str, ...] = ()
+    prefill_s_per_token: float = 0.0
+    decode_s_per_token: float = 0.0
+    contention: float = 0.0  # slowdown = 1 + contention * (in_flight - 1)
+    max_concurrency: int | None = None  # requests beyond it wait, as for a full batch
+    default_max_tokens: int = 16
+    embedding_dim: int = 8
+
+    @property
+    def latency(self) -> LatencyModel:
+        return LatencyModel(self.prefill_s_per_token, self.decode_s_per_token, self.contention)
+
+
+def make_app(settings: ModelServerSettings) -> ModelServer:
+    """The ASGI app of a simulated model server (run it with uvicorn, or any ASGI server)."""
+    return ModelServer(settings, id_prefix=random_hex(12), started_s=int(now_s()))
+
+
+class ModelServer:
+    """The ASGI app. `in_flight`, `requests` and `last_request` are what `/sim/...` reports;
+    `stop()` ends the requests in progress at their next token (for a quick, quiet shutdown)."""
+
+    def __init__(self, settings: ModelServerSettings, *, id_prefix: str, started_s: int) -> None:
+        self.settings = settings
+        self.latency = settings.latency
+        self.served = frozenset(settings.models + settings.adapters)
+        self.in_flight = 0
+        self.requests: Counter[str] = Counter()
+        self.last_request = b"null"
+        self.stopping = False
+        limit = settings.max_concurrency
+        self.slots = asyncio.Semaphore(limit) if limit is not None else None
+        self._id_prefix = id_prefix
+        self._ids = 0
+        self._models_body = models_reply(settings.models, settings.adapters, started_s)
+        self._routes: dict[str, tuple[str, Handler]] = {
+            "/v1/chat/completions": ("POST", partial(self._generate, Endpoint.CHAT)),
+            "/v1/completions": ("POST", partial(self._generate, Endpoint.COMPLETION)),
+            "/v1/embeddings": ("POST", partial(self._generate, Endpoint.EMBEDDING)),
+            "/v1/models": ("GET", self._models),
+            "/health": ("GET", self._health),
+            "/sim/last-request": ("GET", self._last_request),
+            "/sim/stats": ("GET", self._stats),
+        }
+
+    def stop(self) -> None:
+        """Shutting down: streams in progress end at their next token (without `[DONE]`, so
+        clients see them cut short), whole replies not yet sent get 503. Safe in a signal handler."""
+        self.stopping = True
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "lifespan":
+            await _lifespan(receive, send)
+            return
+        if scope["type"] != "http":
+            return
+        try:
+            await self._http(scope, receive, send)
+        except Exception:  # a reply, never a traceback, whatever went wrong
+            logger.exception(
+                "simulated model server failed on %s %s", scope["method"], scope["path"]
+            )
+            with suppress(Exception):
+                await _send_error(send, ErrorReply(500, "The simulated server failed.", "internal"))
+
+    async def _http(self, scope: Scope, receive: Receive, send: Send) -> None:
+        route = self._routes.get(scope["path"])
+        if route is None:
+            message = f"No route {scope['path']}: see GET /v1/models and POST /v1/chat/completions."
+            await _send_error(send, ErrorReply(404, message, "not_found"))
+            return
+        method, handler = route
+        if scope["method"] != method:
+            message = f"{scope['path']} accepts {method}, not {scope['method']}."
+            error = ErrorReply(405, message, "method_not_allowed")
+            await _send_json(send, 405, error.body(), [(b"allow", method.encode())])
+            return
+        await handler(receive, send)
+
+    async def _generate(self, endpoint: Endpoint, receive: Receive, send: Send) -> None:
+        raw = await _read_body(receive)
+        if raw is None:
+            return  # the client left before sending its request
+        try:
+            body = orjson.loads(raw)
+        except orjson.JSONDecodeError:
+            await _send_error(send, invalid_json())
+            return
+        self.last_request = raw
+        settings = self.settings
+        request = parse_request(
+            endpoint, body, self.served, settings.default_max_tokens, settings.embedding_dim
+        )
+        if isinstance(request, ErrorReply):
+            await _send_error(send, request)
+            return
+        self.requests[request.model] += 1
+        self._ids += 1
+        suffix = f"{self._id_prefix}{self._ids:x}"
+        if request.stream:
+            await self._stream(request, suffix, receive, send)
+        else:
+            await self._whole(request, suffix, receive, send)
+
+    async def _whole(
+        self, request: GenerationRequest, suffix: str, receive: Receive, send: Send
+    ) -> None:
+        if not self.latency.instant or self.slots is not None:
+            decoding = (
+                request.endpoint is not Endpoint.EMBEDDING and self.latency.decode_s_per_token > 0
+            )
+            async with _Turn(self, receive) as turn:
+                for index in range(request.completion_tokens if decoding else 1):
+                    if not await turn.token(index, request.prompt_tokens):
+                        if self.stopping:
+                            await _send_error(send, SHUTTING_DOWN)
+                        return  # else the client has gone: nobody to answer
+        if request.endpoint is Endpoint.EMBEDDING:
+            body = embeddings_reply(request)
+        else:
+            body = completion_reply(request, suffix, int(now_s()))
+        await _send_json(send, 200, body)
+
+    async def _stream(
+        self, request: GenerationRequest, suffix: str, receive: Receive, send: Send
+    ) -> None:
+        events = stream_events(request, suffix, int(now_s()))
+        await send({"type": "http.response.start", "status": 200, "headers": SSE_HEADERS})
+        async with _Turn(self, receive) as turn:
+            for index in range(request.completion_tokens):
+                if not await turn.token(index, request.prompt_tokens):
+                    await send({"type": "http.response.body", "body": b""})  # cut short
+                    return
+                chunk = events.token if index else events.first
+                await send({"type": "http.response.body", "body": chunk, "more_body": True})
+        await send({"type": "http.response.body", "body": events.end})
+
+    async def _models(self, receive: Receive, send: Send) -> None:
+        await _send_json(send, 200, self._models_body)
+
+    async def _health(self, receive: Receive, send: Send) -> None:
+        await _send_json(send, 200, b'{"status":"ok"}')
+
+    async def _last_request(self, receive: Receive, send: Send) -> None:
+        await _send_json(send, 200, self.last_request)
+
+    async def _stats(self, receive: Receive, send: Send) -> None:
+        stats = {"requests": dict(self.requests), "in_flight": self.in_flight}
+        await _send_json(send, 200, orjson.dumps(stats))
+
+
+class _Turn:
+    """One request's turn on the simulated accelerator: waits for a batch slot, counts as in
+    flight, paces its tokens on a schedule (so timer overshoot does not add up), and notices when
+    the client has gone away so that an abandoned request stops, as vLLM aborts it."""
+
+    __slots__ = ("_due", "_loop", "_receive", "_server", "_watcher")
+
+    def __init__(self, server: ModelServer, receive: Receive) -> None:
+        self._server = server
+        self._receive = receive
+        self._loop = asyncio.get_running_loop()
+        self._watcher: asyncio.Future[Message] | None = None
+        self._due = 0.0
+
+    async def __aenter__(self) -> _Turn:
+        server = self._server
+        if not server.latency.instant or server.slots is not None:
+            self._watcher = asyncio.ensure_future(self._receive())
+        if server.slots is not None:
+            try:
+                await server.slots.acquire()
+            except BaseException:
+                self._stop_watching()
+                raise
+        server.in_flight += 1
+        self._due = self._loop.time()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        server = self._server
+        server.in_flight -= 1
+        if server.slots is not None:
+            server.slots.release()
+        self._stop_watching()
+
+    async def token(self, index: int, prompt_tokens: int) -> bool:
+        """Wait until token `index` is due; False if the client has gone away meanwhile or the
+        server is stopping."""
+        delay_s = self._server.latency.token_s(index, prompt_tokens, self._server.in_flight)
+        if delay_s > 0:
+            self._due += delay_s
+            wait_s = self._due - self._loop.time()
+            if wait_s > 0:
+                await asyncio.sleep(wait_s)
+        gone = self._watcher is not None and self._watcher.done()
+        return not gone and not self._server.stopping
+
+    def _stop_watching(self) -> None:
+        watcher = self._watcher
+        if watcher is None:
+            return
+        if not watcher.done():
+            watcher.cancel()
+        elif not watcher.cancelled():
+            watcher.exception()  # retrieved, so asyncio does not warn about it
+
+
+async def _read_body(receive: Receive) -> bytes | None:
+    """The whole request body, or None if the client disconnected first."""
+    chunks: list[bytes] = []
+    while True:
+        message = await receive()
+        if message["type"] != "http.request":
+            return None
+        chunks.append(message.get("body", b""))
+        if not message.get("more_body", False):
+            return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+
+
+async def _send_json(
+    send: Send, status: int, body: bytes, extra: list[tuple[bytes, bytes]] | None = None
+) -> None:
+    headers = [(b"content-type", b"application/json"), (b"content-length", b"%d" % len(body))]
+    await send(
+        {"type": "http.response.start", "status": status, "headers": headers + (extra or [])}
+    )
+    await send({"type": "http.response.body", "body": body})
+
+
+async def _send_error(send: Send, error: ErrorReply) -> None:
+    await _send_json(send, error.status, error.body())
+
+
+async def _lifespan(receive: Receive, send: Send) -> None:
+    while True:
+        message = await receive()
+        if message["type"] == "lifespan.startup":
+            await send({"type": "lifespan.startup.complete"})
+        elif message["type"] == "lifespan.shutdown":
+            await send({"type": "lifespan.shutdown.complete"})
+            return

@@ -1,0 +1,144 @@
+"""Open the store: SQLite (the embedded default) or PostgreSQL, by URL, with its tables created.
+
+SQLite runs in WAL mode (readers never wait for the writer) with a 5 s busy timeout and foreign
+keys on. Its driver starts a transaction at the first write, so every write transaction here
+begins with its write: the lock is then taken (or waited for) up front, never upgraded mid-way.
+
+Every failure to open or use the store is a StoreError naming the URL, without its password, and
+what to check.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import URL, Engine, create_engine, event, inspect, make_url
+from sqlalchemy.exc import ArgumentError, DBAPIError, NoSuchModuleError, SQLAlchemyError
+
+from gpuplex.errors import StoreError
+from gpuplex.store.tables import metadata
+
+SQLITE_BUSY_TIMEOUT_MS = 5000
+POSTGRES_CONNECT_TIMEOUT_S = 5
+_CHECK = "check --store or GPUPLEX_STORE_URL"
+
+
+def open_store(url: str) -> Engine:
+    """An engine for the store at `url`, its tables created if missing. Raises StoreError."""
+    parsed = _parse(url)
+    shown = safe_url(parsed)
+    backend = parsed.get_backend_name()
+    try:
+        if backend == "sqlite":
+            engine = _sqlite_engine(parsed)
+        elif backend == "postgresql":
+            engine = _postgres_engine(parsed)
+        else:
+            raise StoreError(
+                f"store {shown}: {backend!r} is not supported; use sqlite:///PATH or "
+                f"postgresql+psycopg://USER@HOST:PORT/DATABASE ({_CHECK})"
+            )
+    except (NoSuchModuleError, ImportError, ArgumentError, TypeError) as error:
+        raise StoreError(f"store {shown}: cannot load its driver ({error}); {_CHECK}") from None
+    try:
+        _create_tables(engine)
+    except SQLAlchemyError as error:
+        engine.dispose()
+        raise StoreError(_open_failure(shown, backend, error)) from None
+    return engine
+
+
+def safe_url(url: URL | str) -> str:
+    """The URL as it may be shown: the password, if any, is replaced by ***."""
+    parsed = url if isinstance(url, URL) else make_url(url)
+    return parsed.render_as_string(hide_password=True)
+
+
+@contextmanager
+def store_errors(engine: Engine) -> Iterator[None]:
+    """Turn a database failure inside the block into a StoreError naming the store."""
+    try:
+        yield
+    except DBAPIError as error:
+        raise StoreError(
+            f"store {safe_url(engine.url)} failed: {_first_line(error)}; "
+            "check that the database is up and reachable"
+        ) from None
+
+
+def _parse(url: str) -> URL:
+    try:
+        parsed = make_url(url)
+    except (ArgumentError, ValueError):
+        raise StoreError(
+            f"store URL {url.split('@')[-1]!r} is not a URL: write sqlite:///PATH or "
+            f"postgresql+psycopg://USER@HOST:PORT/DATABASE ({_CHECK})"
+        ) from None
+    if parsed.drivername == "postgresql":
+        parsed = parsed.set(drivername="postgresql+psycopg")  # the driver gpuplex installs
+    return parsed
+
+
+def _sqlite_engine(url: URL) -> Engine:
+    database = url.database or ""
+    if database and database != ":memory:" and not database.startswith("file:"):
+        path = Path(database)
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as error:
+            raise StoreError(
+                f"store {safe_url(url)}: cannot create the directory {path.parent}: "
+                f"{error.strerror}; choose a writable place ({_CHECK})"
+            ) from None
+    engine = create_engine(url)
+    event.listen(engine, "connect", _sqlite_on_connect)
+    return engine
+
+
+def _sqlite_on_connect(dbapi_connection: Any, _record: object) -> None:
+    cursor = dbapi_connection.cursor()
+    try:
+        cursor.execute(f"PRAGMA busy_timeout = {SQLITE_BUSY_TIMEOUT_MS}")
+        cursor.execute("PRAGMA journal_mode = WAL")
+        cursor.execute("PRAGMA foreign_keys = ON")
+    finally:
+        cursor.close()
+
+
+def _postgres_engine(url: URL) -> Engine:
+    connect_args: dict[str, Any] = {}
+    if "connect_timeout" not in url.query:
+        connect_args["connect_timeout"] = POSTGRES_CONNECT_TIMEOUT_S
+    return create_engine(url, connect_args=connect_args, pool_pre_ping=True)
+
+
+def _create_tables(engine: Engine) -> None:
+    """Create what is missing. Two processes may race to create the same table; the loser's error
+    is harmless when the tables exist afterwards."""
+    try:
+        metadata.create_all(engine)
+    except DBAPIError:
+        names = set(inspect(engine).get_table_names())
+        if not set(metadata.tables) <= names:
+            raise
+
+
+def _open_failure(shown: str, backend: str, error: SQLAlchemyError) -> str:
+    reason = _first_line(error)
+    if backend == "sqlite":
+        hint = "check that the file's directory exists and is writable, and the file is SQLite"
+    else:
+        hint = (
+            "check that PostgreSQL is running and reachable at that host and port, "
+            "and the user, password and database"
+        )
+    return f"cannot open the store {shown}: {reason}; {hint} ({_CHECK})"
+
+
+def _first_line(error: SQLAlchemyError) -> str:
+    original = getattr(error, "orig", None)
+    text = str(original if original is not None else error).strip()
+    return text.splitlines()[0] if text else type(error).__name__

@@ -1,0 +1,240 @@
+"""API keys in the store: create (the secret is returned once and only its hash is kept), list,
+revoke, and what the gateway needs: the active keys with their hashes, and a cheap version that
+changes whenever a key is created or revoked.
+
+Every create and revoke appends an audit entry in the same transaction.
+"""
+
+from __future__ import annotations
+
+import builtins
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any, Literal
+
+from sqlalchemy import Engine, func, or_, select, update
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session
+
+from gpuplex.core.serve.keys import PREFIX_CHARS, format_key, key_hash
+from gpuplex.errors import NotFoundError, StoreError
+from gpuplex.ids import random_hex, random_token
+from gpuplex.store.audit import append_audit
+from gpuplex.store.db import safe_url, store_errors
+from gpuplex.store.tables import ApiKeyRow
+
+SECRET_BYTES = 32
+PREFIX_ATTEMPTS = 8
+
+KeyState = Literal["active", "expired", "revoked"]
+
+
+@dataclass(frozen=True, slots=True)
+class KeyLimits:
+    """A key's own limits, on top of its tenant's; None: no limit of that kind on the key."""
+
+    requests_per_min: int | None = None
+    tokens_per_min: int | None = None
+    concurrent_requests: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ApiKey:
+    """What may be shown about a key: everything but the secret and its hash."""
+
+    prefix: str
+    tenant: str
+    name: str
+    models: tuple[str, ...]  # empty: every model of the tenant
+    created_at: datetime  # timezone-aware UTC, as are the others
+    expires_at: datetime | None
+    revoked_at: datetime | None
+    requests_per_min: int | None = None
+    tokens_per_min: int | None = None
+    concurrent_requests: int | None = None
+
+    @property
+    def limits(self) -> KeyLimits:
+        return KeyLimits(self.requests_per_min, self.tokens_per_min, self.concurrent_requests)
+
+    def state(self, now: datetime) -> KeyState:
+        if self.revoked_at is not None:
+            return "revoked"
+        if self.expires_at is not None and self.expires_at <= now:
+            return "expired"
+        return "active"
+
+
+@dataclass(frozen=True, slots=True)
+class KeyRecord:
+    """An active key with its stored hash, for the gateway's in-memory cache."""
+
+    key: ApiKey
+    key_hash: str
+
+
+def _new_prefix() -> str:
+    return random_hex(PREFIX_CHARS)
+
+
+def _new_secret() -> str:
+    return random_token(SECRET_BYTES)
+
+
+class KeyRepository:
+    def __init__(
+        self,
+        engine: Engine,
+        *,
+        new_prefix: Callable[[], str] = _new_prefix,
+        new_secret: Callable[[], str] = _new_secret,
+    ) -> None:
+        self._engine = engine
+        self._new_prefix = new_prefix
+        self._new_secret = new_secret
+
+    def create(
+        self,
+        tenant: str,
+        name: str,
+        models: Sequence[str],
+        expires_at: datetime | None,
+        limits: KeyLimits,
+        now: datetime,
+        actor: str,
+    ) -> tuple[str, ApiKey]:
+        """A new key: (the key string, to show once; what is stored about it)."""
+        now = _utc(now)
+        expires_at = _utc(expires_at) if expires_at is not None else None
+        with store_errors(self._engine):
+            for _ in range(PREFIX_ATTEMPTS):
+                prefix = self._new_prefix()
+                token = format_key(prefix, self._new_secret())
+                row = ApiKeyRow(
+                    prefix=prefix,
+                    key_hash=key_hash(token),
+                    tenant=tenant,
+                    name=name,
+                    models=list(dict.fromkeys(models)),
+                    created_at=now,
+                    expires_at=expires_at,
+                    revoked_at=None,
+                    requests_per_min=limits.requests_per_min,
+                    tokens_per_min=limits.tokens_per_min,
+                    concurrent_requests=limits.concurrent_requests,
+                )
+                try:
+                    with Session(self._engine) as session, session.begin():
+                        session.add(row)
+                        session.flush()  # the insert first: it takes the write lock
+                        key = _api_key(row)
+                        append_audit(
+                            session,
+                            at=now,
+                            actor=actor,
+                            action="key.create",
+                            target=f"key:{prefix}",
+                            detail=_audit_detail(key),
+                        )
+                except IntegrityError:
+                    continue  # the rare prefix collision: draw another
+                return token, key
+        raise StoreError(
+            f"store {safe_url(self._engine.url)}: no free key prefix after "
+            f"{PREFIX_ATTEMPTS} attempts; try again"
+        )
+
+    def list(self, tenant: str | None = None) -> builtins.list[ApiKey]:
+        """Every key (of one tenant, if given), oldest first, revoked and expired ones included."""
+        query = select(ApiKeyRow).order_by(ApiKeyRow.id)
+        if tenant is not None:
+            query = query.where(ApiKeyRow.tenant == tenant)
+        with store_errors(self._engine), Session(self._engine) as session:
+            return [_api_key(row) for row in session.scalars(query)]
+
+    def revoke(self, prefix: str, now: datetime, actor: str) -> ApiKey:
+        """Revoke a key by its prefix. Revoking a revoked key changes nothing but the audit log."""
+        now = _utc(now)
+        with store_errors(self._engine), Session(self._engine) as session, session.begin():
+            result = session.execute(
+                update(ApiKeyRow)
+                .where(ApiKeyRow.prefix == prefix, ApiKeyRow.revoked_at.is_(None))
+                .values(revoked_at=now)
+            )
+            changed = getattr(result, "rowcount", 0) == 1
+            row = session.scalars(select(ApiKeyRow).where(ApiKeyRow.prefix == prefix)).first()
+            if row is None:
+                raise NotFoundError(
+                    f"no API key with prefix {prefix!r}; `gpuplex keys list` shows the prefixes"
+                )
+            key = _api_key(row)
+            detail: dict[str, Any] = {"tenant": key.tenant, "name": key.name}
+            if not changed:
+                detail["already_revoked_at"] = _iso(key.revoked_at)
+            append_audit(
+                session,
+                at=now,
+                actor=actor,
+                action="key.revoke",
+                target=f"key:{prefix}",
+                detail=detail,
+            )
+        return key
+
+    def active_records(self, now: datetime) -> builtins.list[KeyRecord]:
+        """The keys that work at `now` (not revoked, not expired), with their stored hashes."""
+        query = select(ApiKeyRow).where(
+            ApiKeyRow.revoked_at.is_(None),
+            or_(ApiKeyRow.expires_at.is_(None), ApiKeyRow.expires_at > now),
+        )
+        with store_errors(self._engine), Session(self._engine) as session:
+            return [KeyRecord(_api_key(row), row.key_hash) for row in session.scalars(query)]
+
+    def version(self) -> str:
+        """Changes whenever a key is created or revoked: one small aggregate query, cheap enough
+        to poll twice a second from every gateway worker. (Keys are never deleted, and revocation
+        is one-way, so the number of keys and of revoked keys only grow.)"""
+        query = select(
+            func.count(ApiKeyRow.id), func.max(ApiKeyRow.id), func.count(ApiKeyRow.revoked_at)
+        )
+        with store_errors(self._engine), self._engine.connect() as connection:
+            count, max_id, revoked = connection.execute(query).one()
+        return f"{count}.{max_id or 0}.{revoked}"
+
+
+def _api_key(row: ApiKeyRow) -> ApiKey:
+    return ApiKey(
+        prefix=row.prefix,
+        tenant=row.tenant,
+        name=row.name,
+        models=tuple(row.models),
+        created_at=row.created_at,
+        expires_at=row.expires_at,
+        revoked_at=row.revoked_at,
+        requests_per_min=row.requests_per_min,
+        tokens_per_min=row.tokens_per_min,
+        concurrent_requests=row.concurrent_requests,
+    )
+
+
+def _audit_detail(key: ApiKey) -> dict[str, Any]:
+    return {
+        "tenant": key.tenant,
+        "name": key.name,
+        "models": list(key.models),
+        "expires_at": _iso(key.expires_at),
+        "requests_per_min": key.requests_per_min,
+        "tokens_per_min": key.tokens_per_min,
+        "concurrent_requests": key.concurrent_requests,
+    }
+
+
+def _utc(at: datetime) -> datetime:
+    if at.tzinfo is None:
+        raise ValueError(f"naive datetime {at.isoformat()}: pass a timezone-aware UTC time")
+    return at.astimezone(UTC)
+
+
+def _iso(at: datetime | None) -> str | None:
+    return at.isoformat() if at is not None else None

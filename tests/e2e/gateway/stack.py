@@ -1,0 +1,244 @@
+"""A real gateway stack for end-to-end tests: simulated model servers and `gpuplex gateway` as
+subprocesses on loopback, a SQLite store with API keys, and the spec that ties them together."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import sysconfig
+import tempfile
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+
+import httpx
+import pytest
+
+from gpuplex.store.db import open_store
+from gpuplex.store.keys import KeyLimits, KeyRepository
+from gpuplex.store.usage import UsageRepository
+
+ROOT = Path(__file__).resolve().parents[3]
+NOBODY = 65534
+
+#: Root runs the gateway as nobody: `gpuplex gateway` refuses to run as root. The system's Python
+#: runs it, with the project's packages on the path, since nobody cannot read root's own Python.
+SYSTEM_PYTHON = "/usr/bin/python3"
+
+
+def gateway_command(args: Sequence[str]) -> tuple[list[str], dict[str, str]]:
+    command = ["-m", "gpuplex.cli", "gateway", *args]
+    if os.geteuid() != 0:
+        return [sys.executable, *command], dict(os.environ)
+    if not Path(SYSTEM_PYTHON).exists() or shutil.which("setpriv") is None:
+        pytest.skip(
+            "running as root, and no /usr/bin/python3 + setpriv to run the gateway as nobody"
+        )
+    environment = {
+        "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+        "PYTHONPATH": f"{ROOT / 'src'}:{sysconfig.get_paths()['purelib']}",
+        "HOME": "/",
+    }
+    drop = ["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups", "--"]
+    return [*drop, SYSTEM_PYTHON, *command], environment
+
+
+def hand_to_gateway_user(directory: Path) -> None:
+    """As root: give the gateway's unprivileged user the stack's files (store, spool, specs)."""
+    if os.geteuid() != 0:
+        return
+    os.chown(directory, NOBODY, NOBODY)
+    for path in directory.rglob("*"):
+        os.chown(path, NOBODY, NOBODY)
+
+
+def wait_for_key(url: str, key: str, timeout_s: float = 5) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        reply = httpx.get(f"{url}/v1/models", headers={"authorization": f"Bearer {key}"})
+        if reply.status_code == 200:
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"{url} did not accept a new key within {timeout_s} s")
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def wait_healthy(url: str, process: subprocess.Popen[bytes], timeout_s: float = 30) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise AssertionError(f"{url} exited with {process.returncode}")
+        try:
+            if httpx.get(f"{url}/health", timeout=1).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.05)
+    raise AssertionError(f"{url} did not become healthy in {timeout_s} s")
+
+
+def stop(process: subprocess.Popen[bytes], sig: int = signal.SIGTERM) -> None:
+    if process.poll() is None:
+        try:
+            os.killpg(process.pid, sig)
+        except ProcessLookupError:
+            return
+        try:
+            process.wait(10)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait(10)
+
+
+def start_sim_model(
+    log_path: Path,
+    port: int,
+    models: Sequence[str],
+    adapters: Sequence[str] = (),
+    *,
+    decode_ms_per_token: float = 0.0,
+    prefill_ms_per_token: float = 0.0,
+    contention: float = 0.0,
+    max_concurrency: int | None = None,
+) -> subprocess.Popen[bytes]:
+    args = [sys.executable, "-m", "gpuplex.cli", "sim", "model", "--port", str(port)]
+    for model in models:
+        args += ["--model", model]
+    for adapter in adapters:
+        args += ["--adapter", adapter]
+    args += ["--decode-ms-per-token", str(decode_ms_per_token)]
+    args += ["--prefill-ms-per-token", str(prefill_ms_per_token)]
+    args += ["--contention", str(contention)]
+    if max_concurrency is not None:
+        args += ["--max-concurrency", str(max_concurrency)]
+    with log_path.open("ab") as log:
+        process = subprocess.Popen(  # noqa: S603 - our own CLI
+            args, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+        )
+    try:
+        wait_healthy(f"http://127.0.0.1:{port}", process)
+    except AssertionError as error:
+        raise AssertionError(f"{error}\n{log_path.read_text()}") from None
+    return process
+
+
+@dataclass
+class Gateway:
+    spec_path: Path
+    store_url: str
+    spool_dir: Path
+    port: int
+    redis_url: str | None = None
+    process: subprocess.Popen[bytes] | None = None
+    log_path: Path | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self) -> None:
+        args = [
+            "--config", str(self.spec_path),
+            "--store", self.store_url,
+            "--spool-dir", str(self.spool_dir),
+        ]  # fmt: skip
+        if self.redis_url:
+            args += ["--redis-url", self.redis_url]
+        argv, environment = gateway_command(args)
+        self.spool_dir.mkdir(parents=True, exist_ok=True)
+        self.log_path = self.spool_dir.parent / f"gateway-{self.port}.log"
+        log = self.log_path.open("ab")
+        hand_to_gateway_user(self.spool_dir.parent)
+        self.process = subprocess.Popen(  # noqa: S603 - our own CLI
+            argv, stdout=log, stderr=subprocess.STDOUT, start_new_session=True, env=environment
+        )
+        log.close()
+        try:
+            wait_healthy(self.url, self.process)
+        except AssertionError as error:
+            raise AssertionError(f"{error}\n{self.log_path.read_text()}") from None
+
+    def stop(self, sig: int = signal.SIGTERM) -> None:
+        if self.process is not None:
+            stop(self.process, sig)
+
+    def log(self) -> str:
+        return self.log_path.read_text() if self.log_path else ""
+
+
+@dataclass
+class Stack:
+    tmp: Path
+    store_url: str
+    sims: list[subprocess.Popen[bytes]] = field(default_factory=list)
+    gateways: list[Gateway] = field(default_factory=list)
+
+    def key(
+        self,
+        tenant: str,
+        models: Sequence[str] = (),
+        expires_at: datetime | None = None,
+        **limits: int,
+    ) -> str:
+        keys = KeyRepository(open_store(self.store_url))
+        secret, _ = keys.create(
+            tenant=tenant,
+            name="test",
+            models=list(models),
+            expires_at=expires_at,
+            limits=KeyLimits(limits.get("rpm"), limits.get("tpm"), limits.get("concurrency")),
+            now=datetime.now(UTC),
+            actor="test",
+        )
+        for gateway in self.gateways:  # the gateway loads new keys within half a second
+            wait_for_key(gateway.url, secret)
+        return secret
+
+    def usage(self) -> UsageRepository:
+        return UsageRepository(open_store(self.store_url))
+
+    def sim(self, models: Sequence[str], adapters: Sequence[str] = (), **latency: float) -> int:
+        port = free_port()
+        log_path = self.tmp / f"sim-{port}.log"
+        self.sims.append(start_sim_model(log_path, port, models, adapters, **latency))  # type: ignore[arg-type]
+        return port
+
+    def gateway(self, spec_text: str, redis_url: str | None = None, name: str = "gw") -> Gateway:
+        spec_path = self.tmp / f"{name}.yaml"
+        port = free_port()
+        spec_path.write_text(spec_text.replace("{gateway_port}", str(port)))
+        gateway = Gateway(spec_path, self.store_url, self.tmp / "spool", port, redis_url)
+        self.gateways.append(gateway)
+        gateway.start()
+        return gateway
+
+    def close(self) -> None:
+        for gateway in self.gateways:
+            gateway.stop()
+        for sim in self.sims:
+            stop(sim)
+
+
+@pytest.fixture
+def stack() -> Iterator[Stack]:
+    """In a directory of its own under /tmp (pytest's tmp_path is closed to other users)."""
+    directory = Path(tempfile.mkdtemp(prefix="gpuplex-gateway-test-"))
+    directory.chmod(0o755)
+    made = Stack(directory, f"sqlite:///{directory / 'gpuplex.db'}")
+    try:
+        yield made
+    finally:
+        made.close()
+        shutil.rmtree(directory, ignore_errors=True)
