@@ -1,6 +1,7 @@
 """Everything one gateway worker holds: the routing table and backend pools from the spec, the key
-cache, the rate limiter, the usage spool and its mover, the upstream HTTP client, and the
-background tasks that keep them fresh. Built at startup, closed at shutdown."""
+cache, the rate limiter, the usage spool, the upstream HTTP client, and the background tasks that
+keep them fresh. Built at startup, closed at shutdown. The spool is moved into the store by a
+process of its own (`mover_process`); a worker moves it only once, as it stops."""
 
 from __future__ import annotations
 
@@ -93,7 +94,6 @@ class GatewayRuntime:
         self._tasks = [
             asyncio.create_task(self.keys.run(self._stop)),
             asyncio.create_task(self.spool.run_fsync_loop(self._stop)),
-            asyncio.create_task(self.mover.run(self._stop)),
             asyncio.create_task(
                 run_health_checks(
                     list(self.pools.values()),

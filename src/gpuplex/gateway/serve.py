@@ -1,6 +1,6 @@
-"""Run the gateway's worker processes with the chosen HTTP server. uvicorn (with uvloop and
-httptools) is the default: it measured fastest for this proxy on a 2-core machine
-(bench/gateway.py, docs/benchmarks.md); granian stays available for comparison when installed."""
+"""Run the gateway's worker processes with the chosen HTTP server, and the usage mover beside them.
+uvicorn (with uvloop and httptools) is the default: it measured fastest for this proxy on a 2-core
+machine (bench/gateway.py, docs/benchmarks.md); granian stays available for comparison."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ from enum import StrEnum
 
 from gpuplex.core.spec.gateway import GatewaySpec
 from gpuplex.errors import GatewayError
+from gpuplex.gateway.mover_process import start_mover, stop_mover
 from gpuplex.settings import GatewaySettings, export_for_workers
 
 APP_FACTORY = "gpuplex.gateway.app:app_from_environment"
@@ -28,6 +29,14 @@ def serve(settings: GatewaySettings, config: GatewaySpec, server: HttpServer) ->
     if config.workers > 1:
         exported["PROMETHEUS_MULTIPROC_DIR"] = str(metrics_dir)
     export_for_workers(exported)
+    mover = start_mover(settings.spool_dir, settings.store_url)
+    try:
+        _run_server(config, server)
+    finally:
+        stop_mover(mover)
+
+
+def _run_server(config: GatewaySpec, server: HttpServer) -> None:
     if server is HttpServer.UVICORN:
         import uvicorn
 

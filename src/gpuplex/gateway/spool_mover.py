@@ -25,12 +25,11 @@ counts once. A segment whose insert failed is never deleted.
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import fcntl
 import logging
 import os
-from collections.abc import Sequence
+import threading
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -81,23 +80,30 @@ class SpoolMover:
             bad += moved.bad_lines
         return MoveReport(segments, records, new, bad)
 
-    async def run(self, stop: asyncio.Event, interval_s: float = 1.0) -> None:
-        """Move segments every `interval_s` until `stop`; a failed pass is logged and retried."""
-        loop = asyncio.get_running_loop()
-        while not stop.is_set():
-            try:
-                report = await loop.run_in_executor(None, self.move_once)
-            except Exception as exc:
-                log.warning(
-                    "usage spool %s: moving to the store failed, will retry: %s",
-                    self.directory,
-                    exc,
-                )
-            else:
-                if report.segments_moved:
-                    log.debug("usage spool %s: moved %s", self.directory, report)
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(stop.wait(), interval_s)
+    def run(
+        self,
+        stop: threading.Event,
+        interval_s: float = 1.0,
+        keep_going: Callable[[], bool] = lambda: True,
+    ) -> None:
+        """Move segments every `interval_s` until `stop` is set or `keep_going()` says no, then make
+        one last pass (for what the workers sealed as they stopped)."""
+        while not stop.is_set() and keep_going():
+            self._pass()
+            stop.wait(interval_s)
+        self._pass()
+
+    def _pass(self) -> None:
+        """One `move_once`; a failure is logged, and its segments wait for the next pass."""
+        try:
+            report = self.move_once()
+        except Exception as exc:
+            log.warning(
+                "usage spool %s: moving to the store failed, will retry: %s", self.directory, exc
+            )
+        else:
+            if report.segments_moved:
+                log.debug("usage spool %s: moved %s", self.directory, report)
 
     def _candidates(self) -> list[Path]:
         try:

@@ -154,7 +154,7 @@ async def _compare(url: str, key_prefix: str, limits: list[Limit], ops: list[Op]
                 assert held == len(state.lease_set(limit).until_s)
             else:
                 assert int(await probe.get(keys[2]) or 0) == state.used(limit, now)
-                assert held == len(state.window(limit).entries)
+                assert held == len(state.window(limit))
     finally:
         await probe.aclose()
         await limiter.close()

@@ -6,6 +6,7 @@ import asyncio
 import fcntl
 import os
 import threading
+import time
 from collections import Counter
 from collections.abc import Sequence
 from datetime import UTC, datetime
@@ -342,18 +343,30 @@ def test_the_move_loop_retries_after_a_failed_pass(
     (tmp_path / "w1-x-000001.jsonl").write_bytes(line(1))
     sink = FakeSink()
     sink.fail_next = True
-
-    async def scenario() -> None:
-        stop = asyncio.Event()
-        task = asyncio.create_task(SpoolMover(tmp_path, sink).run(stop, interval_s=0.01))
-        for _ in range(200):
-            await asyncio.sleep(0.01)
-            if sink.received:
-                break
-        stop.set()
-        await asyncio.wait_for(task, 1)
-
-    asyncio.run(scenario())
+    stop = threading.Event()
+    loop = threading.Thread(target=SpoolMover(tmp_path, sink).run, args=(stop, 0.01))
+    loop.start()
+    deadline = time.monotonic() + 5
+    while not sink.received and time.monotonic() < deadline:
+        time.sleep(0.01)
+    stop.set()
+    loop.join(5)
+    assert not loop.is_alive()
     assert sink.ids() == Counter({record(1).request_id: 1})
     assert any("store unreachable" in r.getMessage() for r in caplog.records)
+    assert names(tmp_path) == []
+
+
+def test_the_move_loop_ends_with_a_last_pass_when_told_to_stop_going(tmp_path: Path) -> None:
+    sink = FakeSink()
+    passes: list[int] = []
+
+    def keep_going() -> bool:  # the parent "dies" after the first pass; a segment appears then
+        passes.append(1)
+        if len(passes) == 2:
+            (tmp_path / "w1-x-000001.jsonl").write_bytes(line(1))
+        return len(passes) < 2
+
+    SpoolMover(tmp_path, sink).run(threading.Event(), 0.01, keep_going)
+    assert sink.ids() == Counter({record(1).request_id: 1})
     assert names(tmp_path) == []

@@ -18,7 +18,6 @@ decision so that several gateway processes share one limit; tests check the two 
 from __future__ import annotations
 
 import math
-from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -68,49 +67,66 @@ Decision = Admitted | Refused
 
 
 @dataclass(slots=True)
-class _Entry:
-    at_s: float
-    request_id: str
-    amount: int
-
-
-@dataclass(slots=True)
 class SlidingWindow:
-    """What one per-minute limit admitted in the last WINDOW_S seconds, oldest first."""
+    """What one per-minute limit admitted in the last WINDOW_S seconds, oldest first.
 
-    entries: deque[_Entry] = field(default_factory=deque)
+    Kept as columns of plain floats, ints and strings plus a `dict[str, int]` index, not as an
+    object per request: a busy limit holds a minute of requests (60,000 at 1,000 req/s), and
+    CPython's garbage collector never tracks floats, ints, strings or a dict of only those, so a
+    full collection does not walk them. An object per entry made the gateway's full collections
+    take tens of milliseconds (docs/benchmarks.md). Entries `head` onwards are live; the expired
+    prefix is cut off once it is as long as what remains.
+    """
+
+    at_s: list[float] = field(default_factory=list)
+    amounts: list[int] = field(default_factory=list)
+    request_ids: list[str] = field(default_factory=list)
+    #: request id -> its position, counted from the first entry ever added (`base` + index)
+    position: dict[str, int] = field(default_factory=dict)
+    head: int = 0  # index of the oldest live entry
+    base: int = 0  # positions of the entries cut off so far
     total: int = 0
-    by_request: dict[str, _Entry] = field(default_factory=dict)
+
+    def __len__(self) -> int:
+        return len(self.at_s) - self.head
 
     def expire(self, now_s: float) -> None:
         horizon = now_s - WINDOW_S
-        while self.entries and self.entries[0].at_s <= horizon:
-            entry = self.entries.popleft()
-            self.total -= entry.amount
-            self.by_request.pop(entry.request_id, None)
+        at_s, head = self.at_s, self.head
+        while head < len(at_s) and at_s[head] <= horizon:
+            self.total -= self.amounts[head]
+            del self.position[self.request_ids[head]]
+            head += 1
+        self.head = head
+        if head and head * 2 >= len(at_s):
+            del at_s[:head], self.amounts[:head], self.request_ids[:head]
+            self.base += head
+            self.head = 0
 
     def wait_for_room_s(self, now_s: float, need: int, limit: int) -> float:
         """Seconds until `need` fits, as the oldest entries leave the window."""
         excess = self.total + need - limit
         if excess <= 0:
             return 0.0
-        for entry in self.entries:
-            excess -= entry.amount
+        for index in range(self.head, len(self.at_s)):
+            excess -= self.amounts[index]
             if excess <= 0:
-                return max(0.0, entry.at_s + WINDOW_S - now_s)
+                return max(0.0, self.at_s[index] + WINDOW_S - now_s)
         return WINDOW_S
 
     def add(self, now_s: float, request_id: str, amount: int) -> None:
-        entry = _Entry(now_s, request_id, amount)
-        self.entries.append(entry)
-        self.by_request[request_id] = entry
+        self.position[request_id] = self.base + len(self.at_s)
+        self.at_s.append(now_s)
+        self.amounts.append(amount)
+        self.request_ids.append(request_id)
         self.total += amount
 
     def correct(self, request_id: str, amount: int) -> None:
-        entry = self.by_request.get(request_id)
-        if entry is not None:
-            self.total += amount - entry.amount
-            entry.amount = amount
+        position = self.position.get(request_id)
+        if position is not None:
+            index = position - self.base
+            self.total += amount - self.amounts[index]
+            self.amounts[index] = amount
 
 
 @dataclass(slots=True)
@@ -141,7 +157,7 @@ class LimiterState:
         """Forget windows and lease sets with nothing in them (keeps memory bounded by activity)."""
         for key, window in list(self.windows.items()):
             window.expire(now_s)
-            if not window.entries:
+            if not window:
                 del self.windows[key]
         for key, leases in list(self.leases.items()):
             leases.expire(now_s)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import math
 
 from hypothesis import given, settings, strategies as st
@@ -13,6 +14,7 @@ from gpuplex.core.serve.limits import (
     LimiterState,
     LimitKind,
     Refused,
+    SlidingWindow,
     admit,
     retry_after_header,
     settle,
@@ -111,3 +113,58 @@ def test_no_window_of_60_s_admits_more_than_the_limit(
     for start, _ in charged:
         in_window = sum(t for at, t in charged if start <= at < start + WINDOW_S)
         assert in_window <= TOKENS.amount
+
+
+# A window as a plain list of (at_s, request_id, amount): the model the columnar window must match.
+_Model = list[tuple[float, str, int]]
+
+_steps = st.lists(
+    st.tuples(
+        st.sampled_from(["add", "correct", "expire"]),
+        st.floats(min_value=0.0, max_value=20.0),  # seconds since the previous step
+        st.integers(min_value=0, max_value=40),  # which request (correct) or amount (add)
+    ),
+    max_size=120,
+)
+
+
+@given(_steps)
+@settings(max_examples=300, deadline=None)
+def test_the_window_agrees_with_a_plain_list_through_adds_corrections_and_cuts(
+    steps: list[tuple[str, float, int]],
+) -> None:
+    window, model, now, added = SlidingWindow(), _Model(), 0.0, 0
+    for op, gap_s, number in steps:
+        now += gap_s
+        if op == "add":
+            window.add(now, f"r{added}", number)
+            model.append((now, f"r{added}", number))
+            added += 1
+        elif op == "correct" and model:
+            _, target, _ = model[number % len(model)]  # a live request, old or new
+            window.correct(target, number + 1)
+            model = [(at, r, number + 1 if r == target else n) for at, r, n in model]
+        elif op == "expire":
+            window.expire(now)
+            model = [e for e in model if e[0] > now - WINDOW_S]
+            assert len(window) == len(model)
+            assert window.head <= len(window.at_s) // 2 + 1  # the expired prefix is cut off
+        assert window.total == sum(n for _, _, n in model)
+
+
+def test_a_full_window_gives_the_garbage_collector_nothing_to_walk() -> None:
+    state = LimiterState()
+    for i in range(10_000):
+        admit(state, [TOKENS_BIG, REQUESTS_BIG], f"req-{i}", 10, now_s=i * 0.001)
+    for limit in (TOKENS_BIG, REQUESTS_BIG):
+        window = state.window(limit)
+        assert len(window) == 10_000
+        assert not gc.is_tracked(window.position)
+        tracked = [
+            x for x in (*window.at_s, *window.amounts, *window.request_ids) if gc.is_tracked(x)
+        ]
+        assert tracked == []
+
+
+TOKENS_BIG = Limit("tenant:big", LimitKind.TOKENS, 10**9)
+REQUESTS_BIG = Limit("tenant:big", LimitKind.REQUESTS, 10**9)
