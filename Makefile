@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo host-demo test lint typecheck unit bench clean
+.PHONY: demo host-demo test lint typecheck unit bench bench-gateway clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -37,6 +37,10 @@ test: lint typecheck unit
 
 bench: $(STAMP)
 	$(BIN)/python bench/planner.py
+
+# The gateway against nginx on the same backend (needs wrk and nginx: apt-get install wrk nginx).
+bench-gateway: $(STAMP)
+	$(BIN)/python bench/gateway.py
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .hypothesis .demo-state
