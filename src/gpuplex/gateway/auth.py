@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 from gpuplex.clock import now_s, utc_now
 from gpuplex.core.serve.keys import key_matches, key_prefix
-from gpuplex.core.serve.limits import Limit, LimiterState, LimitKind, admit
+from gpuplex.core.serve.limits import Limit, LimiterState, LimitKind, admit, scope_limits
 from gpuplex.gateway.api_errors import ApiCode, ApiError
 from gpuplex.store.keys import KeyRecord, KeyRepository
 
@@ -35,15 +35,9 @@ class Caller:
 
 def caller_of(record: KeyRecord, tenant_limits: Callable[[str], tuple[Limit, ...]]) -> Caller:
     key = record.key
-    own = [
-        Limit(f"key:{key.prefix}", kind, amount)
-        for kind, amount in (
-            (LimitKind.REQUESTS, key.requests_per_min),
-            (LimitKind.TOKENS, key.tokens_per_min),
-            (LimitKind.CONCURRENT, key.concurrent_requests),
-        )
-        if amount is not None
-    ]
+    own = scope_limits(
+        f"key:{key.prefix}", key.requests_per_min, key.tokens_per_min, key.concurrent_requests
+    )
     expires = key.expires_at.timestamp() if key.expires_at is not None else None
     return Caller(
         key.tenant, key.prefix, frozenset(key.models), expires, (*own, *tenant_limits(key.tenant))

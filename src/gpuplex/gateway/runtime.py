@@ -12,7 +12,7 @@ import os
 
 import aiohttp
 
-from gpuplex.core.serve.limits import Limit, LimitKind
+from gpuplex.core.serve.limits import Limit, scope_limits
 from gpuplex.core.serve.routes import RouteTable, route_table
 from gpuplex.core.spec.document import GpuplexSpec
 from gpuplex.core.spec.gateway import GatewaySpec, LimiterBackend
@@ -35,14 +35,8 @@ def tenant_limits(table: RouteTable, tenant: str) -> tuple[Limit, ...]:
     if policy is None:
         return ()
     spec = policy.rate_limits
-    return tuple(
-        Limit(f"tenant:{tenant}", kind, amount)
-        for kind, amount in (
-            (LimitKind.REQUESTS, spec.requests_per_min),
-            (LimitKind.TOKENS, spec.tokens_per_min),
-            (LimitKind.CONCURRENT, spec.concurrent_requests),
-        )
-        if amount is not None
+    return scope_limits(
+        f"tenant:{tenant}", spec.requests_per_min, spec.tokens_per_min, spec.concurrent_requests
     )
 
 

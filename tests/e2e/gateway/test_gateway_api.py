@@ -329,24 +329,30 @@ def test_an_expired_key_gets_401(stack: Stack, gateway: Gateway, connect: Connec
         api.models.list()
 
 
-def test_a_model_server_slower_than_the_timeout_gets_504(stack: Stack) -> None:
-    port = stack.sim(["slow"], decode_ms_per_token=100.0)
-    spec = f"""
+def one_model_spec(model: str, port: int, tenant: str = "", gateway: str = "") -> str:
+    """Tenant acme serving one model on the simulated server at `port`; `tenant` and `gateway` add
+    a line to the tenant and to the gateway section. `{gateway_port}` is left for the stack."""
+    return f"""
 fleet:
   nodes: [{{name: n1, gpus: [{{model: H100-80GB, count: 1}}]}}]
 tenants:
   - name: acme
     isolation: mps
     requirement: moderate
+    {tenant}
     workloads:
-      - name: slow
+      - name: {model}
         gpu: {{memory_gib: 10}}
-        serve: {{model: slow, port: {port}}}
+        serve: {{model: {model}, port: {port}}}
 gateway:
   port: {{gateway_port}}
-  upstream_timeout_s: 0.5
+  {gateway}
 """
-    gateway = stack.gateway(spec)
+
+
+def test_a_model_server_slower_than_the_timeout_gets_504(stack: Stack) -> None:
+    port = stack.sim(["slow"], decode_ms_per_token=100.0)
+    gateway = stack.gateway(one_model_spec("slow", port, gateway="upstream_timeout_s: 0.5"))
     with openai.OpenAI(
         base_url=f"{gateway.url}/v1", api_key=stack.key("acme"), max_retries=0
     ) as api:
@@ -371,22 +377,9 @@ def test_the_gateway_refuses_to_run_as_root(tmp_path: Path) -> None:
 
 def test_an_unreachable_redis_fails_closed_with_503(stack: Stack) -> None:
     port = stack.sim(["m"])
-    spec = f"""
-fleet:
-  nodes: [{{name: n1, gpus: [{{model: H100-80GB, count: 1}}]}}]
-tenants:
-  - name: acme
-    isolation: mps
-    requirement: moderate
-    rate_limits: {{requests_per_min: 100}}
-    workloads:
-      - name: m
-        gpu: {{memory_gib: 10}}
-        serve: {{model: m, port: {port}}}
-gateway:
-  port: {{gateway_port}}
-  limiter: redis
-"""
+    spec = one_model_spec(
+        "m", port, tenant="rate_limits: {requests_per_min: 100}", gateway="limiter: redis"
+    )
     gateway = stack.gateway(spec, redis_url=f"redis://127.0.0.1:{free_port()}/0")
     with (
         openai.OpenAI(

@@ -3,7 +3,6 @@ app under uvicorn in a thread of the test's own process (where the test can look
 
 from __future__ import annotations
 
-import http.client
 import socket
 import subprocess
 import sys
@@ -16,23 +15,13 @@ from pathlib import Path
 import uvicorn
 
 from gpuplex.sim.model_server import ModelServer, ModelServerSettings, make_app
+from tests.integration.host.hostrun import healthy
 
 
 def free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         return int(probe.getsockname()[1])
-
-
-def healthy(port: int) -> bool:
-    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=1)
-    try:
-        connection.request("GET", "/health")
-        return connection.getresponse().status == 200
-    except OSError:
-        return False
-    finally:
-        connection.close()
 
 
 def wait_healthy(port: int, process: subprocess.Popen[bytes] | None = None) -> None:

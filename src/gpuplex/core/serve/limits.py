@@ -48,6 +48,24 @@ class Limit:
         return tokens if self.kind is LimitKind.TOKENS else 1
 
 
+def scope_limits(
+    scope: str,
+    requests_per_min: int | None,
+    tokens_per_min: int | None,
+    concurrent_requests: int | None,
+) -> tuple[Limit, ...]:
+    """The limits one scope sets (`key:<prefix>` or `tenant:<name>`); None is no limit of that kind."""
+    return tuple(
+        Limit(scope, kind, amount)
+        for kind, amount in (
+            (LimitKind.REQUESTS, requests_per_min),
+            (LimitKind.TOKENS, tokens_per_min),
+            (LimitKind.CONCURRENT, concurrent_requests),
+        )
+        if amount is not None
+    )
+
+
 @dataclass(frozen=True, slots=True)
 class Admitted:
     request_id: str

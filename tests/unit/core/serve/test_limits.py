@@ -5,6 +5,7 @@ from __future__ import annotations
 import gc
 import math
 
+import pytest
 from hypothesis import given, settings, strategies as st
 
 from gpuplex.core.serve.limits import (
@@ -17,6 +18,7 @@ from gpuplex.core.serve.limits import (
     SlidingWindow,
     admit,
     retry_after_header,
+    scope_limits,
     settle,
 )
 
@@ -168,3 +170,22 @@ def test_a_full_window_gives_the_garbage_collector_nothing_to_walk() -> None:
 
 TOKENS_BIG = Limit("tenant:big", LimitKind.TOKENS, 10**9)
 REQUESTS_BIG = Limit("tenant:big", LimitKind.REQUESTS, 10**9)
+
+
+@pytest.mark.parametrize(
+    ("rpm", "tpm", "concurrent", "kinds"),
+    [
+        (None, None, None, []),
+        (60, None, None, [LimitKind.REQUESTS]),
+        (None, 1000, 4, [LimitKind.TOKENS, LimitKind.CONCURRENT]),
+        (60, 1000, 4, [LimitKind.REQUESTS, LimitKind.TOKENS, LimitKind.CONCURRENT]),
+    ],
+)
+def test_a_scope_sets_only_the_limits_it_names(
+    rpm: int | None, tpm: int | None, concurrent: int | None, kinds: list[LimitKind]
+) -> None:
+    limits = scope_limits("key:abcd1234", rpm, tpm, concurrent)
+    assert [limit.kind for limit in limits] == kinds
+    assert {limit.scope for limit in limits} <= {"key:abcd1234"}
+    amounts = {LimitKind.REQUESTS: rpm, LimitKind.TOKENS: tpm, LimitKind.CONCURRENT: concurrent}
+    assert all(limit.amount == amounts[limit.kind] for limit in limits)
