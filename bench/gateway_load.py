@@ -100,6 +100,15 @@ end
 """
 
 
+def wrk_script(body: str, key: str, connections: int, rate_per_s: int | None) -> str:
+    """The Lua script wrk runs: the POST, the JSON summary, and the pacing when there is a rate."""
+    pacing = ""
+    if rate_per_s is not None:
+        mean_ms = 1000.0 * connections / rate_per_s
+        pacing = _WRK_PACING.format(seed=connections * 7919 + rate_per_s, mean_ms=f"{mean_ms:.4f}")
+    return _WRK_SCRIPT.format(body=body, key=key, mark=WRK_MARK, pacing=pacing)
+
+
 def wrk(
     base_url: str,
     key: str,
@@ -113,13 +122,9 @@ def wrk(
     mean connections / rate before each request, so requests arrive at about that rate, spread out
     as independent clients' would be; the latency is then that of a server not pushed to its limit.
     The rate reached is a little below the target, by each request's own latency."""
-    pacing = ""
-    if rate_per_s is not None:
-        mean_ms = 1000.0 * connections / rate_per_s
-        pacing = _WRK_PACING.format(seed=connections * 7919 + rate_per_s, mean_ms=f"{mean_ms:.4f}")
     with tempfile.TemporaryDirectory(prefix="gpuplex-bench-wrk-") as directory:
         script = Path(directory) / "post.lua"
-        script.write_text(_WRK_SCRIPT.format(body=body, key=key, mark=WRK_MARK, pacing=pacing))
+        script.write_text(wrk_script(body, key, connections, rate_per_s))
         command = [
             find_tool("wrk") or "wrk",
             "-t1",
