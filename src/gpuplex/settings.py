@@ -7,6 +7,8 @@ import os
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from gpuplex.errors import GatewayError
+
 #: What a tenant process inherits from gpuplex's own environment; nothing else (no secrets) passes.
 INHERITED_VARIABLES = ("PATH", "LANG", "LC_ALL", "TZ")
 
@@ -83,7 +85,7 @@ def gateway_settings_from_environment() -> GatewaySettings:
     """A worker's settings, as the `gpuplex gateway` process that started it exported them."""
     raw = os.environ.get(GATEWAY_SETTINGS_VARIABLE)
     if not raw:
-        raise RuntimeError(f"{GATEWAY_SETTINGS_VARIABLE} is not set: start with `gpuplex gateway`")
+        raise GatewayError(f"{GATEWAY_SETTINGS_VARIABLE} is not set: start with `gpuplex gateway`")
     data = json.loads(raw)
     return GatewaySettings(
         spec_path=Path(data["spec_path"]),

@@ -9,6 +9,7 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
+from gpuplex.core.spec.gateway import LimiterBackend
 from gpuplex.errors import GatewayError
 from gpuplex.gateway.serve import HttpServer, serve
 from gpuplex.settings import (
@@ -55,7 +56,7 @@ def gateway_command(
         spool_dir=(spool_dir or default_state_dir() / "gateway-spool").resolve(),
         redis_url=redis_url or redis_url_from_environment(),
     )
-    if spec.gateway.limiter == "redis" and not settings.redis_url:
+    if spec.gateway.limiter is LimiterBackend.REDIS and not settings.redis_url:
         raise GatewayError(
             f"{config}: gateway.limiter is redis but no Redis URL was given: "
             "pass --redis-url or set GPUPLEX_REDIS_URL"

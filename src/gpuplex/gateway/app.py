@@ -139,10 +139,7 @@ def _metrics_allowed(rt: GatewayRuntime, scope: Scope) -> None:
         address = ipaddress.ip_address(client[0]) if client else None
     except ValueError:
         address = None
-    allowed = rt.config.metrics_from
-    if address is None or not any(
-        address in ipaddress.ip_network(net, strict=False) for net in allowed
-    ):
+    if address is None or not any(address in net for net in rt.metrics_networks):
         raise ApiError(ApiCode.NOT_FOUND, "no such endpoint: GET /metrics")
 
 

@@ -18,7 +18,13 @@ import orjson
 
 from gpuplex.clock import now_s, utc_now
 from gpuplex.core.serve.fair_queue import QueuedRequest
-from gpuplex.core.serve.inference import BadRequest, Endpoint, InferenceRequest, read_request
+from gpuplex.core.serve.inference import (
+    ENDPOINT_PATHS,
+    BadRequest,
+    Endpoint,
+    InferenceRequest,
+    read_request,
+)
 from gpuplex.core.serve.limits import Refused, retry_after_header
 from gpuplex.core.serve.routing import ReplicaState
 from gpuplex.core.serve.stream_usage import StreamUsage, reply_usage
@@ -174,7 +180,7 @@ async def _forward(
     send: Send,
 ) -> None:
     assert rt.session is not None  # started before serving
-    url = f"{replica.url}/v1/{_PATHS[ex.request.endpoint]}"
+    url = f"{replica.url}{_PATHS[ex.request.endpoint]}"
     ok = False
     try:
         async with rt.session.post(
@@ -206,11 +212,8 @@ async def _forward(
         pool.done(replica, ok)
 
 
-_PATHS = {
-    Endpoint.CHAT: "chat/completions",
-    Endpoint.COMPLETIONS: "completions",
-    Endpoint.EMBEDDINGS: "embeddings",
-}
+#: The path each endpoint is forwarded to: the same path the client used.
+_PATHS = {endpoint: path for path, endpoint in ENDPOINT_PATHS.items()}
 
 
 async def _whole(
@@ -267,11 +270,11 @@ def _refusal(refusal: Refused) -> ApiError:
             "lower max_tokens or the prompt",
             param="max_tokens",
         )
+    retry_after = retry_after_header(refusal)
     return ApiError(
         ApiCode.RATE_LIMITED,
-        f"rate limit reached for {who}: {limit.kind} {limit.amount}; retry after "
-        f"{retry_after_header(refusal)} s",
-        retry_after_s=int(retry_after_header(refusal)),
+        f"rate limit reached for {who}: {limit.kind} {limit.amount}; retry after {retry_after} s",
+        retry_after_s=int(retry_after),
     )
 
 

@@ -54,9 +54,6 @@ class BackendQueue:
         self.fair.finish(request, used_tokens)
         self._pump()
 
-    def waiting(self, tenant: str) -> int:
-        return self.fair.waiting(tenant)
-
     def _pump(self) -> None:
         while (request := self.fair.dispatch()) is not None:
             future = self._waiters.pop(request.request_id, None)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ipaddress
 import logging
 import os
 
@@ -14,8 +15,8 @@ import aiohttp
 
 from gpuplex.core.serve.limits import Limit, scope_limits
 from gpuplex.core.serve.routes import RouteTable, route_table
-from gpuplex.core.spec.document import GpuplexSpec
 from gpuplex.core.spec.gateway import GatewaySpec, LimiterBackend
+from gpuplex.errors import GatewayError
 from gpuplex.gateway.auth import KeyCache
 from gpuplex.gateway.backends import BackendPool, run_health_checks
 from gpuplex.gateway.limiter_memory import Limiter, MemoryLimiter
@@ -41,11 +42,15 @@ def tenant_limits(table: RouteTable, tenant: str) -> tuple[Limit, ...]:
 
 
 class GatewayRuntime:
-    def __init__(self, settings: GatewaySettings, spec: GpuplexSpec | None = None) -> None:
+    def __init__(self, settings: GatewaySettings) -> None:
         self.settings = settings
-        self.spec = spec if spec is not None else load_spec_file(settings.spec_path)
-        self.config: GatewaySpec = self.spec.gateway
-        self.routes = route_table(self.spec, self.config.backend_host, self.config.backends)
+        spec = load_spec_file(settings.spec_path)
+        self.config: GatewaySpec = spec.gateway
+        self.routes = route_table(spec, self.config.backend_host, self.config.backends)
+        #: who may read /metrics (the spec's rules checked each entry parses)
+        self.metrics_networks = tuple(
+            ipaddress.ip_network(net, strict=False) for net in self.config.metrics_from
+        )
         workers = self.config.workers
         self.pools = {
             backend_id: BackendPool(backend, self.config, workers)
@@ -72,7 +77,7 @@ class GatewayRuntime:
         from gpuplex.gateway.limiter_redis import RedisLimiter
 
         if not self.settings.redis_url:
-            raise ValueError("limiter: redis needs --redis-url or GPUPLEX_REDIS_URL")
+            raise GatewayError("limiter: redis needs --redis-url or GPUPLEX_REDIS_URL")
         return RedisLimiter(self.settings.redis_url)
 
     async def start(self) -> None:

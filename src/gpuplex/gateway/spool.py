@@ -81,7 +81,6 @@ class UsageSpool:
             )
         directory.mkdir(parents=True, exist_ok=True)
         self.directory = directory
-        self.writer_id = writer_id
         self.fsync_interval_s = fsync_interval_s
         self.segment_max_bytes = segment_max_bytes
         self.segment_max_age_s = segment_max_age_s

@@ -8,31 +8,14 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
-from datetime import UTC, datetime
 from pathlib import Path
 
 from gpuplex.clock import now_s
-from gpuplex.core.serve.usage import UsageRecord
 from gpuplex.gateway.mover_process import start_mover, stop_mover
 from gpuplex.gateway.spool import UsageSpool
 from gpuplex.store.db import open_store
 from gpuplex.store.usage import UsageRepository
-
-
-def usage(n: int) -> UsageRecord:
-    return UsageRecord(
-        request_id=f"req-{n:04d}",
-        tenant="acme",
-        key_prefix="abcd1234",
-        model="chat",
-        endpoint="chat",
-        status=200,
-        prompt_tokens=10,
-        completion_tokens=n,
-        latency_s=0.01,
-        started_at=datetime(2026, 1, 1, tzinfo=UTC),
-        stream=False,
-    )
+from tests.unit.gateway.test_spool import record
 
 
 def stored_ids(store_url: str) -> set[str]:
@@ -56,7 +39,7 @@ def test_it_moves_the_spool_into_the_store_and_stops_on_sigterm(tmp_path: Path) 
     store_url = f"sqlite:///{tmp_path / 'store.db'}"
     spool = UsageSpool(tmp_path / "spool", "w1", segment_max_age_s=0.05)
     for n in range(5):
-        spool.append(usage(n))
+        spool.append(record(n))
     spool.sync()
     mover = start_mover(tmp_path / "spool", store_url, interval_s=0.05)
     try:
@@ -65,14 +48,16 @@ def test_it_moves_the_spool_into_the_store_and_stops_on_sigterm(tmp_path: Path) 
         spool.sync()  # sealed: the mover may take it now
         wait_for(lambda: len(stored_ids(store_url)) == 5)
         for n in range(5, 8):  # appended after the mover's passes began
-            spool.append(usage(n))
+            spool.append(record(n))
         spool.close()  # a worker stopping seals its segment
     finally:
         started = time.monotonic()
         stop_mover(mover)
     assert mover.exitcode == 0
     assert time.monotonic() - started < 10
-    assert stored_ids(store_url) == {f"req-{n:04d}" for n in range(8)}  # the last pass took 5..7
+    assert stored_ids(store_url) == {
+        record(n).request_id for n in range(8)
+    }  # the last pass took 5..7
     assert list((tmp_path / "spool").iterdir()) == []
 
 
@@ -96,9 +81,9 @@ def test_it_exits_when_the_gateway_that_started_it_is_killed(tmp_path: Path) -> 
     ) as gateway:
         assert gateway.stdout is not None
         mover_pid = int(gateway.stdout.readline())
-        spool.append(usage(1))
+        spool.append(record(1))
         spool.close()  # sealed
-        wait_for(lambda: stored_ids(store_url) == {"req-0001"})  # the mover is at work
+        wait_for(lambda: stored_ids(store_url) == {record(1).request_id})  # the mover is at work
         assert not _gone(mover_pid)
         gateway.kill()  # SIGKILL: nothing of the gateway runs to stop the mover
         gateway.wait(10)

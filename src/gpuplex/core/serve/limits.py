@@ -166,10 +166,18 @@ class LimiterState:
     leases: dict[str, Leases] = field(default_factory=dict)
 
     def window(self, limit: Limit) -> SlidingWindow:
-        return self.windows.setdefault(limit.state_key, SlidingWindow())
+        """The limit's window, made on first use."""
+        window = self.windows.get(limit.state_key)
+        if window is None:
+            window = self.windows[limit.state_key] = SlidingWindow()
+        return window
 
     def lease_set(self, limit: Limit) -> Leases:
-        return self.leases.setdefault(limit.state_key, Leases())
+        """The limit's leases, made on first use."""
+        leases = self.leases.get(limit.state_key)
+        if leases is None:
+            leases = self.leases[limit.state_key] = Leases()
+        return leases
 
     def prune(self, now_s: float) -> None:
         """Forget windows and lease sets with nothing in them (keeps memory bounded by activity)."""
@@ -183,12 +191,16 @@ class LimiterState:
                 del self.leases[key]
 
     def used(self, limit: Limit, now_s: float) -> int:
-        """How much of `limit` is taken now."""
+        """How much of `limit` is taken now. Asking keeps nothing for a limit never used."""
         if limit.kind is LimitKind.CONCURRENT:
-            leases = self.lease_set(limit)
+            leases = self.leases.get(limit.state_key)
+            if leases is None:
+                return 0
             leases.expire(now_s)
             return len(leases.until_s)
-        window = self.window(limit)
+        window = self.windows.get(limit.state_key)
+        if window is None:
+            return 0
         window.expire(now_s)
         return window.total
 
@@ -230,9 +242,7 @@ def admit(
 
 def _check(state: LimiterState, limit: Limit, tokens: int, now_s: float) -> Refused | None:
     if limit.kind is LimitKind.CONCURRENT:
-        leases = state.lease_set(limit)
-        leases.expire(now_s)
-        if len(leases.until_s) + 1 > limit.amount:
+        if state.used(limit, now_s) + 1 > limit.amount:
             return Refused(limit, CONCURRENCY_RETRY_S)
         return None
     need = limit.cost(tokens)

@@ -18,7 +18,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from gpuplex.core.spec.document import GpuplexSpec
-from gpuplex.core.spec.tenants import RateLimitSpec, TenantSpec
+from gpuplex.core.spec.tenants import TenantSpec
 from gpuplex.core.spec.workloads import WorkloadSpec
 
 
@@ -40,16 +40,8 @@ class Route:
 
 
 @dataclass(frozen=True, slots=True)
-class TenantPolicy:
-    name: str
-    weight: int
-    priority: int
-    rate_limits: RateLimitSpec
-
-
-@dataclass(frozen=True, slots=True)
 class RouteTable:
-    tenants: Mapping[str, TenantPolicy]
+    tenants: Mapping[str, TenantSpec]  # weight, priority and rate_limits by name
     backends: Mapping[str, Backend]
     routes: Mapping[tuple[str, str], Route]  # (tenant, model) -> route
 
@@ -101,10 +93,4 @@ def route_table(
                     adapter_name(tenant.name, workload.name),
                     adapter=True,
                 )
-    return RouteTable(
-        tenants={t.name: _policy(t) for t in spec.tenants}, backends=backends, routes=routes
-    )
-
-
-def _policy(tenant: TenantSpec) -> TenantPolicy:
-    return TenantPolicy(tenant.name, tenant.weight, tenant.priority, tenant.rate_limits)
+    return RouteTable(tenants={t.name: t for t in spec.tenants}, backends=backends, routes=routes)

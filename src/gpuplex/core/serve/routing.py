@@ -42,8 +42,8 @@ class ReplicaState:
 
 @dataclass(frozen=True, slots=True)
 class BreakerSettings:
-    failure_threshold: int = 5
-    open_s: float = 5.0
+    failure_threshold: int
+    open_s: float
 
 
 def choose_replica(

@@ -18,7 +18,6 @@ class StreamUsage:
     completion_tokens: int = 0
     reported_prompt: int | None = None
     reported_completion: int | None = None
-    done: bool = False
     _pending: bytes = field(default=b"", repr=False)
 
     def feed(self, chunk: bytes) -> bool:
@@ -39,7 +38,6 @@ class StreamUsage:
                 continue
             data = line[5:].strip()
             if data == DONE:
-                self.done = True
                 return True
             self._chunk(data)
         return False

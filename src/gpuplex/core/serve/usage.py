@@ -25,10 +25,6 @@ class UsageRecord:
     started_at: datetime  # timezone-aware UTC
     stream: bool = False
 
-    @property
-    def total_tokens(self) -> int:
-        return self.prompt_tokens + self.completion_tokens
-
     def fields(self) -> dict[str, Any]:
         """Field name -> value (written out: dataclasses.asdict deep-copies, on the hot path)."""
         return {
