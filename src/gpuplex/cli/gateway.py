@@ -19,7 +19,6 @@ from gpuplex.settings import (
     redis_url_from_environment,
 )
 from gpuplex.specfile import load_spec_file
-from gpuplex.store.db import open_store
 
 err = Console(stderr=True)
 
@@ -61,6 +60,8 @@ def gateway_command(
             f"{config}: gateway.limiter is redis but no Redis URL was given: "
             "pass --redis-url or set GPUPLEX_REDIS_URL"
         )
+    from gpuplex.store.db import open_store  # SQLAlchemy only for this command
+
     open_store(settings.store_url).dispose()  # fail here, clearly, not in every worker
     settings.spool_dir.mkdir(parents=True, exist_ok=True)
     gw = spec.gateway

@@ -16,7 +16,7 @@ from contextlib import contextmanager
 from datetime import datetime, timedelta
 from enum import StrEnum
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.console import Console
@@ -24,12 +24,14 @@ from rich.markup import escape
 from rich.table import Table
 
 from gpuplex.clock import utc_now
+from gpuplex.core.serve.routes import route_table
 from gpuplex.core.spec.parse import did_you_mean
 from gpuplex.errors import GpuplexError, NotFoundError
 from gpuplex.settings import default_store_url
 from gpuplex.specfile import load_spec_file
-from gpuplex.store.db import open_store
-from gpuplex.store.keys import ApiKey, KeyLimits, KeyRepository
+
+if TYPE_CHECKING:
+    from gpuplex.store.keys import ApiKey, KeyRepository
 
 keys_app = typer.Typer(
     help="API keys for the gateway: create (shown once), list, revoke.",
@@ -88,10 +90,11 @@ def create_command(
         lifetime = parse_duration(expires_in) if expires_in is not None else None
         if spec is not None:
             check_against_spec(spec, tenant, models)
+        from gpuplex.store.keys import KeyLimits
+
         now = utc_now()
-        engine = open_store(store or default_store_url())
-        try:
-            token, key = KeyRepository(engine).create(
+        with _key_store(store) as keys:
+            token, key = keys.create(
                 tenant,
                 name,
                 models,
@@ -100,8 +103,6 @@ def create_command(
                 now,
                 actor=os_user_name(),
             )
-        finally:
-            engine.dispose()
         if output is KeysOutput.JSON:
             sys.stdout.write(json.dumps({"key": token, **key_json(key, now)}, indent=2) + "\n")
             err.print("store this key now: it will not be shown again", highlight=False)
@@ -124,11 +125,8 @@ def list_command(
 ) -> None:
     """The keys and their state (active, expired, revoked); never the key itself."""
     with _reported():
-        engine = open_store(store or default_store_url())
-        try:
-            keys = KeyRepository(engine).list(tenant)
-        finally:
-            engine.dispose()
+        with _key_store(store) as repository:
+            keys = repository.list(tenant)
         now = utc_now()
         if output is KeysOutput.JSON:
             sys.stdout.write(json.dumps([key_json(key, now) for key in keys], indent=2) + "\n")
@@ -147,11 +145,8 @@ def revoke_command(
     """Revoke a key: the gateway refuses it within a second. Revoking twice is harmless."""
     with _reported():
         now = utc_now()
-        engine = open_store(store or default_store_url())
-        try:
-            key = KeyRepository(engine).revoke(prefix.strip(), now, actor=os_user_name())
-        finally:
-            engine.dispose()
+        with _key_store(store) as keys:
+            key = keys.revoke(prefix.strip(), now, actor=os_user_name())
         verb = "revoked" if key.revoked_at == now else "already revoked"
         when = _when(key.revoked_at, "")
         out.print(f"{verb}: key {key.prefix} of tenant {escape(key.tenant)}, at {when}")
@@ -168,17 +163,32 @@ def parse_duration(text: str) -> timedelta:
     return timedelta(**{_UNITS[match.group(2)]: int(match.group(1))})
 
 
+@contextmanager
+def _key_store(store: str | None) -> Iterator[KeyRepository]:
+    """The keys in the store at `store` (default: $GPUPLEX_STORE_URL or SQLite), closed after.
+    Imported here, not at the top: every other `gpuplex` command starts without SQLAlchemy."""
+    from gpuplex.store.db import open_store
+    from gpuplex.store.keys import KeyRepository
+
+    engine = open_store(store or default_store_url())
+    try:
+        yield KeyRepository(engine)
+    finally:
+        engine.dispose()
+
+
 def check_against_spec(path: Path, tenant: str, models: list[str]) -> None:
-    """The tenant must be in the spec, and serve every model the key names."""
+    """The tenant must be in the spec, and serve every model the key names (as the gateway routes
+    them)."""
     spec = load_spec_file(path)
-    tenants = {t.name: t for t in spec.tenants}
-    found = tenants.get(tenant)
-    if found is None:
+    routes = route_table(spec, spec.gateway.backend_host, spec.gateway.backends)
+    tenants = routes.tenants
+    if tenant not in tenants:
         hint = did_you_mean(tenant, tenants)
         raise NotFoundError(
             f"{path}: no tenant {tenant!r}{hint}; tenants: {', '.join(sorted(tenants)) or 'none'}"
         )
-    served = {w.serve.model for w in found.workloads if w.serve is not None}
+    served = set(routes.models_of(tenant))
     for name in models:
         if name not in served:
             hint = did_you_mean(name, served)

@@ -8,7 +8,6 @@ from enum import StrEnum
 
 from gpuplex.core.spec.gateway import GatewaySpec
 from gpuplex.errors import GatewayError
-from gpuplex.gateway.mover_process import start_mover, stop_mover
 from gpuplex.settings import GatewaySettings, export_for_workers
 
 APP_FACTORY = "gpuplex.gateway.app:app_from_environment"
@@ -29,6 +28,8 @@ def serve(settings: GatewaySettings, config: GatewaySpec, server: HttpServer) ->
     if config.workers > 1:
         exported["PROMETHEUS_MULTIPROC_DIR"] = str(metrics_dir)
     export_for_workers(exported)
+    from gpuplex.gateway.mover_process import start_mover, stop_mover  # the store: not at import
+
     mover = start_mover(settings.spool_dir, settings.store_url)
     try:
         _run_server(config, server)
