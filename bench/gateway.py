@@ -57,13 +57,13 @@ from types import FrameType
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from tests.e2e.gateway.stack import cannot_run_gateway
 
 from bench.gateway_load import CLOSED, PACED, Load, chat_body, missing_tools, wrk
 from bench.gateway_procs import (
     GatewaySetup,
     Processes,
     Running,
-    cannot_run_gateway,
     redis_reachable,
 )
 from bench.gateway_report import (

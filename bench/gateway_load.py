@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 CHAT_PATH = "/v1/chat/completions"
+MODEL = "bench"  # the model name the backend serves and the requests ask for
 TOOLS = ("wrk", "nginx")
 CLOSED = "closed"  # Load.tool: closed loop
 PACED = "paced"  # Load.tool: paced, about a fixed rate
@@ -50,7 +51,7 @@ class Load:
 
 def chat_body(stream: bool, max_tokens: int = 16) -> str:
     body: dict[str, object] = {
-        "model": "bench",
+        "model": MODEL,
         "messages": [{"role": "user", "content": "Say something short about GPUs."}],
         "max_tokens": max_tokens,
     }

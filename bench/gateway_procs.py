@@ -26,7 +26,6 @@ from types import TracebackType
 from tests.e2e.gateway.stack import (
     NOBODY,
     ROOT,
-    SYSTEM_PYTHON,
     free_port,
     gateway_command,
     hand_to_gateway_user,
@@ -36,11 +35,10 @@ from tests.e2e.gateway.stack import (
     wait_healthy,
 )
 
-from bench.gateway_load import find_tool
+from bench.gateway_load import MODEL, find_tool
 from gpuplex.store.db import open_store
 from gpuplex.store.keys import KeyLimits, KeyRepository
 
-MODEL = "bench"
 #: High enough never to refuse a request in a 10 s run at any rate this machine reaches.
 TENANT_LIMITS = (
     "{requests_per_min: 10000000, tokens_per_min: 10000000000, concurrent_requests: 100000}"
@@ -61,7 +59,6 @@ class GatewaySetup:
 
 @dataclass
 class Running:
-    label: str
     url: str
     process: subprocess.Popen[bytes]
     log_path: Path
@@ -137,13 +134,6 @@ http {{
 """
 
 
-def cannot_run_gateway() -> str | None:
-    """Why the gateway cannot be started here, or None."""
-    if os.geteuid() == 0 and (not Path(SYSTEM_PYTHON).exists() or shutil.which("setpriv") is None):
-        return f"running as root, and no {SYSTEM_PYTHON} + setpriv to run the gateway as nobody"
-    return None
-
-
 class Processes:
     """The benchmark's temporary directory and every process started in it; `close` (and leaving
     the `with` block, on an exception or Ctrl-C too) stops them all and removes the directory."""
@@ -196,7 +186,7 @@ class Processes:
         port = free_port()
         log_path = self.tmp / "backend.log"
         process = start_sim_model(log_path, port, [MODEL])
-        return self._add(Running("backend", f"http://127.0.0.1:{port}", process, log_path))
+        return self._add(Running(f"http://127.0.0.1:{port}", process, log_path))
 
     def nginx(self, backend_port: int) -> Running:
         directory = self.tmp / "nginx"
@@ -252,7 +242,7 @@ class Processes:
                 env=environment,
                 cwd=ROOT,
             )
-        running = self._add(Running(label, f"http://127.0.0.1:{port}", process, log_path))
+        running = self._add(Running(f"http://127.0.0.1:{port}", process, log_path))
         try:
             wait_healthy(running.url, process)
         except AssertionError as error:

@@ -130,9 +130,8 @@ def _ratio(value: float | None, base: float | None, at_least: float = 0.0) -> fl
 
 def rate_ratio(results: Results, setup: str, base: str, mode: str) -> str:
     top, bottom = results.get(setup, mode, CLOSED), results.get(base, mode, CLOSED)
-    if top is None or bottom is None:
-        return "n/a"
-    return f"{top.rate_per_s / bottom.rate_per_s:.2f}"
+    ratio = _ratio(top.rate_per_s if top else None, bottom.rate_per_s if bottom else None)
+    return "n/a" if ratio is None else f"{ratio:.2f}"
 
 
 def _num(value: float | None, digits: int = 1, signed: bool = False) -> str:

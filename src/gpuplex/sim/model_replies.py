@@ -28,10 +28,12 @@ def generated_text(completion_tokens: int) -> str:
     return WORD * completion_tokens
 
 
+_ID_PREFIX = {Endpoint.CHAT: "chatcmpl", Endpoint.COMPLETION: "cmpl", Endpoint.EMBEDDING: "embd"}
+
+
 def reply_id(endpoint: Endpoint, suffix: str) -> str:
     """An OpenAI-looking id: `chatcmpl-...`, `cmpl-...` or `embd-...`."""
-    prefix = {Endpoint.CHAT: "chatcmpl", Endpoint.COMPLETION: "cmpl", Endpoint.EMBEDDING: "embd"}
-    return f"{prefix[endpoint]}-{suffix}"
+    return f"{_ID_PREFIX[endpoint]}-{suffix}"
 
 
 def usage(request: GenerationRequest) -> dict[str, int]:

@@ -92,6 +92,8 @@ class ModelServer:
         self.stopping = False
         limit = settings.max_concurrency
         self.slots = asyncio.Semaphore(limit) if limit is not None else None
+        #: requests wait (latency) or queue (slots): each watches for its client leaving
+        self.paced = not self.latency.instant or self.slots is not None
         self._id_prefix = id_prefix
         self._ids = 0
         self._models_body = models_reply(settings.models, settings.adapters, started_s)
@@ -167,7 +169,7 @@ class ModelServer:
     async def _whole(
         self, request: GenerationRequest, suffix: str, receive: Receive, send: Send
     ) -> None:
-        if not self.latency.instant or self.slots is not None:
+        if self.paced:
             decoding = (
                 request.endpoint is not Endpoint.EMBEDDING and self.latency.decode_s_per_token > 0
             )
@@ -227,7 +229,7 @@ class _Turn:
 
     async def __aenter__(self) -> _Turn:
         server = self._server
-        if not server.latency.instant or server.slots is not None:
+        if server.paced:
             self._watcher = asyncio.ensure_future(self._receive())
         if server.slots is not None:
             try:

@@ -32,14 +32,20 @@ NOBODY = 65534
 SYSTEM_PYTHON = "/usr/bin/python3"
 
 
+def cannot_run_gateway() -> str | None:
+    """Why the gateway cannot be started here, or None (as root it must run as nobody)."""
+    if os.geteuid() == 0 and (not Path(SYSTEM_PYTHON).exists() or shutil.which("setpriv") is None):
+        return f"running as root, and no {SYSTEM_PYTHON} + setpriv to run the gateway as nobody"
+    return None
+
+
 def gateway_command(args: Sequence[str]) -> tuple[list[str], dict[str, str]]:
     command = ["-m", "gpuplex.cli", "gateway", *args]
     if os.geteuid() != 0:
         return [sys.executable, *command], dict(os.environ)
-    if not Path(SYSTEM_PYTHON).exists() or shutil.which("setpriv") is None:
-        pytest.skip(
-            "running as root, and no /usr/bin/python3 + setpriv to run the gateway as nobody"
-        )
+    why_not = cannot_run_gateway()
+    if why_not:
+        pytest.skip(why_not)
     environment = {
         "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
         "PYTHONPATH": f"{ROOT / 'src'}:{sysconfig.get_paths()['purelib']}",
