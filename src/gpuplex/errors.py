@@ -11,7 +11,8 @@
     ├── CgroupUnavailable    the host cannot give a replica its own cgroup with its limits
     ├── StoreError           the store (SQLite or PostgreSQL) is unreachable, invalid or failed
     ├── LimiterUnavailable   the shared rate-limit state (Redis) is unreachable or failed
-    └── GatewayError         the gateway cannot start as asked (as root, a setting missing)
+    ├── GatewayError         the gateway cannot start as asked (as root, a setting missing)
+    └── MeterInputError      a metering or chargeback input is malformed (naive time, empty window)
 
 Errors say what to do next. "Does not fit" is never an error: the planner returns it as a value.
 """
@@ -34,6 +35,7 @@ class ErrorCode(StrEnum):
     STORE_UNAVAILABLE = "store_unavailable"
     LIMITER_UNAVAILABLE = "limiter_unavailable"
     GATEWAY_INVALID = "gateway_invalid"
+    METER_INPUT_INVALID = "meter_input_invalid"
 
 
 #: CLI exit code for input the user must fix (bad spec, bad plan file, unknown name).
@@ -153,4 +155,12 @@ class GatewayError(GpuplexError):
     """The gateway cannot start as asked (run as root, settings missing); the message says how."""
 
     code = ErrorCode.GATEWAY_INVALID
+    exit_code = EXIT_BAD_INPUT
+
+
+class MeterInputError(GpuplexError):
+    """A metering or chargeback input is malformed: a naive datetime, a window that ends before it
+    starts, plan revisions that overlap. The message names the value and the rule it breaks."""
+
+    code = ErrorCode.METER_INPUT_INVALID
     exit_code = EXIT_BAD_INPUT
