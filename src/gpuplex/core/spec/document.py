@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from decimal import Decimal
 from enum import StrEnum
 from typing import Annotated
 
@@ -19,10 +20,64 @@ class PlacementPolicy(StrEnum):
     SPREAD = "spread"  # use the emptiest GPU: less contention, more GPUs in use
 
 
+class ChargebackMethod(StrEnum):
+    ALLOCATION = "allocation"  # pay for what is reserved (plan placements), used or not
+    USAGE = "usage"  # pay for measured busy GPU time (utilization-weighted samples)
+    HYBRID = "hybrid"  # hybrid_allocation_percent of the allocation charge + the rest of usage
+
+
+class IdleRule(StrEnum):
+    ABSORB = "absorb"  # capacity no tenant pays for stays with the platform (a fleet line)
+    SPREAD = "spread"  # shared by the tenants pro rata to their GPU charge
+
+
+Price = Annotated[Money, Field(ge=0)]
+
+
+class SharePriceSpec(SpecModel):
+    """Multipliers on gpu_hour x share for GPUs shared without hardware isolation."""
+
+    mps: Price = Field(default=Decimal(1), description="MPS share: gpu_hour x this x thread %.")
+    timeslice: Price = Field(
+        default=Decimal(1), description="Time-slice share: gpu_hour x this x share."
+    )
+
+
+class TokenPriceSpec(SpecModel):
+    prompt: Price = Field(default=Decimal(0), description="Price per million prompt tokens.")
+    completion: Price = Field(
+        default=Decimal(0), description="Price per million completion tokens."
+    )
+
+
 class PricingSpec(SpecModel):
+    """How usage becomes money (docs/chargeback.md)."""
+
     currency: str = Field(default="USD", pattern=r"^[A-Z]{3}$", description="ISO 4217 code.")
-    gpu_hour: dict[str, Annotated[Money, Field(ge=0)]] = Field(
+    gpu_hour: dict[str, Price] = Field(
         default_factory=dict, description="Price of one whole GPU-hour per catalog model."
+    )
+    mig_hour: dict[str, dict[str, Price]] = Field(
+        default_factory=dict,
+        description="Price of one MIG instance-hour per model and profile; default gpu_hour x "
+        "the profile's compute slices / the GPU's.",
+    )
+    share_multiplier: SharePriceSpec = Field(default_factory=SharePriceSpec)
+    tokens_per_million: dict[str, TokenPriceSpec] = Field(
+        default_factory=dict,
+        description="Token prices per served model name; charged on top of GPU time.",
+    )
+    method: ChargebackMethod = Field(
+        default=ChargebackMethod.ALLOCATION, description="allocation, usage or hybrid."
+    )
+    hybrid_allocation_percent: StrictInt | None = Field(
+        default=None,
+        ge=0,
+        le=100,
+        description="With method hybrid: the allocation charge's weight in percent (default 50).",
+    )
+    idle: IdleRule = Field(
+        default=IdleRule.ABSORB, description="Who pays for unreserved capacity: absorb or spread."
     )
 
 

@@ -13,6 +13,7 @@ from gpuplex.core.spec.fleet import MigModeSpec
 from gpuplex.core.spec.gateway import LimiterBackend
 from gpuplex.core.spec.parse import did_you_mean
 from gpuplex.core.spec.pools import fleet_pools
+from gpuplex.core.spec.pricing_rules import check_pricing
 from gpuplex.core.spec.requests import CandidateFinder, check_request
 from gpuplex.core.spec.runtime import Network
 from gpuplex.core.spec.tenants import Isolation, Requirement, TenantSpec
@@ -33,7 +34,7 @@ def check_spec(spec: GpuplexSpec) -> list[SpecProblem]:
             problems += check_request(spec, tenant, workload, path, candidates_for)
             problems += _check_runtime(workload, path)
         problems += _check_quota(tenant, ("tenants", t))
-    problems += _check_pricing(spec)
+    problems += check_pricing(spec)
     problems += _check_gateway(spec)
     return problems
 
@@ -242,15 +243,6 @@ def _check_quota(tenant: TenantSpec, path: FieldPath) -> Iterator[SpecProblem]:
             yield SpecProblem(
                 (*path, "quota", "mig", profile),
                 f"workloads ask for {asked} x {profile}, over the quota of {limit}",
-            )
-
-
-def _check_pricing(spec: GpuplexSpec) -> Iterator[SpecProblem]:
-    for name in spec.pricing.gpu_hour:
-        if gpu_model(name) is None:
-            yield SpecProblem(
-                ("pricing", "gpu_hour", name),
-                f"unknown GPU model {name!r}{did_you_mean(name, gpu_model_names())}",
             )
 
 

@@ -1,0 +1,66 @@
+"""Metering, pure: plan revisions, GPU samples and gateway usage records in, MeterLines out.
+
+Each roll-up covers one MeterWindow and returns sorted lines; zero quantities are left out. Rolling
+up the same inputs twice gives the same lines; two adjacent windows add up to their union.
+See docs/chargeback.md.
+"""
+
+from __future__ import annotations
+
+from gpuplex.core.meter.allocation import (
+    PlanInterval,
+    allocation_dimension,
+    allocation_lines,
+    fleet_gpu_seconds,
+    gpu_share,
+    parse_allocation_dimension,
+)
+from gpuplex.core.meter.gateway import gateway_lines
+from gpuplex.core.meter.measured import DEFAULT_MAX_GAP_S, GpuSample, measured_lines
+from gpuplex.core.meter.model import (
+    BUSY_GPU_SECONDS,
+    COMPLETION_TOKENS,
+    FAILED_REQUESTS,
+    FLEET_GPU_SECONDS,
+    FLEET_TENANT,
+    GPU_SECONDS,
+    INSTANCE_SECONDS,
+    MEMORY_MIB_SECONDS,
+    PROMPT_TOKENS,
+    REQUESTS,
+    MeterLine,
+    MeterWindow,
+    Source,
+    month_of,
+    month_window,
+    seconds_of,
+)
+
+__all__ = [
+    "BUSY_GPU_SECONDS",
+    "COMPLETION_TOKENS",
+    "DEFAULT_MAX_GAP_S",
+    "FAILED_REQUESTS",
+    "FLEET_GPU_SECONDS",
+    "FLEET_TENANT",
+    "GPU_SECONDS",
+    "INSTANCE_SECONDS",
+    "MEMORY_MIB_SECONDS",
+    "PROMPT_TOKENS",
+    "REQUESTS",
+    "GpuSample",
+    "MeterLine",
+    "MeterWindow",
+    "PlanInterval",
+    "Source",
+    "allocation_dimension",
+    "allocation_lines",
+    "fleet_gpu_seconds",
+    "gateway_lines",
+    "gpu_share",
+    "measured_lines",
+    "month_of",
+    "month_window",
+    "parse_allocation_dimension",
+    "seconds_of",
+]

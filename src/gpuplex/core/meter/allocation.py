@@ -1,0 +1,138 @@
+"""Allocation metering: what each tenant held, from the revisions of the applied plan.
+
+A tenant pays for what it reserved, used or not. Each placement of a plan that was active for part of
+the window counts `instance_seconds` (the seconds it held its place) and `gpu_seconds` (those seconds
+times its share of a GPU: 1 per whole GPU, 2 for two whole GPUs, a MIG slice or MPS share its
+compute_percent / 100). A time-slice share that names no compute_percent gets an equal part of what
+the named shares leave of that GPU, so it is never free.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from decimal import Decimal
+from itertools import pairwise
+
+from gpuplex.core.meter.model import (
+    FLEET_GPU_SECONDS,
+    FLEET_TENANT,
+    GPU_SECONDS,
+    INSTANCE_SECONDS,
+    MeterLine,
+    MeterWindow,
+    lines_from_totals,
+    require_utc,
+)
+from gpuplex.core.plan.model import Mode, Placement, Plan
+from gpuplex.errors import MeterInputError
+
+_HUNDRED = Decimal(100)
+
+
+@dataclass(frozen=True, slots=True)
+class PlanInterval:
+    """One revision of the applied plan and when it was in force: [active_from, active_until)."""
+
+    plan: Plan
+    active_from: datetime
+    active_until: datetime | None = None  # None: still in force
+
+    def __post_init__(self) -> None:
+        start = require_utc(self.active_from, "active_from")
+        object.__setattr__(self, "active_from", start)
+        if self.active_until is not None:
+            end = require_utc(self.active_until, "active_until")
+            if end < start:
+                raise MeterInputError(
+                    f"plan interval ends ({end.isoformat()}) before it starts ({start.isoformat()})"
+                )
+            object.__setattr__(self, "active_until", end)
+
+
+def allocation_dimension(gpu_model: str, mode: Mode, mig_profile: str | None = None) -> str:
+    """`H100-80GB/dedicated`, `H100-80GB/mig:3g.40gb`, `H100-80GB/mps`, `H100-80GB/timeslice`."""
+    if mode is Mode.MIG:
+        return f"{gpu_model}/mig:{mig_profile}"
+    return f"{gpu_model}/{mode.value}"
+
+
+def parse_allocation_dimension(dimension: str) -> tuple[str, Mode, str | None]:
+    """The inverse of allocation_dimension: (GPU model, mode, MIG profile or None)."""
+    gpu_model, _, rest = dimension.rpartition("/")
+    mode_text, _, profile = rest.partition(":")
+    try:
+        mode = Mode(mode_text)
+    except ValueError:
+        raise MeterInputError(
+            f"{dimension!r} is not an allocation dimension (MODEL/MODE or MODEL/mig:PROFILE)"
+        ) from None
+    if not gpu_model or (mode is Mode.MIG) != bool(profile):
+        raise MeterInputError(
+            f"{dimension!r} is not an allocation dimension (MODEL/MODE or MODEL/mig:PROFILE)"
+        )
+    return gpu_model, mode, profile or None
+
+
+def gpu_share(placement: Placement, plan: Plan) -> Decimal:
+    """The GPUs a placement holds: compute_percent / 100, with the time-slice rule above."""
+    if placement.mode is not Mode.TIMESLICE or placement.compute_percent > 0:
+        return Decimal(placement.compute_percent) / _HUNDRED
+    neighbours = [
+        p
+        for p in plan.placements
+        if p.mode is Mode.TIMESLICE
+        and p.node == placement.node
+        and p.gpu_indices == placement.gpu_indices
+    ]
+    named = sum(p.compute_percent for p in neighbours)
+    unnamed = sum(1 for p in neighbours if p.compute_percent == 0)
+    return Decimal(max(0, 100 - named)) / _HUNDRED / unnamed
+
+
+def _check_no_overlap(intervals: Sequence[PlanInterval]) -> None:
+    ordered = sorted(intervals, key=lambda i: i.active_from)
+    for before, after in pairwise(ordered):
+        if before.active_until is None or before.active_until > after.active_from:
+            raise MeterInputError(
+                f"plan revisions overlap: one in force from {before.active_from.isoformat()} "
+                f"until {_until(before)}, the next from {after.active_from.isoformat()}; "
+                "end each revision where the next begins"
+            )
+
+
+def _until(interval: PlanInterval) -> str:
+    return "now" if interval.active_until is None else interval.active_until.isoformat()
+
+
+def allocation_lines(intervals: Sequence[PlanInterval], window: MeterWindow) -> list[MeterLine]:
+    """Per tenant and dimension: gpu_seconds and instance_seconds held inside the window."""
+    _check_no_overlap(intervals)
+    totals: dict[tuple[str, str, str], Decimal] = defaultdict(Decimal)
+    for interval in intervals:
+        seconds = window.overlap_seconds(interval.active_from, interval.active_until)
+        if seconds == 0:
+            continue
+        for placement in interval.plan.placements:
+            profile = placement.mig.profile if placement.mig else None
+            dimension = allocation_dimension(placement.gpu_model, placement.mode, profile)
+            share = gpu_share(placement, interval.plan)
+            totals[placement.tenant, GPU_SECONDS, dimension] += seconds * share
+            totals[placement.tenant, INSTANCE_SECONDS, dimension] += seconds
+    return lines_from_totals(totals, "allocation")
+
+
+def fleet_gpu_seconds(intervals: Sequence[PlanInterval], window: MeterWindow) -> list[MeterLine]:
+    """The capacity: every GPU in each plan revision's `gpus` x the seconds it was in force, per GPU
+    model, as lines of FLEET_TENANT. Idle capacity is this less what tenants are charged."""
+    _check_no_overlap(intervals)
+    totals: dict[tuple[str, str, str], Decimal] = defaultdict(Decimal)
+    for interval in intervals:
+        seconds = window.overlap_seconds(interval.active_from, interval.active_until)
+        if seconds == 0:
+            continue
+        for gpu in interval.plan.gpus:
+            totals[FLEET_TENANT, FLEET_GPU_SECONDS, gpu.model] += seconds
+    return lines_from_totals(totals, "allocation")
