@@ -10,6 +10,7 @@
     ├── GpuDriverError       the GPU driver (NVML) is missing, or a call to it failed
     ├── CgroupUnavailable    the host cannot give a replica its own cgroup with its limits
     ├── StoreError           the store (SQLite or PostgreSQL) is unreachable, invalid or failed
+    ├── StaleRevisionError   a spec was applied on top of a revision that is no longer current
     ├── LimiterUnavailable   the shared rate-limit state (Redis) is unreachable or failed
     ├── GatewayError         the gateway cannot start as asked (as root, a setting missing)
     └── MeterInputError      a metering or chargeback input is malformed (naive time, empty window)
@@ -33,6 +34,7 @@ class ErrorCode(StrEnum):
     HOST_CGROUP = "host_cgroup_unavailable"
     HOST_GPU_DRIVER = "host_gpu_driver"
     STORE_UNAVAILABLE = "store_unavailable"
+    SPEC_STALE = "spec_stale"
     LIMITER_UNAVAILABLE = "limiter_unavailable"
     GATEWAY_INVALID = "gateway_invalid"
     METER_INPUT_INVALID = "meter_input_invalid"
@@ -142,6 +144,18 @@ class StoreError(GpuplexError):
     check."""
 
     code = ErrorCode.STORE_UNAVAILABLE
+
+
+class StaleRevisionError(GpuplexError):
+    """A spec was applied on top of `base_revision`, but the current revision is another: someone
+    applied a spec in between. Fetch the current spec, merge, and apply on top of it."""
+
+    code = ErrorCode.SPEC_STALE
+
+    def __init__(self, message: str, *, base_revision: int | None, current_revision: int | None):
+        super().__init__(message)
+        self.base_revision = base_revision
+        self.current_revision = current_revision
 
 
 class LimiterUnavailable(GpuplexError):
