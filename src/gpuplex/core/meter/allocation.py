@@ -3,8 +3,9 @@
 A tenant pays for what it reserved, used or not. Each placement of a plan that was active for part of
 the window counts `instance_seconds` (the seconds it held its place) and `gpu_seconds` (those seconds
 times its share of a GPU: 1 per whole GPU, 2 for two whole GPUs, a MIG slice or MPS share its
-compute_percent / 100). A time-slice share that names no compute_percent gets an equal part of what
-the named shares leave of that GPU, so it is never free.
+compute_percent / 100). A time-slice share that names no compute_percent gets an equal part, in whole
+percent, of what the named shares leave of that GPU (two: 50 % each; three: 33 % each, the last
+1 % stays idle), so it is never free and every quantity stays exact.
 """
 
 from __future__ import annotations
@@ -89,7 +90,7 @@ def gpu_share(placement: Placement, plan: Plan) -> Decimal:
     ]
     named = sum(p.compute_percent for p in neighbours)
     unnamed = sum(1 for p in neighbours if p.compute_percent == 0)
-    return Decimal(max(0, 100 - named)) / _HUNDRED / unnamed
+    return Decimal(max(0, 100 - named) // unnamed) / _HUNDRED
 
 
 def _check_no_overlap(intervals: Sequence[PlanInterval]) -> None:
