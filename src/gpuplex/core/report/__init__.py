@@ -1,0 +1,55 @@
+"""Chargeback, pure: the price book from `pricing:`, statements per tenant and for the fleet whose
+cents add up exactly, CSV and JSON renderings, budget threshold crossings. See docs/chargeback.md."""
+
+from __future__ import annotations
+
+from gpuplex.core.report.budget import (
+    DEFAULT_THRESHOLDS_PERCENT,
+    budget_crossings,
+    projected_spend,
+)
+from gpuplex.core.report.prices import (
+    DEFAULT_HYBRID_ALLOCATION_PERCENT,
+    PriceBook,
+    Rate,
+    mig_compute_fraction,
+)
+from gpuplex.core.report.render import (
+    CSV_COLUMNS,
+    PLATFORM,
+    fleet_statement_csv,
+    fleet_statement_json,
+    statement_csv,
+    statement_json,
+)
+from gpuplex.core.report.rounding import apportion_cents, to_cents
+from gpuplex.core.report.statement import (
+    IDLE_SHARE,
+    FleetStatement,
+    LineItem,
+    Statement,
+    build_fleet_statement,
+)
+
+__all__ = [
+    "CSV_COLUMNS",
+    "DEFAULT_HYBRID_ALLOCATION_PERCENT",
+    "DEFAULT_THRESHOLDS_PERCENT",
+    "IDLE_SHARE",
+    "PLATFORM",
+    "FleetStatement",
+    "LineItem",
+    "PriceBook",
+    "Rate",
+    "Statement",
+    "apportion_cents",
+    "budget_crossings",
+    "build_fleet_statement",
+    "fleet_statement_csv",
+    "fleet_statement_json",
+    "mig_compute_fraction",
+    "projected_spend",
+    "statement_csv",
+    "statement_json",
+    "to_cents",
+]
