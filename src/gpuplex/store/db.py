@@ -1,4 +1,5 @@
-"""Open the store: SQLite (the embedded default) or PostgreSQL, by URL, with its tables created.
+"""Open the store: SQLite (the embedded default) or PostgreSQL, by URL, its schema migrated to the
+revision this code needs (see migrate.py).
 
 SQLite runs in WAL mode (readers never wait for the writer) with a 5 s busy timeout and foreign
 keys on. Its driver starts a transaction at the first write, so every write transaction here
@@ -15,11 +16,11 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import URL, Engine, create_engine, event, inspect, make_url
+from sqlalchemy import URL, Engine, create_engine, event, make_url
 from sqlalchemy.exc import ArgumentError, DBAPIError, NoSuchModuleError, SQLAlchemyError
 
 from gpuplex.errors import StoreError
-from gpuplex.store.tables import metadata
+from gpuplex.store.migrate import upgrade_store
 
 SQLITE_BUSY_TIMEOUT_MS = 5000
 POSTGRES_CONNECT_TIMEOUT_S = 5
@@ -27,7 +28,8 @@ _CHECK = "check --store or GPUPLEX_STORE_URL"
 
 
 def open_store(url: str) -> Engine:
-    """An engine for the store at `url`, its tables created if missing. Raises StoreError."""
+    """An engine for the store at `url`, its schema upgraded to the newest revision (under a lock,
+    so several processes may open a store at once). Raises StoreError."""
     parsed = _parse(url)
     shown = safe_url(parsed)
     backend = parsed.get_backend_name()
@@ -44,10 +46,13 @@ def open_store(url: str) -> Engine:
     except (NoSuchModuleError, ImportError, ArgumentError, TypeError) as error:
         raise StoreError(f"store {shown}: cannot load its driver ({error}); {_CHECK}") from None
     try:
-        _create_tables(engine)
+        upgrade_store(engine)
     except SQLAlchemyError as error:
         engine.dispose()
         raise StoreError(_open_failure(shown, backend, error)) from None
+    except StoreError:
+        engine.dispose()
+        raise
     return engine
 
 
@@ -113,17 +118,6 @@ def _postgres_engine(url: URL) -> Engine:
     if "connect_timeout" not in url.query:
         connect_args["connect_timeout"] = POSTGRES_CONNECT_TIMEOUT_S
     return create_engine(url, connect_args=connect_args, pool_pre_ping=True)
-
-
-def _create_tables(engine: Engine) -> None:
-    """Create what is missing. Two processes may race to create the same table; the loser's error
-    is harmless when the tables exist afterwards."""
-    try:
-        metadata.create_all(engine)
-    except DBAPIError:
-        names = set(inspect(engine).get_table_names())
-        if not set(metadata.tables) <= names:
-            raise
 
 
 def _open_failure(shown: str, backend: str, error: SQLAlchemyError) -> str:

@@ -135,6 +135,7 @@ class KeyRepository:
                             actor=actor,
                             action="key.create",
                             target=f"key:{prefix}",
+                            tenant=tenant,
                             detail=_audit_detail(key),
                         )
                 except IntegrityError:
@@ -178,6 +179,7 @@ class KeyRepository:
                 actor=actor,
                 action="key.revoke",
                 target=f"key:{prefix}",
+                tenant=key.tenant,
                 detail=detail,
             )
         return key

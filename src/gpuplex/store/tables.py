@@ -1,53 +1,35 @@
-"""Every table of the store, in one place (the alembic migrations will start from here).
+"""Every table of the store, in one place. The schema changes only through the alembic
+migrations in gpuplex/store/migrations, whose result must equal these tables (a test compares them).
 
-Datetimes are stored as UTC and always come back timezone-aware UTC, on SQLite too (which has no
-timezone type: it keeps naive UTC text there).
+Datetimes are stored as UTC and always come back timezone-aware UTC (see columns.py); money is a
+Decimal stored as text.
 """
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import datetime
+from decimal import Decimal
 from typing import Any
 
 from sqlalchemy import (
     JSON,
     BigInteger,
     Boolean,
-    DateTime,
-    Dialect,
     Float,
     Index,
     Integer,
     MetaData,
     String,
+    Text,
+    UniqueConstraint,
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
-from sqlalchemy.types import TypeDecorator
 
-#: Autoincrementing 64-bit ids; SQLite only autoincrements an INTEGER PRIMARY KEY (64-bit anyway).
-BigId = BigInteger().with_variant(Integer(), "sqlite")
+# UtcDateTime is re-exported: older code and tests import it from here
+from gpuplex.store.columns import BigId, Money, UtcDateTime as UtcDateTime
 
-
-class UtcDateTime(TypeDecorator[datetime]):
-    """A timestamp that must be timezone-aware going in and is aware UTC coming out."""
-
-    impl = DateTime(timezone=True)
-    cache_ok = True
-
-    def process_bind_param(self, value: datetime | None, dialect: Dialect) -> datetime | None:
-        if value is None:
-            return None
-        if value.tzinfo is None:
-            raise ValueError(f"naive datetime {value.isoformat()}: pass a timezone-aware UTC time")
-        value = value.astimezone(UTC)
-        return value.replace(tzinfo=None) if dialect.name == "sqlite" else value
-
-    def process_result_value(self, value: datetime | None, dialect: Dialect) -> datetime | None:
-        if value is None:
-            return None
-        if value.tzinfo is None:
-            return value.replace(tzinfo=UTC)
-        return value.astimezone(UTC)
+#: A JSON column whose Python None is SQL NULL (not the JSON text `null`).
+NullableJson = JSON(none_as_null=True)
 
 
 class Base(DeclarativeBase):
@@ -100,7 +82,8 @@ class UsageRow(Base):
 
 
 class AuditRow(Base):
-    """One entry of the append-only audit log: who did what to which thing, and when."""
+    """One entry of the append-only audit log: who did what to which thing, and when; linked to the
+    entry before it by `prev_hash`, and sealed by `entry_hash` (see audit_chain.py)."""
 
     __tablename__ = "audit_log"
 
@@ -110,6 +93,120 @@ class AuditRow(Base):
     action: Mapped[str] = mapped_column(String(64))
     target: Mapped[str] = mapped_column(String(253))
     detail: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
+    tenant: Mapped[str | None] = mapped_column(String(253), nullable=True, index=True)
+    before: Mapped[Any] = mapped_column(NullableJson, nullable=True)
+    after: Mapped[Any] = mapped_column(NullableJson, nullable=True)
+    prev_hash: Mapped[str] = mapped_column(String(64))
+    entry_hash: Mapped[str] = mapped_column(String(64))
+
+
+class SpecRevisionRow(Base):
+    """One applied spec; the revision number is the id, and the current revision the highest."""
+
+    __tablename__ = "spec_revisions"
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
+    created_at: Mapped[datetime] = mapped_column(UtcDateTime())
+    actor: Mapped[str] = mapped_column(String(253))
+    spec_yaml: Mapped[str] = mapped_column(Text)
+    spec_sha256: Mapped[str] = mapped_column(String(64))
+    plan: Mapped[dict[str, Any]] = mapped_column(JSON)
+
+
+class ApiTokenRow(Base):
+    """A control-plane token (people and automation, not the gateway's keys): its public prefix and
+    the SHA-256 of the whole token, never the token itself."""
+
+    __tablename__ = "api_tokens"
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
+    prefix: Mapped[str] = mapped_column(String(16), unique=True, index=True)
+    token_hash: Mapped[str] = mapped_column(String(64))
+    name: Mapped[str] = mapped_column(String(200))
+    role: Mapped[str] = mapped_column(String(32))  # platform-admin | tenant-admin | tenant-viewer
+    tenant: Mapped[str | None] = mapped_column(String(253), nullable=True, index=True)
+    created_at: Mapped[datetime] = mapped_column(UtcDateTime())
+    created_by: Mapped[str] = mapped_column(String(253))
+    expires_at: Mapped[datetime | None] = mapped_column(UtcDateTime(), nullable=True)
+    revoked_at: Mapped[datetime | None] = mapped_column(UtcDateTime(), nullable=True)
+
+
+class GpuSampleRow(Base):
+    """What one replica held on one GPU at one moment (NVML, DCGM or the simulator)."""
+
+    __tablename__ = "gpu_samples"
+    __table_args__ = (Index("ix_gpu_samples_tenant_at", "tenant", "at"),)
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
+    at: Mapped[datetime] = mapped_column(UtcDateTime(), index=True)
+    node: Mapped[str] = mapped_column(String(253))
+    gpu_index: Mapped[int] = mapped_column(Integer)
+    gpu_uuid: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    tenant: Mapped[str] = mapped_column(String(253))
+    workload: Mapped[str] = mapped_column(String(253))
+    replica: Mapped[int] = mapped_column(Integer)
+    memory_used_mib: Mapped[int] = mapped_column(BigInteger)
+    utilization_percent: Mapped[float | None] = mapped_column(Float, nullable=True)
+    source: Mapped[str] = mapped_column(String(16))  # nvml | sim | dcgm
+
+
+class UsageRollupRow(Base):
+    """One metered quantity of one tenant in one window; a window's rows of one source are
+    replaced together, so re-running a roll-up never counts twice."""
+
+    __tablename__ = "usage_rollups"
+    __table_args__ = (
+        UniqueConstraint(
+            "window_start",
+            "window_end",
+            "tenant",
+            "source",
+            "metric",
+            "dimension",
+            name="uq_usage_rollups_window_line",
+        ),
+        Index("ix_usage_rollups_tenant_window_start", "tenant", "window_start"),
+    )
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
+    window_start: Mapped[datetime] = mapped_column(UtcDateTime())
+    window_end: Mapped[datetime] = mapped_column(UtcDateTime())
+    tenant: Mapped[str] = mapped_column(String(253))
+    source: Mapped[str] = mapped_column(String(16))  # allocation | measured | gateway
+    metric: Mapped[str] = mapped_column(String(64))
+    dimension: Mapped[str] = mapped_column(String(253), default="")
+    quantity: Mapped[Decimal] = mapped_column(Money())
+
+
+class BudgetRow(Base):
+    """A tenant's spending limit per period, and the percentages at which it alerts."""
+
+    __tablename__ = "budgets"
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
+    tenant: Mapped[str] = mapped_column(String(253), unique=True)
+    amount: Mapped[Decimal] = mapped_column(Money())
+    currency: Mapped[str] = mapped_column(String(3))
+    period: Mapped[str] = mapped_column(String(16), default="month")
+    thresholds_percent: Mapped[list[int]] = mapped_column(JSON)
+    webhook_url: Mapped[str | None] = mapped_column(String(2048), nullable=True)
+    updated_at: Mapped[datetime] = mapped_column(UtcDateTime())
+    updated_by: Mapped[str] = mapped_column(String(253))
+
+
+class BudgetAlertRow(Base):
+    """A budget threshold crossed in one period: at most one row per (tenant, period, threshold)."""
+
+    __tablename__ = "budget_alerts"
+    __table_args__ = (UniqueConstraint("tenant", "period_start", "threshold_percent"),)
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
+    tenant: Mapped[str] = mapped_column(String(253))
+    period_start: Mapped[datetime] = mapped_column(UtcDateTime())
+    threshold_percent: Mapped[int] = mapped_column(Integer)
+    spend: Mapped[Decimal] = mapped_column(Money())
+    budget: Mapped[Decimal] = mapped_column(Money())
+    fired_at: Mapped[datetime] = mapped_column(UtcDateTime())
 
 
 metadata = Base.metadata

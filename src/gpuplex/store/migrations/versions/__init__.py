@@ -1,0 +1,1 @@
+"""One module per schema revision, oldest first: r0001 (issue 4), r0002 (the control plane)."""

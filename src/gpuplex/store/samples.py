@@ -1,0 +1,124 @@
+"""GPU samples in the store: what each replica held on each GPU at each moment, as the NVML or DCGM
+sampler (or the simulator) saw it. Appended in batches; read back by time window for metering."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from datetime import datetime
+from typing import Literal, get_args
+
+from sqlalchemy import Engine, delete, func, insert, select
+from sqlalchemy.orm import Session
+
+from gpuplex.errors import StoreError
+from gpuplex.store.columns import aware_utc
+from gpuplex.store.db import store_errors
+from gpuplex.store.tables import GpuSampleRow
+
+SampleSource = Literal["nvml", "sim", "dcgm"]
+SAMPLE_SOURCES: tuple[SampleSource, ...] = get_args(SampleSource)
+ReplicaKey = tuple[str, str, int]  # tenant, workload, replica
+ReplicaUsage = tuple[int, float | None]  # memory used (MiB), utilization (%)
+
+
+@dataclass(frozen=True, slots=True)
+class GpuSample:
+    at: datetime  # timezone-aware UTC
+    node: str
+    gpu_index: int
+    tenant: str
+    workload: str
+    replica: int
+    memory_used_mib: int
+    utilization_percent: float | None  # None where the source cannot attribute it
+    source: SampleSource
+    gpu_uuid: str | None = None
+
+
+class SampleRepository:
+    def __init__(self, engine: Engine) -> None:
+        self._engine = engine
+
+    def append(self, samples: Sequence[GpuSample]) -> int:
+        """Store a batch in one transaction; returns how many were stored."""
+        for sample in samples:
+            if sample.source not in SAMPLE_SOURCES:
+                raise ValueError(f"unknown sample source {sample.source!r}: use nvml, sim or dcgm")
+        rows = [asdict(sample) | {"at": aware_utc(sample.at)} for sample in samples]
+        if not rows:
+            return 0
+        with store_errors(self._engine), self._engine.begin() as connection:
+            connection.execute(insert(GpuSampleRow), rows)
+        return len(rows)
+
+    def window(self, start: datetime, end: datetime, tenant: str | None = None) -> list[GpuSample]:
+        """Samples taken in [start, end), of one tenant if given, oldest first."""
+        query = (
+            select(GpuSampleRow)
+            .where(GpuSampleRow.at >= aware_utc(start), GpuSampleRow.at < aware_utc(end))
+            .order_by(GpuSampleRow.at, GpuSampleRow.id)
+        )
+        if tenant is not None:
+            query = query.where(GpuSampleRow.tenant == tenant)
+        with store_errors(self._engine), Session(self._engine) as session:
+            return [_sample(row) for row in session.scalars(query)]
+
+    def latest_by_replica(
+        self, tenant: str | None = None
+    ) -> tuple[datetime | None, dict[ReplicaKey, ReplicaUsage]]:
+        """The newest sampling moment (of one tenant's replicas if given) and what each replica
+        held then: (tenant, workload, replica) -> (memory used in MiB, summed over its GPUs;
+        utilization in %, averaged over those that report it). (None, {}) before any sample."""
+        newest = select(func.max(GpuSampleRow.at))
+        if tenant is not None:
+            newest = newest.where(GpuSampleRow.tenant == tenant)
+        with store_errors(self._engine), Session(self._engine) as session:
+            sampled_at = session.scalars(newest).one()
+            if sampled_at is None:
+                return None, {}
+            query = select(GpuSampleRow).where(GpuSampleRow.at == sampled_at)
+            if tenant is not None:
+                query = query.where(GpuSampleRow.tenant == tenant)
+            rows = session.scalars(query).all()
+        memory: dict[ReplicaKey, int] = {}
+        utilization: dict[ReplicaKey, list[float]] = {}
+        for row in rows:
+            key = (row.tenant, row.workload, row.replica)
+            memory[key] = memory.get(key, 0) + row.memory_used_mib
+            reported = utilization.setdefault(key, [])
+            if row.utilization_percent is not None:
+                reported.append(row.utilization_percent)
+        latest = {
+            key: (used, sum(utilization[key]) / len(utilization[key]) if utilization[key] else None)
+            for key, used in memory.items()
+        }
+        return sampled_at, latest
+
+    def delete_before(self, before: datetime) -> int:
+        """Drop samples taken before `before` (once rolled up); returns how many went."""
+        query = delete(GpuSampleRow).where(GpuSampleRow.at < aware_utc(before))
+        with store_errors(self._engine), self._engine.begin() as connection:
+            return connection.execute(query).rowcount
+
+
+def _source(value: str) -> SampleSource:
+    for source in SAMPLE_SOURCES:
+        if value == source:
+            return source
+    raise StoreError(f"a GPU sample has the unknown source {value!r}")
+
+
+def _sample(row: GpuSampleRow) -> GpuSample:
+    return GpuSample(
+        at=row.at,
+        node=row.node,
+        gpu_index=row.gpu_index,
+        tenant=row.tenant,
+        workload=row.workload,
+        replica=row.replica,
+        memory_used_mib=row.memory_used_mib,
+        utilization_percent=row.utilization_percent,
+        source=_source(row.source),
+        gpu_uuid=row.gpu_uuid,
+    )

@@ -1,0 +1,249 @@
+"""Control-plane API tokens (people and automation calling the REST API; not the gateway's keys).
+
+A token is `gpt_<8 hex prefix>_<secret>`: created once and shown once, stored as its SHA-256 only,
+checked in constant time (the same scheme as the gateway's keys, gpuplex.core.serve.keys). A
+platform-admin token has no tenant; tenant-admin and tenant-viewer tokens have exactly one.
+Every create and revoke appends an audit entry, with the token's tenant, in the same transaction.
+"""
+
+from __future__ import annotations
+
+import builtins
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Literal, get_args
+
+from sqlalchemy import Engine, select, update
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session
+
+from gpuplex.core.serve.keys import (
+    PREFIX_CHARS,
+    TOKEN_SCHEME,
+    format_key,
+    key_hash,
+    key_matches,
+    key_prefix as token_prefix,
+)
+from gpuplex.errors import NotFoundError, StoreError
+from gpuplex.ids import random_hex, random_token
+from gpuplex.store.audit import append_audit
+from gpuplex.store.columns import aware_utc
+from gpuplex.store.db import safe_url, store_errors
+from gpuplex.store.tables import ApiTokenRow
+
+SECRET_BYTES = 32
+PREFIX_ATTEMPTS = 8
+
+TokenRole = Literal["platform-admin", "tenant-admin", "tenant-viewer"]
+TOKEN_ROLES: tuple[TokenRole, ...] = get_args(TokenRole)
+TokenState = Literal["active", "expired", "revoked"]
+
+
+@dataclass(frozen=True, slots=True)
+class ApiToken:
+    """What may be shown about a token: everything but the secret and its hash."""
+
+    prefix: str
+    name: str
+    role: TokenRole
+    tenant: str | None  # None for platform-admin
+    created_at: datetime  # timezone-aware UTC, as are the others
+    created_by: str
+    expires_at: datetime | None
+    revoked_at: datetime | None
+
+    def state(self, now: datetime) -> TokenState:
+        if self.revoked_at is not None:
+            return "revoked"
+        if self.expires_at is not None and self.expires_at <= now:
+            return "expired"
+        return "active"
+
+
+@dataclass(frozen=True, slots=True)
+class TokenIdentity:
+    """Who a valid token speaks for."""
+
+    prefix: str
+    name: str
+    role: TokenRole
+    tenant: str | None
+
+
+def _new_prefix() -> str:
+    return random_hex(PREFIX_CHARS)
+
+
+def _new_secret() -> str:
+    return random_token(SECRET_BYTES)
+
+
+class TokenRepository:
+    def __init__(
+        self,
+        engine: Engine,
+        *,
+        new_prefix: Callable[[], str] = _new_prefix,
+        new_secret: Callable[[], str] = _new_secret,
+    ) -> None:
+        self._engine = engine
+        self._new_prefix = new_prefix
+        self._new_secret = new_secret
+
+    def create(
+        self,
+        name: str,
+        role: TokenRole,
+        tenant: str | None,
+        expires_at: datetime | None,
+        now: datetime,
+        actor: str,
+    ) -> tuple[str, ApiToken]:
+        """A new token: (the token string, to show once; what is stored about it)."""
+        _check_role(role, tenant)
+        now = aware_utc(now)
+        expires_at = aware_utc(expires_at) if expires_at is not None else None
+        with store_errors(self._engine):
+            for _ in range(PREFIX_ATTEMPTS):
+                prefix = self._new_prefix()
+                token = format_key(prefix, self._new_secret(), TOKEN_SCHEME)
+                row = ApiTokenRow(
+                    prefix=prefix,
+                    token_hash=key_hash(token),
+                    name=name,
+                    role=role,
+                    tenant=tenant,
+                    created_at=now,
+                    created_by=actor,
+                    expires_at=expires_at,
+                    revoked_at=None,
+                )
+                try:
+                    with Session(self._engine) as session, session.begin():
+                        session.add(row)
+                        session.flush()  # the insert first: it takes the write lock
+                        created = _token(row)
+                        append_audit(
+                            session,
+                            at=now,
+                            actor=actor,
+                            action="token.create",
+                            target=f"token:{prefix}",
+                            tenant=tenant,
+                            detail={"name": name, "role": role},
+                            after=_shown(created),
+                        )
+                except IntegrityError:
+                    continue  # the rare prefix collision: draw another
+                return token, created
+        raise StoreError(
+            f"store {safe_url(self._engine.url)}: no free token prefix after "
+            f"{PREFIX_ATTEMPTS} attempts; try again"
+        )
+
+    def list(self, tenant: str | None = None) -> builtins.list[ApiToken]:
+        """Every token (of one tenant, if given), oldest first, revoked and expired ones included."""
+        query = select(ApiTokenRow).order_by(ApiTokenRow.id)
+        if tenant is not None:
+            query = query.where(ApiTokenRow.tenant == tenant)
+        with store_errors(self._engine), Session(self._engine) as session:
+            return [_token(row) for row in session.scalars(query)]
+
+    def get(self, prefix: str) -> ApiToken | None:
+        query = select(ApiTokenRow).where(ApiTokenRow.prefix == prefix)
+        with store_errors(self._engine), Session(self._engine) as session:
+            row = session.scalars(query).first()
+            return _token(row) if row is not None else None
+
+    def revoke(self, prefix: str, now: datetime, actor: str) -> ApiToken:
+        """Revoke a token by its prefix. Revoking a revoked token changes nothing but the audit log."""
+        now = aware_utc(now)
+        with store_errors(self._engine), Session(self._engine) as session, session.begin():
+            result = session.execute(
+                update(ApiTokenRow)
+                .where(ApiTokenRow.prefix == prefix, ApiTokenRow.revoked_at.is_(None))
+                .values(revoked_at=now)
+            )
+            changed = getattr(result, "rowcount", 0) == 1
+            row = session.scalars(select(ApiTokenRow).where(ApiTokenRow.prefix == prefix)).first()
+            if row is None:
+                raise NotFoundError(
+                    f"no control-plane token with prefix {prefix!r}; list the tokens to see "
+                    "their prefixes"
+                )
+            token = _token(row)
+            before = _shown(token) | {"revoked_at": None} if changed else _shown(token)
+            append_audit(
+                session,
+                at=now,
+                actor=actor,
+                action="token.revoke",
+                target=f"token:{prefix}",
+                tenant=token.tenant,
+                detail={"name": token.name, "role": token.role, "changed": changed},
+                before=before,
+                after=_shown(token),
+            )
+        return token
+
+    def authenticate(self, token: str, now: datetime) -> TokenIdentity | None:
+        """Who `token` speaks for at `now`; None when it is malformed, unknown, revoked or
+        expired. The stored hash is compared in constant time."""
+        prefix = token_prefix(token, TOKEN_SCHEME)
+        if prefix is None:
+            return None
+        query = select(ApiTokenRow).where(ApiTokenRow.prefix == prefix)
+        with store_errors(self._engine), Session(self._engine) as session:
+            row = session.scalars(query).first()
+            if row is None or not key_matches(row.token_hash, token):
+                return None
+            found = _token(row)
+        if found.state(aware_utc(now)) != "active":
+            return None
+        return TokenIdentity(found.prefix, found.name, found.role, found.tenant)
+
+
+def _check_role(role: str, tenant: str | None) -> None:
+    if role not in TOKEN_ROLES:
+        raise ValueError(f"unknown role {role!r}: use one of {', '.join(TOKEN_ROLES)}")
+    if role == "platform-admin" and tenant is not None:
+        raise ValueError("a platform-admin token has no tenant: leave the tenant out")
+    if role != "platform-admin" and not tenant:
+        raise ValueError(f"a {role} token needs the tenant it acts for")
+
+
+def _role(row: ApiTokenRow) -> TokenRole:
+    for role in TOKEN_ROLES:
+        if row.role == role:
+            return role
+    raise StoreError(f"token {row.prefix} has the unknown role {row.role!r}: revoke it")
+
+
+def _token(row: ApiTokenRow) -> ApiToken:
+    return ApiToken(
+        prefix=row.prefix,
+        name=row.name,
+        role=_role(row),
+        tenant=row.tenant,
+        created_at=row.created_at,
+        created_by=row.created_by,
+        expires_at=row.expires_at,
+        revoked_at=row.revoked_at,
+    )
+
+
+def _shown(token: ApiToken) -> dict[str, Any]:
+    """What the audit log keeps of a token: never its secret or hash."""
+    return {
+        "name": token.name,
+        "role": token.role,
+        "tenant": token.tenant,
+        "expires_at": _iso(token.expires_at),
+        "revoked_at": _iso(token.revoked_at),
+    }
+
+
+def _iso(at: datetime | None) -> str | None:
+    return at.isoformat() if at is not None else None
