@@ -15,6 +15,7 @@ from pydantic import ValidationError
 from rich.console import Console
 from rich.markup import escape
 
+from gpuplex.cli.audit import audit_app
 from gpuplex.cli.catalog_view import models_table, profiles_table
 from gpuplex.cli.gateway import gateway_command
 from gpuplex.cli.host import host_app
@@ -37,6 +38,7 @@ app = typer.Typer(
 )
 app.add_typer(host_app, name="host")
 app.add_typer(keys_app, name="keys")
+app.add_typer(audit_app, name="audit")
 app.add_typer(sim_app, name="sim")
 app.command(name="gateway")(gateway_command)
 out = Console()

@@ -1,0 +1,152 @@
+"""`gpuplex audit verify | list`: the store's hash-chained audit log.
+
+`verify` walks the whole chain and exits 0 when it is intact, 1 when it is not, naming the first
+entry that was edited or that follows a deleted one. `list` shows the newest entries.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from enum import StrEnum
+from typing import TYPE_CHECKING, Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from gpuplex.cli.keys import StoreOption
+from gpuplex.errors import GpuplexError
+from gpuplex.settings import default_store_url
+
+if TYPE_CHECKING:
+    from sqlalchemy import Engine
+
+    from gpuplex.store.audit import AuditEntry
+
+audit_app = typer.Typer(
+    help="The audit log: verify its hash chain, list its entries.",
+    no_args_is_help=True,
+)
+out = Console()
+err = Console(stderr=True)
+EXIT_DAMAGED = 1
+
+
+class AuditOutput(StrEnum):
+    TABLE = "table"
+    JSON = "json"
+
+
+@audit_app.command("verify")
+def verify_command(store: StoreOption = None) -> None:
+    """Check that no entry was changed, removed or moved: exit 0 when intact, 1 when not."""
+    with _reported(), _opened(store) as engine:
+        from gpuplex.store.audit import verify_audit
+
+        verdict = verify_audit(engine)
+    if verdict.ok:
+        out.print(f"[green]audit log intact[/]: {escape(verdict.reason)}", highlight=False)
+        return
+    out.print(
+        f"[red]audit log damaged[/] at entry {verdict.first_bad_id}: {escape(verdict.reason)} "
+        f"({verdict.entries_checked} entries checked)",
+        highlight=False,
+        soft_wrap=True,
+    )
+    raise typer.Exit(EXIT_DAMAGED)
+
+
+@audit_app.command("list")
+def list_command(
+    tenant: Annotated[str | None, typer.Option(help="Only entries about this tenant.")] = None,
+    action: Annotated[
+        str | None, typer.Option(help="Only this action, e.g. key.create or spec.apply.")
+    ] = None,
+    limit: Annotated[int, typer.Option(min=1, max=10_000, help="How many entries.")] = 50,
+    before: Annotated[
+        int | None, typer.Option(min=1, help="Only entries older than this id (to page back).")
+    ] = None,
+    store: StoreOption = None,
+    output: Annotated[AuditOutput, typer.Option("--output", "-o")] = AuditOutput.TABLE,
+) -> None:
+    """The newest entries, oldest first (times in UTC)."""
+    with _reported(), _opened(store) as engine:
+        from gpuplex.store.audit import AuditLog
+
+        entries = AuditLog(engine).entries(action, limit, tenant=tenant, before_id=before)
+    if output is AuditOutput.JSON:
+        sys.stdout.write(json.dumps([entry_json(e) for e in entries], indent=2) + "\n")
+        return
+    if not entries:
+        out.print("no audit entries" + (f" for tenant {escape(tenant)}" if tenant else ""))
+        return
+    out.print(entries_table(entries))
+
+
+def entry_json(entry: AuditEntry) -> dict[str, Any]:
+    return {
+        "id": entry.id,
+        "at": entry.at.isoformat(),
+        "actor": entry.actor,
+        "action": entry.action,
+        "target": entry.target,
+        "tenant": entry.tenant,
+        "detail": entry.detail,
+        "before": entry.before,
+        "after": entry.after,
+        "entry_hash": entry.entry_hash,
+    }
+
+
+def entries_table(entries: list[AuditEntry]) -> Table:
+    table = Table(title="Audit log (times in UTC)", title_justify="left")
+    for column in ("id", "at", "actor", "action", "target", "tenant", "change"):
+        table.add_column(column, no_wrap=column in ("id", "at"), overflow="fold")
+    for entry in entries:
+        table.add_row(
+            str(entry.id),
+            entry.at.strftime("%Y-%m-%d %H:%M:%S"),
+            escape(entry.actor),
+            escape(entry.action),
+            escape(entry.target),
+            escape(entry.tenant or "-"),
+            escape(_change(entry)),
+        )
+    return table
+
+
+def _change(entry: AuditEntry) -> str:
+    if entry.before is None and entry.after is None:
+        return _compact(entry.detail) if entry.detail else "-"
+    return f"{_compact(entry.before)} -> {_compact(entry.after)}"
+
+
+def _compact(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, separators=(",", ":"))
+
+
+@contextmanager
+def _opened(store: str | None) -> Iterator[Engine]:
+    """The store at `store` (default: $GPUPLEX_STORE_URL or SQLite), closed after. Imported here:
+    every other `gpuplex` command starts without SQLAlchemy."""
+    from gpuplex.store.db import open_store
+
+    engine = open_store(store or default_store_url())
+    try:
+        yield engine
+    finally:
+        engine.dispose()
+
+
+@contextmanager
+def _reported() -> Iterator[None]:
+    """A gpuplex error ends the command with its exit code and one line on stderr."""
+    try:
+        yield
+    except GpuplexError as error:
+        err.print(f"[red]error[/]: {escape(error.message)}", highlight=False, soft_wrap=True)
+        raise typer.Exit(error.exit_code) from None
