@@ -93,3 +93,16 @@ def gateway_settings_from_environment() -> GatewaySettings:
         spool_dir=Path(data["spool_dir"]),
         redis_url=data["redis_url"] or None,
     )
+
+
+@dataclass(frozen=True, slots=True)
+class ServerSettings:
+    """What `gpuplex server` (and `gpuplex up`) runs with."""
+
+    store_url: str
+    listen_host: str = "127.0.0.1"
+    listen_port: int = 8080
+    spec_path: Path | None = None  # applied as a new revision at start when it changed
+    state_dir: Path | None = None  # the host runtime's, for its events; None: no host events
+    rollup_interval_s: float = 60.0  # how often usage is rolled up and budgets checked
+    budget_webhook_timeout_s: float = 5.0

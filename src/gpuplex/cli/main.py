@@ -21,6 +21,7 @@ from gpuplex.cli.gateway import gateway_command
 from gpuplex.cli.host import host_app
 from gpuplex.cli.keys import keys_app
 from gpuplex.cli.render import gpu_map, placement_table, problems_table, summary_line
+from gpuplex.cli.server import server_command, token_app
 from gpuplex.cli.sim import sim_app
 from gpuplex.core.catalog import gpu_model, gpu_model_names
 from gpuplex.core.plan import Plan, make_plan
@@ -40,7 +41,9 @@ app.add_typer(host_app, name="host")
 app.add_typer(keys_app, name="keys")
 app.add_typer(audit_app, name="audit")
 app.add_typer(sim_app, name="sim")
+app.add_typer(token_app, name="token")
 app.command(name="gateway")(gateway_command)
+app.command(name="server")(server_command)
 out = Console()
 err = Console(stderr=True)
 

@@ -82,8 +82,10 @@ def month_window(period: str) -> MeterWindow:
             f"period {period!r} is not a month: write it as YYYY-MM, e.g. 2025-03"
         )
     year, month = int(year_text), int(month_text)
-    if not 1 <= month <= 12 or year < 1:
+    if not 1 <= month <= 12:
         raise MeterInputError(f"period {period!r} has no month {month}: use 01 to 12")
+    if not 1 <= year <= 9998:
+        raise MeterInputError(f"period {period!r}: the year must be 0001 to 9998")
     start = datetime(year, month, 1, tzinfo=UTC)
     end = datetime(year + month // 12, month % 12 + 1, 1, tzinfo=UTC)
     return MeterWindow(start, end)

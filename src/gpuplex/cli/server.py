@@ -1,0 +1,180 @@
+"""`gpuplex server`: the control plane (REST API, dashboard, /metrics, roll-ups); and
+`gpuplex token`: control-plane tokens for people and automation.
+
+SQLAlchemy, FastAPI and uvicorn are imported inside the commands: every other `gpuplex` command
+starts without them."""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import datetime
+from enum import StrEnum
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from gpuplex.cli.keys import _reported, os_user_name, parse_duration
+from gpuplex.clock import utc_now
+from gpuplex.core.access import Role
+from gpuplex.settings import ServerSettings, default_store_url
+
+if TYPE_CHECKING:
+    from gpuplex.store.tokens import ApiToken, TokenRepository
+
+out = Console()
+err = Console(stderr=True)
+token_app = typer.Typer(
+    help="Control-plane tokens: who may use the REST API and dashboard, with which role.",
+    no_args_is_help=True,
+)
+StoreOption = Annotated[
+    str | None, typer.Option(help="Store URL (default: $GPUPLEX_STORE_URL or SQLite).")
+]
+
+
+class TokenOutput(StrEnum):
+    TABLE = "table"
+    JSON = "json"
+
+
+def server_command(
+    spec: Annotated[
+        Path | None, typer.Option(help="A gpuplex.yaml to apply at start (a new revision).")
+    ] = None,
+    store: StoreOption = None,
+    host: Annotated[str, typer.Option(help="Address to listen on.")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(min=1, max=65535, help="Port to listen on.")] = 8080,
+    state_dir: Annotated[
+        Path | None, typer.Option(help="The host runtime's state directory, for its events.")
+    ] = None,
+    rollup_interval_s: Annotated[
+        float, typer.Option(min=1.0, help="Seconds between usage roll-ups and budget checks.")
+    ] = 60.0,
+) -> None:
+    """Run the control plane: REST API under /api/v1, the dashboard, /metrics."""
+    from gpuplex.server.run import run_server
+
+    with _reported():
+        run_server(
+            ServerSettings(
+                store_url=store or default_store_url(),
+                listen_host=host,
+                listen_port=port,
+                spec_path=spec,
+                state_dir=state_dir,
+                rollup_interval_s=rollup_interval_s,
+            )
+        )
+
+
+@contextmanager
+def _tokens(store: str | None) -> Iterator[TokenRepository]:
+    from gpuplex.store.db import open_store
+    from gpuplex.store.tokens import TokenRepository
+
+    engine = open_store(store or default_store_url())
+    try:
+        yield TokenRepository(engine)
+    finally:
+        engine.dispose()
+
+
+@token_app.command("create")
+def create_command(
+    name: Annotated[str, typer.Option(help="Who or what uses the token.", show_default=False)],
+    role: Annotated[Role, typer.Option(help="What the token may do.")] = Role.PLATFORM_ADMIN,
+    tenant: Annotated[
+        str | None, typer.Option(help="The tenant, for tenant-admin and tenant-viewer.")
+    ] = None,
+    expires_in: Annotated[
+        str | None, typer.Option(help="Lifetime: 30d, 12h or 90m [default: never expires]")
+    ] = None,
+    store: StoreOption = None,
+    output: Annotated[TokenOutput, typer.Option("--output", "-o")] = TokenOutput.TABLE,
+) -> None:
+    """Create a token and print it ONCE: only its hash is kept."""
+    with _reported():
+        if (role is Role.PLATFORM_ADMIN) != (tenant is None):
+            raise typer.BadParameter(
+                "a platform-admin token has no tenant; tenant roles need one", param_hint="--tenant"
+            )
+        lifetime = parse_duration(expires_in) if expires_in is not None else None
+        now = utc_now()
+        with _tokens(store) as tokens:
+            secret, token = tokens.create(
+                name=name,
+                role=role.value,
+                tenant=tenant,
+                expires_at=now + lifetime if lifetime is not None else None,
+                now=now,
+                actor=os_user_name(),
+            )
+        if output is TokenOutput.JSON:
+            sys.stdout.write(json.dumps({"token": secret, **_token_json(token)}, indent=2) + "\n")
+            err.print("store this token now: it will not be shown again", highlight=False)
+            return
+        scope = f" for tenant {escape(tenant)}" if tenant else ""
+        out.print(f"created {role.value} token [bold]{token.prefix}[/]{scope}", highlight=False)
+        out.print(secret, markup=False, highlight=False, soft_wrap=True)
+        out.print("[yellow]store this token now: it will not be shown again[/]", highlight=False)
+
+
+@token_app.command("list")
+def list_command(
+    tenant: Annotated[str | None, typer.Option(help="Only this tenant's tokens.")] = None,
+    store: StoreOption = None,
+    output: Annotated[TokenOutput, typer.Option("--output", "-o")] = TokenOutput.TABLE,
+) -> None:
+    """Every token (never the secrets)."""
+    with _reported(), _tokens(store) as tokens:
+        found = tokens.list(tenant=tenant)
+    if output is TokenOutput.JSON:
+        sys.stdout.write(json.dumps([_token_json(t) for t in found], indent=2) + "\n")
+        return
+    table = Table("prefix", "name", "role", "tenant", "created", "state")
+    now = utc_now()
+    for token in found:
+        state = "revoked" if token.revoked_at else _expiry_state(token.expires_at, now)
+        table.add_row(
+            token.prefix,
+            escape(token.name),
+            token.role,
+            escape(token.tenant or "-"),
+            token.created_at.strftime("%Y-%m-%d %H:%M"),
+            state,
+        )
+    out.print(table)
+
+
+@token_app.command("revoke")
+def revoke_command(
+    prefix: Annotated[str, typer.Argument(help="The token's prefix.", show_default=False)],
+    store: StoreOption = None,
+) -> None:
+    """Revoke a token: it stops working at once."""
+    with _reported(), _tokens(store) as tokens:
+        token = tokens.revoke(prefix, utc_now(), os_user_name())
+    out.print(f"revoked token {token.prefix} ({escape(token.name)})", highlight=False)
+
+
+def _expiry_state(expires_at: datetime | None, now: datetime) -> str:
+    return "expired" if expires_at is not None and expires_at <= now else "active"
+
+
+def _token_json(token: ApiToken) -> dict[str, Any]:
+    return {
+        "prefix": token.prefix,
+        "name": token.name,
+        "role": token.role,
+        "tenant": token.tenant,
+        "created_at": token.created_at.isoformat(),
+        "expires_at": token.expires_at.isoformat() if token.expires_at else None,
+        "revoked_at": token.revoked_at.isoformat() if token.revoked_at else None,
+    }

@@ -1,0 +1,119 @@
+"""The control plane's RBAC as one table and one function.
+
+Three roles: a platform admin runs the fleet and sees everything; a tenant admin manages their own
+tenant (keys, tokens, budget) and reads its usage, bill and audit trail; a tenant viewer only reads
+their own tenant. A tenant-scoped principal asking about another tenant's objects is told they do
+not exist (404), never that they are forbidden (403): the answer must not reveal other tenants.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+
+
+class Role(StrEnum):
+    PLATFORM_ADMIN = "platform-admin"
+    TENANT_ADMIN = "tenant-admin"
+    TENANT_VIEWER = "tenant-viewer"
+
+
+class Action(StrEnum):
+    TENANT_READ = "tenant.read"  # tenants, workloads, quota
+    KEY_READ = "key.read"
+    KEY_WRITE = "key.write"
+    TOKEN_READ = "token.read"  # noqa: S105 (an action name, not a secret)
+    TOKEN_WRITE = "token.write"  # noqa: S105
+    USAGE_READ = "usage.read"
+    STATEMENT_READ = "statement.read"
+    BUDGET_READ = "budget.read"
+    BUDGET_WRITE = "budget.write"
+    AUDIT_READ = "audit.read"
+    NODE_READ = "node.read"  # the GPU map; tenant roles see only their own occupants
+    EVENT_READ = "event.read"
+    FLEET_READ = "fleet.read"  # the whole spec, every tenant's usage, the fleet statement
+    SPEC_WRITE = "spec.write"  # preview and apply a spec
+    METER_WRITE = "meter.write"  # run a metering roll-up
+
+
+class Verdict(StrEnum):
+    ALLOW = "allow"
+    FORBIDDEN = "forbidden"  # 403: the principal may see the object but not do this
+    NOT_FOUND = "not_found"  # 404: another tenant's object, whose existence is not revealed
+
+
+@dataclass(frozen=True, slots=True)
+class Principal:
+    """Who is asking: a token's name, role and (for tenant roles) tenant."""
+
+    name: str
+    role: Role
+    tenant: str | None = None  # None only for platform admins
+
+    @property
+    def is_platform(self) -> bool:
+        return self.role is Role.PLATFORM_ADMIN
+
+
+#: What each tenant-scoped role may do on its own tenant. Platform admins may do everything.
+TENANT_ROLE_ACTIONS: dict[Role, frozenset[Action]] = {
+    Role.TENANT_ADMIN: frozenset(
+        {
+            Action.TENANT_READ,
+            Action.KEY_READ,
+            Action.KEY_WRITE,
+            Action.TOKEN_READ,
+            Action.TOKEN_WRITE,
+            Action.USAGE_READ,
+            Action.STATEMENT_READ,
+            Action.BUDGET_READ,
+            Action.BUDGET_WRITE,
+            Action.AUDIT_READ,
+            Action.NODE_READ,
+            Action.EVENT_READ,
+        }
+    ),
+    Role.TENANT_VIEWER: frozenset(
+        {
+            Action.TENANT_READ,
+            Action.KEY_READ,
+            Action.USAGE_READ,
+            Action.STATEMENT_READ,
+            Action.BUDGET_READ,
+            Action.NODE_READ,
+            Action.EVENT_READ,
+        }
+    ),
+}
+
+#: Actions about the fleet as a whole, not about one tenant.
+FLEET_ACTIONS = frozenset({Action.FLEET_READ, Action.SPEC_WRITE, Action.METER_WRITE})
+
+
+def decide(principal: Principal, action: Action, tenant: str | None = None) -> Verdict:
+    """May `principal` do `action` on `tenant`'s objects (or, with tenant None, fleet-wide)?"""
+    if principal.is_platform:
+        return Verdict.ALLOW
+    if tenant is not None and tenant != principal.tenant:
+        return Verdict.NOT_FOUND
+    if action in FLEET_ACTIONS:
+        return Verdict.FORBIDDEN
+    allowed = TENANT_ROLE_ACTIONS.get(principal.role, frozenset())
+    return Verdict.ALLOW if action in allowed else Verdict.FORBIDDEN
+
+
+def visible_tenants(principal: Principal, tenants: list[str]) -> list[str]:
+    """The tenants a listing shows this principal: all for a platform admin, else their own."""
+    if principal.is_platform:
+        return list(tenants)
+    return [name for name in tenants if name == principal.tenant]
+
+
+def may_grant(principal: Principal, role: Role, tenant: str | None) -> Verdict:
+    """May `principal` create a token with `role` for `tenant`? Nobody grants more than they hold:
+    a tenant admin makes tenant-admin or viewer tokens for their own tenant only."""
+    if principal.is_platform:
+        return Verdict.ALLOW
+    if role is Role.PLATFORM_ADMIN or tenant is None:
+        return Verdict.FORBIDDEN
+    return decide(principal, Action.TOKEN_WRITE, tenant)

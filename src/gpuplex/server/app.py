@@ -1,0 +1,48 @@
+"""The control plane's ASGI app: the REST API under /api/v1 (OpenAPI at /api/v1/openapi.json),
+the dashboard's static files under /dashboard/, /metrics and /healthz."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from fastapi import FastAPI
+from fastapi.responses import RedirectResponse
+from fastapi.staticfiles import StaticFiles
+
+from gpuplex import __version__
+from gpuplex.server.context import ServerContext
+from gpuplex.server.problems import install_handlers
+from gpuplex.server.routes import audit, budgets, keys, nodes, spec, tenants, tokens, usage
+
+API_PREFIX = "/api/v1"
+DASHBOARD_DIR = Path(__file__).parent / "dashboard"
+
+
+def create_app(context: ServerContext) -> FastAPI:
+    app = FastAPI(
+        title="gpuplex control plane",
+        version=__version__,
+        description=(
+            "Tenants, spec and plan, keys and tokens, usage, chargeback statements, budgets, "
+            "audit log and the GPU map. Authenticate with `Authorization: Bearer <token>`."
+        ),
+        openapi_url=f"{API_PREFIX}/openapi.json",
+        docs_url=f"{API_PREFIX}/docs",
+        redoc_url=None,
+    )
+    app.state.context = context
+    install_handlers(app)
+    for module in (tenants, spec, keys, tokens, usage, budgets, audit, nodes):
+        app.include_router(module.router, prefix=API_PREFIX)
+
+    @app.get("/healthz", include_in_schema=False)
+    def healthz() -> dict[str, str]:
+        return {"status": "ok"}
+
+    @app.get("/", include_in_schema=False)
+    def root() -> RedirectResponse:
+        return RedirectResponse("/dashboard/")
+
+    if DASHBOARD_DIR.is_dir():
+        app.mount("/dashboard", StaticFiles(directory=DASHBOARD_DIR, html=True), name="dashboard")
+    return app

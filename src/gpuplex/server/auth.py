@@ -1,0 +1,53 @@
+"""Who is calling: the bearer token becomes a Principal, and `require` turns an RBAC verdict into
+the API's answer (403, or 404 for another tenant's object, worded as if it did not exist)."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import Depends, Request
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+
+from gpuplex.core.access import Action, Principal, Role, Verdict, decide
+from gpuplex.errors import ErrorCode
+from gpuplex.server.context import ServerContext, server_context
+from gpuplex.server.problems import FORBIDDEN, UNAUTHENTICATED, ApiProblem
+
+_bearer = HTTPBearer(auto_error=False, description="A control-plane token: gpt_<prefix>_<secret>")
+
+
+def current_principal(
+    request: Request,
+    credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
+    ctx: Annotated[ServerContext, Depends(server_context)],
+) -> Principal:
+    if credentials is None or credentials.scheme.lower() != "bearer":
+        raise ApiProblem(
+            UNAUTHENTICATED,
+            "send `Authorization: Bearer <token>`; an admin creates tokens with "
+            "`gpuplex token create` or POST /api/v1/tokens",
+        )
+    identity = ctx.tokens.authenticate(credentials.credentials, ctx.now())
+    if identity is None:
+        raise ApiProblem(UNAUTHENTICATED, "the token is unknown, revoked or expired")
+    principal = Principal(name=identity.name, role=Role(identity.role), tenant=identity.tenant)
+    request.state.principal = principal
+    return principal
+
+
+CurrentPrincipal = Annotated[Principal, Depends(current_principal)]
+
+
+def require(principal: Principal, action: Action, tenant: str | None = None) -> None:
+    verdict = decide(principal, action, tenant)
+    if verdict is Verdict.NOT_FOUND:
+        raise no_such_tenant(tenant or "")
+    if verdict is Verdict.FORBIDDEN:
+        raise ApiProblem(
+            FORBIDDEN, f"the {principal.role} role may not {action.value.replace('.', ' ')}"
+        )
+
+
+def no_such_tenant(tenant: str) -> ApiProblem:
+    """The one answer for a tenant that does not exist or is not the caller's to see."""
+    return ApiProblem(ErrorCode.NOT_FOUND, f"no tenant {tenant!r}", field="tenant")

@@ -1,0 +1,71 @@
+"""What every request handler needs, built once when the server starts and kept on the app."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+
+from fastapi import Request
+from sqlalchemy import Engine
+
+from gpuplex.server.current import CurrentSpec
+from gpuplex.server.metering import Metering
+from gpuplex.store import AuditLog, KeyRepository, UsageRepository
+from gpuplex.store.budgets import BudgetRepository
+from gpuplex.store.rollups import RollupRepository
+from gpuplex.store.samples import SampleRepository
+from gpuplex.store.spec_revisions import SpecRevisions
+from gpuplex.store.tokens import TokenRepository
+
+
+@dataclass(frozen=True, slots=True)
+class ServerContext:
+    engine: Engine
+    now: Callable[[], datetime]  # timezone-aware UTC
+    tokens: TokenRepository
+    keys: KeyRepository
+    revisions: SpecRevisions
+    current: CurrentSpec
+    usage: UsageRepository
+    samples: SampleRepository
+    rollups: RollupRepository
+    budgets: BudgetRepository
+    audit: AuditLog
+    metering: Metering
+    state_dir: Path | None  # the host runtime's state directory, for its events; None: none
+
+    @classmethod
+    def open(
+        cls,
+        engine: Engine,
+        now: Callable[[], datetime],
+        state_dir: Path | None,
+        rollup_window_s: int = 60,
+    ) -> ServerContext:
+        revisions = SpecRevisions(engine)
+        current = CurrentSpec(revisions)
+        samples = SampleRepository(engine)
+        usage = UsageRepository(engine)
+        rollups = RollupRepository(engine)
+        return cls(
+            engine=engine,
+            now=now,
+            tokens=TokenRepository(engine),
+            keys=KeyRepository(engine),
+            revisions=revisions,
+            current=current,
+            usage=usage,
+            samples=samples,
+            rollups=rollups,
+            budgets=BudgetRepository(engine),
+            audit=AuditLog(engine),
+            metering=Metering(revisions, current, samples, usage, rollups, rollup_window_s),
+            state_dir=state_dir,
+        )
+
+
+def server_context(request: Request) -> ServerContext:
+    context: ServerContext = request.app.state.context
+    return context

@@ -1,0 +1,174 @@
+"""Metering and chargeback against the store: roll usage up window by window (idempotently: a
+window's rows are replaced, never added to), build statements from the roll-ups, and fire budget
+alerts once per threshold and period. The arithmetic is gpuplex.core.meter and core.report."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from decimal import Decimal
+
+from gpuplex.core.meter import (
+    DEFAULT_MAX_GAP_S,
+    GpuSample,
+    MeterLine,
+    MeterWindow,
+    PlanInterval,
+    Source,
+    allocation_lines,
+    fleet_gpu_seconds,
+    gateway_lines,
+    measured_lines,
+)
+from gpuplex.core.plan import Plan
+from gpuplex.core.report import FleetStatement, PriceBook, build_fleet_statement
+from gpuplex.errors import StoreError
+from gpuplex.server.current import AppliedSpec, CurrentSpec
+from gpuplex.store.rollups import RollupRepository
+from gpuplex.store.samples import SampleRepository
+from gpuplex.store.spec_revisions import SpecRevisions
+from gpuplex.store.usage import UsageRepository
+
+SOURCES: tuple[Source, ...] = ("allocation", "measured", "gateway")
+log = logging.getLogger("gpuplex.server.metering")
+#: At most this many windows per catch-up pass, so a long outage is caught up over several passes.
+MAX_WINDOWS_PER_PASS = 500
+
+
+@dataclass(frozen=True, slots=True)
+class RollupResult:
+    windows: int
+    rows: int
+    rolled_up_to: datetime | None
+
+
+class Metering:
+    def __init__(
+        self,
+        revisions: SpecRevisions,
+        current: CurrentSpec,
+        samples: SampleRepository,
+        usage: UsageRepository,
+        rollups: RollupRepository,
+        window_s: int,
+    ) -> None:
+        self._revisions = revisions
+        self._current = current
+        self._samples = samples
+        self._usage = usage
+        self._rollups = rollups
+        self.window_s = window_s
+
+    def plan_intervals(self) -> list[PlanInterval]:
+        """Every applied revision's plan with the time it was in force."""
+        revisions = sorted(self._revisions.list(limit=100_000), key=lambda r: r.revision)
+        intervals = []
+        for this, following in zip(revisions, [*revisions[1:], None], strict=True):
+            intervals.append(
+                PlanInterval(
+                    plan=Plan.model_validate(this.plan),
+                    active_from=this.created_at,
+                    active_until=following.created_at if following is not None else None,
+                )
+            )
+        return intervals
+
+    def roll_up_window(self, window: MeterWindow, intervals: list[PlanInterval]) -> int:
+        """Recompute one window from its inputs and replace what the store had for it."""
+        gpu_models = _gpu_models(intervals)
+        samples = [
+            GpuSample(
+                tenant=s.tenant,
+                workload=s.workload,
+                replica=s.replica,
+                node=s.node,
+                gpu_index=s.gpu_index,
+                at=s.at,
+                memory_used_mib=s.memory_used_mib,
+                utilization_percent=s.utilization_percent,
+                gpu_model=gpu_models.get((s.node, s.gpu_index)),
+            )
+            for s in self._samples.window(
+                window.start - timedelta(seconds=DEFAULT_MAX_GAP_S), window.end
+            )
+        ]
+        records = self._usage.records(since=window.start, until=window.end)
+        by_source: dict[str, list[MeterLine]] = {
+            "allocation": allocation_lines(intervals, window)
+            + fleet_gpu_seconds(intervals, window),
+            "measured": measured_lines(samples, window),
+            "gateway": gateway_lines(records, window),
+        }
+        return sum(
+            self._rollups.replace_window(window.start, window.end, source, lines)
+            for source, lines in by_source.items()
+        )
+
+    def catch_up(self, now: datetime) -> RollupResult:
+        """Roll up every whole window since the last one rolled up (or the first revision)."""
+        intervals = self.plan_intervals()
+        if not intervals:
+            return RollupResult(0, 0, None)
+        resume = self._rollups.last_window_end("allocation") or intervals[0].active_from
+        start = _floor(resume, self.window_s)
+        end_of_whole = _floor(now, self.window_s)
+        windows = rows = 0
+        while start < end_of_whole and windows < MAX_WINDOWS_PER_PASS:
+            window = MeterWindow(start, start + timedelta(seconds=self.window_s))
+            rows += self.roll_up_window(window, intervals)
+            windows += 1
+            start = window.end
+        return RollupResult(windows, rows, start if windows else resume)
+
+    def roll_up_range(self, start: datetime, end: datetime) -> RollupResult:
+        """Recompute the whole windows that [start, end) touches (idempotent: rerun at will)."""
+        intervals = self.plan_intervals()
+        cursor = _floor(start, self.window_s)
+        windows = rows = 0
+        while cursor < end:
+            window = MeterWindow(cursor, cursor + timedelta(seconds=self.window_s))
+            rows += self.roll_up_window(window, intervals)
+            windows += 1
+            cursor = window.end
+        return RollupResult(windows, rows, cursor)
+
+    def lines(self, period: MeterWindow, tenant: str | None = None) -> list[MeterLine]:
+        """The rolled-up lines of every window inside `period` (the fleet's capacity lines too)."""
+        return [
+            MeterLine(
+                tenant=r.tenant,
+                source=_source(r.source),
+                metric=r.metric,
+                dimension=r.dimension,
+                quantity=r.quantity,
+            )
+            for r in self._rollups.query(None, period.start, period.end)
+            if tenant is None or r.tenant in (tenant, "")
+        ]
+
+    def fleet_statement(self, period: MeterWindow, applied: AppliedSpec) -> FleetStatement:
+        book = PriceBook.from_pricing(applied.spec.pricing)
+        return build_fleet_statement(self.lines(period), book, period, tenants=applied.tenant_names)
+
+    def spend(self, period: MeterWindow, applied: AppliedSpec) -> dict[str, Decimal]:
+        """Each tenant's statement total for the period so far."""
+        fleet = self.fleet_statement(period, applied)
+        return {s.tenant: s.total for s in fleet.tenants}
+
+
+def _source(text: str) -> Source:
+    for known in SOURCES:
+        if text == known:
+            return known
+    raise StoreError(f"usage roll-up row with unknown source {text!r}; was the store edited?")
+
+
+def _floor(at: datetime, window_s: int) -> datetime:
+    epoch = datetime(1970, 1, 1, tzinfo=at.tzinfo)
+    seconds = int((at - epoch).total_seconds()) // window_s * window_s
+    return epoch + timedelta(seconds=seconds)
+
+
+def _gpu_models(intervals: list[PlanInterval]) -> dict[tuple[str, int], str]:
+    return {(g.node, g.index): g.model for i in intervals for g in i.plan.gpus}

@@ -1,0 +1,60 @@
+"""Pagination: `?limit=N&cursor=C` in, `{"items": [...], "next_cursor": C | null}` out.
+
+A cursor is opaque to clients: the offset or the id to continue from, as URL-safe text. A cursor
+that does not decode is a 422 naming the `cursor` field, never a 500."""
+
+from __future__ import annotations
+
+import base64
+from collections.abc import Sequence
+from typing import Annotated, Generic, TypeVar
+
+from fastapi import Query
+from pydantic import BaseModel
+
+from gpuplex.server.problems import INVALID_REQUEST, ApiProblem
+
+T = TypeVar("T")
+DEFAULT_LIMIT = 100
+MAX_LIMIT = 1000
+
+Limit = Annotated[int, Query(ge=1, le=MAX_LIMIT, description="Items per page.")]
+Cursor = Annotated[
+    str | None, Query(max_length=64, description="next_cursor from the previous page.")
+]
+
+
+class Page(BaseModel, Generic[T]):
+    items: list[T]
+    next_cursor: str | None = None
+
+
+def encode_cursor(position: int) -> str:
+    return base64.urlsafe_b64encode(f"p{position}".encode()).decode().rstrip("=")
+
+
+def decode_cursor(cursor: str | None) -> int:
+    """The position a cursor stands for; 0 for the first page."""
+    if cursor is None:
+        return 0
+    try:
+        padded = cursor + "=" * (-len(cursor) % 4)
+        text = base64.urlsafe_b64decode(padded.encode()).decode()
+        if not text.startswith("p"):
+            raise ValueError(text)
+        position = int(text[1:])
+        if position < 0:
+            raise ValueError(text)
+    except ValueError:
+        raise ApiProblem(
+            INVALID_REQUEST, "cursor: not a cursor this API gave out", field="cursor"
+        ) from None
+    return position
+
+
+def page_of(items: Sequence[T], limit: int, cursor: str | None) -> Page[T]:
+    """One page of a list the server holds whole (tenants, workloads, nodes)."""
+    start = decode_cursor(cursor)
+    chunk = list(items[start : start + limit])
+    more = start + limit < len(items)
+    return Page[T](items=chunk, next_cursor=encode_cursor(start + limit) if more else None)

@@ -1,0 +1,129 @@
+"""The control plane's one error body and the one table from error codes to HTTP status.
+
+Every error, whatever raised it, reaches the client as
+
+    {"error": {"code": "<stable code>", "message": "<what and what to do>", "field": "<optional>"}}
+
+with extra keys only where they help (`problems` for an invalid spec, `current_revision` for a stale
+apply). Unexpected exceptions become `internal_error` with no detail: the traceback goes to the log.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from gpuplex.errors import ErrorCode, GpuplexError, SpecError, StaleRevisionError
+
+log = logging.getLogger("gpuplex.server")
+
+#: Codes of the control plane's own, besides gpuplex.errors.ErrorCode.
+UNAUTHENTICATED = "unauthenticated"
+FORBIDDEN = "forbidden"
+INVALID_REQUEST = "invalid_request"
+CONFLICT = "conflict"
+METHOD_NOT_ALLOWED = "method_not_allowed"
+INTERNAL = "internal_error"
+
+#: The one place an error code becomes an HTTP status.
+HTTP_STATUS: dict[str, int] = {
+    UNAUTHENTICATED: 401,
+    FORBIDDEN: 403,
+    ErrorCode.NOT_FOUND: 404,
+    METHOD_NOT_ALLOWED: 405,
+    CONFLICT: 409,
+    ErrorCode.SPEC_STALE: 409,
+    INVALID_REQUEST: 422,
+    ErrorCode.SPEC_INVALID: 422,
+    ErrorCode.PLAN_INVALID: 422,
+    ErrorCode.METER_INPUT_INVALID: 422,
+    ErrorCode.STORE_UNAVAILABLE: 503,
+    INTERNAL: 500,
+}
+
+_STARLETTE_CODES = {401: UNAUTHENTICATED, 403: FORBIDDEN, 404: ErrorCode.NOT_FOUND}
+_STARLETTE_CODES |= {405: METHOD_NOT_ALLOWED, 409: CONFLICT}
+
+
+class ApiProblem(Exception):
+    """An error the API answers with; raise it from a route."""
+
+    def __init__(self, code: str, message: str, *, field: str | None = None, **extra: Any) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+        self.field = field
+        self.extra = extra
+
+    @property
+    def status(self) -> int:
+        return HTTP_STATUS.get(self.code, 400)
+
+
+def problem_response(problem: ApiProblem, headers: dict[str, str] | None = None) -> JSONResponse:
+    body: dict[str, Any] = {"code": str(problem.code), "message": problem.message}
+    if problem.field is not None:
+        body["field"] = problem.field
+    body.update(problem.extra)
+    return JSONResponse({"error": body}, status_code=problem.status, headers=headers)
+
+
+def from_gpuplex_error(error: GpuplexError) -> ApiProblem:
+    if isinstance(error, SpecError):
+        problems = [
+            {"field": p.dotted_path, "message": p.message, "line": p.line, "column": p.column}
+            for p in error.problems
+        ]
+        first = error.problems[0].dotted_path if error.problems else None
+        return ApiProblem(error.code, error.message, field=first, problems=problems)
+    if isinstance(error, StaleRevisionError):
+        return ApiProblem(
+            error.code,
+            error.message,
+            field="base_revision",
+            current_revision=error.current_revision or 0,
+        )
+    return ApiProblem(error.code, error.message)
+
+
+def install_handlers(app: FastAPI) -> None:
+    async def on_problem(_: Request, error: Exception) -> JSONResponse:
+        assert isinstance(error, ApiProblem)
+        headers = {"www-authenticate": "Bearer"} if error.code == UNAUTHENTICATED else None
+        return problem_response(error, headers)
+
+    async def on_gpuplex(_: Request, error: Exception) -> JSONResponse:
+        assert isinstance(error, GpuplexError)
+        return problem_response(from_gpuplex_error(error))
+
+    async def on_validation(_: Request, error: Exception) -> JSONResponse:
+        assert isinstance(error, RequestValidationError)
+        first = error.errors()[0] if error.errors() else {"loc": (), "msg": "invalid request"}
+        field = ".".join(str(part) for part in first.get("loc", ()))
+        message = f"{field or 'request'}: {first.get('msg', 'invalid')}"
+        return problem_response(ApiProblem(INVALID_REQUEST, message, field=field or None))
+
+    async def on_http(_: Request, error: Exception) -> JSONResponse:
+        assert isinstance(error, StarletteHTTPException)
+        code = _STARLETTE_CODES.get(error.status_code, INVALID_REQUEST)
+        problem = ApiProblem(code, str(error.detail))
+        return JSONResponse(
+            {"error": {"code": str(code), "message": problem.message}},
+            status_code=error.status_code,
+            headers=error.headers,
+        )
+
+    async def on_unexpected(request: Request, error: Exception) -> JSONResponse:
+        log.exception("unhandled error on %s %s", request.method, request.url.path)
+        return problem_response(ApiProblem(INTERNAL, "internal error; the server log has details"))
+
+    app.add_exception_handler(ApiProblem, on_problem)
+    app.add_exception_handler(GpuplexError, on_gpuplex)
+    app.add_exception_handler(RequestValidationError, on_validation)
+    app.add_exception_handler(StarletteHTTPException, on_http)
+    app.add_exception_handler(Exception, on_unexpected)

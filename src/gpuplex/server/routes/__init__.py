@@ -1,0 +1,1 @@
+"""The REST API's routers, one module per resource."""

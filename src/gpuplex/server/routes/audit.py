@@ -1,0 +1,128 @@
+"""The audit log and recent events (audit entries and the host runtime's preemptions, restarts
+and watchdog stops), newest first. Tenant-scoped callers see only entries about their tenant."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Depends, Query
+from pydantic import BaseModel
+
+from gpuplex.core.access import Action
+from gpuplex.host.state import StateDir
+from gpuplex.server.auth import CurrentPrincipal, require
+from gpuplex.server.context import ServerContext, server_context
+from gpuplex.server.pages import Cursor, Limit, Page, decode_cursor, encode_cursor
+from gpuplex.store import AuditEntry
+
+router = APIRouter(tags=["audit"])
+Context = Annotated[ServerContext, Depends(server_context)]
+
+
+class AuditReply(BaseModel):
+    id: int
+    at: datetime
+    actor: str
+    action: str
+    target: str
+    tenant: str | None
+    detail: dict[str, Any]
+    before: Any
+    after: Any
+    entry_hash: str
+
+
+class EventReply(BaseModel):
+    at: datetime
+    source: str  # audit | host
+    kind: str
+    target: str
+    tenant: str | None
+    message: str
+
+
+def audit_reply(entry: AuditEntry) -> AuditReply:
+    return AuditReply(
+        id=entry.id,
+        at=entry.at,
+        actor=entry.actor,
+        action=entry.action,
+        target=entry.target,
+        tenant=entry.tenant,
+        detail=entry.detail,
+        before=entry.before,
+        after=entry.after,
+        entry_hash=entry.entry_hash,
+    )
+
+
+@router.get("/audit", response_model=Page[AuditReply])
+def list_audit(
+    principal: CurrentPrincipal,
+    ctx: Context,
+    action: Annotated[str | None, Query(max_length=64)] = None,
+    tenant: Annotated[str | None, Query(max_length=253)] = None,
+    limit: Limit = 100,
+    cursor: Cursor = None,
+) -> Page[AuditReply]:
+    """Newest first. A tenant-scoped caller gets their own tenant's entries whatever `tenant` says
+    (another tenant: 404)."""
+    if not principal.is_platform:
+        require(principal, Action.AUDIT_READ, tenant or principal.tenant)
+        tenant = principal.tenant
+    else:
+        require(principal, Action.AUDIT_READ)
+    before_id = decode_cursor(cursor) or None
+    entries = ctx.audit.entries(action=action, tenant=tenant, before_id=before_id, limit=limit + 1)
+    newest_first = sorted(entries, key=lambda e: e.id, reverse=True)
+    page = newest_first[:limit]
+    more = len(newest_first) > limit
+    return Page[AuditReply](
+        items=[audit_reply(e) for e in page],
+        next_cursor=encode_cursor(page[-1].id) if more and page else None,
+    )
+
+
+def _host_tenant(target: str) -> str | None:
+    """Host events name a replica `tenant/workload#n`, or a GPU (`GPU 3`: fleet-wide)."""
+    return target.split("/", 1)[0] if "/" in target else None
+
+
+@router.get("/events", response_model=list[EventReply])
+def recent_events(
+    principal: CurrentPrincipal,
+    ctx: Context,
+    limit: Annotated[int, Query(ge=1, le=500)] = 50,
+) -> list[EventReply]:
+    """The newest events of both kinds, merged by time."""
+    require(principal, Action.EVENT_READ, principal.tenant)
+    tenant = None if principal.is_platform else principal.tenant
+    events = [
+        EventReply(
+            at=e.at,
+            source="audit",
+            kind=e.action,
+            target=e.target,
+            tenant=e.tenant,
+            message=f"{e.actor}: {e.action} {e.target}",
+        )
+        for e in ctx.audit.entries(tenant=tenant, limit=limit)
+    ]
+    if ctx.state_dir is not None:
+        for event in StateDir(ctx.state_dir).events()[-limit * 4 :]:
+            owner = _host_tenant(event.target)
+            if tenant is not None and owner != tenant:
+                continue
+            events.append(
+                EventReply(
+                    at=event.at,
+                    source="host",
+                    kind=event.kind,
+                    target=event.target,
+                    tenant=owner,
+                    message=event.message,
+                )
+            )
+    events.sort(key=lambda e: e.at, reverse=True)
+    return events[:limit]

@@ -1,0 +1,117 @@
+"""A tenant's gateway API keys: create (the secret is in this one reply only), list, revoke."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated
+
+from fastapi import APIRouter, Depends
+from pydantic import BaseModel, Field
+
+from gpuplex.core.access import Action
+from gpuplex.core.serve.routes import route_table
+from gpuplex.errors import ErrorCode
+from gpuplex.server.auth import CurrentPrincipal, require
+from gpuplex.server.context import ServerContext, server_context
+from gpuplex.server.pages import Cursor, Limit, Page, page_of
+from gpuplex.server.problems import INVALID_REQUEST, ApiProblem
+from gpuplex.server.routes.tenants import applied_tenant
+from gpuplex.store import ApiKey, KeyLimits
+
+router = APIRouter(tags=["keys"])
+Context = Annotated[ServerContext, Depends(server_context)]
+
+
+class KeyCreateRequest(BaseModel):
+    name: str = Field(default="", max_length=200)
+    models: list[str] = Field(
+        default_factory=list, max_length=100, description="Empty: every model of the tenant."
+    )
+    expires_at: datetime | None = None
+    requests_per_min: int | None = Field(default=None, ge=1, le=10**9)
+    tokens_per_min: int | None = Field(default=None, ge=1, le=10**12)
+    concurrent_requests: int | None = Field(default=None, ge=1, le=10**6)
+
+
+class KeyReply(BaseModel):
+    prefix: str
+    tenant: str
+    name: str
+    models: list[str]
+    created_at: datetime
+    expires_at: datetime | None
+    revoked_at: datetime | None
+    state: str
+
+
+class KeyCreatedReply(KeyReply):
+    key: str = Field(description="The whole key. Shown in this reply only; store it now.")
+
+
+def key_reply(key: ApiKey, now: datetime) -> KeyReply:
+    return KeyReply(
+        prefix=key.prefix,
+        tenant=key.tenant,
+        name=key.name,
+        models=list(key.models),
+        created_at=key.created_at,
+        expires_at=key.expires_at,
+        revoked_at=key.revoked_at,
+        state=key.state(now),
+    )
+
+
+@router.get("/tenants/{tenant}/keys", response_model=Page[KeyReply])
+def list_keys(
+    tenant: str,
+    principal: CurrentPrincipal,
+    ctx: Context,
+    limit: Limit = 100,
+    cursor: Cursor = None,
+) -> Page[KeyReply]:
+    require(principal, Action.KEY_READ, tenant)
+    applied_tenant(ctx, tenant)
+    now = ctx.now()
+    return page_of([key_reply(k, now) for k in ctx.keys.list(tenant)], limit, cursor)
+
+
+@router.post("/tenants/{tenant}/keys", response_model=KeyCreatedReply, status_code=201)
+def create_key(
+    tenant: str, body: KeyCreateRequest, principal: CurrentPrincipal, ctx: Context
+) -> KeyCreatedReply:
+    require(principal, Action.KEY_WRITE, tenant)
+    applied, _ = applied_tenant(ctx, tenant)
+    spec = applied.spec
+    served = set(
+        route_table(spec, spec.gateway.backend_host, spec.gateway.backends).models_of(tenant)
+    )
+    unknown = [name for name in body.models if name not in served]
+    if unknown:
+        raise ApiProblem(
+            INVALID_REQUEST,
+            f"models: tenant {tenant!r} does not serve {', '.join(unknown)}; "
+            f"it serves: {', '.join(sorted(served)) or 'no models'}",
+            field="models",
+        )
+    now = ctx.now()
+    if body.expires_at is not None and (body.expires_at.tzinfo is None or body.expires_at <= now):
+        raise ApiProblem(
+            INVALID_REQUEST,
+            "expires_at: give a future time with a timezone (e.g. 2027-01-01T00:00:00Z)",
+            field="expires_at",
+        )
+    limits = KeyLimits(body.requests_per_min, body.tokens_per_min, body.concurrent_requests)
+    secret, key = ctx.keys.create(
+        tenant, body.name, body.models, body.expires_at, limits, now, principal.name
+    )
+    return KeyCreatedReply(**key_reply(key, now).model_dump(), key=secret)
+
+
+@router.delete("/tenants/{tenant}/keys/{prefix}", response_model=KeyReply)
+def revoke_key(tenant: str, prefix: str, principal: CurrentPrincipal, ctx: Context) -> KeyReply:
+    require(principal, Action.KEY_WRITE, tenant)
+    applied_tenant(ctx, tenant)
+    if not any(k.prefix == prefix for k in ctx.keys.list(tenant)):
+        raise ApiProblem(ErrorCode.NOT_FOUND, f"tenant {tenant!r} has no key {prefix!r}")
+    now = ctx.now()
+    return key_reply(ctx.keys.revoke(prefix, now, principal.name), now)

@@ -1,0 +1,111 @@
+"""The GPU map: every node's GPUs with their mode and occupants (MIG slices, MPS shares,
+time-slices, whole GPUs), from the applied plan, with the memory each replica was last seen using.
+
+A tenant-scoped caller sees only the GPUs that hold their own replicas, and only their own
+occupants on them: other tenants are not shown, not even by name."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated
+
+from fastapi import APIRouter, Depends
+from pydantic import BaseModel
+
+from gpuplex.core.access import Action, Principal
+from gpuplex.core.plan import GpuView, Occupant
+from gpuplex.server.auth import CurrentPrincipal, require
+from gpuplex.server.context import ServerContext, server_context
+
+router = APIRouter(tags=["nodes"])
+Context = Annotated[ServerContext, Depends(server_context)]
+
+
+class OccupantReply(BaseModel):
+    tenant: str
+    workload: str
+    replica: int
+    mig_profile: str | None
+    mig_start_slot: int | None
+    mig_size_slots: int | None
+    memory_mib: int  # what the plan gives it
+    thread_percent: int | None
+    used_memory_mib: int | None  # last measured; None: no sample yet
+    utilization_percent: float | None
+
+
+class GpuReply(BaseModel):
+    index: int
+    model: str
+    uuid: str | None
+    pool: str | None
+    mode: str | None  # dedicated | mig | mps | timeslice; None: idle
+    memory_mib: int
+    occupants: list[OccupantReply]
+
+
+class NodeReply(BaseModel):
+    name: str
+    gpus: list[GpuReply]
+
+
+class NodesReply(BaseModel):
+    revision: int | None
+    sampled_at: datetime | None
+    nodes: list[NodeReply]
+
+
+def _occupant(
+    occupant: Occupant, latest: dict[tuple[str, str, int], tuple[int, float | None]]
+) -> OccupantReply:
+    used = latest.get((occupant.tenant, occupant.workload, occupant.replica))
+    mig = occupant.mig
+    return OccupantReply(
+        tenant=occupant.tenant,
+        workload=occupant.workload,
+        replica=occupant.replica,
+        mig_profile=mig.profile if mig else None,
+        mig_start_slot=mig.start_slot if mig else None,
+        mig_size_slots=mig.size_slots if mig else None,
+        memory_mib=occupant.memory_mib,
+        thread_percent=occupant.thread_percent,
+        used_memory_mib=used[0] if used else None,
+        utilization_percent=used[1] if used else None,
+    )
+
+
+def _visible_gpu(gpu: GpuView, principal: Principal) -> GpuView | None:
+    if principal.is_platform:
+        return gpu
+    mine = [o for o in gpu.occupants if o.tenant == principal.tenant]
+    return gpu.model_copy(update={"occupants": mine}) if mine else None
+
+
+@router.get("/nodes", response_model=NodesReply)
+def list_nodes(principal: CurrentPrincipal, ctx: Context) -> NodesReply:
+    require(principal, Action.NODE_READ, principal.tenant)
+    applied = ctx.current.get()
+    if applied is None:
+        return NodesReply(revision=None, sampled_at=None, nodes=[])
+    sampled_at, latest = ctx.samples.latest_by_replica(principal.tenant)
+    nodes: dict[str, list[GpuReply]] = {n.name: [] for n in applied.spec.fleet.nodes}
+    for view in applied.plan.gpus:
+        gpu = _visible_gpu(view, principal)
+        if gpu is None:
+            continue
+        nodes.setdefault(gpu.node, []).append(
+            GpuReply(
+                index=gpu.index,
+                model=gpu.model,
+                uuid=gpu.uuid,
+                pool=gpu.pool,
+                mode=gpu.mode.value if gpu.mode is not None else None,
+                memory_mib=gpu.memory_mib,
+                occupants=[_occupant(o, latest) for o in gpu.occupants],
+            )
+        )
+    return NodesReply(
+        revision=applied.revision,
+        sampled_at=sampled_at,
+        nodes=[NodeReply(name=name, gpus=gpus) for name, gpus in nodes.items() if gpus],
+    )

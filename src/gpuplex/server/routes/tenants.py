@@ -1,0 +1,144 @@
+"""Tenants and their workloads, as the applied spec declares them and the plan placed them."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Depends
+from pydantic import BaseModel
+
+from gpuplex.core.access import Action, visible_tenants
+from gpuplex.core.plan import Plan
+from gpuplex.core.spec import TenantSpec
+from gpuplex.server.auth import CurrentPrincipal, no_such_tenant, require
+from gpuplex.server.context import ServerContext, server_context
+from gpuplex.server.current import AppliedSpec
+from gpuplex.server.pages import Cursor, Limit, Page, page_of
+
+router = APIRouter(tags=["tenants"])
+Context = Annotated[ServerContext, Depends(server_context)]
+
+
+class AllocationReply(BaseModel):
+    replicas_placed: int
+    replicas_pending: int
+    gpus: float  # compute share in GPUs: a whole GPU 1, a 3g.40gb slice 3/7, an MPS 20 % share 0.2
+    memory_mib: int
+    mig: dict[str, int]  # slices per MIG profile
+
+
+class TenantReply(BaseModel):
+    name: str
+    tier: str
+    priority: int
+    weight: int
+    isolation: str
+    regulated: bool
+    quota: dict[str, Any]
+    rate_limits: dict[str, Any]
+    monthly_budget: str | None
+    workloads: int
+    allocated: AllocationReply
+
+
+class WorkloadReply(BaseModel):
+    tenant: str
+    name: str
+    kind: str
+    pattern: str
+    replicas: int
+    model: str | None
+    modes: list[str]  # the isolation mode the plan chose
+    placed: int
+    pending_reasons: list[str]
+
+
+def allocation_of(plan: Plan, tenant: str) -> AllocationReply:
+    placed = [p for p in plan.placements if p.tenant == tenant]
+    mig: dict[str, int] = {}
+    for placement in placed:
+        if placement.mig is not None:
+            mig[placement.mig.profile] = mig.get(placement.mig.profile, 0) + 1
+    return AllocationReply(
+        replicas_placed=len(placed),
+        replicas_pending=sum(1 for i in plan.infeasible if i.tenant == tenant),
+        gpus=round(sum(p.compute_percent for p in placed) / 100, 4),
+        memory_mib=sum(p.memory_mib for p in placed),
+        mig=mig,
+    )
+
+
+def tenant_reply(tenant: TenantSpec, plan: Plan) -> TenantReply:
+    return TenantReply(
+        name=tenant.name,
+        tier=tenant.tier.value,
+        priority=tenant.priority,
+        weight=tenant.weight,
+        isolation=tenant.isolation.value,
+        regulated=tenant.regulated,
+        quota=tenant.quota.model_dump(mode="json", exclude_none=True),
+        rate_limits=tenant.rate_limits.model_dump(mode="json", exclude_none=True),
+        monthly_budget=str(tenant.monthly_budget) if tenant.monthly_budget is not None else None,
+        workloads=len(tenant.workloads),
+        allocated=allocation_of(plan, tenant.name),
+    )
+
+
+def applied_tenant(ctx: ServerContext, name: str) -> tuple[AppliedSpec, TenantSpec]:
+    """The applied spec and the named tenant in it; 404 when there is none (check RBAC first)."""
+    applied = ctx.current.get()
+    tenant = applied.tenant(name) if applied is not None else None
+    if applied is None or tenant is None:
+        raise no_such_tenant(name)
+    return applied, tenant
+
+
+@router.get("/tenants", response_model=Page[TenantReply])
+def list_tenants(
+    principal: CurrentPrincipal, ctx: Context, limit: Limit = 100, cursor: Cursor = None
+) -> Page[TenantReply]:
+    """The tenants the caller may see: every one for a platform admin, else their own."""
+    applied = ctx.current.get()
+    if applied is None:
+        return page_of([], limit, cursor)
+    names = set(visible_tenants(principal, applied.tenant_names))
+    items = [tenant_reply(t, applied.plan) for t in applied.spec.tenants if t.name in names]
+    return page_of(items, limit, cursor)
+
+
+@router.get("/tenants/{tenant}", response_model=TenantReply)
+def get_tenant(tenant: str, principal: CurrentPrincipal, ctx: Context) -> TenantReply:
+    require(principal, Action.TENANT_READ, tenant)
+    applied, found = applied_tenant(ctx, tenant)
+    return tenant_reply(found, applied.plan)
+
+
+@router.get("/tenants/{tenant}/workloads", response_model=Page[WorkloadReply])
+def list_workloads(
+    tenant: str,
+    principal: CurrentPrincipal,
+    ctx: Context,
+    limit: Limit = 100,
+    cursor: Cursor = None,
+) -> Page[WorkloadReply]:
+    require(principal, Action.TENANT_READ, tenant)
+    applied, found = applied_tenant(ctx, tenant)
+    plan = applied.plan
+    items = []
+    for workload in found.workloads:
+        mine = [p for p in plan.placements if p.tenant == tenant and p.workload == workload.name]
+        pending = [i for i in plan.infeasible if i.tenant == tenant and i.workload == workload.name]
+        items.append(
+            WorkloadReply(
+                tenant=tenant,
+                name=workload.name,
+                kind=workload.kind.value,
+                pattern=workload.pattern.value,
+                replicas=workload.replicas,
+                model=workload.serve.model if workload.serve is not None else None,
+                modes=sorted({p.mode.value for p in mine}),
+                placed=len(mine),
+                pending_reasons=[reason for item in pending for reason in item.reasons],
+            )
+        )
+    return page_of(items, limit, cursor)

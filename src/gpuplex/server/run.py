@@ -1,0 +1,81 @@
+"""Run the control plane: open the store, apply the spec file if it changed, serve the app, and
+roll usage up and check budgets in the background."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from pathlib import Path
+
+from gpuplex.clock import utc_now
+from gpuplex.server.app import create_app
+from gpuplex.server.budget_alerts import check_budgets
+from gpuplex.server.context import ServerContext
+from gpuplex.server.spec_apply import apply, spec_sha256
+from gpuplex.settings import ServerSettings
+from gpuplex.specfile import load_spec_file
+from gpuplex.store.db import open_store
+
+log = logging.getLogger("gpuplex.server")
+ROLLUP_WINDOW_S = 60
+
+
+def apply_spec_file(ctx: ServerContext, path: Path, actor: str) -> int | None:
+    """Apply `path` as a new revision unless it is the applied one; the new revision, else None."""
+    load_spec_file(path)  # a missing, unreadable or invalid file fails here, located
+    text = path.read_text(encoding="utf-8")
+    applied = ctx.current.get()
+    if applied is not None and applied.spec_sha256 == spec_sha256(text):
+        return None
+    revision, _ = apply(
+        ctx, text, applied.revision if applied else 0, actor=actor, source=str(path)
+    )
+    return revision.revision
+
+
+class Reconciler(threading.Thread):
+    """Every interval: roll up the whole windows since the last pass, then check budgets."""
+
+    def __init__(self, ctx: ServerContext, settings: ServerSettings) -> None:
+        super().__init__(name="gpuplex-reconciler", daemon=True)
+        self.ctx = ctx
+        self.settings = settings
+        self.stopping = threading.Event()
+
+    def run(self) -> None:
+        while not self.stopping.wait(self.settings.rollup_interval_s):
+            self.pass_once()
+
+    def pass_once(self) -> None:
+        try:
+            now = self.ctx.now()
+            self.ctx.metering.catch_up(now)
+            applied = self.ctx.current.get()
+            if applied is not None:
+                check_budgets(self.ctx, applied, now, self.settings.budget_webhook_timeout_s)
+        except Exception:  # a failed pass is retried at the next; the server keeps serving
+            log.exception(
+                "roll-up or budget check failed; retrying in %ss", self.settings.rollup_interval_s
+            )
+
+
+def run_server(settings: ServerSettings) -> None:
+    import uvicorn
+
+    engine = open_store(settings.store_url)
+    ctx = ServerContext.open(engine, utc_now, settings.state_dir, ROLLUP_WINDOW_S)
+    if settings.spec_path is not None:
+        apply_spec_file(ctx, settings.spec_path, actor=f"spec file {settings.spec_path}")
+    reconciler = Reconciler(ctx, settings)
+    reconciler.start()
+    try:
+        uvicorn.run(
+            create_app(ctx),
+            host=settings.listen_host,
+            port=settings.listen_port,
+            log_level="warning",
+            access_log=False,
+        )
+    finally:
+        reconciler.stopping.set()
+        engine.dispose()

@@ -1,0 +1,49 @@
+"""Preview and apply a spec: parse it (errors name line and field), plan it against the applied
+plan, and store it as the next revision on top of the one the caller saw."""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+
+from gpuplex.core.plan import Plan, make_plan
+from gpuplex.server.context import ServerContext
+from gpuplex.specfile import load_spec_text
+from gpuplex.store.spec_revisions import SpecRevision
+
+
+@dataclass(frozen=True, slots=True)
+class Preview:
+    base_revision: int  # 0 before the first apply
+    spec_sha256: str
+    plan: Plan
+
+
+def spec_sha256(spec_yaml: str) -> str:
+    return hashlib.sha256(spec_yaml.encode()).hexdigest()
+
+
+def preview(ctx: ServerContext, spec_yaml: str, source: str = "spec_yaml") -> Preview:
+    """The plan `spec_yaml` would get now. Raises SpecError for an invalid spec."""
+    spec = load_spec_text(spec_yaml, source=source)
+    applied = ctx.current.get()
+    plan = make_plan(spec, applied.plan if applied is not None else None)
+    base = applied.revision if applied is not None else 0
+    return Preview(base_revision=base, spec_sha256=spec_sha256(spec_yaml), plan=plan)
+
+
+def apply(
+    ctx: ServerContext, spec_yaml: str, base_revision: int, actor: str, source: str = "spec_yaml"
+) -> tuple[SpecRevision, Plan]:
+    """Store the spec and its plan as the next revision. Raises StaleRevisionError when
+    `base_revision` is not the applied revision (checked again, atomically, by the store)."""
+    planned = preview(ctx, spec_yaml, source)
+    revision = ctx.revisions.append(
+        spec_yaml=spec_yaml,
+        spec_sha256=planned.spec_sha256,
+        plan=planned.plan.model_dump(mode="json"),
+        actor=actor,
+        at=ctx.now(),
+        base_revision=base_revision,
+    )
+    return revision, planned.plan
