@@ -14,6 +14,7 @@ from enum import StrEnum
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
+from rich import box
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
@@ -103,30 +104,51 @@ def entry_json(entry: AuditEntry) -> dict[str, Any]:
 
 
 def entries_table(entries: list[AuditEntry]) -> Table:
-    table = Table(title="Audit log (times in UTC)", title_justify="left")
-    for column in ("id", "at", "actor", "action", "target", "tenant", "change"):
-        table.add_column(column, no_wrap=column in ("id", "at"), overflow="fold")
+    table = Table(title="Audit log (times in UTC)", title_justify="left", box=box.SIMPLE_HEAD)
+    for column in ("id", "at", "actor", "action", "target"):
+        table.add_column(column, no_wrap=column in ("id", "at", "action"), overflow="fold")
+    table.add_column("change", overflow="fold")
     for entry in entries:
+        target = escape(entry.target)
+        if entry.tenant is not None:
+            target += f"\n[dim]tenant {escape(entry.tenant)}[/]"
         table.add_row(
             str(entry.id),
-            entry.at.strftime("%Y-%m-%d %H:%M:%S"),
+            entry.at.strftime("%Y-%m-%d %H:%M"),
             escape(entry.actor),
             escape(entry.action),
-            escape(entry.target),
-            escape(entry.tenant or "-"),
+            target,
             escape(_change(entry)),
         )
     return table
 
 
 def _change(entry: AuditEntry) -> str:
-    if entry.before is None and entry.after is None:
-        return _compact(entry.detail) if entry.detail else "-"
-    return f"{_compact(entry.before)} -> {_compact(entry.after)}"
+    """What changed, briefly: the fields that differ, or what was set; nulls left out."""
+    before, after = entry.before, entry.after
+    if isinstance(before, dict) and isinstance(after, dict):
+        changed = [k for k in sorted(after.keys() | before.keys()) if before.get(k) != after.get(k)]
+        return (
+            "; ".join(
+                f"{k}: {_compact(before.get(k))} -> {_compact(after.get(k))}" for k in changed
+            )
+            or "no change"
+        )
+    if isinstance(after, dict):
+        return "set " + _fields(after)
+    if before is not None:
+        return "removed " + _fields(before) if isinstance(before, dict) else "removed"
+    return _fields(entry.detail) or "-"
+
+
+def _fields(values: dict[str, Any]) -> str:
+    return ", ".join(
+        f"{k}={_compact(v)}" for k, v in sorted(values.items()) if v not in (None, "", [])
+    )
 
 
 def _compact(value: Any) -> str:
-    return json.dumps(value, sort_keys=True, separators=(",", ":"))
+    return value if isinstance(value, str) else json.dumps(value, separators=(",", ":"))
 
 
 @contextmanager
