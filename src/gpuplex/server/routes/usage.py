@@ -32,6 +32,7 @@ Period = Annotated[str, Query(pattern=r"^\d{4}-\d{2}$", description="A month: YY
 
 
 class UsagePoint(BaseModel):
+    tenant: str  # "" for the fleet's capacity lines
     start: datetime  # the bucket's start
     end: datetime
     source: str
@@ -78,16 +79,17 @@ def _points(
     metric: str | None,
 ) -> list[UsagePoint]:
     """The roll-up rows, summed into buckets of `bucket_s` (from the range's start)."""
-    sums: dict[tuple[datetime, str, str, str], Decimal] = {}
+    sums: dict[tuple[str, datetime, str, str, str], Decimal] = {}
     for row in ctx.rollups.query(tenant, window.start, window.end, source, metric):
         if row.tenant == "" and tenant is not None:
             continue
         offset = int((row.window_start - window.start).total_seconds()) // bucket_s * bucket_s
         bucket = window.start + timedelta(seconds=offset)
-        key = (bucket, row.source, row.metric, row.dimension)
+        key = (row.tenant, bucket, row.source, row.metric, row.dimension)
         sums[key] = sums.get(key, Decimal(0)) + row.quantity
     return [
         UsagePoint(
+            tenant=name,
             start=bucket,
             end=bucket + timedelta(seconds=bucket_s),
             source=src,
@@ -95,7 +97,7 @@ def _points(
             dimension=dim,
             quantity=quantity,
         )
-        for (bucket, src, met, dim), quantity in sorted(sums.items())
+        for (name, bucket, src, met, dim), quantity in sorted(sums.items())
     ]
 
 
