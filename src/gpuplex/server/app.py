@@ -3,6 +3,7 @@ the dashboard's static files under /dashboard/, /metrics and /healthz."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 
 from fastapi import FastAPI
@@ -10,6 +11,7 @@ from fastapi.responses import RedirectResponse
 from fastapi.staticfiles import StaticFiles
 
 from gpuplex import __version__
+from gpuplex.observe.metrics_endpoint import LOOPBACK_NETWORKS, mount_metrics
 from gpuplex.server.context import ServerContext
 from gpuplex.server.problems import install_handlers
 from gpuplex.server.routes import audit, budgets, keys, nodes, spec, tenants, tokens, usage
@@ -18,7 +20,7 @@ API_PREFIX = "/api/v1"
 DASHBOARD_DIR = Path(__file__).parent / "dashboard"
 
 
-def create_app(context: ServerContext) -> FastAPI:
+def create_app(context: ServerContext, metrics_from: Sequence[str] = LOOPBACK_NETWORKS) -> FastAPI:
     app = FastAPI(
         title="gpuplex control plane",
         version=__version__,
@@ -38,6 +40,8 @@ def create_app(context: ServerContext) -> FastAPI:
     @app.get("/healthz", include_in_schema=False)
     def healthz() -> dict[str, str]:
         return {"status": "ok"}
+
+    mount_metrics(app, context, metrics_from)
 
     @app.get("/", include_in_schema=False)
     def root() -> RedirectResponse:

@@ -13,6 +13,7 @@ from decimal import Decimal
 
 from gpuplex.core.meter import month_of, month_window
 from gpuplex.core.report import DEFAULT_THRESHOLDS_PERCENT, budget_crossings, projected_spend
+from gpuplex.observe.server_metrics import count_fired_alert
 from gpuplex.server.context import ServerContext
 from gpuplex.server.current import AppliedSpec
 from gpuplex.store.budgets import BudgetAlert
@@ -99,6 +100,7 @@ def check_budgets(
             )
             if ctx.budgets.record_alert(alert):
                 fired_now.append(alert)
+                count_fired_alert(alert)
                 if view.webhook_url is not None:
                     post_webhook(view.webhook_url, alert, view.currency, webhook_timeout_s)
     return fired_now

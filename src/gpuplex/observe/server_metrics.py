@@ -1,0 +1,135 @@
+"""The control plane's Prometheus metrics: one collector that reads the current state at scrape time
+(the applied plan, the newest GPU samples, the roll-ups, spend and budgets), so serving the API costs
+nothing extra. Labels are bounded: tenants of the applied spec (at most TENANT_LABEL_CAP, the rest
+under `_other`), the spec's models, isolation modes, MIG profiles, the fleet's GPUs, one currency.
+Never key prefixes, request ids, or any text a client sent.
+
+The metric names and their meaning are listed in docs/operations.md (Metrics).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from decimal import Decimal
+
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.core import GaugeMetricFamily, Metric
+
+from gpuplex.core.meter import month_of, month_window
+from gpuplex.observe.plan_metrics import per_gpu, tenant_allocation, tenant_held
+from gpuplex.observe.server_metric_queries import RollupTotals, latest_samples
+from gpuplex.observe.tenant_labels import TENANT_LABEL_CAP, TenantLabels
+from gpuplex.observe.usage_metrics import FiredAlerts, alert_counter, money_gauges, usage_counters
+from gpuplex.server.context import ServerContext
+from gpuplex.server.current import AppliedSpec
+from gpuplex.store.budgets import BudgetAlert
+
+#: A replica whose newest GPU sample is older than this is not reported as holding anything.
+SAMPLE_FRESH_S = 300
+#: This month's spend is recomputed at most this often (it changes when usage is rolled up).
+SPEND_TTL_S = 60
+
+#: The budget alerts this process fired (server/budget_alerts.py counts them).
+FIRED_ALERTS = FiredAlerts()
+
+
+def count_fired_alert(alert: BudgetAlert) -> None:
+    FIRED_ALERTS.count(alert.tenant, alert.threshold_percent)
+
+
+@dataclass(frozen=True, slots=True)
+class _Spend:
+    revision: int
+    period: str
+    computed_at: datetime
+    by_tenant: dict[str, Decimal]
+
+
+class ServerCollector:
+    """Reads the control plane's state at each scrape; register it in a CollectorRegistry."""
+
+    def __init__(
+        self,
+        ctx: ServerContext,
+        tenant_cap: int = TENANT_LABEL_CAP,
+        alerts: FiredAlerts = FIRED_ALERTS,
+    ) -> None:
+        self._ctx = ctx
+        self._tenant_cap = tenant_cap
+        self._alerts = alerts
+        self._totals = RollupTotals(ctx.engine)
+        self._lock = threading.Lock()
+        self._spend: _Spend | None = None
+
+    def collect(self) -> Iterator[Metric]:
+        now = self._ctx.now()
+        applied = self._ctx.current.get()
+        labels = TenantLabels.of(applied.spec if applied is not None else None, self._tenant_cap)
+        yield _gauge(
+            "gpuplex_spec_revision",
+            "The applied spec revision (0 before the first apply).",
+            applied.revision if applied is not None else 0,
+        )
+        yield _gauge(
+            "gpuplex_metrics_tenants_beyond_cap",
+            f'Tenants of the spec counted under tenant="_other" (beyond the first '
+            f"{self._tenant_cap}).",
+            labels.beyond_cap,
+        )
+        yield alert_counter(self._alerts.snapshot(), labels)
+        yield from usage_counters(self._totals.totals(now), labels)
+        if applied is None:
+            return
+        yield from tenant_allocation(applied.plan, labels)
+        samples = latest_samples(self._ctx.engine, now - timedelta(seconds=SAMPLE_FRESH_S), now)
+        yield from tenant_held(samples, labels)
+        yield from per_gpu(applied.plan, samples)
+        yield from money_gauges(
+            self._spend_now(applied, now),
+            self._budgets(applied),
+            applied.spec.pricing.currency,
+            labels,
+        )
+
+    def _spend_now(self, applied: AppliedSpec, now: datetime) -> dict[str, Decimal]:
+        period = month_of(now)
+        with self._lock:
+            cached = self._spend
+            if (
+                cached is not None
+                and cached.revision == applied.revision
+                and cached.period == period
+                and timedelta(0) <= now - cached.computed_at < timedelta(seconds=SPEND_TTL_S)
+            ):
+                return cached.by_tenant
+            by_tenant = self._ctx.metering.spend(month_window(period), applied)
+            self._spend = _Spend(applied.revision, period, now, by_tenant)
+            return by_tenant
+
+    def _budgets(self, applied: AppliedSpec) -> dict[str, Decimal]:
+        """Each tenant's monthly budget: the one set through the API, else the spec's."""
+        stored = {budget.tenant: budget.amount for budget in self._ctx.budgets.list()}
+        amounts = {}
+        for tenant in applied.spec.tenants:
+            amount = stored.get(tenant.name, tenant.monthly_budget)
+            if amount is not None:
+                amounts[tenant.name] = amount
+        return amounts
+
+
+def metrics_registry(ctx: ServerContext, tenant_cap: int = TENANT_LABEL_CAP) -> CollectorRegistry:
+    """A registry of its own (not prometheus-client's global one, which the gateway uses)."""
+    registry = CollectorRegistry()
+    registry.register(ServerCollector(ctx, tenant_cap))
+    return registry
+
+
+def exposition(registry: CollectorRegistry) -> bytes:
+    return generate_latest(registry)
+
+
+def _gauge(name: str, documentation: str, value: float) -> GaugeMetricFamily:
+    return GaugeMetricFamily(name, documentation, value=value)
