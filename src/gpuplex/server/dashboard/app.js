@@ -1,0 +1,119 @@
+// The dashboard: sign in with a control-plane token, then every 10 s fetch the GPU map, tenants,
+// usage, budgets and events and redraw. A tenant-scoped token sees only its own tenant: the API
+// filters, and the page draws only what it is given.
+
+import { ApiError, adoptTokenFromFragment, all, clearToken, get, getToken, setToken, tenantPath } from "./api.js";
+import { hourlySeries, renderUsage, usageRange } from "./charts.js";
+import { fill, h } from "./dom.js";
+import { renderGpuMap } from "./gpumap.js";
+import { renderBudgets, renderEvents, renderTenants } from "./panels.js";
+
+const REFRESH_MS = 10_000;
+const $ = (id) => document.getElementById(id);
+let timer = null;
+let generation = 0; // a sign-out or new sign-in makes older refreshes drop their results
+let scopeTenant = null; // the signed-in user's tenant; null for the platform
+
+function showSignIn(message) {
+  generation += 1;
+  clearTimeout(timer);
+  $("dashboard").hidden = true;
+  $("whoami").hidden = true;
+  $("signin").hidden = false;
+  fill($("signin-error"), message || "");
+  $("signin-error").hidden = !message;
+  $("token-input").value = "";
+  $("token-input").focus();
+}
+
+async function start() {
+  const mine = ++generation;
+  let me;
+  try {
+    me = await get("/whoami");
+  } catch (error) {
+    if (mine !== generation) return;
+    if (error instanceof ApiError && error.status === 401) clearToken();
+    showSignIn(error instanceof ApiError && error.status === 401 ? `That token was not accepted: ${error.message}` : `Cannot reach the control plane: ${error.message}`);
+    return;
+  }
+  if (mine !== generation) return;
+  scopeTenant = me.tenant;
+  fill($("whoami-name"), me.name);
+  fill($("whoami-role"), me.role);
+  fill($("whoami-tenant"), me.tenant ? `tenant ${me.tenant}` : "all tenants");
+  $("whoami").hidden = false;
+  $("signin").hidden = true;
+  $("dashboard").hidden = false;
+  await refresh(mine);
+}
+
+async function refresh(mine) {
+  const range = usageRange();
+  const [nodes, tenants, events] = await Promise.allSettled([get("/nodes"), all("/tenants"), get("/events", { limit: 25 })]);
+  const names = tenants.status === "fulfilled" ? tenants.value.map((t) => t.name) : [];
+  const [usages, budgets] = await Promise.all([
+    Promise.allSettled(names.map((t) => get(tenantPath(t, "/usage"), { start: range.start.toISOString(), end: range.end.toISOString(), bucket_s: 3600 }))),
+    Promise.allSettled(names.map((t) => get(tenantPath(t, "/budget")))),
+  ]);
+  if (mine !== generation) return;
+  const everything = [nodes, tenants, events, ...usages, ...budgets];
+  const rejected = everything.find((r) => r.status === "rejected" && r.reason instanceof ApiError && r.reason.status === 401);
+  if (rejected) {
+    clearToken();
+    showSignIn(`Signed out: ${rejected.reason.message}`);
+    return;
+  }
+  panel("gpu-map-body", nodes, (reply) => renderGpuMap(reply, scopeTenant));
+  panel("tenants-body", tenants, renderTenants);
+  panel("usage-body", settledList(names, usages, (reply) => hourlySeries(reply, range)), (list) => renderUsage(list.map(({ tenant, value }) => ({ tenant, series: value })), range));
+  panel("budgets-body", settledList(names, budgets, (b) => b), (list) => renderBudgets(list.map((x) => x.value)));
+  panel("events-body", events, renderEvents);
+  const failed = everything.filter((r) => r.status === "rejected").length;
+  fill($("status"), `Updated ${new Date().toISOString().slice(11, 19)} UTC · every ${REFRESH_MS / 1000} s`, failed ? ` · ${failed} request${failed === 1 ? "" : "s"} failed` : "");
+  $("status").classList.toggle("status-error", failed > 0);
+  document.body.dataset.loaded = "true";
+  clearTimeout(timer);
+  timer = setTimeout(() => refresh(mine).catch(reportError), REFRESH_MS);
+}
+
+/** The fulfilled replies of per-tenant requests as {tenant, value}; rejected if all failed. */
+function settledList(names, results, map) {
+  const ok = [];
+  const errors = [];
+  results.forEach((r, i) => (r.status === "fulfilled" ? ok.push({ tenant: names[i], value: map(r.value) }) : errors.push(r.reason)));
+  if (ok.length === 0 && errors.length > 0) return { status: "rejected", reason: errors[0] };
+  return { status: "fulfilled", value: ok };
+}
+
+function panel(id, result, render) {
+  const body = $(id);
+  if (result.status === "fulfilled") fill(body, render(result.value));
+  else fill(body, h("p", { class: "panel-error", role: "alert" }, `Could not load: ${result.reason.message}`));
+}
+
+function reportError(error) {
+  fill($("status"), `Refresh failed: ${error.message}`);
+  $("status").classList.add("status-error");
+  clearTimeout(timer);
+  timer = setTimeout(() => refresh(generation).catch(reportError), REFRESH_MS);
+}
+
+function main() {
+  adoptTokenFromFragment();
+  $("signin-form").addEventListener("submit", (event) => {
+    event.preventDefault();
+    const token = $("token-input").value.trim();
+    if (!token) return;
+    setToken(token);
+    start();
+  });
+  $("signout").addEventListener("click", () => {
+    clearToken();
+    showSignIn();
+  });
+  if (getToken()) start();
+  else showSignIn();
+}
+
+main();

@@ -1,0 +1,150 @@
+"""A day of history for the dashboard to draw, written into the store before the server starts:
+hourly roll-ups made by the real metering code from the example's plan (allocation), busy GPU time
+and gateway traffic with a daily rhythm, the GPU samples of a moment ago, and host events
+(a preemption, a restart, a watchdog stop)."""
+
+from __future__ import annotations
+
+import math
+from datetime import datetime, timedelta
+from decimal import Decimal
+from pathlib import Path
+
+from gpuplex.core.meter import (
+    BUSY_GPU_SECONDS,
+    COMPLETION_TOKENS,
+    GPU_SECONDS,
+    PROMPT_TOKENS,
+    REQUESTS,
+    MeterLine,
+    MeterWindow,
+    PlanInterval,
+    allocation_lines,
+    fleet_gpu_seconds,
+)
+from gpuplex.core.plan import Plan, make_plan
+from gpuplex.host.state import Event, StateDir
+from gpuplex.specfile import load_spec_file
+from gpuplex.store.db import open_store
+from gpuplex.store.rollups import RollupRepository
+from gpuplex.store.samples import GpuSample, SampleRepository
+
+HOURS = 24
+SERVING = {"northwind": 900, "contoso": 400, "hobbyists": 45}  # requests per hour at the peak
+
+
+def _rhythm(tenant: str, hour: int) -> float:
+    """0.15 .. 0.95: busier in the (UTC) afternoon, a little different per tenant."""
+    phase = sum(map(ord, tenant)) % 5
+    return 0.55 + 0.4 * math.sin((hour - 9 + phase) / 24 * 2 * math.pi)
+
+
+def seed_history(store_url: str, spec_path: Path, state_dir: Path, now: datetime) -> Plan:
+    plan = make_plan(load_spec_file(spec_path))
+    end = now.replace(minute=0, second=0, microsecond=0)
+    start = end - timedelta(hours=HOURS)
+    interval = PlanInterval(plan=plan, active_from=start, active_until=end)
+    engine = open_store(store_url)
+    try:
+        rollups = RollupRepository(engine)
+        for hour in range(HOURS):
+            window = MeterWindow(start + timedelta(hours=hour), start + timedelta(hours=hour + 1))
+            allocation = allocation_lines([interval], window)
+            rollups.replace_window(
+                window.start,
+                window.end,
+                "allocation",
+                allocation + fleet_gpu_seconds([interval], window),
+            )
+            rollups.replace_window(
+                window.start, window.end, "measured", _busy(allocation, window.start.hour)
+            )
+            rollups.replace_window(window.start, window.end, "gateway", _traffic(window.start.hour))
+        SampleRepository(engine).append(_samples(plan, now - timedelta(seconds=30)))
+    finally:
+        engine.dispose()
+    _events(StateDir(state_dir), now)
+    return plan
+
+
+def _busy(allocation: list[MeterLine], hour: int) -> list[MeterLine]:
+    held: dict[str, Decimal] = {}
+    for line in allocation:
+        if line.metric == GPU_SECONDS:
+            held[line.tenant] = held.get(line.tenant, Decimal(0)) + line.quantity
+    return [
+        MeterLine(
+            tenant=tenant,
+            source="measured",
+            metric=BUSY_GPU_SECONDS,
+            dimension="H100-80GB",
+            quantity=(seconds * Decimal(str(round(_rhythm(tenant, hour), 3)))).quantize(
+                Decimal("0.001")
+            ),
+        )
+        for tenant, seconds in sorted(held.items())
+    ]
+
+
+def _traffic(hour: int) -> list[MeterLine]:
+    lines = []
+    for tenant, peak in SERVING.items():
+        requests = int(peak * _rhythm(tenant, hour))
+        for metric, quantity in (
+            (REQUESTS, requests),
+            (PROMPT_TOKENS, requests * 850),
+            (COMPLETION_TOKENS, requests * 240),
+        ):
+            lines.append(
+                MeterLine(
+                    tenant=tenant,
+                    source="gateway",
+                    metric=metric,
+                    dimension=f"{tenant}-model",
+                    quantity=Decimal(quantity),
+                )
+            )
+    return lines
+
+
+def _samples(plan: Plan, at: datetime) -> list[GpuSample]:
+    return [
+        GpuSample(
+            at=at,
+            node=placement.node,
+            gpu_index=gpu_index,
+            tenant=placement.tenant,
+            workload=placement.workload,
+            replica=placement.replica,
+            memory_used_mib=int(placement.memory_mib * 0.72 / len(placement.gpu_indices)),
+            utilization_percent=round(100 * _rhythm(placement.tenant, at.hour), 1),
+            source="sim",
+        )
+        for placement in plan.placements
+        for gpu_index in placement.gpu_indices
+    ]
+
+
+def _events(state: StateDir, now: datetime) -> None:
+    state.create()
+    for minutes_ago, kind, target, message in (
+        (
+            42,
+            "stopped",
+            "hobbyists/playground#3",
+            "preempted: its MPS share went to contoso/embed#1",
+        ),
+        (31, "exited", "contoso/embed#0", "exit status 137 after 5 h 12 min"),
+        (30, "started", "contoso/embed#0", "pid 48211: restart 1 after exit, backoff 2 s"),
+        (
+            12,
+            "vram_exceeded",
+            "hobbyists/playground#1",
+            "watchdog: 13.1 GiB used of 12 GiB planned; stopped",
+        ),
+    ):
+        state.append_event(
+            Event(
+                at=now - timedelta(minutes=minutes_ago), kind=kind, target=target, message=message
+            )
+        )
