@@ -6,6 +6,7 @@ that does not decode is a 422 naming the `cursor` field, never a 500."""
 from __future__ import annotations
 
 import base64
+import re
 from collections.abc import Sequence
 from typing import Annotated, Generic, TypeVar
 
@@ -17,6 +18,8 @@ from gpuplex.server.problems import INVALID_REQUEST, ApiProblem
 T = TypeVar("T")
 DEFAULT_LIMIT = 100
 MAX_LIMIT = 1000
+#: What a cursor encodes: `p` and a position that fits a 64-bit database integer.
+_POSITION = re.compile(r"p(0|[1-9][0-9]{0,17})")
 
 Limit = Annotated[int, Query(ge=1, le=MAX_LIMIT, description="Items per page.")]
 Cursor = Annotated[
@@ -40,16 +43,12 @@ def decode_cursor(cursor: str | None) -> int:
     try:
         padded = cursor + "=" * (-len(cursor) % 4)
         text = base64.urlsafe_b64decode(padded.encode()).decode()
-        if not text.startswith("p"):
-            raise ValueError(text)
-        position = int(text[1:])
-        if position < 0:
-            raise ValueError(text)
-    except ValueError:
-        raise ApiProblem(
-            INVALID_REQUEST, "cursor: not a cursor this API gave out", field="cursor"
-        ) from None
-    return position
+    except ValueError:  # binascii.Error and UnicodeError are ValueErrors
+        text = ""
+    found = _POSITION.fullmatch(text)
+    if found is None or encode_cursor(int(found[1])) != cursor:
+        raise ApiProblem(INVALID_REQUEST, "cursor: not a cursor this API gave out", field="cursor")
+    return int(found[1])
 
 
 def page_of(items: Sequence[T], limit: int, cursor: str | None) -> Page[T]:

@@ -11,6 +11,7 @@ apply). Unexpected exceptions become `internal_error` with no detail: the traceb
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -48,6 +49,7 @@ HTTP_STATUS: dict[str, int] = {
 
 _STARLETTE_CODES = {401: UNAUTHENTICATED, 403: FORBIDDEN, 404: ErrorCode.NOT_FOUND}
 _STARLETTE_CODES |= {405: METHOD_NOT_ALLOWED, 409: CONFLICT}
+_LOCATIONS = frozenset({"body", "query", "path", "header", "cookie"})
 
 
 class ApiProblem(Exception):
@@ -91,6 +93,17 @@ def from_gpuplex_error(error: GpuplexError) -> ApiProblem:
     return ApiProblem(error.code, error.message)
 
 
+def validation_field(location: Sequence[object], error_type: str) -> str:
+    """The field a request validation error names, as the client wrote it: `limit`, not
+    `query.limit`; `body` for a body that is not JSON at all."""
+    parts = [str(part) for part in location]
+    if error_type == "json_invalid":
+        return "body"
+    if len(parts) > 1 and parts[0] in _LOCATIONS:
+        parts = parts[1:]
+    return ".".join(parts)
+
+
 def install_handlers(app: FastAPI) -> None:
     async def on_problem(_: Request, error: Exception) -> JSONResponse:
         assert isinstance(error, ApiProblem)
@@ -104,7 +117,7 @@ def install_handlers(app: FastAPI) -> None:
     async def on_validation(_: Request, error: Exception) -> JSONResponse:
         assert isinstance(error, RequestValidationError)
         first = error.errors()[0] if error.errors() else {"loc": (), "msg": "invalid request"}
-        field = ".".join(str(part) for part in first.get("loc", ()))
+        field = validation_field(first.get("loc", ()), str(first.get("type", "")))
         message = f"{field or 'request'}: {first.get('msg', 'invalid')}"
         return problem_response(ApiProblem(INVALID_REQUEST, message, field=field or None))
 
