@@ -12,8 +12,10 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
 	touch $(STAMP)
 
+# The whole system on this machine: control plane + dashboard, gateway, host runtime; simulated GPUs
+# and model servers when no NVIDIA GPU is found. Prints the dashboard link and demo keys; Ctrl-C stops.
 demo: $(STAMP)
-	$(BIN)/gpuplex plan examples/saas-single-server.yaml
+	$(BIN)/gpuplex up examples/saas-single-server.yaml --state-dir .demo-up
 
 # The host runtime on simulated GPUs: apply, show, tear down (state in .demo-state/).
 host-demo: $(STAMP)
@@ -43,4 +45,4 @@ bench-gateway: $(STAMP)
 	$(BIN)/python bench/gateway.py
 
 clean:
-	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .hypothesis .demo-state
+	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .hypothesis .demo-state .demo-up

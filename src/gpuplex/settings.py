@@ -101,8 +101,22 @@ class ServerSettings:
 
     store_url: str
     listen_host: str = "127.0.0.1"
-    listen_port: int = 8080
+    listen_port: int = 8090  # the gateway has 8080
     spec_path: Path | None = None  # applied as a new revision at start when it changed
     state_dir: Path | None = None  # the host runtime's, for its events; None: no host events
     rollup_interval_s: float = 60.0  # how often usage is rolled up and budgets checked
     budget_webhook_timeout_s: float = 5.0
+
+
+@dataclass(frozen=True, slots=True)
+class UpSettings:
+    """What `gpuplex up` runs with."""
+
+    spec_path: Path
+    state_dir: Path
+    driver: str = "auto"  # auto | nvml | sim
+    server_host: str = "127.0.0.1"
+    server_port: int = 8090
+    sample_interval_s: float = 5.0
+    rollup_interval_s: float = 15.0
+    check: bool = False  # start, send one request through the gateway, stop

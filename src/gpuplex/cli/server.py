@@ -50,7 +50,7 @@ def server_command(
     ] = None,
     store: StoreOption = None,
     host: Annotated[str, typer.Option(help="Address to listen on.")] = "127.0.0.1",
-    port: Annotated[int, typer.Option(min=1, max=65535, help="Port to listen on.")] = 8080,
+    port: Annotated[int, typer.Option(min=1, max=65535, help="Port to listen on.")] = 8090,
     state_dir: Annotated[
         Path | None, typer.Option(help="The host runtime's state directory, for its events.")
     ] = None,

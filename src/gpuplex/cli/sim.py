@@ -67,6 +67,12 @@ def model_command(
         int, typer.Option(min=1, help="Tokens generated when a request sets no max_tokens.")
     ] = 16,
     embedding_dim: Annotated[int, typer.Option(min=1, help="Length of embedding vectors.")] = 8,
+    gpu_memory_mib: Annotated[
+        int,
+        typer.Option(
+            min=0, help="Simulated GPU memory to hold (reported to the simulated GPU driver)."
+        ),
+    ] = 0,
 ) -> None:
     """Serve a simulated OpenAI-compatible model server (vLLM-like) until SIGINT or SIGTERM,
     which end the requests in progress at once."""
@@ -92,6 +98,10 @@ def model_command(
     served = ", ".join(settings.models + settings.adapters)
     typer.echo(f"simulated model server on http://{host}:{port} serving {served}", err=True)
     app = make_app(settings)
+    if gpu_memory_mib:
+        from gpuplex.sim.workload import SimulatedGpuMemory
+
+        SimulatedGpuMemory().hold(gpu_memory_mib)
     config = uvicorn.Config(
         app,
         host=host,

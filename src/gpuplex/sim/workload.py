@@ -21,7 +21,7 @@ from gpuplex.clock import sleep_s
 from gpuplex.settings import environment_value
 
 
-class _GpuMemory:
+class SimulatedGpuMemory:
     """Writes `<device> <MiB>` to <GPUPLEX_SIM_DIR>/memory/<pid>, as the simulated driver expects."""
 
     def __init__(self) -> None:
@@ -41,7 +41,7 @@ class _GpuMemory:
             sys.stderr.write(f"cannot report simulated GPU memory in {self.report.parent}\n")
 
 
-def _handler(memory: _GpuMemory) -> type[BaseHTTPRequestHandler]:
+def _handler(memory: SimulatedGpuMemory) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         def do_GET(self) -> None:
             if urlparse(self.path).path == "/health":
@@ -87,7 +87,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--exit-code", type=int, default=3)
     parser.add_argument("--host-memory-mib", type=int, default=0)
     args = parser.parse_args(argv)
-    memory = _GpuMemory()
+    memory = SimulatedGpuMemory()
     memory.hold(args.gpu_memory_mib)
     sys.stdout.write(f"sim workload {os.getpid()} up on port {args.port}\n")
     sys.stdout.flush()

@@ -1,0 +1,51 @@
+"""`gpuplex up [FILE]`: the whole system on this server, in one command."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+
+from gpuplex.settings import UpSettings, default_state_dir
+
+out = Console()
+
+
+def up_command(
+    file: Annotated[
+        Path, typer.Argument(help="The gpuplex.yaml to run.", show_default=True)
+    ] = Path("gpuplex.yaml"),
+    state_dir: Annotated[
+        Path | None,
+        typer.Option(help="Where the store, logs and host state live [default: STATE/up]."),
+    ] = None,
+    driver: Annotated[
+        str, typer.Option(help="auto: real GPUs when NVML finds any, else simulated; nvml; sim.")
+    ] = "auto",
+    port: Annotated[
+        int, typer.Option(min=1, max=65535, help="Port of the control plane and dashboard.")
+    ] = 8090,
+    check: Annotated[
+        bool,
+        typer.Option("--check", help="Start, send one request through the gateway, then stop."),
+    ] = False,
+) -> None:
+    """Run the control plane, the gateway and the host runtime for FILE's tenants, on the real
+    GPUs if NVML finds any, else on simulated GPUs with simulated model servers. Prints the
+    dashboard link, demo API keys and an `openai` client example; Ctrl-C stops everything."""
+    if driver not in ("auto", "nvml", "sim"):
+        raise typer.BadParameter("use auto, nvml or sim", param_hint="--driver")
+    from gpuplex.up.run import run_up  # the server's libraries only for this command
+
+    run_up(
+        UpSettings(
+            spec_path=file,
+            state_dir=state_dir or default_state_dir() / "up",
+            driver=driver,
+            server_port=port,
+            check=check,
+        ),
+        out,
+    )

@@ -1,0 +1,135 @@
+"""The processes `gpuplex up` starts: each in its own session with its output in a log file,
+stopped with SIGTERM (then SIGKILL) when `up` ends. As root, the gateway runs as an unprivileged
+user (it never runs as root), with an interpreter and files that user can read."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import pwd
+import signal
+import subprocess
+import sys
+import sysconfig
+import urllib.error
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+
+import gpuplex
+from gpuplex.clock import now_s, sleep_s
+from gpuplex.settings import inherited_environment
+
+UNPRIVILEGED_USER = "nobody"
+
+
+@dataclass
+class Child:
+    name: str
+    process: subprocess.Popen[bytes]
+    log_path: Path
+
+    def alive(self) -> bool:
+        return self.process.poll() is None
+
+    def last_lines(self, count: int = 5) -> str:
+        try:
+            lines = self.log_path.read_text(errors="replace").splitlines()
+        except OSError:
+            return ""
+        return "\n".join(lines[-count:])
+
+
+@dataclass(frozen=True, slots=True)
+class RunAs:
+    """Whom a child runs as: None for the current user."""
+
+    uid: int
+    gid: int
+    name: str
+
+
+def unprivileged_user() -> RunAs | None:
+    """As root: the unprivileged user the gateway runs as; otherwise None (run as oneself)."""
+    if os.geteuid() != 0:
+        return None
+    entry = pwd.getpwnam(UNPRIVILEGED_USER)
+    return RunAs(entry.pw_uid, entry.pw_gid, UNPRIVILEGED_USER)
+
+
+def python_command(run_as: RunAs | None) -> tuple[list[str], dict[str, str]]:
+    """How to start `python -m gpuplex.cli` as `run_as`: this interpreter where that user can reach
+    it, else the system's interpreter of the same version with this one's packages on its path."""
+    if run_as is None or reachable_by_others(Path(sys.executable).resolve()):
+        return [sys.executable, "-m", "gpuplex.cli"], {}
+    version = f"python{sys.version_info.major}.{sys.version_info.minor}"
+    system = Path("/usr/bin") / version
+    source_root = Path(gpuplex.__file__).resolve().parents[1]
+    path = f"{source_root}:{sysconfig.get_paths()['purelib']}"
+    return [str(system), "-m", "gpuplex.cli"], {"PYTHONPATH": path, "HOME": "/"}
+
+
+def reachable_by_others(path: Path) -> bool:
+    for part in [path, *path.parents]:
+        if part.exists() and not os.stat(part).st_mode & 0o001:
+            return False
+    return True
+
+
+def start(
+    name: str,
+    argv: list[str],
+    log_dir: Path,
+    extra_env: dict[str, str] | None = None,
+    run_as: RunAs | None = None,
+) -> Child:
+    log_path = log_dir / f"{name}.log"
+    # with extra variables: only those and the harmless inherited ones (no secrets pass)
+    env = None if extra_env is None else inherited_environment() | extra_env
+    with log_path.open("ab") as log:
+        process = subprocess.Popen(  # noqa: S603 (our own commands, no shell)
+            argv,
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env=env,
+            start_new_session=True,
+            user=run_as.uid if run_as else None,
+            group=run_as.gid if run_as else None,
+            extra_groups=[] if run_as else None,
+        )
+    return Child(name, process, log_path)
+
+
+def wait_ready(url: str, child: Child, timeout_s: float) -> bool:
+    """Poll `url` until it answers (any HTTP status) or the child exits or time runs out."""
+    deadline = now_s() + timeout_s
+    while now_s() < deadline:
+        if not child.alive():
+            return False
+        try:
+            with urllib.request.urlopen(url, timeout=1):  # noqa: S310 (loopback, our own)
+                return True
+        except urllib.error.HTTPError:
+            return True
+        except OSError:
+            sleep_s(0.2)
+    return False
+
+
+def stop(children: list[Child], timeout_s: float = 10) -> None:
+    for child in children:
+        if child.alive():
+            _signal(child, signal.SIGTERM)
+    deadline = now_s() + timeout_s
+    for child in children:
+        try:
+            child.process.wait(timeout=max(0.1, deadline - now_s()))
+        except subprocess.TimeoutExpired:
+            _signal(child, signal.SIGKILL)
+            child.process.wait()
+
+
+def _signal(child: Child, sig: signal.Signals) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(child.process.pid, sig)

@@ -1,0 +1,273 @@
+"""`gpuplex up`: start the host runtime and the gateway as child processes, and the control plane
+(API, dashboard, roll-ups, GPU sampling) in this process; print where to look; on Ctrl-C stop it
+all, tenants included."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import sys
+import threading
+import urllib.request
+from pathlib import Path
+
+import uvicorn
+import yaml
+from rich.console import Console
+
+from gpuplex.clock import now_s, sleep_s, utc_now
+from gpuplex.core.access import Role
+from gpuplex.core.plan import make_plan
+from gpuplex.core.serve.routes import route_table
+from gpuplex.core.spec import GpuplexSpec
+from gpuplex.errors import GpuplexError, HostActionError
+from gpuplex.host import session
+from gpuplex.host.driver import GpuDriver
+from gpuplex.host.state import StateDir
+from gpuplex.host.wiring import open_driver
+from gpuplex.server.app import create_app
+from gpuplex.server.context import ServerContext
+from gpuplex.server.run import ROLLUP_WINDOW_S, Reconciler, apply_spec_file
+from gpuplex.settings import HostSettings, ServerSettings, UpSettings
+from gpuplex.specfile import load_spec_file
+from gpuplex.store import KeyLimits
+from gpuplex.store.db import open_store
+from gpuplex.up import children
+from gpuplex.up.banner import DemoKey, UpBanner, print_banner
+from gpuplex.up.sampler import Sampler
+from gpuplex.up.simulate import simulated_spec
+
+DEMO_NAME = "gpuplex up demo"
+READY_TIMEOUT_S = 60.0
+err = Console(stderr=True)
+
+
+def run_up(settings: UpSettings, console: Console) -> None:
+    spec = load_spec_file(settings.spec_path)
+    root = settings.state_dir.absolute()
+    for folder in ("logs", "host", "store", "gateway"):
+        (root / folder).mkdir(parents=True, exist_ok=True)
+    host_settings = HostSettings(state_dir=root / "host", driver=settings.driver)
+    dirs = StateDir(host_settings.state_dir)
+    dirs.create()
+    node = spec.fleet.nodes[0]
+    opened = open_driver(host_settings, dirs, node)
+    simulated = opened.driver.name == "sim"
+    driver_name = "sim" if simulated else "nvml"
+    host_spec = root / "host-spec.yaml"
+    host_spec.write_text(_host_spec_text(spec, settings.spec_path, simulated))
+
+    store_url = f"sqlite:///{root / 'store' / 'gpuplex.db'}"
+    engine = open_store(store_url)
+    ctx = ServerContext.open(engine, utc_now, dirs.root, ROLLUP_WINDOW_S)
+    apply_spec_file(ctx, settings.spec_path, actor="gpuplex up")
+    banner = _demo_credentials(ctx, spec, settings, simulated, opened.note)
+
+    run_as = children.unprivileged_user()
+    if run_as is not None and not children.reachable_by_others(root):
+        raise HostActionError(
+            f"the state directory {root} is inside a folder that user {run_as.name}, who runs "
+            "the gateway, cannot enter (a parent lacks o+x); choose another --state-dir, "
+            "e.g. under /var/lib/gpuplex"
+        )
+    gateway_spec = root / "gateway" / "spec.yaml"
+    shutil.copyfile(settings.spec_path, gateway_spec)
+    if run_as is not None:
+        _hand_over(root / "store", run_as)
+        _hand_over(root / "gateway", run_as)
+    python, extra_env = children.python_command(run_as)
+    host_argv = [sys.executable, "-m", "gpuplex.cli", "host", "run", str(host_spec)]
+    host_argv += ["--state-dir", str(dirs.root), "--driver", driver_name]
+    gateway_argv = [*python, "gateway", "--config", str(gateway_spec), "--store", store_url]
+    gateway_argv += ["--spool-dir", str(root / "gateway" / "spool")]
+    started = [
+        children.start("host", host_argv, root / "logs"),
+        children.start("gateway", gateway_argv, root / "logs", extra_env, run_as),
+    ]
+    server_settings = ServerSettings(
+        store_url=store_url,
+        listen_host=settings.server_host,
+        listen_port=settings.server_port,
+        state_dir=dirs.root,
+        rollup_interval_s=settings.rollup_interval_s,
+    )
+    threads = _background(ctx, server_settings, dirs, opened.driver, node.name, settings)
+    server, server_thread = _start_server(ctx, server_settings)
+    try:
+        _wait_all(started, banner, server_thread)
+        print_banner(console, banner)
+        if settings.check:
+            _check_request(banner, console)
+        else:
+            _wait_for_signal(started)
+    finally:
+        err.print("stopping: server, gateway, host runtime and tenants ...")
+        server.should_exit = True
+        for thread in threads:
+            thread.stopping.set()
+        children.stop(started)
+        server_thread.join(timeout=10)
+        session.down(host_settings)
+        opened.driver.close()
+        engine.dispose()
+
+
+def _host_spec_text(spec: GpuplexSpec, path: Path, simulated: bool) -> str:
+    if not simulated:
+        return path.read_text(encoding="utf-8")
+    stand_ins = simulated_spec(spec, make_plan(spec))
+    return yaml.safe_dump(stand_ins.model_dump(mode="json", exclude_unset=True), sort_keys=False)
+
+
+def _demo_credentials(
+    ctx: ServerContext, spec: GpuplexSpec, settings: UpSettings, simulated: bool, note: str | None
+) -> UpBanner:
+    """Fresh demo tokens and keys; the previous run's are revoked, so only these work."""
+    now = utc_now()
+    for token in ctx.tokens.list():
+        if token.name.startswith(DEMO_NAME) and token.revoked_at is None:
+            ctx.tokens.revoke(token.prefix, now, "gpuplex up")
+    for key in ctx.keys.list():
+        if key.name == DEMO_NAME and key.revoked_at is None:
+            ctx.keys.revoke(key.prefix, now, "gpuplex up")
+    admin, _ = ctx.tokens.create(
+        name=f"{DEMO_NAME} admin", role=Role.PLATFORM_ADMIN.value, tenant=None,
+        expires_at=None, now=now, actor="gpuplex up",
+    )  # fmt: skip
+    routes = route_table(spec, spec.gateway.backend_host, spec.gateway.backends)
+    keys = []
+    for tenant in spec.tenants:
+        models = tuple(routes.models_of(tenant.name))
+        if not models:
+            continue
+        secret, _ = ctx.keys.create(
+            tenant.name, DEMO_NAME, [], None, KeyLimits(), now, actor="gpuplex up"
+        )
+        keys.append(DemoKey(tenant.name, models, secret))
+    viewer_tenant = keys[0].tenant if keys else None
+    viewer = None
+    if viewer_tenant is not None:
+        viewer, _ = ctx.tokens.create(
+            name=f"{DEMO_NAME} viewer", role=Role.TENANT_VIEWER.value, tenant=viewer_tenant,
+            expires_at=None, now=now, actor="gpuplex up",
+        )  # fmt: skip
+    gpus = sum(g.count for n in spec.fleet.nodes for g in n.gpus)
+    how = f"{gpus} simulated GPUs ({note or 'simulated driver'})" if simulated else "real GPUs"
+    gateway = spec.gateway
+    return UpBanner(
+        how=how,
+        server_url=f"http://{settings.server_host}:{settings.server_port}",
+        gateway_url=f"http://{gateway.host}:{gateway.port}",
+        admin_token=admin,
+        viewer_tenant=viewer_tenant,
+        viewer_token=viewer,
+        keys=keys,
+    )
+
+
+def _hand_over(folder: Path, run_as: children.RunAs) -> None:
+    """As root: the gateway's user owns the store and its own folder (SQLite, when root writes
+    to a database owned by another user, gives its journal files that user too)."""
+    for path in [folder, *folder.rglob("*")]:
+        os.chown(path, run_as.uid, run_as.gid)
+
+
+def _background(
+    ctx: ServerContext,
+    server_settings: ServerSettings,
+    dirs: StateDir,
+    driver: GpuDriver,
+    node: str,
+    settings: UpSettings,
+) -> list[Reconciler | Sampler]:
+    threads: list[Reconciler | Sampler] = [
+        Reconciler(ctx, server_settings),
+        Sampler(dirs, driver, node, ctx.samples, utc_now, settings.sample_interval_s),
+    ]
+    for thread in threads:
+        thread.start()
+    return threads
+
+
+def _start_server(
+    ctx: ServerContext, settings: ServerSettings
+) -> tuple[uvicorn.Server, threading.Thread]:
+    config = uvicorn.Config(
+        create_app(ctx),
+        host=settings.listen_host,
+        port=settings.listen_port,
+        log_level="warning",
+        access_log=False,
+    )
+    server = uvicorn.Server(config)
+    thread = threading.Thread(target=server.run, name="gpuplex-server", daemon=True)
+    thread.start()
+    return server, thread
+
+
+def _wait_all(started: list[children.Child], banner: UpBanner, server: threading.Thread) -> None:
+    host, gateway = started
+    if not children.wait_ready(f"{banner.gateway_url}/health", gateway, READY_TIMEOUT_S):
+        raise HostActionError(
+            f"the gateway did not start; its log ({gateway.log_path}) ends:\n{gateway.last_lines()}"
+        )
+    if not host.alive():
+        raise HostActionError(
+            f"the host runtime stopped; its log ({host.log_path}) ends:\n{host.last_lines()}"
+        )
+    probe = children.Child("server", host.process, host.log_path)  # alive while the host is
+    if not server.is_alive() or not children.wait_ready(
+        f"{banner.server_url}/healthz", probe, READY_TIMEOUT_S
+    ):
+        raise HostActionError(
+            f"the control plane did not start on {banner.server_url}: is the port free?"
+        )
+
+
+def _wait_for_signal(started: list[children.Child]) -> None:
+    stopping = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: stopping.set())
+    while not stopping.wait(1.0):
+        for child in started:
+            if not child.alive():
+                err.print(f"[red]{child.name} stopped[/]; its log ({child.log_path}) ends:")
+                err.print(child.last_lines(), markup=False)
+                return
+
+
+def _check_request(banner: UpBanner, console: Console) -> None:
+    """One chat completion through the gateway, as a tenant would send it."""
+    if not banner.keys:
+        raise GpuplexError("the spec serves no model: nothing to send a request to")
+    key = banner.keys[0]
+    body = json.dumps(
+        {"model": key.models[0], "messages": [{"role": "user", "content": "Hello!"}]}
+    ).encode()
+    request = urllib.request.Request(  # noqa: S310 (loopback, our own gateway)
+        f"{banner.gateway_url}/v1/chat/completions",
+        data=body,
+        headers={"authorization": f"Bearer {key.key}", "content-type": "application/json"},
+    )
+    deadline = now_s() + READY_TIMEOUT_S
+    last_error = "no attempt"
+    while True:
+        try:
+            with urllib.request.urlopen(request, timeout=10) as reply:  # noqa: S310
+                answer = json.loads(reply.read())
+            break
+        except OSError as error:  # its model servers may still be starting
+            last_error = str(error)
+            if now_s() > deadline:
+                raise HostActionError(
+                    f"no answer from {key.models[0]} through the gateway in "
+                    f"{READY_TIMEOUT_S:g} s ({last_error}); see the logs under the state directory"
+                ) from None
+            sleep_s(0.5)
+    console.print(
+        f"check: {key.tenant}'s {key.models[0]} answered through the gateway: "
+        f"{answer['usage']['total_tokens']} tokens",
+        highlight=False,
+    )

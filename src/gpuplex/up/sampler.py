@@ -1,0 +1,70 @@
+"""Every few seconds: what each replica holds on its GPU, as the host runtime sees it (NVML or the
+simulated driver), written to the store as GPU samples for metering and the GPU map."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from datetime import datetime
+
+from gpuplex.host.driver import GpuDriver
+from gpuplex.host.observe import snapshot
+from gpuplex.host.state import StateDir
+from gpuplex.store.samples import GpuSample, SampleRepository, SampleSource
+
+log = logging.getLogger("gpuplex.up.sampler")
+
+
+def take_samples(
+    dirs: StateDir, driver: GpuDriver, node: str, at: datetime, source: SampleSource
+) -> list[GpuSample]:
+    records = dirs.read_state().records
+    gpu = snapshot(driver, records)
+    used = gpu.memory_by_label()
+    samples = []
+    for record in records:
+        desired = record.desired
+        if record.pid is None or not desired.binding.gpu_indices:
+            continue
+        index = desired.binding.gpu_indices[0]
+        samples.append(
+            GpuSample(
+                at=at,
+                node=node,
+                gpu_index=index,
+                tenant=desired.tenant,
+                workload=desired.workload,
+                replica=desired.replica,
+                memory_used_mib=used.get(record.label, 0),
+                utilization_percent=None,  # the drivers report memory per process, not SM time
+                source=source,
+            )
+        )
+    return samples
+
+
+class Sampler(threading.Thread):
+    def __init__(
+        self,
+        dirs: StateDir,
+        driver: GpuDriver,
+        node: str,
+        samples: SampleRepository,
+        now: Callable[[], datetime],
+        interval_s: float,
+    ) -> None:
+        super().__init__(name="gpuplex-sampler", daemon=True)
+        self.dirs, self.driver, self.node = dirs, driver, node
+        self.samples, self.now, self.interval_s = samples, now, interval_s
+        self.stopping = threading.Event()
+
+    def run(self) -> None:
+        source: SampleSource = "sim" if self.driver.name == "sim" else "nvml"
+        while not self.stopping.wait(self.interval_s):
+            try:
+                self.samples.append(
+                    take_samples(self.dirs, self.driver, self.node, self.now(), source)
+                )
+            except Exception:  # a missed sample is not worth stopping for; the next one comes
+                log.exception("GPU sampling failed")
