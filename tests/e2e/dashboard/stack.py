@@ -32,6 +32,7 @@ class Stack:
     base_url: str
     admin_token: str
     contoso_token: str
+    state_dir: Path  # the host runtime's, whose events.jsonl the server reads
     log_path: Path
 
 
@@ -126,7 +127,7 @@ def running_stack(workdir: Path) -> Iterator[Stack]:
         contoso = _token(
             store_url, "contoso viewer", "--role", "tenant-viewer", "--tenant", "contoso"
         )
-        yield Stack(base_url, admin, contoso, log_path)
+        yield Stack(base_url, admin, contoso, state_dir, log_path)
     finally:
         server.send_signal(signal.SIGTERM)
         try:

@@ -11,6 +11,8 @@ from typing import Any
 
 import pytest
 
+from gpuplex.clock import utc_now
+from gpuplex.host.state import Event, StateDir
 from tests.e2e.dashboard.stack import ADMIN_NAME, ROOT, Stack
 
 pytest.importorskip("playwright", reason="the dashboard tests drive chromium with playwright")
@@ -171,3 +173,19 @@ def test_a_bad_token_is_refused_at_sign_in(
     # the browser reports the refused request itself; nothing else may go wrong
     assert [e for e in page_errors if "401" not in e] == []
     assert json.dumps(page_errors).count("401") <= 1
+
+
+def test_the_page_refreshes_and_shows_markup_as_text(
+    page: Page, stack: Stack, page_errors: list[str]
+) -> None:
+    _open_signed_in(page, stack.admin_token)
+    hostile = '<img src="x" onerror="window.__pwned = 1">restarted'
+    StateDir(stack.state_dir).append_event(
+        Event(at=utc_now(), kind="restarted", target="contoso/embed#1", message=hostile)
+    )
+    # the next refresh (every 10 s) brings the new event in, as text
+    row = page.locator("[data-testid=event-row][data-kind=restarted]")
+    expect(row).to_contain_text(hostile, timeout=25_000)
+    assert row.locator("img").count() == 0
+    assert page.evaluate("window.__pwned") is None
+    assert page_errors == []
