@@ -136,8 +136,8 @@ class BudgetRepository:
         return budget
 
     def record_alert(self, alert: BudgetAlert) -> bool:
-        """Store the alert unless this threshold already fired for this tenant and period; True
-        when it is new (send the webhook then, and only then)."""
+        """Store the alert, with its audit entry, unless this threshold already fired for this
+        tenant and period; True when it is new (send the webhook then, and only then)."""
         values = {
             "tenant": alert.tenant,
             "period_start": aware_utc(alert.period_start),
@@ -154,8 +154,24 @@ class BudgetRepository:
             .on_conflict_do_nothing(index_elements=unique)
             .returning(BudgetAlertRow.id)
         )
-        with store_errors(self._engine), self._engine.begin() as connection:
-            return connection.execute(statement).first() is not None
+        with store_errors(self._engine), Session(self._engine) as session, session.begin():
+            new = session.execute(statement).first() is not None
+            if new:  # the insert first: it takes the write lock the audit entry needs
+                append_audit(
+                    session,
+                    at=alert.fired_at,
+                    actor="gpuplex",
+                    action="budget.alert",
+                    target=f"budget:{alert.tenant}",
+                    tenant=alert.tenant,
+                    detail={
+                        "period_start": aware_utc(alert.period_start).isoformat(),
+                        "threshold_percent": alert.threshold_percent,
+                        "spend": str(alert.spend),
+                        "budget": str(alert.budget),
+                    },
+                )
+            return new
 
     def alerts(
         self, tenant: str | None = None, period_start: datetime | None = None
