@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import re
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends
 from pydantic import BaseModel
 
-from gpuplex.core.access import Action, visible_tenants
+from gpuplex.core.access import Action, Principal, visible_tenants
 from gpuplex.core.plan import Plan
 from gpuplex.core.spec import TenantSpec
 from gpuplex.server.auth import CurrentPrincipal, no_such_tenant, require
@@ -84,6 +85,17 @@ def tenant_reply(tenant: TenantSpec, plan: Plan) -> TenantReply:
     )
 
 
+def redact_tenants(text: str, principal: Principal, tenants: list[str]) -> str:
+    """`text` with every tenant but the caller's own named `another tenant` (platform admins see it
+    as it is): the planner's reasons name the tenant in the way, which is not the caller's to know.
+    """
+    if principal.is_platform:
+        return text
+    for name in sorted((t for t in tenants if t != principal.tenant), key=len, reverse=True):
+        text = re.sub(rf"(?<![\w.-]){re.escape(name)}(?![\w-])", "another tenant", text)
+    return text
+
+
 def applied_tenant(ctx: ServerContext, name: str) -> tuple[AppliedSpec, TenantSpec]:
     """The applied spec and the named tenant in it; 404 when there is none (check RBAC first)."""
     applied = ctx.current.get()
@@ -138,7 +150,11 @@ def list_workloads(
                 model=workload.serve.model if workload.serve is not None else None,
                 modes=sorted({p.mode.value for p in mine}),
                 placed=len(mine),
-                pending_reasons=[reason for item in pending for reason in item.reasons],
+                pending_reasons=[
+                    redact_tenants(reason, principal, applied.tenant_names)
+                    for item in pending
+                    for reason in item.reasons
+                ],
             )
         )
     return page_of(items, limit, cursor)
