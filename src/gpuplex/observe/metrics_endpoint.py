@@ -11,7 +11,6 @@ import ipaddress
 from collections.abc import Sequence
 
 from fastapi import FastAPI, Request, Response
-from prometheus_client import CONTENT_TYPE_LATEST
 
 from gpuplex.core.access import Action, Principal, Role
 from gpuplex.observe.server_metrics import exposition, metrics_registry
@@ -21,6 +20,8 @@ from gpuplex.server.context import ServerContext
 from gpuplex.server.problems import UNAUTHENTICATED, ApiProblem
 
 Network = ipaddress.IPv4Network | ipaddress.IPv6Network
+#: The classic text format every Prometheus reads (the gateway's /metrics sends the same).
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 #: Who reads /metrics without a token unless configured otherwise.
 LOOPBACK_NETWORKS = ("127.0.0.0/8", "::1/128")
 
@@ -50,7 +51,7 @@ def mount_metrics(
     def metrics(request: Request) -> Response:
         if not _from_allowed_network(request, networks):
             _require_platform_token(request, ctx)
-        return Response(exposition(registry), media_type=CONTENT_TYPE_LATEST)
+        return Response(exposition(registry), media_type=CONTENT_TYPE)
 
 
 def _from_allowed_network(request: Request, networks: Sequence[Network]) -> bool:

@@ -1,11 +1,12 @@
 """Metric families of what is placed and held now: per tenant from the applied plan (GPUs, MIG
 slices, shares, memory) and from the newest GPU samples (memory used, utilization), and per GPU.
 
-Per-GPU series carry dcgm-exporter's label names (`Hostname`, `gpu`, `UUID`, `modelName`) so they
-join with its series, but not its metric names: gpuplex's numbers are sums over the tenants'
-processes on a GPU, not the device-wide counters DCGM reads (`DCGM_FI_DEV_FB_USED` also counts the
-driver's and other processes' memory; `DCGM_FI_DEV_GPU_UTIL` is device busy time), and one name
-meaning two things in one Prometheus breaks every `sum()` over it.
+Per-GPU series are `gpuplex_gpu_*` with snake_case labels (`node`, `gpu`, `uuid`, `gpu_model`), not
+dcgm-exporter's names: gpuplex's numbers are sums over the tenants' processes on a GPU, not the
+device-wide values DCGM reads (`DCGM_FI_DEV_FB_USED` also counts the driver's and other processes'
+memory; `DCGM_FI_DEV_GPU_UTIL` is device busy time), and one name meaning two things in one
+Prometheus breaks every `sum()` over it. DCGM's camelCase labels (`Hostname`, `UUID`, `modelName`)
+fail `promtool check metrics`; join with DCGM's series through `label_replace` (docs/operations.md).
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from gpuplex.core.plan import Plan
 from gpuplex.observe.server_metric_queries import HeldSample
 from gpuplex.observe.tenant_labels import TenantLabels
 
-GPU_LABELS = ("Hostname", "gpu", "UUID", "modelName")
+GPU_LABELS = ("node", "gpu", "uuid", "gpu_model")
 #: Label values -> the series' value.
 Values = dict[tuple[str, ...], float]
 MAX_PERCENT = 100.0
@@ -132,7 +133,12 @@ def per_gpu(plan: Plan, samples: Sequence[HeldSample]) -> Iterator[Metric]:
         [*GPU_LABELS, "mode", "pool"],
         info,
     )
-    yield gauge_family("gpuplex_gpu_memory_total_mib", "GPU memory, in MiB.", GPU_LABELS, total)
+    yield gauge_family(
+        "gpuplex_gpu_memory_total_mib",
+        "The GPU's memory, in MiB, as the catalog knows it.",
+        GPU_LABELS,
+        total,
+    )
     yield gauge_family(
         "gpuplex_gpu_allocated_memory_mib",
         "GPU memory the applied plan gives to replicas on this GPU, in MiB.",
