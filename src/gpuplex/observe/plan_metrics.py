@@ -39,9 +39,10 @@ def tenant_allocation(plan: Plan, labels: TenantLabels) -> Iterator[Metric]:
         replicas[tenant, placement.mode.value] += 1
         if placement.mig is not None:
             slices[tenant, placement.mig.profile] += 1
-    unplaced: Values = defaultdict(float)
+    unplaced: Values = {(name,): 0.0 for name in labels.own}
     for infeasible in plan.infeasible:
-        unplaced[labels.tenant(infeasible.tenant),] += 1
+        key = (labels.tenant(infeasible.tenant),)
+        unplaced[key] = unplaced.get(key, 0.0) + 1
     yield gauge_family(
         "gpuplex_tenant_allocated_gpus",
         "GPUs the applied plan gives the tenant: a whole GPU counts 1, a MIG slice or MPS share "
