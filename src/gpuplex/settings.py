@@ -106,6 +106,8 @@ class ServerSettings:
     state_dir: Path | None = None  # the host runtime's, for its events; None: no host events
     rollup_interval_s: float = 60.0  # how often usage is rolled up and budgets checked
     budget_webhook_timeout_s: float = 5.0
+    #: networks that read /metrics without a token (others need a platform-admin token)
+    metrics_from: tuple[str, ...] = ("127.0.0.0/8", "::1/128")
 
 
 @dataclass(frozen=True, slots=True)

@@ -57,10 +57,23 @@ def server_command(
     rollup_interval_s: Annotated[
         float, typer.Option(min=1.0, help="Seconds between usage roll-ups and budget checks.")
     ] = 60.0,
+    metrics_from: Annotated[
+        list[str] | None,
+        typer.Option(
+            metavar="CIDR",
+            help="A network that reads /metrics without a token (repeat; default loopback); "
+            "others need a platform-admin token.",
+        ),
+    ] = None,
 ) -> None:
     """Run the control plane: REST API under /api/v1, the dashboard, /metrics."""
+    from gpuplex.observe.metrics_endpoint import LOOPBACK_NETWORKS, parse_networks
     from gpuplex.server.run import run_server
 
+    try:
+        parse_networks(metrics_from or [])
+    except ValueError as error:
+        raise typer.BadParameter(str(error), param_hint="--metrics-from") from None
     with _reported():
         run_server(
             ServerSettings(
@@ -70,6 +83,7 @@ def server_command(
                 spec_path=spec,
                 state_dir=state_dir,
                 rollup_interval_s=rollup_interval_s,
+                metrics_from=tuple(metrics_from or LOOPBACK_NETWORKS),
             )
         )
 

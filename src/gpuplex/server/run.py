@@ -70,7 +70,7 @@ def run_server(settings: ServerSettings) -> None:
     reconciler.start()
     try:
         uvicorn.run(
-            create_app(ctx),
+            create_app(ctx, settings.metrics_from),
             host=settings.listen_host,
             port=settings.listen_port,
             log_level="warning",
