@@ -4,10 +4,12 @@ the gateway's requests and tokens, spend, budgets and fired alerts."""
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 from datetime import timedelta
 from decimal import Decimal
+from pathlib import Path
 
 import pytest
 from sqlalchemy import Engine
@@ -180,3 +182,14 @@ def test_promtool_accepts_the_exposition(stack: Stack) -> None:
     )
     assert checked.returncode == 0, checked.stdout + checked.stderr
     assert checked.stdout + checked.stderr == ""  # no lint warnings either
+
+
+def test_the_operations_guide_lists_exactly_the_exported_metrics(stack: Stack) -> None:
+    check_budgets(stack.ctx, stack.applied, NOW, webhook_timeout_s=1.0)
+    guide = (Path(__file__).parents[3] / "docs" / "operations.md").read_text()
+    section = guide.split("## Metrics", 1)[1]
+    documented = set(re.findall(r"^\| `(gpuplex_\w+)` \|", section, flags=re.MULTILINE))
+    lines = stack.scrape().text.splitlines()
+    exported = {line.split(" ")[2] for line in lines if line.startswith("# HELP")}  # _total too
+    assert len(documented) >= 25
+    assert documented == exported
