@@ -9,6 +9,7 @@ The metric names and their meaning are listed in docs/operations.md (Metrics).
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -25,13 +26,16 @@ from gpuplex.observe.tenant_labels import TENANT_LABEL_CAP, TenantLabels
 from gpuplex.observe.usage_metrics import FiredAlerts, alert_counter, money_gauges, usage_counters
 from gpuplex.server.context import ServerContext
 from gpuplex.server.current import AppliedSpec
+from gpuplex.server.metering import Metering
 from gpuplex.store.budgets import BudgetAlert
 
 #: A replica whose newest GPU sample is older than this is not reported as holding anything.
 SAMPLE_FRESH_S = 300
-#: This month's spend is recomputed at most this often (it changes when usage is rolled up).
+#: This month's spend is recomputed once it is this old (it changes when usage is rolled up).
 SPEND_TTL_S = 60
+SPEND_THREAD = "gpuplex-metrics-spend"
 
+log = logging.getLogger("gpuplex.observe.metrics")
 #: The budget alerts this process fired (server/budget_alerts.py counts them).
 FIRED_ALERTS = FiredAlerts()
 
@@ -48,6 +52,53 @@ class _Spend:
     by_tenant: dict[str, Decimal]
 
 
+class MonthSpend:
+    """Each tenant's statement total this month so far. A statement over a month of roll-ups can
+    take longer than a scrape may, so once the value is SPEND_TTL_S old (or the spec changed) it is
+    recomputed in a background thread while scrapes go on reporting the previous one; only the first
+    scrape of a month waits for it."""
+
+    def __init__(self, metering: Metering) -> None:
+        self._metering = metering
+        self._lock = threading.Lock()
+        self._cached: _Spend | None = None
+        self._refresh: threading.Thread | None = None
+
+    def get(self, applied: AppliedSpec, now: datetime) -> _Spend:
+        period = month_of(now)
+        with self._lock:
+            cached = self._cached
+            if cached is None or cached.period != period:
+                cached = self._compute(applied, period, now)
+                self._cached = cached
+                return cached
+            fresh = timedelta(0) <= now - cached.computed_at < timedelta(seconds=SPEND_TTL_S)
+            refreshing = self._refresh is not None and self._refresh.is_alive()
+            if (not fresh or cached.revision != applied.revision) and not refreshing:
+                self._refresh = threading.Thread(
+                    target=self._refresh_in_background,
+                    args=(applied, period, now),
+                    name=SPEND_THREAD,
+                    daemon=True,
+                )
+                self._refresh.start()
+            return cached
+
+    def _compute(self, applied: AppliedSpec, period: str, now: datetime) -> _Spend:
+        by_tenant = self._metering.spend(month_window(period), applied)
+        return _Spend(applied.revision, period, now, by_tenant)
+
+    def _refresh_in_background(self, applied: AppliedSpec, period: str, now: datetime) -> None:
+        try:
+            computed = self._compute(applied, period, now)
+        except Exception:  # the next scrape tries again; until then the previous value stands
+            log.exception("computing this month's spend for /metrics failed")
+            return
+        with self._lock:
+            if self._cached is None or self._cached.period == period:
+                self._cached = computed
+
+
 class ServerCollector:
     """Reads the control plane's state at each scrape; register it in a CollectorRegistry."""
 
@@ -61,8 +112,7 @@ class ServerCollector:
         self._tenant_cap = tenant_cap
         self._alerts = alerts
         self._totals = RollupTotals(ctx.engine)
-        self._lock = threading.Lock()
-        self._spend: _Spend | None = None
+        self._spend = MonthSpend(ctx.metering)
 
     def collect(self) -> Iterator[Metric]:
         now = self._ctx.now()
@@ -87,27 +137,19 @@ class ServerCollector:
         samples = latest_samples(self._ctx.engine, now - timedelta(seconds=SAMPLE_FRESH_S), now)
         yield from tenant_held(samples, labels)
         yield from per_gpu(applied.plan, samples)
+        spend = self._spend.get(applied, now)
+        yield _gauge(
+            "gpuplex_spend_computed_timestamp_seconds",
+            "When this month's spend was last computed (Unix seconds); it is recomputed in the "
+            f"background once it is {SPEND_TTL_S} s old.",
+            spend.computed_at.timestamp(),
+        )
         yield from money_gauges(
-            self._spend_now(applied, now),
+            spend.by_tenant,
             self._budgets(applied),
             applied.spec.pricing.currency,
             labels,
         )
-
-    def _spend_now(self, applied: AppliedSpec, now: datetime) -> dict[str, Decimal]:
-        period = month_of(now)
-        with self._lock:
-            cached = self._spend
-            if (
-                cached is not None
-                and cached.revision == applied.revision
-                and cached.period == period
-                and timedelta(0) <= now - cached.computed_at < timedelta(seconds=SPEND_TTL_S)
-            ):
-                return cached.by_tenant
-            by_tenant = self._ctx.metering.spend(month_window(period), applied)
-            self._spend = _Spend(applied.revision, period, now, by_tenant)
-            return by_tenant
 
     def _budgets(self, applied: AppliedSpec) -> dict[str, Decimal]:
         """Each tenant's monthly budget: the one set through the API, else the spec's."""

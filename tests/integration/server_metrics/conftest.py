@@ -4,6 +4,7 @@ FastAPI's TestClient from an address of the test's choosing."""
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -17,6 +18,7 @@ from sqlalchemy import Engine
 from gpuplex.core.plan import Placement
 from gpuplex.core.serve.usage import UsageRecord
 from gpuplex.observe.metrics_endpoint import LOOPBACK_NETWORKS
+from gpuplex.observe.server_metrics import SPEND_THREAD
 from gpuplex.server.app import create_app
 from gpuplex.server.context import ServerContext
 from gpuplex.server.current import AppliedSpec
@@ -158,12 +160,20 @@ def build_stack(engine: Engine, spec_text: str | None = None) -> Stack:
     return stack
 
 
+def finish_spend_refreshes() -> None:
+    """Wait for /metrics' background spend computations, which use the store being closed."""
+    for thread in threading.enumerate():
+        if thread.name == SPEND_THREAD:
+            thread.join(timeout=30)
+
+
 @pytest.fixture
 def sqlite_engine(tmp_path: Path) -> Iterator[Engine]:
     opened = open_store(f"sqlite:///{tmp_path / 'gpuplex.db'}")
     try:
         yield opened
     finally:
+        finish_spend_refreshes()
         opened.dispose()
 
 
@@ -173,6 +183,7 @@ def engine(store_url: str) -> Iterator[Engine]:  # noqa: F811 (store_url is the 
     try:
         yield opened
     finally:
+        finish_spend_refreshes()
         opened.dispose()
 
 

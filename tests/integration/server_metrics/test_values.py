@@ -17,7 +17,14 @@ from sqlalchemy import Engine
 from gpuplex.core.meter import month_window
 from gpuplex.server.budget_alerts import check_budgets
 from gpuplex.server.context import ServerContext
-from tests.integration.server_metrics.conftest import APPLIED_AT, NOW, Clock, Stack, build_stack
+from tests.integration.server_metrics.conftest import (
+    APPLIED_AT,
+    NOW,
+    Clock,
+    Stack,
+    build_stack,
+    finish_spend_refreshes,
+)
 from tests.services import missing
 
 HOURS_2_S = 7200.0
@@ -151,6 +158,24 @@ def test_spend_budget_and_fired_alerts(stack: Stack) -> None:
     assert after.value("gpuplex_tenant_budget_used_ratio", tenant="northwind") == pytest.approx(
         float(spend["northwind"]) / 30
     )
+
+
+def test_spend_is_refreshed_in_the_background_once_a_minute_old(stack: Stack) -> None:
+    client = stack.client()
+    name, labels = "gpuplex_tenant_spend_month_to_date", {"tenant": "northwind", "currency": "USD"}
+    first = stack.scrape(client)
+    computed = first.value("gpuplex_spend_computed_timestamp_seconds")
+    assert computed == NOW.timestamp()
+    later = NOW + timedelta(hours=1)
+    stack.ctx.metering.roll_up_range(NOW, later)  # an hour more to bill
+    stack.clock.at = later
+    # the scrape does not wait: it reports the previous value and starts the computation
+    assert stack.scrape(client).value(name, **labels) == first.value(name, **labels)
+    finish_spend_refreshes()
+    refreshed = stack.scrape(client)
+    assert refreshed.value("gpuplex_spend_computed_timestamp_seconds") == later.timestamp()
+    expected = stack.ctx.metering.spend(month_window("2025-03"), stack.applied)["northwind"]
+    assert refreshed.value(name, **labels) == float(expected) > first.value(name, **labels)
 
 
 def test_before_the_first_apply_only_the_fleet_wide_series(sqlite_engine: Engine) -> None:
