@@ -133,18 +133,14 @@ class Metering:
             cursor = window.end
         return RollupResult(windows, rows, cursor)
 
-    def lines(self, period: MeterWindow, tenant: str | None = None) -> list[MeterLine]:
-        """The rolled-up lines of every window inside `period` (the fleet's capacity lines too)."""
+    def lines(self, period: MeterWindow) -> list[MeterLine]:
+        """The rolled-up quantities of every window inside `period`, summed per tenant, source,
+        metric and dimension (the fleet's capacity lines too)."""
         return [
-            MeterLine(
-                tenant=r.tenant,
-                source=_source(r.source),
-                metric=r.metric,
-                dimension=r.dimension,
-                quantity=r.quantity,
+            MeterLine(tenant, _source(source), metric, dimension, quantity)
+            for (tenant, source, metric, dimension), quantity in sorted(
+                self._rollups.totals(period.start, period.end).items()
             )
-            for r in self._rollups.query(None, period.start, period.end)
-            if tenant is None or r.tenant in (tenant, "")
         ]
 
     def fleet_statement(self, period: MeterWindow, applied: AppliedSpec) -> FleetStatement:

@@ -17,7 +17,7 @@ from gpuplex.specfile import load_spec_file
 from gpuplex.store.db import open_store
 
 log = logging.getLogger("gpuplex.server")
-ROLLUP_WINDOW_S = 60
+ROLLUP_WINDOW_S = 300  # a month is 8,640 windows: statements stay quick
 
 
 def apply_spec_file(ctx: ServerContext, path: Path, actor: str) -> int | None:
@@ -41,6 +41,7 @@ class Reconciler(threading.Thread):
         self.ctx = ctx
         self.settings = settings
         self.stopping = threading.Event()
+        self.checked_once = False  # budgets are checked at start, then when new windows came
 
     def run(self) -> None:
         while not self.stopping.wait(self.settings.rollup_interval_s):
@@ -49,9 +50,10 @@ class Reconciler(threading.Thread):
     def pass_once(self) -> None:
         try:
             now = self.ctx.now()
-            self.ctx.metering.catch_up(now)
+            rolled = self.ctx.metering.catch_up(now)
             applied = self.ctx.current.get()
-            if applied is not None:
+            if applied is not None and (rolled.windows or not self.checked_once):
+                self.checked_once = True
                 check_budgets(self.ctx, applied, now, self.settings.budget_webhook_timeout_s)
         except Exception:  # a failed pass is retried at the next; the server keeps serving
             log.exception(

@@ -121,6 +121,26 @@ class RollupRepository:
         with store_errors(self._engine), Session(self._engine) as session:
             return [_rollup(row) for row in session.scalars(query)]
 
+    def totals(self, start: datetime, end: datetime) -> dict[tuple[str, str, str, str], Decimal]:
+        """Every (tenant, source, metric, dimension)'s quantity summed over the windows inside
+        [start, end): what a statement needs, without a row object per window."""
+        query = select(
+            UsageRollupRow.tenant,
+            UsageRollupRow.source,
+            UsageRollupRow.metric,
+            UsageRollupRow.dimension,
+            UsageRollupRow.quantity,
+        ).where(
+            UsageRollupRow.window_start >= aware_utc(start),
+            UsageRollupRow.window_end <= aware_utc(end),
+        )
+        sums: dict[tuple[str, str, str, str], Decimal] = {}
+        with store_errors(self._engine), self._engine.connect() as connection:
+            for tenant, source, metric, dimension, quantity in connection.execute(query):
+                key = (tenant, source, metric, dimension)
+                sums[key] = sums.get(key, Decimal(0)) + quantity
+        return sums
+
     def last_window_end(self, source: str) -> datetime | None:
         """Where `source`'s roll-ups end so far (None: never rolled up), to resume from."""
         query = select(func.max(UsageRollupRow.window_end)).where(UsageRollupRow.source == source)

@@ -163,3 +163,22 @@ def test_latest_by_replica_sums_memory_over_gpus_and_averages_utilization(engine
     samples.append([sample(now + timedelta(seconds=10), "globex", workload="train", replica=3)])
     assert samples.latest_by_replica("acme") == (now, {("acme", "chat", 0): (1524, 50.0)})
     assert samples.latest_by_replica("nobody") == (None, {})
+
+
+def test_totals_sum_each_key_over_the_windows_inside_the_range(engine: Engine) -> None:
+    rollups = RollupRepository(engine)
+    start = datetime(2026, 11, 1, tzinfo=UTC)
+    for hour, quantity in enumerate(("1.5", "2.25", "100")):
+        window = start + timedelta(hours=hour)
+        lines = [
+            Line("acme", "allocation", "gpu_seconds", "H100-80GB/mps", Decimal(quantity)),
+            Line("", "allocation", "fleet_gpu_seconds", "H100-80GB", Decimal(7200)),
+        ]
+        rollups.replace_window(window, window + timedelta(hours=1), "allocation", lines)
+
+    totals = rollups.totals(start, start + timedelta(hours=2))  # the third window is outside
+
+    assert totals == {
+        ("acme", "allocation", "gpu_seconds", "H100-80GB/mps"): Decimal("3.75"),
+        ("", "allocation", "fleet_gpu_seconds", "H100-80GB"): Decimal(14400),
+    }
