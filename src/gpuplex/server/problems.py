@@ -17,6 +17,7 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from pydantic import BaseModel, ConfigDict
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from gpuplex.errors import ErrorCode, GpuplexError, SpecError, StaleRevisionError
@@ -50,6 +51,34 @@ HTTP_STATUS: dict[str, int] = {
 _STARLETTE_CODES = {401: UNAUTHENTICATED, 403: FORBIDDEN, 404: ErrorCode.NOT_FOUND}
 _STARLETTE_CODES |= {405: METHOD_NOT_ALLOWED, 409: CONFLICT}
 _LOCATIONS = frozenset({"body", "query", "path", "header", "cookie"})
+
+
+class ErrorDetail(BaseModel):
+    model_config = ConfigDict(extra="allow")  # `problems`, `current_revision` where they help
+
+    code: str
+    message: str
+    field: str | None = None
+
+
+class ErrorReply(BaseModel):
+    """The one error body, as the OpenAPI publishes it."""
+
+    error: ErrorDetail
+
+
+#: The error statuses every operation may answer with, for the routers' `responses=`.
+ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
+    status: {"model": ErrorReply, "description": description}
+    for status, description in (
+        (401, "No token, or an unknown, revoked or expired one."),
+        (403, "The caller's role may not do this."),
+        (404, "No such object, or another tenant's."),
+        (409, "A conflict, such as a spec applied on a stale revision (`spec_stale`)."),
+        (422, "Invalid input; `field` names it."),
+        (503, "The store is unavailable; retry."),
+    )
+}
 
 
 class ApiProblem(Exception):
@@ -123,6 +152,10 @@ def install_handlers(app: FastAPI) -> None:
 
     async def on_http(_: Request, error: Exception) -> JSONResponse:
         assert isinstance(error, StarletteHTTPException)
+        if error.status_code == 400:  # FastAPI's "error parsing the body": invalid input, a 422
+            return problem_response(
+                ApiProblem(INVALID_REQUEST, "body: not a JSON document in UTF-8", field="body")
+            )
         code = _STARLETTE_CODES.get(error.status_code, INVALID_REQUEST)
         problem = ApiProblem(code, str(error.detail))
         return JSONResponse(

@@ -107,7 +107,8 @@ class Api:
         self, method: str, path: str, caller: str | None = "admin", **kwargs: Any
     ) -> httpx2.Response:
         url = path if path.startswith(API) else f"{API}{path}"
-        return self.client.request(method, url, headers=self.headers(caller), **kwargs)
+        headers = self.headers(caller) | kwargs.pop("headers", {})
+        return self.client.request(method, url, headers=headers, **kwargs)
 
     def get(self, path: str, caller: str | None = "admin", **kwargs: Any) -> httpx2.Response:
         return self.call("GET", path, caller, **kwargs)

@@ -200,6 +200,7 @@ def test_a_bad_limit_is_422_naming_limit(api: Api, limit: str) -> None:
 
 
 def test_every_error_status_has_the_one_body(api: Api) -> None:
+    json_type = {"content-type": "application/json"}
     cases = [
         (401, api.get("/tenants", None), "unauthenticated"),
         (403, api.get("/spec", "a-admin"), "forbidden"),
@@ -209,6 +210,7 @@ def test_every_error_status_has_the_one_body(api: Api) -> None:
         (409, api.post("/spec/apply", json={"spec_yaml": SPEC_YAML, "base_revision": 0}), None),
         (422, api.post("/spec/preview", json={}), "invalid_request"),
         (422, api.post("/spec/preview", content=b"{not json"), "invalid_request"),
+        (422, api.post("/tokens", content=b"\xff\xfe", headers=json_type), "invalid_request"),
     ]
     for status, reply, code in cases:
         assert reply.status_code == status, (status, reply.text)

@@ -14,9 +14,10 @@ from gpuplex.host.state import StateDir
 from gpuplex.server.auth import CurrentPrincipal, require
 from gpuplex.server.context import ServerContext, server_context
 from gpuplex.server.pages import Cursor, Limit, Page, decode_cursor, encode_cursor
+from gpuplex.server.problems import ERROR_RESPONSES
 from gpuplex.store import AuditEntry
 
-router = APIRouter(tags=["audit"])
+router = APIRouter(tags=["audit"], responses=ERROR_RESPONSES)
 Context = Annotated[ServerContext, Depends(server_context)]
 
 

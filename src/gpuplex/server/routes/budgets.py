@@ -15,10 +15,10 @@ from gpuplex.errors import ErrorCode
 from gpuplex.server.auth import CurrentPrincipal, require
 from gpuplex.server.budget_alerts import BudgetView, budget_view
 from gpuplex.server.context import ServerContext, server_context
-from gpuplex.server.problems import ApiProblem
+from gpuplex.server.problems import ERROR_RESPONSES, ApiProblem
 from gpuplex.server.routes.tenants import applied_tenant
 
-router = APIRouter(tags=["budgets"])
+router = APIRouter(tags=["budgets"], responses=ERROR_RESPONSES)
 Context = Annotated[ServerContext, Depends(server_context)]
 
 

@@ -16,8 +16,9 @@ from gpuplex.core.access import Action, Principal
 from gpuplex.core.plan import GpuView, Occupant
 from gpuplex.server.auth import CurrentPrincipal, require
 from gpuplex.server.context import ServerContext, server_context
+from gpuplex.server.problems import ERROR_RESPONSES
 
-router = APIRouter(tags=["nodes"])
+router = APIRouter(tags=["nodes"], responses=ERROR_RESPONSES)
 Context = Annotated[ServerContext, Depends(server_context)]
 
 

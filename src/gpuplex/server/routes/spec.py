@@ -18,10 +18,10 @@ from gpuplex.core.plan import Plan, Summary
 from gpuplex.errors import ErrorCode
 from gpuplex.server.auth import CurrentPrincipal, require
 from gpuplex.server.context import ServerContext, server_context
-from gpuplex.server.problems import ApiProblem
+from gpuplex.server.problems import ERROR_RESPONSES, ApiProblem
 from gpuplex.server.spec_apply import apply, preview
 
-router = APIRouter(tags=["spec"])
+router = APIRouter(tags=["spec"], responses=ERROR_RESPONSES)
 Context = Annotated[ServerContext, Depends(server_context)]
 MAX_SPEC_CHARS = 1_000_000
 

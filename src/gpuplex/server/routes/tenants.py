@@ -15,8 +15,9 @@ from gpuplex.server.auth import CurrentPrincipal, no_such_tenant, require
 from gpuplex.server.context import ServerContext, server_context
 from gpuplex.server.current import AppliedSpec
 from gpuplex.server.pages import Cursor, Limit, Page, page_of
+from gpuplex.server.problems import ERROR_RESPONSES
 
-router = APIRouter(tags=["tenants"])
+router = APIRouter(tags=["tenants"], responses=ERROR_RESPONSES)
 Context = Annotated[ServerContext, Depends(server_context)]
 
 

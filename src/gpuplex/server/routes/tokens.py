@@ -14,11 +14,11 @@ from gpuplex.errors import ErrorCode
 from gpuplex.server.auth import CurrentPrincipal, require
 from gpuplex.server.context import ServerContext, server_context
 from gpuplex.server.pages import Cursor, Limit, Page, page_of
-from gpuplex.server.problems import FORBIDDEN, INVALID_REQUEST, ApiProblem
+from gpuplex.server.problems import ERROR_RESPONSES, FORBIDDEN, INVALID_REQUEST, ApiProblem
 from gpuplex.server.routes.tenants import applied_tenant
 from gpuplex.store.tokens import ApiToken
 
-router = APIRouter(tags=["tokens"])
+router = APIRouter(tags=["tokens"], responses=ERROR_RESPONSES)
 Context = Annotated[ServerContext, Depends(server_context)]
 
 

@@ -21,12 +21,14 @@ from gpuplex.core.report import (
 from gpuplex.errors import ErrorCode, MeterInputError
 from gpuplex.server.auth import CurrentPrincipal, require
 from gpuplex.server.context import ServerContext, server_context
-from gpuplex.server.problems import INVALID_REQUEST, ApiProblem
+from gpuplex.server.problems import ERROR_RESPONSES, INVALID_REQUEST, ApiProblem
 from gpuplex.server.routes.tenants import applied_tenant
 
-router = APIRouter(tags=["usage"])
+router = APIRouter(tags=["usage"], responses=ERROR_RESPONSES)
 Context = Annotated[ServerContext, Depends(server_context)]
 MAX_RANGE = timedelta(days=400)
+#: A roll-up request is answered while the caller waits: a day of one-minute windows at most.
+MAX_ROLLUP_WINDOWS = 1440
 SourceName = Literal["allocation", "measured", "gateway"]
 Period = Annotated[str, Query(pattern=r"^\d{4}-\d{2}$", description="A month: YYYY-MM (UTC).")]
 
@@ -153,6 +155,14 @@ def roll_up(body: RollupRequest, principal: CurrentPrincipal, ctx: Context) -> R
     window = _range(body.start, body.end)
     if window.end > ctx.now():
         raise ApiProblem(INVALID_REQUEST, "end: must not be in the future", field="end")
+    window_s = ctx.metering.window_s
+    if (window.end - window.start).total_seconds() > MAX_ROLLUP_WINDOWS * window_s:
+        raise ApiProblem(
+            INVALID_REQUEST,
+            f"end: one call rolls up at most {MAX_ROLLUP_WINDOWS} windows of {window_s} s; "
+            "split the range (the server catches up on its own as time passes)",
+            field="end",
+        )
     result = ctx.metering.roll_up_range(window.start, window.end)
     return RollupReply(windows=result.windows, rows=result.rows, window_s=ctx.metering.window_s)
 
