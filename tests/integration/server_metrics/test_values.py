@@ -137,7 +137,7 @@ def test_spend_budget_and_fired_alerts(stack: Stack) -> None:
     client = stack.client()
     scrape = stack.scrape(client)
     spend = stack.ctx.metering.spend(month_window("2025-03"), stack.applied)
-    assert spend["northwind"] > 0
+    assert spend["northwind"] == Decimal("23.40")  # 3 whole GPUs x 2 h x 3.90 USD
     name = "gpuplex_tenant_spend_month_to_date"
     assert scrape.value(name, tenant="northwind", currency="USD") == float(spend["northwind"])
     assert scrape.value(name, tenant="adatum", currency="USD") == 0
