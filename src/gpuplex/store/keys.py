@@ -14,18 +14,15 @@ from datetime import UTC, datetime
 from typing import Any, Literal
 
 from sqlalchemy import Engine, func, or_, select, update
-from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
-from gpuplex.core.serve.keys import PREFIX_CHARS, format_key, key_hash
-from gpuplex.errors import NotFoundError, StoreError
-from gpuplex.ids import random_hex, random_token
+from gpuplex.core.serve.keys import KEY_SCHEME, key_hash
+from gpuplex.errors import NotFoundError
+from gpuplex.store import credentials
 from gpuplex.store.audit import append_audit
-from gpuplex.store.db import safe_url, store_errors
+from gpuplex.store.credentials import issue
+from gpuplex.store.db import store_errors
 from gpuplex.store.tables import ApiKeyRow
-
-SECRET_BYTES = 32
-PREFIX_ATTEMPTS = 8
 
 KeyState = Literal["active", "expired", "revoked"]
 
@@ -74,21 +71,13 @@ class KeyRecord:
     key_hash: str
 
 
-def _new_prefix() -> str:
-    return random_hex(PREFIX_CHARS)
-
-
-def _new_secret() -> str:
-    return random_token(SECRET_BYTES)
-
-
 class KeyRepository:
     def __init__(
         self,
         engine: Engine,
         *,
-        new_prefix: Callable[[], str] = _new_prefix,
-        new_secret: Callable[[], str] = _new_secret,
+        new_prefix: Callable[[], str] = credentials.new_prefix,
+        new_secret: Callable[[], str] = credentials.new_secret,
     ) -> None:
         self._engine = engine
         self._new_prefix = new_prefix
@@ -107,44 +96,36 @@ class KeyRepository:
         """A new key: (the key string, to show once; what is stored about it)."""
         now = _utc(now)
         expires_at = _utc(expires_at) if expires_at is not None else None
-        with store_errors(self._engine):
-            for _ in range(PREFIX_ATTEMPTS):
-                prefix = self._new_prefix()
-                token = format_key(prefix, self._new_secret())
-                row = ApiKeyRow(
-                    prefix=prefix,
-                    key_hash=key_hash(token),
-                    tenant=tenant,
-                    name=name,
-                    models=list(dict.fromkeys(models)),
-                    created_at=now,
-                    expires_at=expires_at,
-                    revoked_at=None,
-                    requests_per_min=limits.requests_per_min,
-                    tokens_per_min=limits.tokens_per_min,
-                    concurrent_requests=limits.concurrent_requests,
-                )
-                try:
-                    with Session(self._engine) as session, session.begin():
-                        session.add(row)
-                        session.flush()  # the insert first: it takes the write lock
-                        key = _api_key(row)
-                        append_audit(
-                            session,
-                            at=now,
-                            actor=actor,
-                            action="key.create",
-                            target=f"key:{prefix}",
-                            tenant=tenant,
-                            detail=_audit_detail(key),
-                        )
-                except IntegrityError:
-                    continue  # the rare prefix collision: draw another
-                return token, key
-        raise StoreError(
-            f"store {safe_url(self._engine.url)}: no free key prefix after "
-            f"{PREFIX_ATTEMPTS} attempts; try again"
-        )
+
+        def insert(session: Session, prefix: str, token: str) -> ApiKey:
+            row = ApiKeyRow(
+                prefix=prefix,
+                key_hash=key_hash(token),
+                tenant=tenant,
+                name=name,
+                models=list(dict.fromkeys(models)),
+                created_at=now,
+                expires_at=expires_at,
+                revoked_at=None,
+                requests_per_min=limits.requests_per_min,
+                tokens_per_min=limits.tokens_per_min,
+                concurrent_requests=limits.concurrent_requests,
+            )
+            session.add(row)
+            session.flush()  # the insert first: it takes the write lock
+            key = _api_key(row)
+            append_audit(
+                session,
+                at=now,
+                actor=actor,
+                action="key.create",
+                target=f"key:{prefix}",
+                tenant=tenant,
+                detail=_audit_detail(key),
+            )
+            return key
+
+        return issue(self._engine, KEY_SCHEME, "key", insert, self._new_prefix, self._new_secret)
 
     def list(self, tenant: str | None = None) -> builtins.list[ApiKey]:
         """Every key (of one tenant, if given), oldest first, revoked and expired ones included."""

@@ -15,26 +15,21 @@ from datetime import datetime
 from typing import Any, Literal, get_args
 
 from sqlalchemy import Engine, select, update
-from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from gpuplex.core.serve.keys import (
-    PREFIX_CHARS,
     TOKEN_SCHEME,
-    format_key,
     key_hash,
     key_matches,
     key_prefix as token_prefix,
 )
 from gpuplex.errors import NotFoundError, StoreError
-from gpuplex.ids import random_hex, random_token
+from gpuplex.store import credentials
 from gpuplex.store.audit import append_audit
 from gpuplex.store.columns import aware_utc
-from gpuplex.store.db import safe_url, store_errors
+from gpuplex.store.credentials import issue
+from gpuplex.store.db import store_errors
 from gpuplex.store.tables import ApiTokenRow
-
-SECRET_BYTES = 32
-PREFIX_ATTEMPTS = 8
 
 TokenRole = Literal["platform-admin", "tenant-admin", "tenant-viewer"]
 TOKEN_ROLES: tuple[TokenRole, ...] = get_args(TokenRole)
@@ -72,21 +67,13 @@ class TokenIdentity:
     tenant: str | None
 
 
-def _new_prefix() -> str:
-    return random_hex(PREFIX_CHARS)
-
-
-def _new_secret() -> str:
-    return random_token(SECRET_BYTES)
-
-
 class TokenRepository:
     def __init__(
         self,
         engine: Engine,
         *,
-        new_prefix: Callable[[], str] = _new_prefix,
-        new_secret: Callable[[], str] = _new_secret,
+        new_prefix: Callable[[], str] = credentials.new_prefix,
+        new_secret: Callable[[], str] = credentials.new_secret,
     ) -> None:
         self._engine = engine
         self._new_prefix = new_prefix
@@ -105,42 +92,36 @@ class TokenRepository:
         _check_role(role, tenant)
         now = aware_utc(now)
         expires_at = aware_utc(expires_at) if expires_at is not None else None
-        with store_errors(self._engine):
-            for _ in range(PREFIX_ATTEMPTS):
-                prefix = self._new_prefix()
-                token = format_key(prefix, self._new_secret(), TOKEN_SCHEME)
-                row = ApiTokenRow(
-                    prefix=prefix,
-                    token_hash=key_hash(token),
-                    name=name,
-                    role=role,
-                    tenant=tenant,
-                    created_at=now,
-                    created_by=actor,
-                    expires_at=expires_at,
-                    revoked_at=None,
-                )
-                try:
-                    with Session(self._engine) as session, session.begin():
-                        session.add(row)
-                        session.flush()  # the insert first: it takes the write lock
-                        created = _token(row)
-                        append_audit(
-                            session,
-                            at=now,
-                            actor=actor,
-                            action="token.create",
-                            target=f"token:{prefix}",
-                            tenant=tenant,
-                            detail={"name": name, "role": role},
-                            after=_shown(created),
-                        )
-                except IntegrityError:
-                    continue  # the rare prefix collision: draw another
-                return token, created
-        raise StoreError(
-            f"store {safe_url(self._engine.url)}: no free token prefix after "
-            f"{PREFIX_ATTEMPTS} attempts; try again"
+
+        def insert(session: Session, prefix: str, token: str) -> ApiToken:
+            row = ApiTokenRow(
+                prefix=prefix,
+                token_hash=key_hash(token),
+                name=name,
+                role=role,
+                tenant=tenant,
+                created_at=now,
+                created_by=actor,
+                expires_at=expires_at,
+                revoked_at=None,
+            )
+            session.add(row)
+            session.flush()  # the insert first: it takes the write lock
+            created = _token(row)
+            append_audit(
+                session,
+                at=now,
+                actor=actor,
+                action="token.create",
+                target=f"token:{prefix}",
+                tenant=tenant,
+                detail={"name": name, "role": role},
+                after=_shown(created),
+            )
+            return created
+
+        return issue(
+            self._engine, TOKEN_SCHEME, "token", insert, self._new_prefix, self._new_secret
         )
 
     def list(self, tenant: str | None = None) -> builtins.list[ApiToken]:
