@@ -13,6 +13,7 @@ import sys
 import sysconfig
 import urllib.error
 import urllib.request
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -101,11 +102,11 @@ def start(
     return Child(name, process, log_path)
 
 
-def wait_ready(url: str, child: Child, timeout_s: float) -> bool:
-    """Poll `url` until it answers (any HTTP status) or the child exits or time runs out."""
+def wait_ready(url: str, alive: Callable[[], bool], timeout_s: float) -> bool:
+    """Poll `url` until it answers (any HTTP status), or what serves it dies, or time runs out."""
     deadline = now_s() + timeout_s
     while now_s() < deadline:
-        if not child.alive():
+        if not alive():
             return False
         try:
             with urllib.request.urlopen(url, timeout=1):  # noqa: S310 (loopback, our own)

@@ -209,7 +209,7 @@ def _start_server(
 
 def _wait_all(started: list[children.Child], banner: UpBanner, server: threading.Thread) -> None:
     host, gateway = started
-    if not children.wait_ready(f"{banner.gateway_url}/health", gateway, READY_TIMEOUT_S):
+    if not children.wait_ready(f"{banner.gateway_url}/health", gateway.alive, READY_TIMEOUT_S):
         raise HostActionError(
             f"the gateway did not start; its log ({gateway.log_path}) ends:\n{gateway.last_lines()}"
         )
@@ -217,10 +217,7 @@ def _wait_all(started: list[children.Child], banner: UpBanner, server: threading
         raise HostActionError(
             f"the host runtime stopped; its log ({host.log_path}) ends:\n{host.last_lines()}"
         )
-    probe = children.Child("server", host.process, host.log_path)  # alive while the host is
-    if not server.is_alive() or not children.wait_ready(
-        f"{banner.server_url}/healthz", probe, READY_TIMEOUT_S
-    ):
+    if not children.wait_ready(f"{banner.server_url}/healthz", server.is_alive, READY_TIMEOUT_S):
         raise HostActionError(
             f"the control plane did not start on {banner.server_url}: is the port free?"
         )
