@@ -80,9 +80,15 @@ class SpecRevisions:
             ).first()
             current = previous.id if previous is not None else None
             if (base_revision or None) != current:
+                seen = base_revision or 0
+                why = (
+                    f"the spec was changed since revision {seen}"
+                    if seen < (current or 0)
+                    else f"there is no revision {seen}"
+                )
                 raise StaleRevisionError(
-                    f"the spec was changed since revision {base_revision or 0}: the current "
-                    f"revision is {current or 0}; fetch it, merge your change and apply again",
+                    f"{why}: the current revision is {current or 0}; fetch it, merge your change "
+                    "and apply again",
                     base_revision=base_revision,
                     current_revision=current,
                 )

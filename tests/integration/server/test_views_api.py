@@ -218,3 +218,23 @@ def test_every_error_status_has_the_one_body(api: Api) -> None:
         if code is not None:
             assert error["code"] == code
         assert reply.headers["content-type"] == "application/json"
+
+
+def test_a_host_event_naming_another_tenant_is_redacted_for_tenant_callers(api: Api) -> None:
+    assert api.ctx.state_dir is not None
+    StateDir(api.ctx.state_dir).append_event(
+        Event(
+            at=T0 + timedelta(minutes=1),
+            kind="stopped",
+            target=f"{TENANT_A}/chat#0",
+            message=f"preempted: its MPS share went to {TENANT_B}/embed#0",
+        )
+    )
+
+    def preemption(caller: str) -> str:
+        events = api.get("/events", caller).json()
+        message: str = next(e["message"] for e in events if e["kind"] == "stopped")
+        return message
+
+    assert preemption("admin") == f"preempted: its MPS share went to {TENANT_B}/embed#0"
+    assert preemption("a-viewer") == "preempted: its MPS share went to another tenant"

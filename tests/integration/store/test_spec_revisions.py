@@ -63,7 +63,9 @@ def test_a_stale_base_is_refused_and_writes_nothing(engine: Engine, base: int | 
 
 
 def test_a_base_on_an_empty_history_is_stale(engine: Engine) -> None:
-    with pytest.raises(StaleRevisionError, match="current revision is 0"):
+    with pytest.raises(
+        StaleRevisionError, match="there is no revision 5: the current revision is 0"
+    ):
         apply(SpecRevisions(engine), 1, 5)
 
 

@@ -15,6 +15,7 @@ from gpuplex.server.auth import CurrentPrincipal, require
 from gpuplex.server.context import ServerContext, server_context
 from gpuplex.server.pages import Cursor, Limit, Page, decode_cursor, encode_cursor
 from gpuplex.server.problems import ERROR_RESPONSES
+from gpuplex.server.routes.tenants import redact_tenants
 from gpuplex.store import AuditEntry
 
 router = APIRouter(tags=["audit"], responses=ERROR_RESPONSES)
@@ -110,6 +111,8 @@ def recent_events(
         )
         for e in ctx.audit.entries(tenant=tenant, limit=limit)
     ]
+    applied = ctx.current.get()
+    names = applied.tenant_names if applied is not None else []
     if ctx.state_dir is not None:
         for event in StateDir(ctx.state_dir).events()[-limit * 4 :]:
             owner = _host_tenant(event.target)
@@ -122,7 +125,8 @@ def recent_events(
                     kind=event.kind,
                     target=event.target,
                     tenant=owner,
-                    message=event.message,
+                    # a preemption names who took the room: not the caller's to know
+                    message=redact_tenants(event.message, principal, names),
                 )
             )
     events.sort(key=lambda e: e.at, reverse=True)

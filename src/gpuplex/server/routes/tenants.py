@@ -93,7 +93,9 @@ def redact_tenants(text: str, principal: Principal, tenants: list[str]) -> str:
     if principal.is_platform:
         return text
     for name in sorted((t for t in tenants if t != principal.tenant), key=len, reverse=True):
-        text = re.sub(rf"(?<![\w.-]){re.escape(name)}(?![\w-])", "another tenant", text)
+        # the tenant, or one of its replicas (`tenant/workload#n`): workload names are theirs too
+        pattern = rf"(?<![\w.-]){re.escape(name)}(?:/[\w.-]+(?:#\d+)?)?(?![\w-])"
+        text = re.sub(pattern, "another tenant", text)
     return text
 
 
