@@ -15,7 +15,7 @@ from gpuplex.errors import ErrorCode
 from gpuplex.server.auth import CurrentPrincipal, require
 from gpuplex.server.budget_alerts import BudgetView, budget_view
 from gpuplex.server.context import ServerContext, server_context
-from gpuplex.server.problems import ERROR_RESPONSES, ApiProblem
+from gpuplex.server.problems import ERROR_RESPONSES, FORBIDDEN, ApiProblem
 from gpuplex.server.routes.tenants import applied_tenant
 
 router = APIRouter(tags=["budgets"], responses=ERROR_RESPONSES)
@@ -28,7 +28,9 @@ class BudgetRequest(BaseModel):
         default=[50, 80, 100], min_length=1, max_length=10, description="Alert at these % of it."
     )
     webhook_url: HttpUrl | None = Field(
-        default=None, description="POSTed a JSON alert when a threshold is crossed."
+        default=None,
+        description="POSTed a JSON alert when a threshold is crossed. Platform admins only; "
+        "a tenant admin's update keeps the webhook as it is.",
     )
 
 
@@ -88,6 +90,18 @@ def set_budget(
 ) -> BudgetReply:
     require(principal, Action.BUDGET_WRITE, tenant)
     applied, _ = applied_tenant(ctx, tenant)
+    webhook = str(body.webhook_url) if body.webhook_url is not None else None
+    if not principal.is_platform:
+        # the server POSTs to the webhook from inside the operator's network: a tenant must not
+        # aim it at internal addresses, so only platform admins set it; tenants keep it as it is
+        if webhook is not None:
+            raise ApiProblem(
+                FORBIDDEN,
+                "webhook_url: only a platform admin sets a budget's webhook; leave it out",
+                field="webhook_url",
+            )
+        stored = ctx.budgets.get(tenant)
+        webhook = stored.webhook_url if stored is not None else None
     ctx.budgets.set(
         tenant,
         body.amount,
@@ -95,7 +109,7 @@ def set_budget(
         now=ctx.now(),
         actor=principal.name,
         thresholds_percent=sorted(set(body.thresholds_percent)),
-        webhook_url=str(body.webhook_url) if body.webhook_url is not None else None,
+        webhook_url=webhook,
     )
     return _reply(budget_view(ctx, applied, tenant, ctx.now()))
 
