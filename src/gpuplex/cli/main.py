@@ -23,6 +23,7 @@ from gpuplex.cli.keys import keys_app
 from gpuplex.cli.render import gpu_map, placement_table, problems_table, summary_line
 from gpuplex.cli.server import server_command, token_app
 from gpuplex.cli.sim import sim_app
+from gpuplex.cli.store import store_app
 from gpuplex.cli.up import up_command
 from gpuplex.core.catalog import gpu_model, gpu_model_names
 from gpuplex.core.plan import Plan, make_plan
@@ -43,6 +44,7 @@ app.add_typer(keys_app, name="keys")
 app.add_typer(audit_app, name="audit")
 app.add_typer(sim_app, name="sim")
 app.add_typer(token_app, name="token")
+app.add_typer(store_app, name="store")
 app.command(name="gateway")(gateway_command)
 app.command(name="server")(server_command)
 app.command(name="up")(up_command)

@@ -27,9 +27,10 @@ POSTGRES_CONNECT_TIMEOUT_S = 5
 _CHECK = "check --store or GPUPLEX_STORE_URL"
 
 
-def open_store(url: str) -> Engine:
+def open_store(url: str, *, migrate: bool = True) -> Engine:
     """An engine for the store at `url`, its schema upgraded to the newest revision (under a lock,
-    so several processes may open a store at once). Raises StoreError."""
+    so several processes may open a store at once), unless `migrate` is False (for
+    `gpuplex store`, which migrates as it is told). Raises StoreError."""
     parsed = _parse(url)
     shown = safe_url(parsed)
     backend = parsed.get_backend_name()
@@ -45,6 +46,8 @@ def open_store(url: str) -> Engine:
             )
     except (NoSuchModuleError, ImportError, ArgumentError, TypeError) as error:
         raise StoreError(f"store {shown}: cannot load its driver ({error}); {_CHECK}") from None
+    if not migrate:
+        return engine
     try:
         upgrade_store(engine)
     except SQLAlchemyError as error:

@@ -73,14 +73,21 @@ def alembic_config(connection: Connection | None = None) -> Config:
 
 def _alembic(command_name: str, connection: Connection, revision: str) -> None:
     from alembic import command
+    from alembic.util import CommandError
 
     config = alembic_config(connection)
-    if command_name == "stamp":
-        command.stamp(config, revision)
-    elif command_name == "upgrade":
-        command.upgrade(config, revision)
-    else:
-        command.downgrade(config, revision)
+    try:
+        if command_name == "stamp":
+            command.stamp(config, revision)
+        elif command_name == "upgrade":
+            command.upgrade(config, revision)
+        else:
+            command.downgrade(config, revision)
+    except CommandError as error:  # e.g. a revision that does not exist, or the wrong direction
+        known = ", ".join(sorted(_known_revisions()))
+        raise StoreError(
+            f"cannot {command_name} the store to {revision!r}: {error}; revisions: base, {known}"
+        ) from None
 
 
 def _lock(connection: Connection) -> None:

@@ -1,0 +1,88 @@
+"""`gpuplex store current | upgrade | downgrade`: the store's schema revision, by hand.
+
+Every gpuplex process upgrades the store to its own newest revision when it opens it, so these
+are for the rest: seeing where a store is, upgrading ahead of a deploy, and stepping back down
+before running an older gpuplex (which refuses a store newer than it knows)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+from rich.console import Console
+from rich.markup import escape
+
+from gpuplex.cli.keys import StoreOption, _reported
+from gpuplex.settings import default_store_url
+
+if TYPE_CHECKING:
+    from sqlalchemy import Engine
+
+store_app = typer.Typer(
+    help="The store's schema: its revision, upgrade, downgrade.", no_args_is_help=True
+)
+out = Console()
+
+
+@contextmanager
+def _unmigrated(store: str | None) -> Iterator[Engine]:
+    from gpuplex.store.db import open_store
+
+    engine = open_store(store or default_store_url(), migrate=False)
+    try:
+        yield engine
+    finally:
+        engine.dispose()
+
+
+@store_app.command("current")
+def current_command(store: StoreOption = None) -> None:
+    """The store's schema revision, and the newest this gpuplex knows."""
+    from gpuplex.store.migrate import HEAD_REVISION, store_revision
+
+    with _reported(), _unmigrated(store) as engine:
+        revision = store_revision(engine)
+    shown = revision or "none (empty, or made before migrations)"
+    note = "up to date" if revision == HEAD_REVISION else f"newest: {HEAD_REVISION}"
+    out.print(f"revision {escape(shown)} ({note})", highlight=False)
+
+
+@store_app.command("upgrade")
+def upgrade_command(
+    revision: Annotated[str, typer.Argument(help="Target revision.")] = "head",
+    store: StoreOption = None,
+) -> None:
+    """Upgrade the store's schema (default: to the newest revision)."""
+    from gpuplex.store.migrate import store_revision, upgrade_store
+
+    with _reported(), _unmigrated(store) as engine:
+        upgrade_store(engine, revision)
+        now = store_revision(engine)
+    out.print(f"[green]store at revision {escape(now or 'base')}[/]", highlight=False)
+
+
+@store_app.command("downgrade")
+def downgrade_command(
+    revision: Annotated[
+        str, typer.Argument(help="Target revision; base drops every table.", show_default=False)
+    ],
+    yes: Annotated[
+        bool, typer.Option("--yes", help="Go ahead: the data of the tables removed is lost.")
+    ] = False,
+    store: StoreOption = None,
+) -> None:
+    """Downgrade the store's schema, e.g. before running an older gpuplex."""
+    from gpuplex.store.migrate import downgrade_store, store_revision
+
+    if not yes:
+        raise typer.BadParameter(
+            "a downgrade deletes the tables and columns newer revisions added, with their data; "
+            "add --yes to go ahead",
+            param_hint="--yes",
+        )
+    with _reported(), _unmigrated(store) as engine:
+        downgrade_store(engine, revision)
+        now = store_revision(engine)
+    out.print(f"[green]store at revision {escape(now or 'base')}[/]", highlight=False)
