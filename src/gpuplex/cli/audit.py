@@ -19,8 +19,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from gpuplex.cli.keys import StoreOption
-from gpuplex.errors import GpuplexError
+from gpuplex.cli.conventions import StoreOption, reported
 from gpuplex.settings import default_store_url
 
 if TYPE_CHECKING:
@@ -33,7 +32,6 @@ audit_app = typer.Typer(
     no_args_is_help=True,
 )
 out = Console()
-err = Console(stderr=True)
 EXIT_DAMAGED = 1
 
 
@@ -45,7 +43,7 @@ class AuditOutput(StrEnum):
 @audit_app.command("verify")
 def verify_command(store: StoreOption = None) -> None:
     """Check that no entry was changed, removed or moved: exit 0 when intact, 1 when not."""
-    with _reported(), _opened(store) as engine:
+    with reported(), _opened(store) as engine:
         from gpuplex.store.audit import verify_audit
 
         verdict = verify_audit(engine)
@@ -75,7 +73,7 @@ def list_command(
     output: Annotated[AuditOutput, typer.Option("--output", "-o")] = AuditOutput.TABLE,
 ) -> None:
     """The newest entries, oldest first (times in UTC)."""
-    with _reported(), _opened(store) as engine:
+    with reported(), _opened(store) as engine:
         from gpuplex.store.audit import AuditLog
 
         entries = AuditLog(engine).entries(action, limit, tenant=tenant, before_id=before)
@@ -162,13 +160,3 @@ def _opened(store: str | None) -> Iterator[Engine]:
         yield engine
     finally:
         engine.dispose()
-
-
-@contextmanager
-def _reported() -> Iterator[None]:
-    """A gpuplex error ends the command with its exit code and one line on stderr."""
-    try:
-        yield
-    except GpuplexError as error:
-        err.print(f"[red]error[/]: {escape(error.message)}", highlight=False, soft_wrap=True)
-        raise typer.Exit(error.exit_code) from None

@@ -7,13 +7,10 @@ prefix, never the key or its hash.
 from __future__ import annotations
 
 import json
-import os
-import pwd
-import re
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
-from datetime import datetime, timedelta
+from datetime import datetime
 from enum import StrEnum
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
@@ -23,10 +20,11 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from gpuplex.cli.conventions import StoreOption, os_user_name, parse_duration, reported
 from gpuplex.clock import utc_now
 from gpuplex.core.serve.routes import route_table
 from gpuplex.core.spec.parse import did_you_mean
-from gpuplex.errors import GpuplexError, NotFoundError
+from gpuplex.errors import NotFoundError
 from gpuplex.settings import default_store_url
 from gpuplex.specfile import load_spec_file
 
@@ -46,15 +44,7 @@ class KeysOutput(StrEnum):
     JSON = "json"
 
 
-StoreOption = Annotated[
-    str | None,
-    typer.Option(
-        "--store", help="Store URL [default: $GPUPLEX_STORE_URL, else SQLite in the state dir]"
-    ),
-]
 OutputOption = Annotated[KeysOutput, typer.Option("--output", "-o")]
-_DURATION = re.compile(r"^\s*(\d+)\s*([dhm])\s*$")
-_UNITS = {"d": "days", "h": "hours", "m": "minutes"}
 
 
 @keys_app.command("create")
@@ -83,7 +73,7 @@ def create_command(
     output: OutputOption = KeysOutput.TABLE,
 ) -> None:
     """Create a key and print it ONCE: only its hash is kept."""
-    with _reported():
+    with reported():
         if not tenant.strip():
             raise typer.BadParameter("must not be empty", param_hint="--tenant")
         models = list(dict.fromkeys(model or []))
@@ -124,7 +114,7 @@ def list_command(
     output: OutputOption = KeysOutput.TABLE,
 ) -> None:
     """The keys and their state (active, expired, revoked); never the key itself."""
-    with _reported():
+    with reported():
         with _key_store(store) as repository:
             keys = repository.list(tenant)
         now = utc_now()
@@ -143,24 +133,13 @@ def revoke_command(
     store: StoreOption = None,
 ) -> None:
     """Revoke a key: the gateway refuses it within a second. Revoking twice is harmless."""
-    with _reported():
+    with reported():
         now = utc_now()
         with _key_store(store) as keys:
             key = keys.revoke(prefix.strip(), now, actor=os_user_name())
         verb = "revoked" if key.revoked_at == now else "already revoked"
         when = _when(key.revoked_at, "")
         out.print(f"{verb}: key {key.prefix} of tenant {escape(key.tenant)}, at {when}")
-
-
-def parse_duration(text: str) -> timedelta:
-    """`30d`, `12h` or `90m` as a timedelta; a bad value is a usage error (exit 2)."""
-    match = _DURATION.match(text)
-    if match is None or int(match.group(1)) == 0:
-        raise typer.BadParameter(
-            f"{text!r} is not a lifetime: write a positive number and d, h or m (30d, 12h, 90m)",
-            param_hint="--expires-in",
-        )
-    return timedelta(**{_UNITS[match.group(2)]: int(match.group(1))})
 
 
 @contextmanager
@@ -237,15 +216,6 @@ def keys_table(keys: list[ApiKey], now: datetime) -> Table:
     return table
 
 
-def os_user_name() -> str:
-    """Who runs the command, for the audit log: the effective user's name, else its uid."""
-    uid = os.geteuid()
-    try:
-        return pwd.getpwuid(uid).pw_name
-    except KeyError:
-        return f"uid:{uid}"
-
-
 def _models_text(key: ApiKey) -> str:
     return ", ".join(key.models) if key.models else "all"
 
@@ -254,14 +224,3 @@ def _when(at: datetime | None, default: str, *, utc_suffix: bool = True) -> str:
     if at is None:
         return default
     return at.strftime("%Y-%m-%d %H:%M") + (" UTC" if utc_suffix else "")
-
-
-@contextmanager
-def _reported() -> Iterator[None]:
-    """A gpuplex error ends the command with its exit code and one line on stderr, no traceback
-    (also when this app runs on its own, not under `gpuplex`'s own handler)."""
-    try:
-        yield
-    except GpuplexError as error:
-        err.print(f"[red]error[/]: {escape(error.message)}", highlight=False, soft_wrap=True)
-        raise typer.Exit(error.exit_code) from None

@@ -20,7 +20,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from gpuplex.cli.keys import _reported, os_user_name, parse_duration
+from gpuplex.cli.conventions import os_user_name, parse_duration, reported
 from gpuplex.clock import utc_now
 from gpuplex.core.access import Role
 from gpuplex.settings import ServerSettings, default_store_url
@@ -74,7 +74,7 @@ def server_command(
         parse_networks(metrics_from or [])
     except ValueError as error:
         raise typer.BadParameter(str(error), param_hint="--metrics-from") from None
-    with _reported():
+    with reported():
         run_server(
             ServerSettings(
                 store_url=store or default_store_url(),
@@ -114,7 +114,7 @@ def create_command(
     output: Annotated[TokenOutput, typer.Option("--output", "-o")] = TokenOutput.TABLE,
 ) -> None:
     """Create a token and print it ONCE: only its hash is kept."""
-    with _reported():
+    with reported():
         if (role is Role.PLATFORM_ADMIN) != (tenant is None):
             raise typer.BadParameter(
                 "a platform-admin token has no tenant; tenant roles need one", param_hint="--tenant"
@@ -147,7 +147,7 @@ def list_command(
     output: Annotated[TokenOutput, typer.Option("--output", "-o")] = TokenOutput.TABLE,
 ) -> None:
     """Every token (never the secrets)."""
-    with _reported(), _tokens(store) as tokens:
+    with reported(), _tokens(store) as tokens:
         found = tokens.list(tenant=tenant)
     if output is TokenOutput.JSON:
         sys.stdout.write(json.dumps([_token_json(t) for t in found], indent=2) + "\n")
@@ -173,7 +173,7 @@ def revoke_command(
     store: StoreOption = None,
 ) -> None:
     """Revoke a token: it stops working at once."""
-    with _reported(), _tokens(store) as tokens:
+    with reported(), _tokens(store) as tokens:
         token = tokens.revoke(prefix, utc_now(), os_user_name())
     out.print(f"revoked token {token.prefix} ({escape(token.name)})", highlight=False)
 

@@ -14,7 +14,7 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
-from gpuplex.cli.keys import StoreOption, _reported
+from gpuplex.cli.conventions import StoreOption, reported
 from gpuplex.settings import default_store_url
 
 if TYPE_CHECKING:
@@ -42,7 +42,7 @@ def current_command(store: StoreOption = None) -> None:
     """The store's schema revision, and the newest this gpuplex knows."""
     from gpuplex.store.migrate import HEAD_REVISION, store_revision
 
-    with _reported(), _unmigrated(store) as engine:
+    with reported(), _unmigrated(store) as engine:
         revision = store_revision(engine)
     shown = revision or "none (empty, or made before migrations)"
     note = "up to date" if revision == HEAD_REVISION else f"newest: {HEAD_REVISION}"
@@ -57,7 +57,7 @@ def upgrade_command(
     """Upgrade the store's schema (default: to the newest revision)."""
     from gpuplex.store.migrate import store_revision, upgrade_store
 
-    with _reported(), _unmigrated(store) as engine:
+    with reported(), _unmigrated(store) as engine:
         upgrade_store(engine, revision)
         now = store_revision(engine)
     out.print(f"[green]store at revision {escape(now or 'base')}[/]", highlight=False)
@@ -82,7 +82,7 @@ def downgrade_command(
             "add --yes to go ahead",
             param_hint="--yes",
         )
-    with _reported(), _unmigrated(store) as engine:
+    with reported(), _unmigrated(store) as engine:
         downgrade_store(engine, revision)
         now = store_revision(engine)
     out.print(f"[green]store at revision {escape(now or 'base')}[/]", highlight=False)

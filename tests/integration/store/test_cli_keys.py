@@ -12,7 +12,8 @@ import pytest
 import typer
 from typer.testing import CliRunner, Result
 
-from gpuplex.cli.keys import keys_app, parse_duration
+from gpuplex.cli.conventions import parse_duration
+from gpuplex.cli.keys import keys_app
 from gpuplex.clock import utc_now
 from gpuplex.core.serve.keys import key_matches, key_prefix
 from gpuplex.store.db import open_store

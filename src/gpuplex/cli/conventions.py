@@ -1,0 +1,61 @@
+"""What the store-backed commands (keys, token, audit, store, server) share: the `--store` option,
+lifetimes such as `30d`, who the actor is for the audit log, and how a gpuplex error ends a
+command (one line on stderr and the error's exit code, never a traceback)."""
+
+from __future__ import annotations
+
+import os
+import pwd
+import re
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import timedelta
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.markup import escape
+
+from gpuplex.errors import GpuplexError
+
+err = Console(stderr=True)
+
+StoreOption = Annotated[
+    str | None,
+    typer.Option(
+        "--store", help="Store URL [default: $GPUPLEX_STORE_URL, else SQLite in the state dir]"
+    ),
+]
+_DURATION = re.compile(r"^\s*(\d+)\s*([dhm])\s*$")
+_UNITS = {"d": "days", "h": "hours", "m": "minutes"}
+
+
+def parse_duration(text: str) -> timedelta:
+    """`30d`, `12h` or `90m` as a timedelta; a bad value is a usage error (exit 2)."""
+    match = _DURATION.match(text)
+    if match is None or int(match.group(1)) == 0:
+        raise typer.BadParameter(
+            f"{text!r} is not a lifetime: write a positive number and d, h or m (30d, 12h, 90m)",
+            param_hint="--expires-in",
+        )
+    return timedelta(**{_UNITS[match.group(2)]: int(match.group(1))})
+
+
+def os_user_name() -> str:
+    """Who runs the command, for the audit log: the effective user's name, else its uid."""
+    uid = os.geteuid()
+    try:
+        return pwd.getpwuid(uid).pw_name
+    except KeyError:
+        return f"uid:{uid}"
+
+
+@contextmanager
+def reported() -> Iterator[None]:
+    """A gpuplex error ends the command with its exit code and one line on stderr, no traceback
+    (also when a sub-app runs on its own, not under `gpuplex`'s own handler)."""
+    try:
+        yield
+    except GpuplexError as error:
+        err.print(f"[red]error[/]: {escape(error.message)}", highlight=False, soft_wrap=True)
+        raise typer.Exit(error.exit_code) from None
