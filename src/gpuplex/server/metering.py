@@ -34,6 +34,11 @@ SOURCES: tuple[Source, ...] = ("allocation", "measured", "gateway")
 log = logging.getLogger("gpuplex.server.metering")
 #: At most this many windows per catch-up pass, so a long outage is caught up over several passes.
 MAX_WINDOWS_PER_PASS = 500
+#: Windows that ended less than this before now are rolled up again at every pass, so inputs that
+#: reach the store late still count: the gateway writes a request's usage record when the request
+#: ends (a model server may take upstream_timeout_s, 300 s by default) and its mover moves it a few
+#: seconds later. Anything later than this needs `POST /meter/rollup` over its range.
+LATE_S = 900
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,12 +111,15 @@ class Metering:
         )
 
     def catch_up(self, now: datetime) -> RollupResult:
-        """Roll up every whole window since the last one rolled up (or the first revision)."""
+        """Roll up every whole window since the last one rolled up (or the first revision), and
+        again those that ended within LATE_S of `now` (their late inputs count; rows are replaced)."""
         intervals = self.plan_intervals()
         if not intervals:
             return RollupResult(0, 0, None)
-        resume = self._rollups.last_window_end("allocation") or intervals[0].active_from
-        start = _floor(resume, self.window_s)
+        first = intervals[0].active_from
+        resume = self._rollups.last_window_end("allocation") or first
+        recent = max(first, now - timedelta(seconds=LATE_S))
+        start = _floor(min(resume, recent), self.window_s)
         end_of_whole = _floor(now, self.window_s)
         windows = rows = 0
         while start < end_of_whole and windows < MAX_WINDOWS_PER_PASS:
