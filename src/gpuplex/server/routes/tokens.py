@@ -16,6 +16,7 @@ from gpuplex.server.context import ServerContext, server_context
 from gpuplex.server.pages import Cursor, Limit, Page, page_of
 from gpuplex.server.problems import ERROR_RESPONSES, FORBIDDEN, INVALID_REQUEST, ApiProblem
 from gpuplex.server.routes.tenants import applied_tenant
+from gpuplex.server.times import checked_time
 from gpuplex.store.tokens import ApiToken
 
 router = APIRouter(tags=["tokens"], responses=ERROR_RESPONSES)
@@ -89,7 +90,7 @@ def create_token(
         require(principal, Action.TOKEN_WRITE, body.tenant)
         applied_tenant(ctx, body.tenant)
     now = ctx.now()
-    if body.expires_at is not None and (body.expires_at.tzinfo is None or body.expires_at <= now):
+    if body.expires_at is not None and checked_time(body.expires_at, "expires_at") <= now:
         raise ApiProblem(
             INVALID_REQUEST, "expires_at: give a future time with a timezone", field="expires_at"
         )

@@ -23,6 +23,7 @@ from gpuplex.server.auth import CurrentPrincipal, require
 from gpuplex.server.context import ServerContext, server_context
 from gpuplex.server.problems import ERROR_RESPONSES, INVALID_REQUEST, ApiProblem
 from gpuplex.server.routes.tenants import applied_tenant
+from gpuplex.server.times import checked_time
 
 router = APIRouter(tags=["usage"], responses=ERROR_RESPONSES)
 Context = Annotated[ServerContext, Depends(server_context)]
@@ -63,6 +64,7 @@ class RollupReply(BaseModel):
 
 
 def _range(start: datetime, end: datetime) -> MeterWindow:
+    start, end = checked_time(start, "start"), checked_time(end, "end")
     if end <= start or end - start > MAX_RANGE:
         raise ApiProblem(
             INVALID_REQUEST,
