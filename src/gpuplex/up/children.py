@@ -8,6 +8,7 @@ import contextlib
 import os
 import pwd
 import signal
+import socket
 import subprocess
 import sys
 import sysconfig
@@ -19,6 +20,7 @@ from pathlib import Path
 
 import gpuplex
 from gpuplex.clock import now_s, sleep_s
+from gpuplex.errors import HostActionError
 from gpuplex.settings import inherited_environment
 
 UNPRIVILEGED_USER = "nobody"
@@ -100,6 +102,32 @@ def start(
             extra_groups=[] if run_as else None,
         )
     return Child(name, process, log_path)
+
+
+def check_ports_free(listeners: dict[str, tuple[str, int]]) -> None:
+    """Refuse to start when something already listens where a listener of ours will: ours would
+    fail to bind, and the other process would answer its readiness check (and be sent the demo
+    key by --check)."""
+    for name, (host, port) in listeners.items():
+        if port_taken(host, port):
+            raise HostActionError(
+                f"{host}:{port}, where the {name} listens, is already in use (another gpuplex up?); "
+                "stop what listens there or choose another port"
+            )
+
+
+def port_taken(host: str, port: int) -> bool:
+    try:
+        family, kind, proto, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
+    except OSError:
+        return False  # a name that does not resolve: the listener itself will say so
+    with socket.socket(family, kind, proto) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn binds
+        try:
+            probe.bind(address)
+        except OSError:
+            return True
+    return False
 
 
 def wait_ready(url: str, alive: Callable[[], bool], timeout_s: float) -> bool:

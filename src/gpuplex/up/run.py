@@ -46,6 +46,12 @@ err = Console(stderr=True)
 
 def run_up(settings: UpSettings, console: Console) -> None:
     spec = load_spec_file(settings.spec_path)
+    children.check_ports_free(
+        {
+            "gateway": (spec.gateway.host, spec.gateway.port),
+            "control plane": (settings.server_host, settings.server_port),
+        }
+    )
     root = settings.state_dir.absolute()
     for folder in ("logs", "host", "store", "gateway"):
         (root / folder).mkdir(parents=True, exist_ok=True)
