@@ -1,7 +1,8 @@
 """What the control plane's /metrics reads from the store at scrape time, summed by the database.
 
 Roll-up totals are counters over all time. Summing every window at every scrape would grow with the
-store's age, so windows that started before a settled boundary (an hour before the newest whole hour)
+store's age, so windows that started before a settled boundary (an hour before the newest whole hour,
+counted from the newest window rolled up, so that windows caught up after a downtime still count)
 are summed once and kept; only the newer windows are summed at each scrape. A settled window that is
 rolled up again later (`POST /meter/rollup` over an old range) shows in these totals only after the
 server restarts; statements always read the roll-ups themselves.
@@ -40,7 +41,12 @@ class RollupTotals:
         self._settled_before: datetime | None = None
 
     def totals(self, now: datetime) -> dict[RollupKey, float]:
-        boundary = _hour_floor(aware_utc(now) - self._settle)
+        # settle behind the newest window rolled up, not behind now: after a downtime the roll-up
+        # job catches up on windows older than now - settle, and they must still be summed
+        newest = self._newest_window_start()
+        if newest is None:
+            return {}  # nothing rolled up yet
+        boundary = _hour_floor(min(aware_utc(now), newest) - self._settle)
         with self._lock:
             if self._settled_before is None or boundary > self._settled_before:
                 since = self._settled_before
@@ -50,6 +56,12 @@ class RollupTotals:
             totals = dict(self._settled)
         _add(totals, self._sums(settled_before, None))
         return totals
+
+    def _newest_window_start(self) -> datetime | None:
+        query = select(func.max(UsageRollupRow.window_start))
+        with store_errors(self._engine), Session(self._engine) as session:
+            newest = session.scalars(query).one()
+        return None if newest is None else aware_utc(newest)
 
     def _sums(
         self, since: datetime | None, until: datetime | None

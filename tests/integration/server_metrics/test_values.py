@@ -218,3 +218,21 @@ def test_the_operations_guide_lists_exactly_the_exported_metrics(stack: Stack) -
     exported = {line.split(" ")[2] for line in lines if line.startswith("# HELP")}  # _total too
     assert len(documented) >= 25
     assert documented == exported
+
+
+def test_windows_rolled_up_after_a_downtime_reach_the_counters(sqlite_engine: Engine) -> None:
+    """A server that was down for hours is scraped before its first roll-up pass: the windows that
+    pass then rolls up are older than the settled boundary, and still count (as in statements)."""
+    stack = build_stack(sqlite_engine)
+    client = stack.client()
+    gpu_seconds = "gpuplex_tenant_gpu_seconds_total"
+    later = NOW + timedelta(hours=3)
+    stack.clock.at = later
+    before = stack.scrape(client)
+    assert before.value(gpu_seconds, tenant="northwind", source="allocation") == 3 * HOURS_2_S
+    stack.ctx.metering.roll_up_range(NOW, later)
+    after = stack.scrape(client)
+    assert after.value(gpu_seconds, tenant="northwind", source="allocation") == 3 * (
+        HOURS_2_S + 3 * 3600
+    )
+    assert after.value("gpuplex_fleet_gpu_seconds_total") == 8 * (HOURS_2_S + 3 * 3600)
