@@ -7,6 +7,7 @@ import hashlib
 from dataclasses import dataclass
 
 from gpuplex.core.plan import Plan, make_plan
+from gpuplex.errors import StaleRevisionError
 from gpuplex.server.context import ServerContext
 from gpuplex.specfile import load_spec_text
 from gpuplex.store.spec_revisions import SpecRevision
@@ -38,6 +39,19 @@ def apply(
     """Store the spec and its plan as the next revision. Raises StaleRevisionError when
     `base_revision` is not the applied revision (checked again, atomically, by the store)."""
     planned = preview(ctx, spec_yaml, source)
+    if planned.base_revision != base_revision:
+        # the plan was made against the applied plan: it is only right on top of that revision
+        why = (
+            f"the spec was changed since revision {base_revision}"
+            if base_revision < planned.base_revision
+            else f"there is no revision {base_revision}"
+        )
+        raise StaleRevisionError(
+            f"{why}: the current revision is {planned.base_revision}; fetch it, merge your "
+            "change and apply again",
+            base_revision=base_revision,
+            current_revision=planned.base_revision,
+        )
     revision = ctx.revisions.append(
         spec_yaml=spec_yaml,
         spec_sha256=planned.spec_sha256,

@@ -4,6 +4,13 @@ invalid spec is a 422 whose problems are located by line and field."""
 
 from __future__ import annotations
 
+from typing import Any
+
+import pytest
+
+from gpuplex.errors import StaleRevisionError
+from gpuplex.server.spec_apply import apply
+from gpuplex.store.spec_revisions import SpecRevision
 from tests.integration.server.conftest import SPEC_YAML, T0, TENANT_A, Api, error_of
 
 GROWN = SPEC_YAML.replace("replicas: 1\n", "").replace(
@@ -102,3 +109,26 @@ def test_the_applied_spec_changes_what_tenants_see(api: Api) -> None:
     after = api.get(f"/tenants/{TENANT_A}/workloads").json()["items"]
     assert [(w["replicas"], w["placed"]) for w in after] == [(2, 1)]  # GPU 1 is in MIG mode
     assert after[0]["pending_reasons"], after
+
+
+def test_an_apply_is_planned_against_its_base_revision_or_refused(
+    api: Api, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The plan is made against the applied plan before the store's lock: a caller naming the
+    revision that lands in between must be refused, not given a plan made against the one before
+    (which would then be stored as if it had been made on top of theirs)."""
+    revisions = api.ctx.revisions
+    land_first = revisions.append
+
+    def someone_else_lands_revision_2_first(**kwargs: Any) -> SpecRevision:
+        land_first(**(kwargs | {"base_revision": 1, "actor": "someone else"}))
+        return land_first(**kwargs)
+
+    monkeypatch.setattr(revisions, "append", someone_else_lands_revision_2_first)
+    with pytest.raises(StaleRevisionError) as refused:
+        apply(api.ctx, GROWN, base_revision=2, actor="admin")  # planned against revision 1
+    assert refused.value.current_revision == 1
+    monkeypatch.undo()
+    current = revisions.current()
+    assert current is not None
+    assert current.revision == 1
