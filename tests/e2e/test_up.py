@@ -5,6 +5,7 @@ stops afterwards, tenants included."""
 
 from __future__ import annotations
 
+import json
 import shutil
 import socket
 import tempfile
@@ -75,6 +76,17 @@ def _check_run(exit_code: int, stdout: str, output: str, state_dir: Path, port: 
     for tenant in ("northwind", "contoso", "adatum", "hobbyists"):
         assert f"  {tenant}: gpx_" in stdout
     assert _alive_pids_of(state_dir) == []
+    started = {
+        json.loads(line)["target"]
+        for line in (state_dir / "host" / "events.jsonl").read_text().splitlines()
+        if json.loads(line)["kind"] == "started"
+    }
+    assert started >= {  # every mode ran: whole GPUs, MIG slices (in MIG mode), MPS shares
+        "northwind/chat-70b#0",
+        "contoso/support-bot#1",
+        "fabrikam/claims-extractor#0",
+        "hobbyists/playground#3",
+    }
     engine = create_engine(f"sqlite:///{state_dir / 'store' / 'gpuplex.db'}")
     try:
         with engine.connect() as connection:

@@ -64,31 +64,36 @@ class SampleRepository:
         with store_errors(self._engine), Session(self._engine) as session:
             return [_sample(row) for row in session.scalars(query)]
 
-    def latest_by_replica(
-        self, tenant: str | None = None
-    ) -> tuple[datetime | None, dict[ReplicaKey, ReplicaUsage]]:
-        """The newest sampling moment (of one tenant's replicas if given) and what each replica
-        held then: (tenant, workload, replica) -> (memory used in MiB, summed over its GPUs;
-        utilization in %, averaged over those that report it). (None, {}) before any sample."""
+    def latest(self, tenant: str | None = None) -> tuple[datetime | None, list[GpuSample]]:
+        """The newest sampling moment (of one tenant's replicas if given) and its samples, one
+        per replica per GPU. (None, []) before any sample."""
         newest = select(func.max(GpuSampleRow.at))
         if tenant is not None:
             newest = newest.where(GpuSampleRow.tenant == tenant)
         with store_errors(self._engine), Session(self._engine) as session:
             sampled_at = session.scalars(newest).one()
             if sampled_at is None:
-                return None, {}
+                return None, []
             query = select(GpuSampleRow).where(GpuSampleRow.at == sampled_at)
             if tenant is not None:
                 query = query.where(GpuSampleRow.tenant == tenant)
-            rows = session.scalars(query).all()
+            return sampled_at, [_sample(row) for row in session.scalars(query)]
+
+    def latest_by_replica(
+        self, tenant: str | None = None
+    ) -> tuple[datetime | None, dict[ReplicaKey, ReplicaUsage]]:
+        """The newest sampling moment (of one tenant's replicas if given) and what each replica
+        held then: (tenant, workload, replica) -> (memory used in MiB, summed over its GPUs;
+        utilization in %, averaged over those that report it). (None, {}) before any sample."""
+        sampled_at, samples = self.latest(tenant)
         memory: dict[ReplicaKey, int] = {}
         utilization: dict[ReplicaKey, list[float]] = {}
-        for row in rows:
-            key = (row.tenant, row.workload, row.replica)
-            memory[key] = memory.get(key, 0) + row.memory_used_mib
+        for sample in samples:
+            key = (sample.tenant, sample.workload, sample.replica)
+            memory[key] = memory.get(key, 0) + sample.memory_used_mib
             reported = utilization.setdefault(key, [])
-            if row.utilization_percent is not None:
-                reported.append(row.utilization_percent)
+            if sample.utilization_percent is not None:
+                reported.append(sample.utilization_percent)
         latest = {
             key: (used, sum(utilization[key]) / len(utilization[key]) if utilization[key] else None)
             for key, used in memory.items()

@@ -19,7 +19,7 @@ from rich.console import Console
 
 from gpuplex.clock import now_s, sleep_s, utc_now
 from gpuplex.core.access import Role
-from gpuplex.core.plan import make_plan
+from gpuplex.core.plan import Plan, make_plan
 from gpuplex.core.serve.routes import route_table
 from gpuplex.core.spec import GpuplexSpec
 from gpuplex.errors import GpuplexError, HostActionError
@@ -59,11 +59,15 @@ def run_up(settings: UpSettings, console: Console) -> None:
     dirs = StateDir(host_settings.state_dir)
     dirs.create()
     node = spec.fleet.nodes[0]
-    opened = open_driver(host_settings, dirs, node)
+    plan = make_plan(spec)
+    # the first to open the simulated driver builds the simulated machine: with the plan's MIG GPUs
+    # in MIG mode, as the host runtime would have built it
+    mig_on = {p.gpu_indices[0] for p in plan.placements if p.node == node.name and p.mig}
+    opened = open_driver(host_settings, dirs, node, mig_on)
     simulated = opened.driver.name == "sim"
     driver_name = "sim" if simulated else "nvml"
     host_spec = root / "host-spec.yaml"
-    host_spec.write_text(_host_spec_text(spec, settings.spec_path, simulated))
+    host_spec.write_text(_host_spec_text(spec, plan, settings.spec_path, simulated))
 
     store_url = f"sqlite:///{root / 'store' / 'gpuplex.db'}"
     engine = open_store(store_url)
@@ -120,10 +124,10 @@ def run_up(settings: UpSettings, console: Console) -> None:
         engine.dispose()
 
 
-def _host_spec_text(spec: GpuplexSpec, path: Path, simulated: bool) -> str:
+def _host_spec_text(spec: GpuplexSpec, plan: Plan, path: Path, simulated: bool) -> str:
     if not simulated:
         return path.read_text(encoding="utf-8")
-    stand_ins = simulated_spec(spec, make_plan(spec))
+    stand_ins = simulated_spec(spec, plan)
     return yaml.safe_dump(stand_ins.model_dump(mode="json", exclude_unset=True), sort_keys=False)
 
 

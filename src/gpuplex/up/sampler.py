@@ -19,28 +19,37 @@ log = logging.getLogger("gpuplex.up.sampler")
 def take_samples(
     dirs: StateDir, driver: GpuDriver, node: str, at: datetime, source: SampleSource
 ) -> list[GpuSample]:
+    """One sample per running replica per GPU it was given: the memory its processes hold on that
+    GPU (or on a MIG device of it), as the driver attributes it."""
     records = dirs.read_state().records
     gpu = snapshot(driver, records)
-    used = gpu.memory_by_label()
+    index_of = {g.uuid: g.index for g in gpu.gpus}
+    index_of |= {i.device_uuid: g.index for g in gpu.gpus for i in g.instances}
+    held: dict[tuple[str, int], int] = {}
+    for process in gpu.processes:
+        label = gpu.owner_of_pid.get(process.pid)
+        index = index_of.get(process.device_uuid)
+        if label is not None and index is not None:
+            held[label, index] = held.get((label, index), 0) + process.used_memory_mib
     samples = []
     for record in records:
         desired = record.desired
-        if record.pid is None or not desired.binding.gpu_indices:
+        if record.pid is None:
             continue
-        index = desired.binding.gpu_indices[0]
-        samples.append(
-            GpuSample(
-                at=at,
-                node=node,
-                gpu_index=index,
-                tenant=desired.tenant,
-                workload=desired.workload,
-                replica=desired.replica,
-                memory_used_mib=used.get(record.label, 0),
-                utilization_percent=None,  # the drivers report memory per process, not SM time
-                source=source,
+        for index in desired.binding.gpu_indices:
+            samples.append(
+                GpuSample(
+                    at=at,
+                    node=node,
+                    gpu_index=index,
+                    tenant=desired.tenant,
+                    workload=desired.workload,
+                    replica=desired.replica,
+                    memory_used_mib=held.get((record.label, index), 0),
+                    utilization_percent=None,  # the drivers report memory per process, not SM time
+                    source=source,
+                )
             )
-        )
     return samples
 
 

@@ -99,13 +99,16 @@ def test_events_merge_the_audit_log_and_the_host_runtime_newest_first(api: Api) 
     ]
 
 
+MPS_GPU = 1  # where the test spec's plan puts alphaco's and bravoco's MPS shares
+
+
 def test_the_gpu_map_shows_modes_and_occupants_and_tenants_only_their_own(api: Api) -> None:
     api.ctx.samples.append(
         [
             GpuSample(
                 at=T0,
                 node="node-one",
-                gpu_index=0,
+                gpu_index=MPS_GPU,
                 tenant=tenant,
                 workload=workload,
                 replica=0,
@@ -115,8 +118,23 @@ def test_the_gpu_map_shows_modes_and_occupants_and_tenants_only_their_own(api: A
             )
             for tenant, workload, used in ((TENANT_A, "chat", 10_000), (TENANT_B, "embed", 5_000))
         ]
+        # memory is shown per GPU: what the same replica holds elsewhere is not added here
+        + [
+            GpuSample(
+                at=T0,
+                node="node-one",
+                gpu_index=1 - MPS_GPU,
+                tenant=TENANT_A,
+                workload="chat",
+                replica=0,
+                memory_used_mib=99_999,
+                utilization_percent=None,
+                source="sim",
+            )
+        ]
     )
     whole = api.get("/nodes").json()
+    assert [g["index"] for g in whole["nodes"][0]["gpus"] if g["mode"] == "mps"] == [MPS_GPU]
     assert whole["revision"] == 1
     [node] = whole["nodes"]
     assert node["name"] == "node-one"

@@ -19,7 +19,7 @@ export function renderGpuMap(nodesReply, scopeTenant = null) {
     return h("p", { class: "empty" }, "No GPUs to show yet: no spec applied, or none of its GPUs hold your replicas.");
   }
   const tenants = new Set();
-  const spans = new Map(); // a replica's GPUs: its measured memory is a total over them
+  const spans = new Map(); // how many GPUs each replica holds (said in its tooltip)
   for (const node of nodes) {
     for (const gpu of node.gpus) {
       for (const o of gpu.occupants) {
@@ -28,7 +28,7 @@ export function renderGpuMap(nodesReply, scopeTenant = null) {
       }
     }
   }
-  const usedHere = (o) => (o.used_memory_mib === null ? null : o.used_memory_mib / spans.get(replicaKey(o)));
+  const usedHere = (o) => o.used_memory_mib; // the API reports it per GPU
   return h(
     "div",
     { "data-testid": "gpu-map" },
@@ -143,7 +143,7 @@ function drawSlice(o, kind, left, width, label, span) {
     o.thread_percent ? `MPS threads ${o.thread_percent}%` : null,
     `memory planned ${gib(o.memory_mib)}`,
     o.used_memory_mib !== null
-      ? `memory used ${gib(o.used_memory_mib)}${span > 1 ? ` across its ${span} GPUs` : ""}`
+      ? `memory used ${gib(o.used_memory_mib)}${span > 1 ? " on this GPU" : ""}`
       : "memory used: no sample yet",
     o.utilization_percent !== null && o.utilization_percent !== undefined
       ? `utilization ${Math.round(o.utilization_percent)}%`

@@ -17,6 +17,7 @@ from gpuplex.core.plan import GpuView, Occupant
 from gpuplex.server.auth import CurrentPrincipal, require
 from gpuplex.server.context import ServerContext, server_context
 from gpuplex.server.problems import ERROR_RESPONSES
+from gpuplex.store.samples import GpuSample
 
 router = APIRouter(tags=["nodes"], responses=ERROR_RESPONSES)
 Context = Annotated[ServerContext, Depends(server_context)]
@@ -31,7 +32,7 @@ class OccupantReply(BaseModel):
     mig_size_slots: int | None
     memory_mib: int  # what the plan gives it
     thread_percent: int | None
-    used_memory_mib: int | None  # last measured; None: no sample yet
+    used_memory_mib: int | None  # last measured on this GPU; None: no sample yet
     utilization_percent: float | None
 
 
@@ -56,10 +57,11 @@ class NodesReply(BaseModel):
     nodes: list[NodeReply]
 
 
-def _occupant(
-    occupant: Occupant, latest: dict[tuple[str, str, int], tuple[int, float | None]]
-) -> OccupantReply:
-    used = latest.get((occupant.tenant, occupant.workload, occupant.replica))
+UsedOnGpu = dict[tuple[str, str, int, str, int], GpuSample]  # tenant, workload, replica, node, GPU
+
+
+def _occupant(occupant: Occupant, gpu: GpuView, latest: UsedOnGpu) -> OccupantReply:
+    sample = latest.get((occupant.tenant, occupant.workload, occupant.replica, gpu.node, gpu.index))
     mig = occupant.mig
     return OccupantReply(
         tenant=occupant.tenant,
@@ -70,8 +72,8 @@ def _occupant(
         mig_size_slots=mig.size_slots if mig else None,
         memory_mib=occupant.memory_mib,
         thread_percent=occupant.thread_percent,
-        used_memory_mib=used[0] if used else None,
-        utilization_percent=used[1] if used else None,
+        used_memory_mib=sample.memory_used_mib if sample else None,
+        utilization_percent=sample.utilization_percent if sample else None,
     )
 
 
@@ -88,7 +90,8 @@ def list_nodes(principal: CurrentPrincipal, ctx: Context) -> NodesReply:
     applied = ctx.current.get()
     if applied is None:
         return NodesReply(revision=None, sampled_at=None, nodes=[])
-    sampled_at, latest = ctx.samples.latest_by_replica(principal.tenant)
+    sampled_at, samples = ctx.samples.latest(principal.tenant)
+    latest = {(s.tenant, s.workload, s.replica, s.node, s.gpu_index): s for s in samples}
     nodes: dict[str, list[GpuReply]] = {n.name: [] for n in applied.spec.fleet.nodes}
     for view in applied.plan.gpus:
         gpu = _visible_gpu(view, principal)
@@ -102,7 +105,7 @@ def list_nodes(principal: CurrentPrincipal, ctx: Context) -> NodesReply:
                 pool=gpu.pool,
                 mode=gpu.mode.value if gpu.mode is not None else None,
                 memory_mib=gpu.memory_mib,
-                occupants=[_occupant(o, latest) for o in gpu.occupants],
+                occupants=[_occupant(o, gpu, latest) for o in gpu.occupants],
             )
         )
     return NodesReply(
