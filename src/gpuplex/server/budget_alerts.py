@@ -41,11 +41,14 @@ def budget_view(
     tenant: str,
     now: datetime,
     spend_by_tenant: dict[str, Decimal] | None = None,
+    spend_until: datetime | None = None,
 ) -> BudgetView:
     period = month_of(now)
     window = month_window(period)
     if spend_by_tenant is None:
         spend_by_tenant = ctx.metering.spend(window, applied)
+    if spend_until is None:
+        spend_until = rolled_up_to(ctx, now)
     spend = spend_by_tenant.get(tenant, Decimal(0))
     stored = ctx.budgets.get(tenant)
     declared = applied.tenant(tenant)
@@ -68,11 +71,17 @@ def budget_view(
         currency=applied.spec.pricing.currency,
         period=period,
         spend=spend,
-        projected_spend=projected_spend(spend, window, now),
+        projected_spend=projected_spend(spend, window, spend_until),
         thresholds_percent=tuple(thresholds),
         webhook_url=webhook,
         alerts=ctx.budgets.alerts(tenant, window.start),
     )
+
+
+def rolled_up_to(ctx: ServerContext, now: datetime) -> datetime:
+    """Where the spend so far ends: the newest roll-up window, which trails `now`."""
+    newest = ctx.rollups.last_window_end("allocation")
+    return now if newest is None else min(now, newest)
 
 
 def check_budgets(
@@ -81,9 +90,10 @@ def check_budgets(
     """Fire every threshold newly crossed this month; returns the alerts fired now."""
     window = month_window(month_of(now))
     spend = ctx.metering.spend(window, applied)
+    spend_until = rolled_up_to(ctx, now)
     fired_now = []
     for name in applied.tenant_names:
-        view = budget_view(ctx, applied, name, now, spend)
+        view = budget_view(ctx, applied, name, now, spend, spend_until)
         if view.amount is None:
             continue
         already = {a.threshold_percent for a in view.alerts}
