@@ -7,10 +7,13 @@ from __future__ import annotations
 from datetime import timedelta
 from decimal import Decimal
 
+import pytest
+
 from gpuplex.core.meter import REQUESTS, MeterWindow
+from gpuplex.core.plan import Plan
 from gpuplex.core.serve.usage import UsageRecord
 from gpuplex.server.metering import LATE_S
-from tests.integration.server.conftest import T0, TENANT_A, Api
+from tests.integration.server.conftest import SPEC_YAML, T0, TENANT_A, Api
 
 MINUTE = timedelta(minutes=1)
 
@@ -72,3 +75,23 @@ def test_passes_resume_without_counting_a_window_twice(api: Api) -> None:
     lines = api.ctx.metering.lines(MeterWindow(T0, T0 + timedelta(days=1)))
     fleet = sum((line.quantity for line in lines if line.metric == "fleet_gpu_seconds"), Decimal(0))
     assert fleet == 2 * Decimal((rolled_to - T0).total_seconds())  # two GPUs, each second once
+
+
+def test_each_revisions_plan_is_validated_once_over_many_passes(
+    api: Api, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for _ in range(3):
+        api.clock.advance(MINUTE)
+        api.apply(SPEC_YAML + f"# {api.clock().isoformat()}\n")
+    validated: list[object] = []
+    real = Plan.model_validate
+
+    def counting(obj: object, **kwargs: object) -> Plan:
+        validated.append(obj)
+        return real(obj)
+
+    monkeypatch.setattr(Plan, "model_validate", counting)
+    for _ in range(5):
+        api.clock.advance(MINUTE)
+        api.ctx.metering.catch_up(api.clock())
+    assert len(validated) == 4  # the four revisions, once each, not once per pass
