@@ -23,7 +23,13 @@ from gpuplex.core.meter import month_of, month_window
 from gpuplex.observe.plan_metrics import per_gpu, tenant_allocation, tenant_held
 from gpuplex.observe.server_metric_queries import RollupTotals, latest_samples
 from gpuplex.observe.tenant_labels import TENANT_LABEL_CAP, TenantLabels
-from gpuplex.observe.usage_metrics import FiredAlerts, alert_counter, money_gauges, usage_counters
+from gpuplex.observe.usage_metrics import (
+    CounterFloor,
+    FiredAlerts,
+    alert_counter,
+    money_gauges,
+    usage_counters,
+)
 from gpuplex.server.context import ServerContext
 from gpuplex.server.current import AppliedSpec
 from gpuplex.server.metering import Metering
@@ -113,6 +119,7 @@ class ServerCollector:
         self._alerts = alerts
         self._totals = RollupTotals(ctx.engine)
         self._spend = MonthSpend(ctx.metering)
+        self._floor = CounterFloor()
 
     def collect(self) -> Iterator[Metric]:
         now = self._ctx.now()
@@ -130,7 +137,7 @@ class ServerCollector:
             labels.beyond_cap,
         )
         yield alert_counter(self._alerts.snapshot(), labels)
-        yield from usage_counters(self._totals.totals(now), labels)
+        yield from usage_counters(self._totals.totals(now), labels, self._floor)
         if applied is None:
             return
         yield from tenant_allocation(applied.plan, labels)

@@ -54,7 +54,29 @@ class FiredAlerts:
             return dict(self._counts)
 
 
-def usage_counters(totals: Mapping[RollupKey, float], labels: TenantLabels) -> Iterator[Metric]:
+class CounterFloor:
+    """What each counter series last reported, so that it never reports less: a counter that goes
+    down, by a millionth even, is read by Prometheus as a reset and rate() shows its whole value as
+    one spike. Sums of the roll-ups can go down: regrouped as windows settle (rounded to DIGITS),
+    a recent window rolled up again with less, a model label that moved when the spec changed. A
+    lower sum reports the last value until the sum passes it."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._last: dict[tuple[str, tuple[str, ...]], float] = {}
+
+    def at_least_last(self, name: str, values: Values) -> Values:
+        with self._lock:
+            kept: Values = {}
+            for label_values, value in values.items():
+                key = (name, label_values)
+                kept[label_values] = self._last[key] = max(value, self._last.get(key, value))
+            return kept
+
+
+def usage_counters(
+    totals: Mapping[RollupKey, float], labels: TenantLabels, floor: CounterFloor
+) -> Iterator[Metric]:
     gpu_seconds: Values = defaultdict(float)
     memory: Values = defaultdict(float)
     requests: Values = defaultdict(float)
@@ -83,38 +105,38 @@ def usage_counters(totals: Mapping[RollupKey, float], labels: TenantLabels) -> I
         "GPU-seconds rolled up so far: source allocation is what the plan reserved (a whole GPU "
         "for a second counts 1), measured is utilization-weighted busy time from GPU samples.",
         ["tenant", "source"],
-        gpu_seconds,
+        floor.at_least_last("gpuplex_tenant_gpu_seconds", gpu_seconds),
     )
     yield _counter(
         "gpuplex_tenant_gpu_memory_mib_seconds",
         "GPU memory held times seconds (MiB-seconds), from GPU samples, rolled up so far.",
         ["tenant"],
-        memory,
+        floor.at_least_last("gpuplex_tenant_gpu_memory_mib_seconds", memory),
     )
     yield _counter(
         "gpuplex_fleet_gpu_seconds",
         "Capacity: every GPU of the plan in force times seconds, rolled up so far.",
         [],
-        {(): fleet},
+        floor.at_least_last("gpuplex_fleet_gpu_seconds", {(): fleet}),
     )
     yield _counter(
         "gpuplex_tenant_requests",
         "Gateway requests rolled up so far, whatever their status, by tenant and served model "
         "(_other: a model the tenant does not serve).",
         ["tenant", "model"],
-        requests,
+        floor.at_least_last("gpuplex_tenant_requests", requests),
     )
     yield _counter(
         "gpuplex_tenant_failed_requests",
         "Gateway requests answered with status 400 or above, rolled up so far.",
         ["tenant", "model"],
-        failed,
+        floor.at_least_last("gpuplex_tenant_failed_requests", failed),
     )
     yield _counter(
         "gpuplex_tenant_tokens",
         "Tokens the gateway served, rolled up so far, by kind (prompt, completion).",
         ["tenant", "model", "kind"],
-        tokens,
+        floor.at_least_last("gpuplex_tenant_tokens", tokens),
     )
 
 

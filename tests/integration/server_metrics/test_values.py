@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from sqlalchemy import Engine
 
-from gpuplex.core.meter import month_window
+from gpuplex.core.meter import MeterWindow, month_window
 from gpuplex.server.budget_alerts import check_budgets
 from gpuplex.server.context import ServerContext
 from tests.integration.server_metrics.conftest import (
@@ -236,3 +236,19 @@ def test_windows_rolled_up_after_a_downtime_reach_the_counters(sqlite_engine: En
         HOURS_2_S + 3 * 3600
     )
     assert after.value("gpuplex_fleet_gpu_seconds_total") == 8 * (HOURS_2_S + 3 * 3600)
+
+
+def test_a_counter_never_reports_less_than_it_did(sqlite_engine: Engine) -> None:
+    """A recent window rolled up again with less (here: by hand) lowers the roll-ups' sum; the
+    counter keeps its last value (a decrease would read as a reset: rate() would spike)."""
+    stack = build_stack(sqlite_engine)
+    client = stack.client()
+    memory = "gpuplex_tenant_gpu_memory_mib_seconds_total"
+    before = stack.scrape(client).value(memory, tenant="northwind")
+    window_s = stack.ctx.metering.window_s
+    last = MeterWindow(NOW - timedelta(seconds=window_s), NOW)
+    stack.ctx.rollups.replace_window(last.start, last.end, "measured", [])
+    assert stack.scrape(client).value(memory, tenant="northwind") == before
+    stack.clock.at = NOW + timedelta(minutes=10)
+    stack.ctx.metering.roll_up_range(NOW - timedelta(minutes=5), NOW + timedelta(minutes=10))
+    assert stack.scrape(client).value(memory, tenant="northwind") == before  # ends at NOW
