@@ -10,6 +10,7 @@
     ├── GpuDriverError       the GPU driver (NVML) is missing, or a call to it failed
     ├── CgroupUnavailable    the host cannot give a replica its own cgroup with its limits
     ├── StoreError           the store (SQLite or PostgreSQL) is unreachable, invalid or failed
+    │   └── StoreValueRefused    the store refused a value given to it (a NUL character in text)
     ├── StaleRevisionError   a spec was applied on top of a revision that is no longer current
     ├── LimiterUnavailable   the shared rate-limit state (Redis) is unreachable or failed
     ├── GatewayError         the gateway cannot start as asked (as root, a setting missing)
@@ -34,6 +35,7 @@ class ErrorCode(StrEnum):
     HOST_CGROUP = "host_cgroup_unavailable"
     HOST_GPU_DRIVER = "host_gpu_driver"
     STORE_UNAVAILABLE = "store_unavailable"
+    STORE_VALUE_REFUSED = "store_value_refused"
     SPEC_STALE = "spec_stale"
     LIMITER_UNAVAILABLE = "limiter_unavailable"
     GATEWAY_INVALID = "gateway_invalid"
@@ -144,6 +146,14 @@ class StoreError(GpuplexError):
     check."""
 
     code = ErrorCode.STORE_UNAVAILABLE
+
+
+class StoreValueRefused(StoreError):
+    """The store refused a value it was given (PostgreSQL takes no NUL character in text, for
+    one): the input is at fault, not the store, so retrying the same value will not help."""
+
+    code = ErrorCode.STORE_VALUE_REFUSED
+    exit_code = EXIT_BAD_INPUT
 
 
 class StaleRevisionError(GpuplexError):

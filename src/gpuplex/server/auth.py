@@ -30,7 +30,12 @@ def current_principal(
     identity = ctx.tokens.authenticate(credentials.credentials, ctx.now())
     if identity is None:
         raise ApiProblem(UNAUTHENTICATED, "the token is unknown, revoked or expired")
-    principal = Principal(name=identity.name, role=Role(identity.role), tenant=identity.tenant)
+    principal = Principal(
+        name=identity.name,
+        role=Role(identity.role),
+        tenant=identity.tenant,
+        token_prefix=identity.prefix,
+    )
     request.state.principal = principal
     return principal
 

@@ -32,6 +32,9 @@ CONFLICT = "conflict"
 METHOD_NOT_ALLOWED = "method_not_allowed"
 INTERNAL = "internal_error"
 
+#: Names and labels: no control characters (PostgreSQL refuses NUL; none belongs in a name).
+PRINTABLE = r"^[^\x00-\x1f\x7f]*$"
+
 #: The one place an error code becomes an HTTP status.
 HTTP_STATUS: dict[str, int] = {
     UNAUTHENTICATED: 401,
@@ -45,6 +48,7 @@ HTTP_STATUS: dict[str, int] = {
     ErrorCode.PLAN_INVALID: 422,
     ErrorCode.METER_INPUT_INVALID: 422,
     ErrorCode.STORE_UNAVAILABLE: 503,
+    ErrorCode.STORE_VALUE_REFUSED: 422,
     INTERNAL: 500,
 }
 

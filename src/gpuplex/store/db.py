@@ -17,9 +17,15 @@ from pathlib import Path
 from typing import Any
 
 from sqlalchemy import URL, Engine, create_engine, event, make_url
-from sqlalchemy.exc import ArgumentError, DBAPIError, NoSuchModuleError, SQLAlchemyError
+from sqlalchemy.exc import (
+    ArgumentError,
+    DataError,
+    DBAPIError,
+    NoSuchModuleError,
+    SQLAlchemyError,
+)
 
-from gpuplex.errors import StoreError
+from gpuplex.errors import StoreError, StoreValueRefused
 from gpuplex.store.migrate import upgrade_store
 
 SQLITE_BUSY_TIMEOUT_MS = 5000
@@ -70,6 +76,11 @@ def store_errors(engine: Engine) -> Iterator[None]:
     """Turn a database failure inside the block into a StoreError naming the store."""
     try:
         yield
+    except DataError as error:
+        raise StoreValueRefused(
+            f"the store refused a value: {_first_line(error)}; remove NUL characters and "
+            "keep text and numbers within their limits"
+        ) from None
     except DBAPIError as error:
         raise StoreError(
             f"store {safe_url(engine.url)} failed: {_first_line(error)}; "

@@ -31,6 +31,7 @@ from gpuplex.store.credentials import issue
 from gpuplex.store.db import store_errors
 from gpuplex.store.tables import ApiTokenRow
 
+_NO_SUCH_TOKEN_HASH = "0" * 64  # matches no token: SHA-256 of something is never all zeros
 TokenRole = Literal["platform-admin", "tenant-admin", "tenant-viewer"]
 TOKEN_ROLES: tuple[TokenRole, ...] = get_args(TokenRole)
 TokenState = Literal["active", "expired", "revoked"]
@@ -178,7 +179,9 @@ class TokenRepository:
         query = select(ApiTokenRow).where(ApiTokenRow.prefix == prefix)
         with store_errors(self._engine), Session(self._engine) as session:
             row = session.scalars(query).first()
-            if row is None or not key_matches(row.token_hash, token):
+            # an unknown prefix costs the same hash and comparison as a wrong secret
+            stored_hash = row.token_hash if row is not None else _NO_SUCH_TOKEN_HASH
+            if not key_matches(stored_hash, token) or row is None:
                 return None
             found = _token(row)
         if found.state(aware_utc(now)) != "active":

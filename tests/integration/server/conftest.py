@@ -100,6 +100,11 @@ class Api:
     clock: Clock
     tokens: dict[str, str] = field(default_factory=dict)
 
+    def actor(self, caller: str) -> str:
+        """What the audit log names `caller` by: its token's name and prefix."""
+        prefix = self.tokens[caller].split("_")[1]
+        return f"{caller}-token (token {prefix})"
+
     def headers(self, caller: str | None) -> dict[str, str]:
         return {} if caller is None else {"authorization": f"Bearer {self.tokens[caller]}"}
 

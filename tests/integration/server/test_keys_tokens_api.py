@@ -86,7 +86,7 @@ def test_tokens_create_list_and_revoke_and_a_revoked_token_is_401(api: Api) -> N
     assert (created["role"], created["tenant"], created["created_by"]) == (
         "tenant-viewer",
         TENANT_A,
-        "a-admin-token",
+        api.actor("a-admin"),
     )
     whoami = api.client.get("/api/v1/whoami", headers={"authorization": f"Bearer {token}"})
     assert whoami.json() == {"name": "alpha-ci", "role": "tenant-viewer", "tenant": TENANT_A}
@@ -139,3 +139,18 @@ def test_an_unknown_or_garbled_token_is_401(api: Api) -> None:
         reply = api.client.get("/api/v1/tenants", headers=headers)
         assert reply.status_code == 401, (header, reply.text)
         assert error_of(reply)["code"] == "unauthenticated"
+
+
+def test_a_token_named_like_anothers_cannot_pass_for_it_in_the_audit_log(api: Api) -> None:
+    copycat = api.post(
+        "/tokens",
+        "a-admin",
+        json={"name": "admin-token", "role": "tenant-admin", "tenant": TENANT_A},
+    ).json()
+    api.tokens["copycat"] = copycat["token"]
+
+    assert api.post(f"/tenants/{TENANT_A}/keys", "copycat", json={}).status_code == 201
+
+    [entry] = api.get("/audit", params={"action": "key.create"}).json()["items"]
+    assert entry["actor"] == f"admin-token (token {copycat['prefix']})"
+    assert entry["actor"] != api.actor("admin")

@@ -40,7 +40,7 @@ def test_apply_stores_a_revision_that_get_spec_returns(bare_api: Api) -> None:
     applied = reply.json()
     assert applied["revision"] == 1
     assert applied["spec_sha256"] == preview["spec_sha256"]
-    assert applied["actor"] == "admin-token"
+    assert applied["actor"] == bare_api.actor("admin")
     assert applied["summary"]["replicas_placed"] == 3
     spec = bare_api.get("/spec").json()
     assert (spec["revision"], spec["spec_yaml"]) == (1, SPEC_YAML)

@@ -49,10 +49,19 @@ class Principal:
     name: str
     role: Role
     tenant: str | None = None  # None only for platform admins
+    token_prefix: str | None = None  # the token's public prefix: names it beyond doubt
 
     @property
     def is_platform(self) -> bool:
         return self.role is Role.PLATFORM_ADMIN
+
+    @property
+    def actor(self) -> str:
+        """Who the audit log says did it: the token's name, which its creator chose freely, and
+        its prefix, which nobody chooses, so no one can pass for another."""
+        if self.token_prefix is None:
+            return self.name
+        return f"{self.name} (token {self.token_prefix})"
 
 
 #: What each tenant-scoped role may do on its own tenant. Platform admins may do everything.

@@ -14,7 +14,7 @@ from gpuplex.host.state import StateDir
 from gpuplex.server.auth import CurrentPrincipal, require
 from gpuplex.server.context import ServerContext, server_context
 from gpuplex.server.pages import Cursor, Limit, Page, decode_cursor, encode_cursor
-from gpuplex.server.problems import ERROR_RESPONSES
+from gpuplex.server.problems import ERROR_RESPONSES, PRINTABLE
 from gpuplex.server.routes.tenants import redact_tenants
 from gpuplex.store import AuditEntry
 
@@ -63,7 +63,7 @@ def audit_reply(entry: AuditEntry) -> AuditReply:
 def list_audit(
     principal: CurrentPrincipal,
     ctx: Context,
-    action: Annotated[str | None, Query(max_length=64)] = None,
+    action: Annotated[str | None, Query(max_length=64, pattern=PRINTABLE)] = None,
     tenant: Annotated[str | None, Query(max_length=253)] = None,
     limit: Limit = 100,
     cursor: Cursor = None,

@@ -107,7 +107,7 @@ def set_budget(
         body.amount,
         applied.spec.pricing.currency,
         now=ctx.now(),
-        actor=principal.name,
+        actor=principal.actor,
         thresholds_percent=sorted(set(body.thresholds_percent)),
         webhook_url=webhook,
     )
@@ -123,5 +123,5 @@ def delete_budget(tenant: str, principal: CurrentPrincipal, ctx: Context) -> Bud
         raise ApiProblem(
             ErrorCode.NOT_FOUND, f"tenant {tenant!r} has no budget set through the API"
         )
-    ctx.budgets.delete(tenant, ctx.now(), principal.name)
+    ctx.budgets.delete(tenant, ctx.now(), principal.actor)
     return _reply(budget_view(ctx, applied, tenant, ctx.now()))

@@ -14,7 +14,7 @@ from gpuplex.errors import ErrorCode
 from gpuplex.server.auth import CurrentPrincipal, require
 from gpuplex.server.context import ServerContext, server_context
 from gpuplex.server.pages import Cursor, Limit, Page, page_of
-from gpuplex.server.problems import ERROR_RESPONSES, INVALID_REQUEST, ApiProblem
+from gpuplex.server.problems import ERROR_RESPONSES, INVALID_REQUEST, PRINTABLE, ApiProblem
 from gpuplex.server.routes.tenants import applied_tenant
 from gpuplex.server.times import checked_time
 from gpuplex.store import ApiKey, KeyLimits
@@ -24,7 +24,7 @@ Context = Annotated[ServerContext, Depends(server_context)]
 
 
 class KeyCreateRequest(BaseModel):
-    name: str = Field(default="", max_length=200)
+    name: str = Field(default="", max_length=200, pattern=PRINTABLE)
     models: list[str] = Field(
         default_factory=list, max_length=100, description="Empty: every model of the tenant."
     )
@@ -103,7 +103,7 @@ def create_key(
         )
     limits = KeyLimits(body.requests_per_min, body.tokens_per_min, body.concurrent_requests)
     secret, key = ctx.keys.create(
-        tenant, body.name, body.models, body.expires_at, limits, now, principal.name
+        tenant, body.name, body.models, body.expires_at, limits, now, principal.actor
     )
     return KeyCreatedReply(**key_reply(key, now).model_dump(), key=secret)
 
@@ -115,4 +115,4 @@ def revoke_key(tenant: str, prefix: str, principal: CurrentPrincipal, ctx: Conte
     if not any(k.prefix == prefix for k in ctx.keys.list(tenant)):
         raise ApiProblem(ErrorCode.NOT_FOUND, f"tenant {tenant!r} has no key {prefix!r}")
     now = ctx.now()
-    return key_reply(ctx.keys.revoke(prefix, now, principal.name), now)
+    return key_reply(ctx.keys.revoke(prefix, now, principal.actor), now)

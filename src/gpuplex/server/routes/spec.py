@@ -89,7 +89,7 @@ def apply_spec(body: ApplyRequest, principal: CurrentPrincipal, ctx: Context) ->
     """Store the spec and its plan as the next revision; 409 `spec_stale` when `base_revision`
     is not the applied revision."""
     require(principal, Action.SPEC_WRITE)
-    revision, plan = apply(ctx, body.spec_yaml, body.base_revision, principal.name)
+    revision, plan = apply(ctx, body.spec_yaml, body.base_revision, principal.actor)
     return RevisionReply(
         revision=revision.revision,
         created_at=revision.created_at,

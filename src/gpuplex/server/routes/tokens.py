@@ -14,7 +14,13 @@ from gpuplex.errors import ErrorCode
 from gpuplex.server.auth import CurrentPrincipal, require
 from gpuplex.server.context import ServerContext, server_context
 from gpuplex.server.pages import Cursor, Limit, Page, page_of
-from gpuplex.server.problems import ERROR_RESPONSES, FORBIDDEN, INVALID_REQUEST, ApiProblem
+from gpuplex.server.problems import (
+    ERROR_RESPONSES,
+    FORBIDDEN,
+    INVALID_REQUEST,
+    PRINTABLE,
+    ApiProblem,
+)
 from gpuplex.server.routes.tenants import applied_tenant
 from gpuplex.server.times import checked_time
 from gpuplex.store.tokens import ApiToken
@@ -24,7 +30,9 @@ Context = Annotated[ServerContext, Depends(server_context)]
 
 
 class TokenCreateRequest(BaseModel):
-    name: str = Field(min_length=1, max_length=200, description="Who or what uses it.")
+    name: str = Field(
+        min_length=1, max_length=200, pattern=PRINTABLE, description="Who or what uses it."
+    )
     role: Role
     tenant: str | None = Field(default=None, description="Required for the tenant roles.")
     expires_at: datetime | None = None
@@ -100,7 +108,7 @@ def create_token(
         tenant=body.tenant,
         expires_at=body.expires_at,
         now=now,
-        actor=principal.name,
+        actor=principal.actor,
     )
     return TokenCreatedReply(**token_reply(token).model_dump(), token=secret)
 
@@ -110,7 +118,7 @@ def revoke_token(prefix: str, principal: CurrentPrincipal, ctx: Context) -> Toke
     require(principal, Action.TOKEN_WRITE, principal.tenant)
     if not any(t.prefix == prefix for t in _visible(principal, ctx)):
         raise ApiProblem(ErrorCode.NOT_FOUND, f"no token {prefix!r}")
-    return token_reply(ctx.tokens.revoke(prefix, ctx.now(), principal.name))
+    return token_reply(ctx.tokens.revoke(prefix, ctx.now(), principal.actor))
 
 
 class WhoAmIReply(BaseModel):
