@@ -76,6 +76,7 @@ def _check_run(exit_code: int, stdout: str, output: str, state_dir: Path, port: 
     for tenant in ("northwind", "contoso", "adatum", "hobbyists"):
         assert f"  {tenant}: gpx_" in stdout
     assert _alive_pids_of(state_dir) == []
+    assert (state_dir / "store").stat().st_mode & 0o777 == 0o700  # the owner's only
     started = {
         json.loads(line)["target"]
         for line in (state_dir / "host" / "events.jsonl").read_text().splitlines()

@@ -23,7 +23,9 @@ from gpuplex.clock import now_s, sleep_s
 from gpuplex.errors import HostActionError
 from gpuplex.settings import inherited_environment
 
-UNPRIVILEGED_USER = "nobody"
+#: Whom the gateway runs as when `up` runs as root: its own system user where the operator made
+#: one (`useradd --system gpuplex`), else nobody, which other services may share.
+GATEWAY_USERS = ("gpuplex", "nobody")
 
 
 @dataclass
@@ -56,8 +58,16 @@ def unprivileged_user() -> RunAs | None:
     """As root: the unprivileged user the gateway runs as; otherwise None (run as oneself)."""
     if os.geteuid() != 0:
         return None
-    entry = pwd.getpwnam(UNPRIVILEGED_USER)
-    return RunAs(entry.pw_uid, entry.pw_gid, UNPRIVILEGED_USER)
+    for name in GATEWAY_USERS:
+        try:
+            entry = pwd.getpwnam(name)
+        except KeyError:
+            continue
+        return RunAs(entry.pw_uid, entry.pw_gid, name)
+    raise HostActionError(
+        f"running as root, and none of the users {', '.join(GATEWAY_USERS)} exists to run the "
+        "gateway as (it never runs as root): create one with `useradd --system gpuplex`"
+    )
 
 
 def python_command(run_as: RunAs | None) -> tuple[list[str], dict[str, str]]:

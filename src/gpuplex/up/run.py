@@ -84,9 +84,16 @@ def run_up(settings: UpSettings, console: Console) -> None:
         )
     gateway_spec = root / "gateway" / "spec.yaml"
     shutil.copyfile(settings.spec_path, gateway_spec)
+    (root / "store").chmod(0o700)  # specs, usage and webhook URLs: the owner's only
     if run_as is not None:
         _hand_over(root / "store", run_as)
         _hand_over(root / "gateway", run_as)
+        if run_as.name == "nobody":
+            err.print(
+                "[yellow]note[/]: the gateway runs as nobody and owns the SQLite store, which "
+                "other services running as nobody could then read and change; create a "
+                "`gpuplex` system user (useradd --system gpuplex) and it runs as that instead"
+            )
     python, extra_env = children.python_command(run_as)
     host_argv = [sys.executable, "-m", "gpuplex.cli", "host", "run", str(host_spec)]
     host_argv += ["--state-dir", str(dirs.root), "--driver", driver_name]
