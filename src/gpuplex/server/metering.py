@@ -68,9 +68,9 @@ class Metering:
         # revision's plan at every pass grew with the history (half a millisecond each)
         self._plans: dict[int, Plan] = {}
 
-    def plan_intervals(self) -> list[PlanInterval]:
-        """Every applied revision's plan with the time it was in force."""
-        revisions = sorted(self._revisions.list(limit=100_000), key=lambda r: r.revision)
+    def plan_intervals(self, start: datetime, end: datetime) -> list[PlanInterval]:
+        """The plans in force during [start, end), each with the time it was in force."""
+        revisions = self._revisions.in_force(start, end)
         intervals = []
         for this, following in zip(revisions, [*revisions[1:], None], strict=True):
             plan = self._plans.get(this.revision)
@@ -80,6 +80,7 @@ class Metering:
                 PlanInterval(
                     plan=plan,
                     active_from=this.created_at,
+                    # the last one here may have been replaced after `end`: clipping ends it there
                     active_until=following.created_at if following is not None else None,
                 )
             )
@@ -119,16 +120,17 @@ class Metering:
     def catch_up(self, now: datetime) -> RollupResult:
         """Roll up every whole window since the last one rolled up (or the first revision), and
         again those that ended within LATE_S of `now` (their late inputs count; rows are replaced)."""
-        intervals = self.plan_intervals()
-        if not intervals:
+        first = self._revisions.first_applied_at()
+        if first is None:
             return RollupResult(0, 0, None)
-        first = intervals[0].active_from
         resume = self._rollups.last_window_end("allocation") or first
         recent = max(first, now - timedelta(seconds=LATE_S))
         start = _floor(min(resume, recent), self.window_s)
         end_of_whole = _floor(now, self.window_s)
+        last = min(end_of_whole, start + timedelta(seconds=self.window_s * MAX_WINDOWS_PER_PASS))
+        intervals = self.plan_intervals(start, max(last, start))
         windows = rows = 0
-        while start < end_of_whole and windows < MAX_WINDOWS_PER_PASS:
+        while start < last:
             window = MeterWindow(start, start + timedelta(seconds=self.window_s))
             rows += self.roll_up_window(window, intervals)
             windows += 1
@@ -137,8 +139,8 @@ class Metering:
 
     def roll_up_range(self, start: datetime, end: datetime) -> RollupResult:
         """Recompute the whole windows that [start, end) touches (idempotent: rerun at will)."""
-        intervals = self.plan_intervals()
         cursor = _floor(start, self.window_s)
+        intervals = self.plan_intervals(cursor, max(end, cursor))
         windows = rows = 0
         while cursor < end:
             window = MeterWindow(cursor, cursor + timedelta(seconds=self.window_s))

@@ -61,6 +61,32 @@ class SpecRevisions:
         with store_errors(self._engine), Session(self._engine) as session:
             return [_revision(row) for row in session.scalars(query)]
 
+    def in_force(self, start: datetime, end: datetime) -> builtins.list[SpecRevision]:
+        """The revisions in force at some moment of [start, end), oldest first: the newest one
+        applied before `start`, and every one applied inside."""
+        start, end = aware_utc(start), aware_utc(end)
+        before = (
+            select(SpecRevisionRow)
+            .where(SpecRevisionRow.created_at < start)
+            .order_by(SpecRevisionRow.id.desc())
+            .limit(1)
+        )
+        inside = (
+            select(SpecRevisionRow)
+            .where(SpecRevisionRow.created_at >= start, SpecRevisionRow.created_at < end)
+            .order_by(SpecRevisionRow.id)
+        )
+        with store_errors(self._engine), Session(self._engine) as session:
+            rows = [*session.scalars(before), *session.scalars(inside)]
+            return [_revision(row) for row in rows]
+
+    def first_applied_at(self) -> datetime | None:
+        """When the first revision was applied; None before any."""
+        query = select(SpecRevisionRow.created_at).order_by(SpecRevisionRow.id).limit(1)
+        with store_errors(self._engine), Session(self._engine) as session:
+            first: datetime | None = session.scalars(query).first()
+            return first
+
     def append(
         self,
         spec_yaml: str,

@@ -113,3 +113,22 @@ def test_appends_racing_on_one_base_let_exactly_one_win(store_url: str) -> None:
     finally:
         for engine in engines:
             engine.dispose()
+
+
+def test_in_force_gives_the_revision_before_a_range_and_those_inside_it(engine: Engine) -> None:
+    specs = SpecRevisions(engine)
+    assert specs.first_applied_at() is None
+    assert specs.in_force(T0, T0 + timedelta(hours=1)) == []
+    base = None
+    for n in (1, 2, 3, 4):  # applied at minutes 1, 2, 3 and 4
+        base = apply(specs, n, base).revision
+
+    def numbers(start_min: int, end_min: int) -> list[int]:
+        start, end = T0 + timedelta(minutes=start_min), T0 + timedelta(minutes=end_min)
+        return [r.revision for r in specs.in_force(start, end)]
+
+    assert numbers(0, 1) == []  # nothing was applied yet
+    assert numbers(2, 4) == [1, 2, 3]  # the one applied before the range, then those inside
+    assert numbers(5, 9) == [4]  # only the newest, applied before the range
+    assert numbers(3, 3) == [2]
+    assert specs.first_applied_at() == T0 + timedelta(minutes=1)
