@@ -5,9 +5,10 @@ prefix collision. The caller's `insert` adds the row and its audit entry in one 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TypeVar
+from datetime import datetime
+from typing import Literal, TypeVar
 
-from sqlalchemy import Engine
+from sqlalchemy import Engine, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
@@ -15,10 +16,13 @@ from gpuplex.core.serve.keys import PREFIX_CHARS, format_key
 from gpuplex.errors import StoreError
 from gpuplex.ids import random_hex, random_token
 from gpuplex.store.db import safe_url, store_errors
+from gpuplex.store.tables import ApiKeyRow, ApiTokenRow
 
 SECRET_BYTES = 32
 PREFIX_ATTEMPTS = 8
 T = TypeVar("T")
+CredentialRow = TypeVar("CredentialRow", ApiKeyRow, ApiTokenRow)
+CredentialState = Literal["active", "expired", "revoked"]
 
 
 def new_prefix() -> str:
@@ -53,3 +57,32 @@ def issue(
         f"store {safe_url(engine.url)}: no free {what} prefix after {PREFIX_ATTEMPTS} attempts; "
         "try again"
     )
+
+
+def credential_state(
+    revoked_at: datetime | None, expires_at: datetime | None, now: datetime
+) -> CredentialState:
+    if revoked_at is not None:
+        return "revoked"
+    if expires_at is not None and expires_at <= now:
+        return "expired"
+    return "active"
+
+
+def mark_revoked(
+    session: Session, row_type: type[CredentialRow], prefix: str, now: datetime
+) -> tuple[CredentialRow | None, bool]:
+    """Revoke the credential with `prefix` in the caller's transaction, unless it already is:
+    (its row, None if there is none; whether this call revoked it)."""
+    result = session.execute(
+        update(row_type)
+        .where(row_type.prefix == prefix, row_type.revoked_at.is_(None))
+        .values(revoked_at=now)
+    )
+    changed = getattr(result, "rowcount", 0) == 1
+    row = session.scalars(select(row_type).where(row_type.prefix == prefix)).first()
+    return row, changed
+
+
+def iso_or_none(at: datetime | None) -> str | None:
+    return at.isoformat() if at is not None else None

@@ -10,21 +10,28 @@ from __future__ import annotations
 import builtins
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
-from typing import Any, Literal
+from datetime import datetime
+from typing import Any
 
-from sqlalchemy import Engine, func, or_, select, update
+from sqlalchemy import Engine, func, or_, select
 from sqlalchemy.orm import Session
 
 from gpuplex.core.serve.keys import KEY_SCHEME, key_hash
 from gpuplex.errors import NotFoundError
 from gpuplex.store import credentials
 from gpuplex.store.audit import append_audit
-from gpuplex.store.credentials import issue
+from gpuplex.store.columns import aware_utc
+from gpuplex.store.credentials import (
+    CredentialState,
+    credential_state,
+    iso_or_none,
+    issue,
+    mark_revoked,
+)
 from gpuplex.store.db import store_errors
 from gpuplex.store.tables import ApiKeyRow
 
-KeyState = Literal["active", "expired", "revoked"]
+KeyState = CredentialState
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,11 +63,7 @@ class ApiKey:
         return KeyLimits(self.requests_per_min, self.tokens_per_min, self.concurrent_requests)
 
     def state(self, now: datetime) -> KeyState:
-        if self.revoked_at is not None:
-            return "revoked"
-        if self.expires_at is not None and self.expires_at <= now:
-            return "expired"
-        return "active"
+        return credential_state(self.revoked_at, self.expires_at, now)
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,8 +97,8 @@ class KeyRepository:
         actor: str,
     ) -> tuple[str, ApiKey]:
         """A new key: (the key string, to show once; what is stored about it)."""
-        now = _utc(now)
-        expires_at = _utc(expires_at) if expires_at is not None else None
+        now = aware_utc(now)
+        expires_at = aware_utc(expires_at) if expires_at is not None else None
 
         def insert(session: Session, prefix: str, token: str) -> ApiKey:
             row = ApiKeyRow(
@@ -137,15 +140,9 @@ class KeyRepository:
 
     def revoke(self, prefix: str, now: datetime, actor: str) -> ApiKey:
         """Revoke a key by its prefix. Revoking a revoked key changes nothing but the audit log."""
-        now = _utc(now)
+        now = aware_utc(now)
         with store_errors(self._engine), Session(self._engine) as session, session.begin():
-            result = session.execute(
-                update(ApiKeyRow)
-                .where(ApiKeyRow.prefix == prefix, ApiKeyRow.revoked_at.is_(None))
-                .values(revoked_at=now)
-            )
-            changed = getattr(result, "rowcount", 0) == 1
-            row = session.scalars(select(ApiKeyRow).where(ApiKeyRow.prefix == prefix)).first()
+            row, changed = mark_revoked(session, ApiKeyRow, prefix, now)
             if row is None:
                 raise NotFoundError(
                     f"no API key with prefix {prefix!r}; `gpuplex keys list` shows the prefixes"
@@ -153,7 +150,7 @@ class KeyRepository:
             key = _api_key(row)
             detail: dict[str, Any] = {"tenant": key.tenant, "name": key.name}
             if not changed:
-                detail["already_revoked_at"] = _iso(key.revoked_at)
+                detail["already_revoked_at"] = iso_or_none(key.revoked_at)
             append_audit(
                 session,
                 at=now,
@@ -206,18 +203,8 @@ def _audit_detail(key: ApiKey) -> dict[str, Any]:
         "tenant": key.tenant,
         "name": key.name,
         "models": list(key.models),
-        "expires_at": _iso(key.expires_at),
+        "expires_at": iso_or_none(key.expires_at),
         "requests_per_min": key.requests_per_min,
         "tokens_per_min": key.tokens_per_min,
         "concurrent_requests": key.concurrent_requests,
     }
-
-
-def _utc(at: datetime) -> datetime:
-    if at.tzinfo is None:
-        raise ValueError(f"naive datetime {at.isoformat()}: pass a timezone-aware UTC time")
-    return at.astimezone(UTC)
-
-
-def _iso(at: datetime | None) -> str | None:
-    return at.isoformat() if at is not None else None

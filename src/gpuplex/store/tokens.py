@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal, get_args
 
-from sqlalchemy import Engine, select, update
+from sqlalchemy import Engine, select
 from sqlalchemy.orm import Session
 
 from gpuplex.core.serve.keys import (
@@ -27,14 +27,20 @@ from gpuplex.errors import NotFoundError, StoreError
 from gpuplex.store import credentials
 from gpuplex.store.audit import append_audit
 from gpuplex.store.columns import aware_utc
-from gpuplex.store.credentials import issue
+from gpuplex.store.credentials import (
+    CredentialState,
+    credential_state,
+    iso_or_none,
+    issue,
+    mark_revoked,
+)
 from gpuplex.store.db import store_errors
 from gpuplex.store.tables import ApiTokenRow
 
 _NO_SUCH_TOKEN_HASH = "0" * 64  # matches no token: SHA-256 of something is never all zeros
 TokenRole = Literal["platform-admin", "tenant-admin", "tenant-viewer"]
 TOKEN_ROLES: tuple[TokenRole, ...] = get_args(TokenRole)
-TokenState = Literal["active", "expired", "revoked"]
+TokenState = CredentialState
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,11 +57,7 @@ class ApiToken:
     revoked_at: datetime | None
 
     def state(self, now: datetime) -> TokenState:
-        if self.revoked_at is not None:
-            return "revoked"
-        if self.expires_at is not None and self.expires_at <= now:
-            return "expired"
-        return "active"
+        return credential_state(self.revoked_at, self.expires_at, now)
 
 
 @dataclass(frozen=True, slots=True)
@@ -143,13 +145,7 @@ class TokenRepository:
         """Revoke a token by its prefix. Revoking a revoked token changes nothing but the audit log."""
         now = aware_utc(now)
         with store_errors(self._engine), Session(self._engine) as session, session.begin():
-            result = session.execute(
-                update(ApiTokenRow)
-                .where(ApiTokenRow.prefix == prefix, ApiTokenRow.revoked_at.is_(None))
-                .values(revoked_at=now)
-            )
-            changed = getattr(result, "rowcount", 0) == 1
-            row = session.scalars(select(ApiTokenRow).where(ApiTokenRow.prefix == prefix)).first()
+            row, changed = mark_revoked(session, ApiTokenRow, prefix, now)
             if row is None:
                 raise NotFoundError(
                     f"no control-plane token with prefix {prefix!r}; list the tokens to see "
@@ -224,10 +220,6 @@ def _shown(token: ApiToken) -> dict[str, Any]:
         "name": token.name,
         "role": token.role,
         "tenant": token.tenant,
-        "expires_at": _iso(token.expires_at),
-        "revoked_at": _iso(token.revoked_at),
+        "expires_at": iso_or_none(token.expires_at),
+        "revoked_at": iso_or_none(token.revoked_at),
     }
-
-
-def _iso(at: datetime | None) -> str | None:
-    return at.isoformat() if at is not None else None
