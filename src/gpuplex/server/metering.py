@@ -128,14 +128,8 @@ class Metering:
         start = _floor(min(resume, recent), self.window_s)
         end_of_whole = _floor(now, self.window_s)
         last = min(end_of_whole, start + timedelta(seconds=self.window_s * MAX_WINDOWS_PER_PASS))
-        intervals = self.plan_intervals(start, max(last, start))
-        windows = rows = 0
-        while start < last:
-            window = MeterWindow(start, start + timedelta(seconds=self.window_s))
-            rows += self.roll_up_window(window, intervals)
-            windows += 1
-            start = window.end
-        return RollupResult(windows, rows, start if windows else resume)
+        result = self.roll_up_range(start, last)
+        return result if result.windows else RollupResult(0, 0, resume)
 
     def roll_up_range(self, start: datetime, end: datetime) -> RollupResult:
         """Recompute the whole windows that [start, end) touches (idempotent: rerun at will)."""
