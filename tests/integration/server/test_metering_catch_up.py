@@ -4,7 +4,7 @@ moves it seconds later) are counted by a later pass, and resuming never counts a
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import datetime, timedelta
 from decimal import Decimal
 
 import pytest
@@ -95,3 +95,31 @@ def test_each_revisions_plan_is_validated_once_over_many_passes(
         api.clock.advance(MINUTE)
         api.ctx.metering.catch_up(api.clock())
     assert len(validated) == 4  # the four revisions, once each, not once per pass
+
+
+def test_a_statement_is_summed_again_only_after_a_rollup_wrote(
+    api: Api, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    api.clock.advance(5 * MINUTE)
+    api.ctx.metering.catch_up(api.clock())
+    applied = api.ctx.current.get()
+    assert applied is not None
+    period = MeterWindow(T0, T0 + timedelta(days=1))
+    summed: list[MeterWindow] = []
+    real = api.ctx.rollups.totals
+
+    def counting(start: datetime, end: datetime) -> dict[tuple[str, str, str, str], Decimal]:
+        summed.append(MeterWindow(start, end))
+        return real(start, end)
+
+    monkeypatch.setattr(api.ctx.rollups, "totals", counting)
+    first = api.ctx.metering.fleet_statement(period, applied)
+    assert api.ctx.metering.fleet_statement(period, applied) is first
+    assert len(summed) == 1
+
+    api.ctx.usage.insert_many([record("late", timedelta(seconds=40))])
+    api.ctx.metering.roll_up_range(T0, T0 + MINUTE)  # same windows, new rows
+    again = api.ctx.metering.fleet_statement(period, applied)
+
+    assert len(summed) == 2
+    assert again is not first
