@@ -87,12 +87,15 @@ class StateDir:
             out.flush()
             os.fsync(out.fileno())
 
-    def events(self) -> list[Event]:
+    def events(self, last: int | None = None) -> list[Event]:
+        """The events, oldest first; only the `last` ones if given, read from the end of the file
+        (it only grows, and status pages and the control plane want the newest)."""
         path = self.root / "events.jsonl"
         if not path.exists():
             return []
+        lines = path.read_text().splitlines() if last is None else _last_lines(path, last)
         found = []
-        for line in path.read_text().splitlines():
+        for line in lines:
             try:
                 found.append(Event.model_validate_json(line))
             except ValidationError:
@@ -128,6 +131,21 @@ class StateDir:
 
 
 M = TypeVar("M", bound=BaseModel)
+
+
+def _last_lines(path: Path, count: int, block_bytes: int = 65536) -> list[str]:
+    """The last `count` lines of a text file, reading backwards a block at a time."""
+    if count <= 0:
+        return []
+    with path.open("rb") as file:
+        end = file.seek(0, os.SEEK_END)
+        data = b""
+        while end > 0 and data.count(b"\n") <= count:
+            start = max(0, end - block_bytes)
+            file.seek(start)
+            data = file.read(end - start) + data
+            end = start
+    return data.decode(errors="replace").splitlines()[-count:]
 
 
 def _read(path: Path, model: type[M]) -> M | None:

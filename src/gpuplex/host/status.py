@@ -107,5 +107,5 @@ def host_status(dirs: StateDir, driver: GpuDriver, events: int = 10) -> HostStat
         gpus=gpu.gpus,
         replicas=replicas,
         mps_daemons=daemons,
-        recent_events=dirs.events()[-events:],
+        recent_events=dirs.events(last=events),
     )

@@ -4,13 +4,14 @@ lock admits one holder; logs rotate by copy-and-truncate while the writer keeps 
 from __future__ import annotations
 
 import os
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
 
 from gpuplex.errors import HostStateError
 from gpuplex.host.logs import rotate_if_large
-from gpuplex.host.state import HostState, StateDir
+from gpuplex.host.state import Event, HostState, StateDir, _last_lines
 
 
 def test_state_round_trips_and_a_damaged_file_says_what_to_do(tmp_path: Path) -> None:
@@ -45,6 +46,28 @@ def test_a_torn_last_event_line_is_skipped(tmp_path: Path) -> None:
         '{"at": "2026-11-22T05:00:01Z", "kind": "exi'
     )
     assert [e.kind for e in dirs.events()] == ["started"]
+
+
+@pytest.mark.parametrize("block_bytes", [7, 64, 65536])
+def test_the_last_events_are_read_from_the_end(tmp_path: Path, block_bytes: int) -> None:
+    dirs = StateDir(tmp_path)
+    dirs.create()
+    for n in range(50):
+        dirs.append_event(
+            Event(
+                at=datetime(2026, 11, 22, 5, tzinfo=UTC),
+                kind="started",
+                target=f"t/w#{n}",
+                message="ok",
+            )
+        )
+    path = tmp_path / "events.jsonl"
+
+    assert _last_lines(path, 3, block_bytes) == path.read_text().splitlines()[-3:]
+    assert [e.target for e in dirs.events(last=3)] == ["t/w#47", "t/w#48", "t/w#49"]
+    assert len(dirs.events(last=500)) == 50
+    assert dirs.events(last=0) == []
+    assert dirs.events() == dirs.events(last=50)
 
 
 def test_logs_rotate_and_the_open_writer_carries_on(tmp_path: Path) -> None:

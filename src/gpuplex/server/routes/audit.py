@@ -114,7 +114,7 @@ def recent_events(
     applied = ctx.current.get()
     names = applied.tenant_names if applied is not None else []
     if ctx.state_dir is not None:
-        for event in StateDir(ctx.state_dir).events()[-limit * 4 :]:
+        for event in StateDir(ctx.state_dir).events(last=limit * 4):
             owner = _host_tenant(event.target)
             if tenant is not None and owner != tenant:
                 continue
