@@ -40,6 +40,11 @@ class ErrorCode(StrEnum):
     LIMITER_UNAVAILABLE = "limiter_unavailable"
     GATEWAY_INVALID = "gateway_invalid"
     METER_INPUT_INVALID = "meter_input_invalid"
+    KUBE_RENDER = "kube_render_refused"
+    KUBE_UNREACHABLE = "kube_unreachable"
+    KUBE_FORBIDDEN = "kube_forbidden"
+    KUBE_API = "kube_api_failed"
+    DCGM_INPUT_INVALID = "dcgm_input_invalid"
 
 
 #: CLI exit code for input the user must fix (bad spec, bad plan file, unknown name).
@@ -187,4 +192,41 @@ class MeterInputError(GpuplexError):
     starts, plan revisions that overlap. The message names the value and the rule it breaks."""
 
     code = ErrorCode.METER_INPUT_INVALID
+    exit_code = EXIT_BAD_INPUT
+
+
+class KubeRenderError(GpuplexError):
+    """The plan cannot be expressed as Kubernetes objects as it stands: e.g. one node's GPUs need two
+    sharing methods the NVIDIA device plugin cannot run side by side. The message names the node or
+    tenant, what clashes, and what to change in the spec."""
+
+    code = ErrorCode.KUBE_RENDER
+    exit_code = EXIT_BAD_INPUT
+
+
+class KubeApiError(GpuplexError):
+    """The Kubernetes API refused or failed a request. The message names the object and the verb."""
+
+    code = ErrorCode.KUBE_API
+    exit_code = 1
+
+
+class KubeUnreachable(KubeApiError):
+    """No Kubernetes API answered: no kubeconfig, a wrong address, a cluster that is down."""
+
+    code = ErrorCode.KUBE_UNREACHABLE
+    exit_code = 3
+
+
+class KubeForbidden(KubeApiError):
+    """RBAC forbids what gpuplex tried: the message names the verb, the resource and the namespace."""
+
+    code = ErrorCode.KUBE_FORBIDDEN
+    exit_code = 4
+
+
+class DcgmInputError(GpuplexError):
+    """dcgm-exporter text that cannot be read: the message names the line and what is wrong."""
+
+    code = ErrorCode.DCGM_INPUT_INVALID
     exit_code = EXIT_BAD_INPUT

@@ -11,6 +11,7 @@ from pydantic import Field, StrictInt
 from gpuplex.core.spec.fields import Money, SpecModel
 from gpuplex.core.spec.fleet import FleetSpec
 from gpuplex.core.spec.gateway import GatewaySpec
+from gpuplex.core.spec.kubernetes import KubernetesSpec
 from gpuplex.core.spec.runtime import HostSpec
 from gpuplex.core.spec.tenants import TenantSpec
 
@@ -98,3 +99,4 @@ class GpuplexSpec(SpecModel):
     policy: PolicySpec = Field(default_factory=PolicySpec)
     host: HostSpec = Field(default_factory=HostSpec)
     gateway: GatewaySpec = Field(default_factory=GatewaySpec)
+    kubernetes: KubernetesSpec = Field(default_factory=KubernetesSpec)

@@ -8,6 +8,7 @@ from typing import Annotated
 from pydantic import Field, StrictFloat, StrictInt
 
 from gpuplex.core.spec.fields import DnsLabel, Money, SpecModel
+from gpuplex.core.spec.kubernetes import NamespaceQuotaSpec
 from gpuplex.core.spec.workloads import WorkloadSpec
 
 
@@ -76,6 +77,10 @@ class TenantSpec(SpecModel):
         default=None,
         pattern=r"^[a-z_][a-z0-9_-]{0,31}$",
         description="Run this tenant's processes as this Unix user (the host runtime needs root).",
+    )
+    namespace_quota: NamespaceQuotaSpec | None = Field(
+        default=None,
+        description="On Kubernetes: this tenant's CPU, memory and storage quota (else kubernetes.namespace_quota).",
     )
     workloads: list[WorkloadSpec] = Field(default_factory=list)
 

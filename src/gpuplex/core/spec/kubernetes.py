@@ -1,0 +1,63 @@
+"""The `kubernetes:` section: how `gpuplex kube render` names and bounds what it renders.
+
+Everything here has a default, so a spec written for one server renders for Kubernetes unchanged.
+"""
+
+from __future__ import annotations
+
+from pydantic import Field, StrictInt, field_validator
+
+from gpuplex.core.spec.fields import DnsLabel, SpecModel
+
+TENANT_PLACEHOLDER = "{tenant}"
+
+
+class NamespaceQuotaSpec(SpecModel):
+    """What one tenant namespace may hold besides GPUs (ResourceQuota; LimitRange defaults)."""
+
+    cpu_cores: StrictInt = Field(default=64, ge=1, description="requests.cpu and limits.cpu.")
+    memory_gib: StrictInt = Field(
+        default=256, ge=1, description="requests.memory and limits.memory."
+    )
+    pvcs: StrictInt = Field(default=20, ge=0, description="PersistentVolumeClaims.")
+    storage_gib: StrictInt = Field(default=1000, ge=0, description="requests.storage.")
+
+
+class KubernetesSpec(SpecModel):
+    namespace_prefix: str = Field(
+        default="",
+        pattern=r"^([a-z0-9][-a-z0-9]{0,19})?$",
+        description="Tenant namespace = prefix + tenant name, e.g. 'tenant-'.",
+    )
+    system_namespace: DnsLabel = Field(
+        default="gpuplex-system", description="Where the gpuplex server and gateway run."
+    )
+    gpu_operator_namespace: DnsLabel = Field(
+        default="gpu-operator",
+        description="Where the NVIDIA GPU operator (device plugin, MIG manager) runs.",
+    )
+    admin_groups: list[str] = Field(
+        default_factory=lambda: ["gpuplex:{tenant}:admins"],
+        description="Groups bound to a tenant namespace's admin Role; {tenant} is filled in.",
+    )
+    viewer_groups: list[str] = Field(
+        default_factory=lambda: ["gpuplex:{tenant}:viewers"],
+        description="Groups bound to a tenant namespace's viewer Role; {tenant} is filled in.",
+    )
+    namespace_quota: NamespaceQuotaSpec = Field(
+        default_factory=NamespaceQuotaSpec,
+        description="Every tenant namespace's CPU, memory and storage quota unless the tenant sets its own.",
+    )
+    default_image: str = Field(
+        default="registry.local/gpuplex/model-server:latest",
+        min_length=1,
+        description="Image of workloads that name none.",
+    )
+
+    @field_validator("admin_groups", "viewer_groups")
+    @classmethod
+    def _groups_named(cls, groups: list[str]) -> list[str]:
+        for group in groups:
+            if not group.strip():
+                raise ValueError("a group name is empty")
+        return groups

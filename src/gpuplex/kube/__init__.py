@@ -1,0 +1,2 @@
+"""Kubernetes target: render the spec and plan as Kubernetes objects (pure), apply them through the
+official client (apply.py, the only module that imports `kubernetes`)."""

@@ -1,0 +1,47 @@
+"""`gpuplex kube render`: the spec and its plan as Kubernetes objects, in the order they apply.
+
+Pure: no cluster, no files. Each part lives in its own module; this one only puts them in order:
+cluster-scoped first (priority classes, device-plugin and MIG configs, node labels, the admission
+policy), then per tenant (namespace, quota, RBAC, network policies), then the workloads.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from gpuplex.core.plan import Plan
+from gpuplex.core.spec import GpuplexSpec
+from gpuplex.kube.admission import admission_policy
+from gpuplex.kube.naming import Manifest
+from gpuplex.kube.node_config import node_config
+from gpuplex.kube.priorities import priority_classes
+from gpuplex.kube.self_manifests import SelfOptions, self_manifests
+from gpuplex.kube.tenants import tenant_manifests
+from gpuplex.kube.workloads import workload_manifests
+
+
+@dataclass(frozen=True, slots=True)
+class Rendered:
+    manifests: list[Manifest]
+    #: What the operator should know: replicas the plan could not place, pools Kubernetes can only
+    #: approximate. Printed by the CLI; never silently dropped.
+    notes: list[str] = field(default_factory=list)
+
+
+def render_plan(spec: GpuplexSpec, plan: Plan) -> Rendered:
+    nodes = node_config(spec, plan)
+    notes = list(nodes.notes)
+    for unit in plan.infeasible:
+        notes.append(f"{unit.label()} is not rendered: the plan could not place it")
+    manifests = [
+        *priority_classes(spec),
+        *nodes.manifests,
+        *admission_policy(spec, plan),
+        *tenant_manifests(spec, plan),
+        *workload_manifests(spec, plan),
+    ]
+    return Rendered(manifests, notes)
+
+
+def render_self(spec: GpuplexSpec, options: SelfOptions) -> Rendered:
+    return Rendered(self_manifests(spec, options))
