@@ -29,6 +29,8 @@ WORKLOAD_LABEL = "gpuplex.dev/workload"
 SERVES_LABEL = "gpuplex.dev/serves"
 COMPONENT_LABEL = "app.kubernetes.io/component"
 NAME_LABEL = "app.kubernetes.io/name"
+#: `app.kubernetes.io/name` of the gateway's pods: tenant NetworkPolicies let in only these.
+GATEWAY_APP_NAME = "gpuplex-gateway"
 
 #: Node label per pool a node serves: `pool.gpuplex.dev/<pool>: "true"`; a node can serve several.
 POOL_LABEL_PREFIX = "pool.gpuplex.dev/"
