@@ -1,0 +1,168 @@
+"""`gpuplex kube render --self`: gpuplex's own server and gateway as Kubernetes objects, in
+`kubernetes.system_namespace`, labelled `gpuplex.dev/set: self` so that pruning the tenants' objects
+never touches them (and the other way round).
+
+Rendered: the Namespace, ServiceAccounts, the server's ClusterRole and binding (it may apply what
+`gpuplex kube apply` applies), the spec as a ConfigMap (the gateway reaching the model servers
+through their Services), the server and gateway Deployments with Services, the gateway's
+autoscaler, and ServiceMonitors. Not rendered: the Secrets holding the store and Redis URLs, which
+the operator creates so that no password is ever written into a manifest.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any
+
+import yaml
+
+from gpuplex.core.spec import GpuplexSpec
+from gpuplex.core.spec.gateway import LimiterBackend
+from gpuplex.kube.naming import SELF_SET, Manifest, kubernetes_backends, metadata
+from gpuplex.kube.self_monitoring import dcgm_urls, service_monitors
+from gpuplex.kube.self_options import SelfOptions, check_options
+from gpuplex.kube.self_pods import (
+    ALL_INTERFACES,
+    GATEWAY,
+    SERVER,
+    SPEC_CONFIGMAP,
+    SPEC_KEY,
+    gateway_autoscaler,
+    gateway_deployment,
+    server_deployment,
+    services,
+)
+
+__all__ = ["SelfOptions", "self_manifests", "spec_text"]
+
+RECONCILER_ROLE = "gpuplex-server-reconciler"
+WRITE = ["get", "list", "watch", "create", "update", "patch", "delete"]
+
+
+def self_manifests(spec: GpuplexSpec, options: SelfOptions) -> list[Manifest]:
+    """Every object of the self set, in apply order. Raises KubeRenderError for bad options."""
+    check_options(options)
+    text = spec_text(spec, options)
+    sha256 = hashlib.sha256(text.encode()).hexdigest()
+    manifests = [
+        _namespace(spec),
+        *_service_accounts(spec),
+        *_reconciler_rbac(spec),
+        _spec_configmap(spec, text),
+        *services(spec, options),
+        server_deployment(spec, options, sha256, dcgm_urls(spec, options)),
+        gateway_deployment(spec, options, sha256),
+    ]
+    if options.gateway_autoscale:
+        manifests.append(gateway_autoscaler(spec, options))
+    manifests.extend(service_monitors(spec, options))
+    return manifests
+
+
+def spec_text(spec: GpuplexSpec, options: SelfOptions) -> str:
+    """The spec the pods read: the operator's, with the gateway listening on the pod's address,
+    reaching each served workload through its Service, sharing its limits in Redis across
+    replicas, and serving /metrics to the networks Prometheus scrapes from."""
+    data: dict[str, Any] = spec.model_dump(mode="json", exclude_defaults=True)
+    gateway: dict[str, Any] = data.setdefault("gateway", {})
+    gateway["host"] = ALL_INTERFACES
+    gateway["limiter"] = LimiterBackend.REDIS.value
+    gateway["backends"] = kubernetes_backends(spec)
+    gateway["metrics_from"] = list(options.metrics_from)
+    return yaml.safe_dump({"version": spec.version, **data}, sort_keys=False)
+
+
+def _namespace(spec: GpuplexSpec) -> Manifest:
+    """gpuplex's pods meet the `restricted` Pod Security Standard, so the namespace enforces it."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Namespace",
+        "metadata": metadata(
+            spec.kubernetes.system_namespace,
+            set_name=SELF_SET,
+            extra_labels={
+                "pod-security.kubernetes.io/enforce": "restricted",
+                "pod-security.kubernetes.io/warn": "restricted",
+            },
+        ),
+    }
+
+
+def _service_accounts(spec: GpuplexSpec) -> list[Manifest]:
+    """One each, so the server's API rights never reach the gateway, which needs none."""
+    namespace = spec.kubernetes.system_namespace
+    return [
+        {
+            "apiVersion": "v1",
+            "kind": "ServiceAccount",
+            "metadata": metadata(name, namespace=namespace, set_name=SELF_SET),
+            "automountServiceAccountToken": name == SERVER,
+        }
+        for name in (SERVER, GATEWAY)
+    ]
+
+
+def _spec_configmap(spec: GpuplexSpec, text: str) -> Manifest:
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": metadata(
+            SPEC_CONFIGMAP, namespace=spec.kubernetes.system_namespace, set_name=SELF_SET
+        ),
+        "data": {SPEC_KEY: text},
+    }
+
+
+def _rule(groups: list[str], resources: list[str], verbs: list[str]) -> dict[str, Any]:
+    return {"apiGroups": groups, "resources": resources, "verbs": list(verbs)}
+
+
+#: What `gpuplex kube apply` writes for the plan set. Nodes are only labelled and tainted, never
+#: created or deleted. The tenant Roles grant rights the server does not hold itself, so it may
+#: `escalate` (write such Roles) and `bind` them; that makes this account a cluster administrator
+#: of tenant namespaces in effect, as the component that owns them.
+RECONCILER_RULES = [
+    _rule([""], ["namespaces", "configmaps", "services", "resourcequotas", "limitranges"], WRITE),
+    _rule([""], ["nodes"], ["get", "list", "watch", "patch"]),
+    _rule(["scheduling.k8s.io"], ["priorityclasses"], WRITE),
+    _rule(
+        ["admissionregistration.k8s.io"],
+        ["validatingadmissionpolicies", "validatingadmissionpolicybindings"],
+        WRITE,
+    ),
+    _rule(["rbac.authorization.k8s.io"], ["roles", "rolebindings"], WRITE),
+    _rule(["rbac.authorization.k8s.io"], ["roles"], ["bind", "escalate"]),
+    _rule(["networking.k8s.io"], ["networkpolicies"], WRITE),
+    _rule(["apps"], ["deployments"], WRITE),
+    _rule(["batch"], ["jobs"], WRITE),
+]
+
+
+def _reconciler_rbac(spec: GpuplexSpec) -> list[Manifest]:
+    return [
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "ClusterRole",
+            "metadata": metadata(RECONCILER_ROLE, set_name=SELF_SET),
+            "rules": [
+                {key: list(value) for key, value in rule.items()} for rule in RECONCILER_RULES
+            ],
+        },
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "ClusterRoleBinding",
+            "metadata": metadata(RECONCILER_ROLE, set_name=SELF_SET),
+            "roleRef": {
+                "apiGroup": "rbac.authorization.k8s.io",
+                "kind": "ClusterRole",
+                "name": RECONCILER_ROLE,
+            },
+            "subjects": [
+                {
+                    "kind": "ServiceAccount",
+                    "name": SERVER,
+                    "namespace": spec.kubernetes.system_namespace,
+                }
+            ],
+        },
+    ]

@@ -1,0 +1,88 @@
+"""Prometheus scraping of gpuplex in the cluster: ServiceMonitors (Prometheus operator) for the
+server's and the gateway's /metrics and for NVIDIA's dcgm-exporter, and the exporter's URL that the
+server reads GPU samples from for metering.
+
+The GPU operator's dcgm-exporter Service is `nvidia-dcgm-exporter` in its namespace, labelled
+`app: nvidia-dcgm-exporter`, port `gpu-metrics` (9400).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gpuplex.core.spec import GpuplexSpec
+from gpuplex.kube.naming import SELF_SET, Manifest, metadata
+from gpuplex.kube.self_options import SelfOptions
+from gpuplex.kube.self_pods import GATEWAY, SERVER, app_labels
+
+MONITORING_API = "monitoring.coreos.com/v1"
+
+
+def dcgm_namespace(spec: GpuplexSpec, options: SelfOptions) -> str:
+    return options.dcgm_namespace or spec.kubernetes.gpu_operator_namespace
+
+
+def dcgm_urls(spec: GpuplexSpec, options: SelfOptions) -> list[str]:
+    """What the server scrapes (env GPUPLEX_DCGM_URLS): the exporter's Service. Its cluster IP
+    answers each connection from one exporter pod, that is one GPU node: with several GPU nodes
+    every node's series arrive only if the scraper reaches each pod behind the Service."""
+    namespace = dcgm_namespace(spec, options)
+    return [f"http://{options.dcgm_service}.{namespace}.svc:{options.dcgm_port}/metrics"]
+
+
+def service_monitors(spec: GpuplexSpec, options: SelfOptions) -> list[Manifest]:
+    namespace = spec.kubernetes.system_namespace
+    return [
+        _monitor(
+            spec,
+            options,
+            SERVER,
+            selector=app_labels(SERVER, "server"),
+            namespace=namespace,
+            endpoint={"port": "http"},
+        ),
+        _monitor(
+            spec,
+            options,
+            GATEWAY,
+            selector=app_labels(GATEWAY, "gateway"),
+            namespace=namespace,
+            endpoint={"port": "http"},
+        ),
+        _monitor(
+            spec,
+            options,
+            "gpuplex-dcgm-exporter",
+            selector={"app": options.dcgm_service},
+            namespace=dcgm_namespace(spec, options),
+            # The exporter's own `namespace`/`pod`/`container` labels name the pod using the GPU;
+            # without honorLabels Prometheus would overwrite them with the exporter pod's.
+            endpoint={"port": options.dcgm_port_name, "honorLabels": True},
+        ),
+    ]
+
+
+def _monitor(
+    spec: GpuplexSpec,
+    options: SelfOptions,
+    name: str,
+    *,
+    selector: dict[str, str],
+    namespace: str,
+    endpoint: dict[str, Any],
+) -> Manifest:
+    return {
+        "apiVersion": MONITORING_API,
+        "kind": "ServiceMonitor",
+        "metadata": metadata(
+            name,
+            namespace=spec.kubernetes.system_namespace,
+            set_name=SELF_SET,
+            extra_labels=dict(sorted(options.monitor_labels.items())),
+        ),
+        "spec": {
+            "selector": {"matchLabels": selector},
+            "namespaceSelector": {"matchNames": [namespace]},
+            "endpoints": [{**endpoint, "path": "/metrics", "interval": options.scrape_interval}],
+        },
+    }
