@@ -1,0 +1,167 @@
+"""The admission policy that keeps each tenant's pods to the GPUs the plan gives it.
+
+The ResourceQuota caps how many of each GPU resource a tenant namespace holds, but a quota of zero
+only says "none of these"; it cannot tell a pod that asks for a resource the quota does not list,
+and it says nothing about priority. This ValidatingAdmissionPolicy closes both gaps at admission:
+a pod in a tenant namespace may ask only for the `nvidia.com/` resources the plan grants that tenant
+(in requests or limits, in containers or init containers), and must run at its tenant's priority
+class, so a tenant can neither take a kind of GPU it was not planned for nor jump the preemption
+order.
+
+The CEL sticks to standard CEL (map and list literals, `in`, `all`, `has`, `startsWith`, the
+conditional) so that the tests can run the very expressions Kubernetes runs, with cel-python.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from gpuplex.core.plan import Plan
+from gpuplex.core.spec import GpuplexSpec
+from gpuplex.kube.naming import (
+    TENANT_LABEL,
+    Manifest,
+    metadata,
+    namespace_for,
+    priority_class_name,
+    tenant_gpu_requests,
+)
+
+POLICY_NAME = "gpuplex-tenant-gpu-resources"
+BINDING_NAME = POLICY_NAME
+GPU_RESOURCE_PREFIX = "nvidia.com/"
+
+#: A pod's spec cannot change its resources or priority class after creation, so an update that
+#: leaves the spec alone (a label, an owner reference, a finalizer removed by the Job controller)
+#: is not checked again: a pod admitted under an older plan must still be able to finish.
+MATCH_CREATE_OR_SPEC_CHANGE = "request.operation == 'CREATE' || object.spec != oldObject.spec"
+
+#: Every container whose resources are checked: init containers can hold a GPU as well.
+CONTAINERS = (
+    "object.spec.containers + (has(object.spec.initContainers) ? object.spec.initContainers : [])"
+)
+
+#: The GPU resources granted to the pod's namespace; none for a namespace the plan does not know.
+ALLOWED = "request.namespace in variables.grants ? variables.grants[request.namespace] : []"
+
+
+def _only_allowed(field: str) -> str:
+    """`c.resources.<field>` names no `nvidia.com/` resource outside the namespace's grant. Each
+    level is guarded with `has`, since a container may omit resources, or requests, or limits."""
+    return (
+        f"!has(c.resources.{field}) || c.resources.{field}.all(r, "
+        f"!r.startsWith('{GPU_RESOURCE_PREFIX}') || r in variables.allowed)"
+    )
+
+
+GPU_RESOURCES_ALLOWED = (
+    "variables.containers.all(c, !has(c.resources) || "
+    f"(({_only_allowed('requests')}) && ({_only_allowed('limits')})))"
+)
+
+PRIORITY_CLASS_IS_TENANTS = (
+    "has(object.spec.priorityClassName) && request.namespace in variables.priorityClasses"
+    " && object.spec.priorityClassName == variables.priorityClasses[request.namespace]"
+)
+
+
+def admission_policy(spec: GpuplexSpec, plan: Plan) -> list[Manifest]:
+    """The ValidatingAdmissionPolicy and its binding to every tenant namespace (namespaces labelled
+    with the tenant). Rendered even for a plan with no placements: then no tenant pod may ask for
+    any GPU, which is what the plan says."""
+    grants = {
+        namespace_for(spec, tenant.name): [
+            resource
+            for resource, count in tenant_gpu_requests(plan, tenant.name).items()
+            if count > 0
+        ]
+        for tenant in spec.tenants
+    }
+    priorities = {
+        namespace_for(spec, tenant.name): priority_class_name(tenant.priority)
+        for tenant in spec.tenants
+    }
+    policy: Manifest = {
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "ValidatingAdmissionPolicy",
+        "metadata": metadata(POLICY_NAME),
+        "spec": {
+            "failurePolicy": "Fail",
+            "matchConstraints": {
+                "resourceRules": [
+                    {
+                        "apiGroups": [""],
+                        "apiVersions": ["v1"],
+                        "operations": ["CREATE", "UPDATE"],
+                        "resources": ["pods"],
+                    }
+                ]
+            },
+            "matchConditions": [
+                {"name": "created-or-spec-changed", "expression": MATCH_CREATE_OR_SPEC_CHANGE}
+            ],
+            "variables": [
+                {"name": "grants", "expression": cel_map_of_lists(grants)},
+                {"name": "allowed", "expression": ALLOWED},
+                {"name": "priorityClasses", "expression": cel_map_of_strings(priorities)},
+                {"name": "containers", "expression": CONTAINERS},
+            ],
+            "validations": [
+                {
+                    "expression": GPU_RESOURCES_ALLOWED,
+                    "message": (
+                        "a pod in a gpuplex tenant namespace may ask only for the GPU resources "
+                        "the plan gives its tenant (see the namespace's ResourceQuota "
+                        "gpuplex-quota); change the pod's nvidia.com/ requests and limits, or the "
+                        "spec and apply the new plan"
+                    ),
+                    "reason": "Forbidden",
+                },
+                {
+                    "expression": PRIORITY_CLASS_IS_TENANTS,
+                    "message": (
+                        "a pod in a gpuplex tenant namespace must set priorityClassName to its "
+                        "tenant's class (gpuplex-priority-<tenant priority>), so preemption "
+                        "follows the spec's priorities"
+                    ),
+                    "reason": "Forbidden",
+                },
+            ],
+        },
+    }
+    binding: Manifest = {
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "ValidatingAdmissionPolicyBinding",
+        "metadata": metadata(BINDING_NAME),
+        "spec": {
+            "policyName": POLICY_NAME,
+            "validationActions": ["Deny"],
+            "matchResources": {
+                "namespaceSelector": {
+                    "matchExpressions": [{"key": TENANT_LABEL, "operator": "Exists"}]
+                }
+            },
+        },
+    }
+    return [policy, binding]
+
+
+def cel_string(text: str) -> str:
+    """A CEL string literal. Names here are DNS labels and resource names, but escape anyway so a
+    quote can never end the literal early."""
+    return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+def cel_list(items: Iterable[str]) -> str:
+    return "[" + ", ".join(cel_string(item) for item in items) + "]"
+
+
+def cel_map_of_lists(entries: dict[str, list[str]]) -> str:
+    """`{'ns-a': ['nvidia.com/gpu'], 'ns-b': []}`, keys sorted so the output is stable."""
+    pairs = (f"{cel_string(key)}: {cel_list(entries[key])}" for key in sorted(entries))
+    return "{" + ", ".join(pairs) + "}"
+
+
+def cel_map_of_strings(entries: dict[str, str]) -> str:
+    pairs = (f"{cel_string(key)}: {cel_string(entries[key])}" for key in sorted(entries))
+    return "{" + ", ".join(pairs) + "}"
