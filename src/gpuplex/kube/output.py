@@ -18,9 +18,28 @@ def object_id(manifest: Manifest) -> str:
     return f"{kind}/{namespace}/{name}" if namespace else f"{kind}/{name}"
 
 
+class _ManifestDumper(yaml.SafeDumper):
+    """Writes multi-line strings (the configs embedded in ConfigMaps) as `|` blocks a person can read."""
+
+
+def _text(dumper: yaml.SafeDumper, value: str) -> yaml.ScalarNode:
+    if "\n" in value and not any(line != line.rstrip() for line in value.splitlines()):
+        return dumper.represent_scalar("tag:yaml.org,2002:str", value, style="|")
+    return dumper.represent_scalar("tag:yaml.org,2002:str", value)
+
+
+_ManifestDumper.add_representer(str, _text)
+
+
+def _dump(manifests: list[Manifest]) -> str:
+    return yaml.dump_all(
+        manifests, Dumper=_ManifestDumper, sort_keys=False, default_flow_style=False, width=100
+    )
+
+
 def to_yaml(manifests: list[Manifest]) -> str:
     """A `---`-separated stream in apply order, as `kubectl apply -f -` reads it."""
-    return yaml.safe_dump_all(manifests, sort_keys=False, default_flow_style=False, width=100)
+    return _dump(manifests)
 
 
 def file_name(position: int, manifest: Manifest) -> str:
@@ -39,6 +58,6 @@ def write_directory(manifests: list[Manifest], directory: Path) -> list[Path]:
     written = []
     for position, manifest in enumerate(manifests, start=1):
         path = directory / file_name(position, manifest)
-        path.write_text(yaml.safe_dump(manifest, sort_keys=False, width=100))
+        path.write_text(_dump([manifest]))
         written.append(path)
     return written
