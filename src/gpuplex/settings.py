@@ -55,6 +55,15 @@ def export_for_workers(values: dict[str, str]) -> None:
     os.environ.update(values)
 
 
+DCGM_URLS_VARIABLE = "GPUPLEX_DCGM_URLS"
+
+
+def dcgm_urls_from_environment() -> tuple[str, ...]:
+    """$GPUPLEX_DCGM_URLS: dcgm-exporter URLs, comma-separated (blanks around them ignored)."""
+    raw = os.environ.get(DCGM_URLS_VARIABLE, "")
+    return tuple(url.strip() for url in raw.split(",") if url.strip())
+
+
 def redis_url_from_environment() -> str | None:
     return os.environ.get("GPUPLEX_REDIS_URL")
 
@@ -108,6 +117,9 @@ class ServerSettings:
     budget_webhook_timeout_s: float = 5.0
     #: networks that read /metrics without a token (others need a platform-admin token)
     metrics_from: tuple[str, ...] = ("127.0.0.0/8", "::1/128")
+    #: dcgm-exporter /metrics URLs read for GPU samples on Kubernetes; none: no DCGM reading
+    dcgm_urls: tuple[str, ...] = ()
+    dcgm_interval_s: float = 15.0  # how often they are read
 
 
 @dataclass(frozen=True, slots=True)

@@ -23,7 +23,12 @@ from rich.table import Table
 from gpuplex.cli.conventions import os_user_name, parse_duration, reported
 from gpuplex.clock import utc_now
 from gpuplex.core.access import Role
-from gpuplex.settings import ServerSettings, default_store_url
+from gpuplex.settings import (
+    DCGM_URLS_VARIABLE,
+    ServerSettings,
+    dcgm_urls_from_environment,
+    default_store_url,
+)
 
 if TYPE_CHECKING:
     from gpuplex.store.tokens import ApiToken, TokenRepository
@@ -65,15 +70,35 @@ def server_command(
             "others need a platform-admin token.",
         ),
     ] = None,
+    dcgm_url: Annotated[
+        list[str] | None,
+        typer.Option(
+            metavar="URL",
+            help="A dcgm-exporter /metrics URL to read GPU samples from on Kubernetes (repeat; "
+            f"default ${DCGM_URLS_VARIABLE}, comma-separated). A host name with several "
+            "addresses (a headless Service) is read at each.",
+        ),
+    ] = None,
+    dcgm_interval_s: Annotated[
+        float, typer.Option(min=1.0, help="Seconds between reads of the DCGM exporters.")
+    ] = 15.0,
 ) -> None:
     """Run the control plane: REST API under /api/v1, the dashboard, /metrics."""
     from gpuplex.observe.metrics_endpoint import LOOPBACK_NETWORKS, parse_networks
+    from gpuplex.server.dcgm_scrape import check_dcgm_url
     from gpuplex.server.run import run_server
 
     try:
         parse_networks(metrics_from or [])
     except ValueError as error:
         raise typer.BadParameter(str(error), param_hint="--metrics-from") from None
+    dcgm_urls = tuple(dcgm_url) if dcgm_url else dcgm_urls_from_environment()
+    for url in dcgm_urls:
+        try:
+            check_dcgm_url(url)
+        except ValueError as error:
+            where = "--dcgm-url" if dcgm_url else DCGM_URLS_VARIABLE
+            raise typer.BadParameter(str(error), param_hint=where) from None
     with reported():
         run_server(
             ServerSettings(
@@ -84,6 +109,8 @@ def server_command(
                 state_dir=state_dir,
                 rollup_interval_s=rollup_interval_s,
                 metrics_from=tuple(metrics_from or LOOPBACK_NETWORKS),
+                dcgm_urls=dcgm_urls,
+                dcgm_interval_s=dcgm_interval_s,
             )
         )
 

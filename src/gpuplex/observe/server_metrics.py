@@ -20,6 +20,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import GaugeMetricFamily, Metric
 
 from gpuplex.core.meter import month_of, month_window
+from gpuplex.observe.dcgm_metrics import DCGM_STATS, DcgmScrapeStats
 from gpuplex.observe.plan_metrics import per_gpu, tenant_allocation, tenant_held
 from gpuplex.observe.server_metric_queries import RollupTotals, latest_samples
 from gpuplex.observe.tenant_labels import TENANT_LABEL_CAP, TenantLabels
@@ -113,10 +114,12 @@ class ServerCollector:
         ctx: ServerContext,
         tenant_cap: int = TENANT_LABEL_CAP,
         alerts: FiredAlerts = FIRED_ALERTS,
+        dcgm: DcgmScrapeStats = DCGM_STATS,
     ) -> None:
         self._ctx = ctx
         self._tenant_cap = tenant_cap
         self._alerts = alerts
+        self._dcgm = dcgm
         self._totals = RollupTotals(ctx.engine)
         self._spend = MonthSpend(ctx.metering)
         self._floor = CounterFloor()
@@ -137,6 +140,7 @@ class ServerCollector:
             labels.beyond_cap,
         )
         yield alert_counter(self._alerts.snapshot(), labels)
+        yield from self._dcgm.families()
         yield from usage_counters(self._totals.totals(now), labels, self._floor)
         if applied is None:
             return

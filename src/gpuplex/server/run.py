@@ -1,5 +1,6 @@
 """Run the control plane: open the store, apply the spec file if it changed, serve the app, and
-roll usage up and check budgets in the background."""
+roll usage up and check budgets in the background (and, on Kubernetes, read GPU samples from the
+DCGM exporters)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from gpuplex.clock import utc_now
 from gpuplex.server.app import create_app
 from gpuplex.server.budget_alerts import check_budgets
 from gpuplex.server.context import ServerContext
+from gpuplex.server.dcgm_scrape import DEFAULT_TIMEOUT_S, DcgmScraper
 from gpuplex.server.spec_apply import apply, spec_sha256
 from gpuplex.settings import ServerSettings
 from gpuplex.specfile import load_spec_file
@@ -70,6 +72,11 @@ def run_server(settings: ServerSettings) -> None:
         apply_spec_file(ctx, settings.spec_path, actor=f"spec file {settings.spec_path}")
     reconciler = Reconciler(ctx, settings)
     reconciler.start()
+    scraper = None
+    if settings.dcgm_urls:  # on Kubernetes: busy time and memory per tenant replica from DCGM
+        timeout_s = min(DEFAULT_TIMEOUT_S, settings.dcgm_interval_s)
+        scraper = DcgmScraper(ctx, settings.dcgm_urls, settings.dcgm_interval_s, timeout_s)
+        scraper.start()
     try:
         uvicorn.run(
             create_app(ctx, settings.metrics_from),
@@ -80,4 +87,6 @@ def run_server(settings: ServerSettings) -> None:
         )
     finally:
         reconciler.stopping.set()
+        if scraper is not None:
+            scraper.stopping.set()
         engine.dispose()
