@@ -19,7 +19,7 @@ import yaml
 from gpuplex.core.spec import GpuplexSpec
 from gpuplex.core.spec.gateway import LimiterBackend
 from gpuplex.kube.naming import SELF_SET, Manifest, kubernetes_backends, metadata
-from gpuplex.kube.self_monitoring import dcgm_urls, service_monitors
+from gpuplex.kube.self_monitoring import dcgm_headless_service, dcgm_urls, service_monitors
 from gpuplex.kube.self_options import SelfOptions, check_options
 from gpuplex.kube.self_pods import (
     ALL_INTERFACES,
@@ -50,6 +50,7 @@ def self_manifests(spec: GpuplexSpec, options: SelfOptions) -> list[Manifest]:
         *_reconciler_rbac(spec),
         _spec_configmap(spec, text),
         *services(spec, options),
+        dcgm_headless_service(spec, options),
         server_deployment(spec, options, sha256, dcgm_urls(spec, options)),
         gateway_deployment(spec, options, sha256),
     ]

@@ -22,12 +22,40 @@ def dcgm_namespace(spec: GpuplexSpec, options: SelfOptions) -> str:
     return options.dcgm_namespace or spec.kubernetes.gpu_operator_namespace
 
 
+#: A headless Service over the exporter's pods, rendered by gpuplex beside the GPU operator's own.
+DCGM_HEADLESS_SERVICE = "gpuplex-dcgm-exporter"
+
+
 def dcgm_urls(spec: GpuplexSpec, options: SelfOptions) -> list[str]:
-    """What the server scrapes (env GPUPLEX_DCGM_URLS): the exporter's Service. Its cluster IP
-    answers each connection from one exporter pod, that is one GPU node: with several GPU nodes
-    every node's series arrive only if the scraper reaches each pod behind the Service."""
+    """What the server scrapes (env GPUPLEX_DCGM_URLS): the headless Service over every exporter
+    pod. The GPU operator's own Service has a cluster IP that answers each read from one pod, that
+    is one GPU node; the headless name resolves to every pod, and the scraper reads each address."""
     namespace = dcgm_namespace(spec, options)
-    return [f"http://{options.dcgm_service}.{namespace}.svc:{options.dcgm_port}/metrics"]
+    return [f"http://{DCGM_HEADLESS_SERVICE}.{namespace}.svc:{options.dcgm_port}/metrics"]
+
+
+def dcgm_headless_service(spec: GpuplexSpec, options: SelfOptions) -> Manifest:
+    """`clusterIP: None` over the pods the exporter's Service selects: DNS gives one address per
+    exporter pod (one per GPU node)."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": metadata(
+            DCGM_HEADLESS_SERVICE, namespace=dcgm_namespace(spec, options), set_name=SELF_SET
+        ),
+        "spec": {
+            "clusterIP": "None",
+            "selector": {"app": options.dcgm_service},
+            "ports": [
+                {
+                    "name": options.dcgm_port_name,
+                    "port": options.dcgm_port,
+                    "targetPort": options.dcgm_port,
+                    "protocol": "TCP",
+                }
+            ],
+        },
+    }
 
 
 def service_monitors(spec: GpuplexSpec, options: SelfOptions) -> list[Manifest]:

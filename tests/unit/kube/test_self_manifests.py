@@ -103,7 +103,12 @@ def test_every_object_is_valid_and_in_the_self_set(example: str, options: SelfOp
         meta = manifest["metadata"]
         assert meta["labels"][MANAGED_BY_LABEL] == MANAGED_BY
         assert meta["labels"][SET_LABEL] == SELF_SET
-        if manifest["kind"] not in CLUSTER_SCOPED:
+        if meta["name"] == "gpuplex-dcgm-exporter" and manifest["kind"] == "Service":
+            # the headless Service over the exporter's pods lives beside them
+            assert meta["namespace"] == (
+                options.dcgm_namespace or spec.kubernetes.gpu_operator_namespace
+            )
+        elif manifest["kind"] not in CLUSTER_SCOPED:
             assert meta["namespace"] == spec.kubernetes.system_namespace
     text = to_yaml(manifests)
     assert not re.search(r"[&*]id\d", text), "a shared object became a YAML anchor"
@@ -361,8 +366,12 @@ def test_the_server_and_prometheus_scrape_the_gpu_operators_dcgm_exporter() -> N
     env = _env(_container(manifests, "gpuplex-server"))
     namespace = spec.kubernetes.gpu_operator_namespace
     assert env["GPUPLEX_DCGM_URLS"]["value"] == (
-        f"http://nvidia-dcgm-exporter.{namespace}.svc:9400/metrics"
+        f"http://gpuplex-dcgm-exporter.{namespace}.svc:9400/metrics"
     )
+    headless = _one(manifests, "Service", "gpuplex-dcgm-exporter")
+    assert headless["metadata"]["namespace"] == namespace
+    assert headless["spec"]["clusterIP"] == "None"  # one DNS address per exporter pod (GPU node)
+    assert headless["spec"]["selector"] == {"app": "nvidia-dcgm-exporter"}
     body = _one(manifests, "ServiceMonitor", "gpuplex-dcgm-exporter")["spec"]
     assert body["selector"]["matchLabels"] == {"app": "nvidia-dcgm-exporter"}
     assert body["namespaceSelector"]["matchNames"] == [namespace]
@@ -372,7 +381,7 @@ def test_the_server_and_prometheus_scrape_the_gpu_operators_dcgm_exporter() -> N
     other = self_manifests(spec, OTHER_OPTIONS)
     env = _env(_container(other, "gpuplex-server"))
     assert env["GPUPLEX_DCGM_URLS"]["value"] == (
-        "http://nvidia-dcgm-exporter.monitoring.svc:9401/metrics"
+        "http://gpuplex-dcgm-exporter.monitoring.svc:9401/metrics"
     )
 
 
