@@ -20,6 +20,7 @@ from gpuplex.cli.catalog_view import models_table, profiles_table
 from gpuplex.cli.gateway import gateway_command
 from gpuplex.cli.host import host_app
 from gpuplex.cli.keys import keys_app
+from gpuplex.cli.kube import kube_app
 from gpuplex.cli.render import gpu_map, placement_table, problems_table, summary_line
 from gpuplex.cli.server import server_command, token_app
 from gpuplex.cli.sim import sim_app
@@ -45,6 +46,7 @@ app.add_typer(audit_app, name="audit")
 app.add_typer(sim_app, name="sim")
 app.add_typer(token_app, name="token")
 app.add_typer(store_app, name="store")
+app.add_typer(kube_app, name="kube")
 app.command(name="gateway")(gateway_command)
 app.command(name="server")(server_command)
 app.command(name="up")(up_command)

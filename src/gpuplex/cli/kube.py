@@ -1,0 +1,352 @@
+"""`gpuplex kube render | diff | apply`: the spec and its plan as Kubernetes objects, what applying
+them would change in a cluster, and applying them (server-side apply, then pruning what gpuplex
+applied before and no longer renders).
+
+Two sets, never mixed: the plan's (tenant namespaces, quotas, RBAC, network policies, device-plugin
+and MIG configs, node labels, the admission policy, workloads) and, with `--self`, gpuplex's own
+server and gateway. A cluster that cannot be reached exits 3, a refusal by RBAC 4, any other
+refusal by the API 1, a plan Kubernetes cannot express 2; never with a traceback.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+import types
+import typing
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from enum import StrEnum
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.markup import escape
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn
+from rich.table import Table
+
+from gpuplex.cli.conventions import reported
+from gpuplex.kube.diff import Action, ObjectChange, summary
+from gpuplex.kube.naming import PLAN_SET, SELF_SET
+
+if TYPE_CHECKING:
+    from gpuplex.kube.render import Rendered
+    from gpuplex.kube.self_manifests import SelfOptions
+
+kube_app = typer.Typer(
+    help="Kubernetes: render the spec and plan as objects, diff them against a cluster, apply them.",
+    no_args_is_help=True,
+)
+out = Console()
+err = Console(stderr=True)
+
+
+class DryRun(StrEnum):
+    NONE = "none"
+    SERVER = "server"
+
+
+SpecFile = Annotated[Path, typer.Argument(help="The gpuplex.yaml to read.", show_default=False)]
+SelfFlag = Annotated[
+    bool,
+    typer.Option("--self", help="gpuplex's own server and gateway instead of the plan's objects."),
+]
+CurrentOption = Annotated[
+    Path | None, typer.Option(help="A plan JSON to re-plan against: keep what still fits.")
+]
+ImageOption = Annotated[
+    str | None, typer.Option(help="With --self: the gpuplex image the server and gateway run.")
+]
+SetOption = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--set",
+        metavar="KEY=VALUE",
+        help="With --self: a self-hosting option, e.g. --set gateway_max_replicas=20 "
+        "--set store_secret=pg-url (repeatable; lists as a,b; maps as k=v,k2=v2).",
+    ),
+]
+ContextOption = Annotated[
+    str | None, typer.Option(help="The kubeconfig context (default: its current context).")
+]
+KubeconfigOption = Annotated[
+    Path | None,
+    typer.Option(
+        help="The kubeconfig (default: $KUBECONFIG, else ~/.kube/config, else the pod's "
+        "service account)."
+    ),
+]
+
+_STYLES = {
+    Action.CREATE: "green",
+    Action.CHANGE: "yellow",
+    Action.PRUNE: "red",
+    Action.SKIP: "magenta",
+    Action.UNCHANGED: "dim",
+    Action.APPLY: "cyan",
+}
+_DONE = {
+    Action.CREATE: "created",
+    Action.APPLY: "applied",
+    Action.PRUNE: "pruned",
+    Action.SKIP: "skipped",
+}
+_SHOWN_FIELDS = 4
+
+
+@kube_app.command("render")
+def render_command(
+    file: SpecFile,
+    output: Annotated[
+        Path | None,
+        typer.Option("--output", "-o", help="Write one file per object into this directory."),
+    ] = None,
+    self_set: SelfFlag = False,
+    current: CurrentOption = None,
+    image: ImageOption = None,
+    settings: SetOption = None,
+) -> None:
+    """Print the Kubernetes objects of the plan (or of gpuplex itself).
+
+    One YAML stream in apply order on stdout, or one file per object with -o; notes about what
+    Kubernetes can only approximate go to stderr."""
+    from gpuplex.kube.output import to_yaml, write_directory
+
+    with reported():
+        rendered, _ = _render(file, self_set, current, image, settings)
+    _print_notes(rendered.notes)
+    if output is None:
+        sys.stdout.write(to_yaml(rendered.manifests))
+        return
+    try:
+        written = write_directory(rendered.manifests, output)
+    except OSError as error:
+        raise typer.BadParameter(
+            f"cannot write {output}: {error.strerror}", param_hint="--output"
+        ) from None
+    err.print(
+        f"wrote {len(written)} files to {escape(str(output))}", highlight=False, soft_wrap=True
+    )
+
+
+@kube_app.command("diff")
+def diff_command(
+    file: SpecFile,
+    self_set: SelfFlag = False,
+    current: CurrentOption = None,
+    image: ImageOption = None,
+    settings: SetOption = None,
+    context: ContextOption = None,
+    kubeconfig: KubeconfigOption = None,
+) -> None:
+    """Show what `gpuplex kube apply` would create, change and prune.
+
+    Each object is read from the cluster and its apply dry-run by the API server, so the change
+    shown is the one the server would make. Changes nothing."""
+    from gpuplex.kube.apply import connect
+    from gpuplex.kube.sync import diff_set
+
+    with reported():
+        rendered, set_name = _render(file, self_set, current, image, settings)
+        _print_notes(rendered.notes)
+        with (
+            connect(kubeconfig, context) as transport,
+            _progress("diffing", len(rendered.manifests)) as step,
+        ):
+            changes = diff_set(transport, rendered.manifests, set_name, on_change=step)
+    table = diff_table(changes)
+    if table.row_count:
+        out.print(table)
+    out.print(summary(changes), highlight=False, soft_wrap=True)
+
+
+@kube_app.command("apply")
+def apply_command(
+    file: SpecFile,
+    self_set: SelfFlag = False,
+    dry_run: Annotated[
+        DryRun,
+        typer.Option(help="server: the API server checks every object and changes nothing."),
+    ] = DryRun.NONE,
+    prune: Annotated[
+        bool,
+        typer.Option(help="Delete objects of this set that gpuplex applied and no longer renders."),
+    ] = True,
+    current: CurrentOption = None,
+    image: ImageOption = None,
+    settings: SetOption = None,
+    context: ContextOption = None,
+    kubeconfig: KubeconfigOption = None,
+) -> None:
+    """Apply the objects to the cluster, then prune what is no longer rendered.
+
+    Server-side apply with field manager gpuplex, namespaces and cluster-scoped objects first.
+    Nodes are only labelled and tainted, never created or deleted."""
+    from gpuplex.kube.apply import connect
+    from gpuplex.kube.sync import apply_set
+
+    server_dry_run = dry_run is DryRun.SERVER
+    with reported():
+        rendered, set_name = _render(file, self_set, current, image, settings)
+        _print_notes(rendered.notes)
+        with (
+            connect(kubeconfig, context) as transport,
+            _progress("applying", len(rendered.manifests)) as step,
+        ):
+            changes = apply_set(
+                transport,
+                rendered.manifests,
+                set_name,
+                dry_run=server_dry_run,
+                prune=prune,
+                on_change=_printing(step, dry_run=server_dry_run),
+            )
+    if server_dry_run:
+        out.print(
+            f"{summary(changes)} (server dry run: nothing was changed)",
+            highlight=False,
+            soft_wrap=True,
+        )
+    else:
+        out.print(summary(changes, done=True), highlight=False, soft_wrap=True)
+
+
+def diff_table(changes: list[ObjectChange]) -> Table:
+    """One row per object that would change (unchanged ones are only counted)."""
+    table = Table(show_edge=False, pad_edge=False)
+    table.add_column("change", no_wrap=True)
+    table.add_column("object", overflow="fold")
+    table.add_column("fields or note", overflow="fold")
+    for change in changes:
+        if change.action is Action.UNCHANGED:
+            continue
+        shown = list(change.fields[:_SHOWN_FIELDS])
+        if len(change.fields) > _SHOWN_FIELDS:
+            shown.append(f"(+{len(change.fields) - _SHOWN_FIELDS} more)")
+        detail = "\n".join(shown) or change.note
+        style = _STYLES[change.action]
+        table.add_row(
+            f"[{style}]{change.action.value}[/]", escape(change.object_id), escape(detail)
+        )
+    return table
+
+
+def _render(
+    file: Path,
+    self_set: bool,
+    current: Path | None,
+    image: str | None,
+    settings: list[str] | None,
+) -> tuple[Rendered, str]:
+    from gpuplex.core.plan import make_plan
+    from gpuplex.kube.render import render_plan, render_self
+    from gpuplex.specfile import load_spec_file
+
+    if not self_set and (image is not None or settings):
+        raise typer.BadParameter("--image and --set are options of --self", param_hint="--set")
+    if self_set and current is not None:
+        raise typer.BadParameter("--self renders no plan", param_hint="--current")
+    spec = load_spec_file(file)
+    if self_set:
+        return render_self(spec, self_options(image, settings or [])), SELF_SET
+    if current is None:
+        return render_plan(spec, make_plan(spec)), PLAN_SET
+    from gpuplex.cli.main import _load_plan  # the plan file reader `gpuplex plan` uses
+
+    return render_plan(spec, make_plan(spec, _load_plan(current))), PLAN_SET
+
+
+def self_options(image: str | None, settings: list[str]) -> SelfOptions:
+    """SelfOptions from `--image` and `--set KEY=VALUE`, each value read as its field's type."""
+    from gpuplex.kube.self_manifests import SelfOptions
+
+    types_by_name = typing.get_type_hints(SelfOptions)
+    known = [field.name for field in dataclasses.fields(SelfOptions)]
+    values: dict[str, Any] = {} if image is None else {"image": image}
+    for setting in settings:
+        raw_key, sep, text = setting.partition("=")
+        key = raw_key.strip().replace("-", "_")
+        if not sep or key not in known:
+            raise typer.BadParameter(
+                f"{setting!r}: write KEY=VALUE with KEY one of {', '.join(known)}",
+                param_hint="--set",
+            )
+        values[key] = _typed(key, text.strip(), types_by_name[key])
+    return SelfOptions(**values)
+
+
+def _typed(key: str, text: str, hint: Any) -> Any:
+    optional = isinstance(hint, types.UnionType) and type(None) in typing.get_args(hint)
+    if optional:
+        if text.lower() in ("", "none", "null"):
+            return None
+        hint = next(arg for arg in typing.get_args(hint) if arg is not type(None))
+    origin = typing.get_origin(hint)
+    items = [part.strip() for part in text.split(",") if part.strip()]
+    if hint is bool:
+        if text.lower() in ("true", "yes", "on", "1"):
+            return True
+        if text.lower() in ("false", "no", "off", "0"):
+            return False
+    elif hint is int:
+        if text.lstrip("-").isdigit():
+            return int(text)
+    elif hint is str:
+        return text
+    elif origin is tuple:
+        return tuple(items)
+    elif origin is dict:
+        pairs = [item.partition("=") for item in items]
+        if all(sep and name for name, sep, _ in pairs):
+            return {name.strip(): value.strip() for name, _, value in pairs}
+    raise typer.BadParameter(f"{key}={text!r} is not a {_type_name(hint)}", param_hint="--set")
+
+
+def _type_name(hint: Any) -> str:
+    names = {bool: "true or false", int: "whole number", str: "text"}
+    if hint in names:
+        return names[hint]
+    return "list of k=v pairs" if typing.get_origin(hint) is dict else str(hint)
+
+
+def _print_notes(notes: list[str]) -> None:
+    for note in notes:
+        err.print(f"[yellow]note[/]: {escape(note)}", highlight=False, soft_wrap=True)
+
+
+@contextmanager
+def _progress(verb: str, total: int) -> Iterator[Callable[[ObjectChange], None]]:
+    """A progress bar on stderr over the rendered objects (pruned objects come after it); none
+    where stderr is not a terminal, so logs get only the lines that say what was done."""
+    columns = (
+        SpinnerColumn(),
+        TextColumn(f"{verb} {{task.description}}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+    )
+    with Progress(*columns, console=err, transient=True, disable=not err.is_terminal) as progress:
+        task = progress.add_task("", total=total)
+
+        def step(change: ObjectChange) -> None:
+            if change.action is not Action.PRUNE:
+                progress.update(task, advance=1, description=change.object_id)
+
+        yield step
+
+
+def _printing(
+    step: Callable[[ObjectChange], None], *, dry_run: bool
+) -> Callable[[ObjectChange], None]:
+    """Advance the bar and print what was done to the object, kubectl-style (in a dry run, what
+    would be done)."""
+
+    def report(change: ObjectChange) -> None:
+        step(change)
+        done = change.action.value if dry_run else _DONE.get(change.action, change.action.value)
+        line = f"[{_STYLES[change.action]}]{done}[/] {escape(change.object_id)}"
+        if change.note:
+            line += f": {escape(change.note)}"
+        out.print(line, highlight=False, soft_wrap=True)
+
+    return report

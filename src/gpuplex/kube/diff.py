@@ -1,0 +1,153 @@
+"""What applying a rendered set would do to a cluster: per object, create, change (which fields),
+leave unchanged, prune or skip. Pure: the live objects and the server's dry-run results come in as
+arguments.
+
+A change is judged on what the API server says the object would become (a server-side apply with
+`dryRun=All`) against what it is now, so server defaults, quantities written another way ("1000m"
+and "1") and fields gpuplex stopped setting are all seen as the server sees them. Bookkeeping that
+changes on every write (resourceVersion, managedFields, generation) and `status` are left out.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from collections.abc import Iterable
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any
+
+from gpuplex.kube.naming import MANAGED_BY, MANAGED_BY_LABEL, SET_LABEL, Manifest
+from gpuplex.kube.resources import ObjectKey, ResourceKind, object_key
+
+#: Metadata the API server rewrites on every write, or sets once: never a difference.
+VOLATILE_METADATA = (
+    "managedFields",
+    "resourceVersion",
+    "generation",
+    "uid",
+    "creationTimestamp",
+    "selfLink",
+)
+
+
+class Action(StrEnum):
+    CREATE = "create"
+    CHANGE = "change"
+    UNCHANGED = "unchanged"
+    #: In the cluster with gpuplex's labels for this set, and no longer rendered.
+    PRUNE = "prune"
+    #: Not applied: a Node that is not in the cluster (gpuplex never creates nodes), or a custom
+    #: resource whose definition the cluster lacks.
+    SKIP = "skip"
+    #: Server-side applied; the API does not say whether anything changed.
+    APPLY = "apply"
+
+
+@dataclass(frozen=True, slots=True)
+class ObjectChange:
+    object_id: str
+    action: Action
+    #: Fields that differ, as paths (`spec.replicas`, `metadata.labels["gpuplex.dev/set"]`).
+    fields: tuple[str, ...] = ()
+    #: Why an object is skipped, or what a dry run could not check.
+    note: str = ""
+
+
+def comparable(obj: Manifest) -> Manifest:
+    """The object without status and the metadata that changes on every write."""
+    out = {key: value for key, value in obj.items() if key != "status"}
+    meta = out.get("metadata")
+    if isinstance(meta, dict):
+        out["metadata"] = {k: v for k, v in meta.items() if k not in VOLATILE_METADATA}
+    return out
+
+
+def changed_fields(before: Any, after: Any, path: str = "") -> list[str]:
+    """Paths where `after` differs from `before`, depth first, in key order. Lists of different
+    lengths are reported as the list itself: element paths would all shift by one."""
+    if isinstance(before, dict) and isinstance(after, dict):
+        out: list[str] = []
+        for key in sorted(set(before) | set(after)):
+            child = _child(path, key)
+            if key not in before or key not in after:
+                out.append(child)
+            else:
+                out.extend(changed_fields(before[key], after[key], child))
+        return out
+    if isinstance(before, list) and isinstance(after, list) and len(before) == len(after):
+        out = []
+        for index, (old, new) in enumerate(zip(before, after, strict=True)):
+            out.extend(changed_fields(old, new, f"{path}[{index}]"))
+        return out
+    return [] if before == after else [path or "(object)"]
+
+
+_PLAIN_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+def _child(path: str, key: str) -> str:
+    if _PLAIN_KEY.match(key):
+        return f"{path}.{key}" if path else key
+    return f'{path}["{key}"]'
+
+
+def compare(object_id: str, live: Manifest | None, would_be: Manifest | None) -> ObjectChange:
+    """The change applying one object makes: CREATE when it is not live, else CHANGE with the
+    fields that differ between the live object and the server's dry-run result, or UNCHANGED."""
+    if live is None:
+        return ObjectChange(object_id, Action.CREATE)
+    if would_be is None:
+        return ObjectChange(object_id, Action.UNCHANGED)
+    fields = changed_fields(comparable(live), comparable(would_be))
+    if not fields:
+        return ObjectChange(object_id, Action.UNCHANGED)
+    return ObjectChange(object_id, Action.CHANGE, tuple(fields))
+
+
+def owned_by_set(item: Manifest, set_name: str) -> bool:
+    """Whether a listed object carries gpuplex's labels for `set_name` (the list call already
+    filters by them; checked again so a server that ignores the selector prunes nothing else)."""
+    labels = item.get("metadata", {}).get("labels") or {}
+    return bool(labels.get(MANAGED_BY_LABEL) == MANAGED_BY and labels.get(SET_LABEL) == set_name)
+
+
+def prune_candidates(
+    desired: set[ObjectKey],
+    listed: Iterable[tuple[ResourceKind, Manifest]],
+    set_name: str,
+) -> list[tuple[ResourceKind, Manifest]]:
+    """Listed objects of this set that are no longer rendered, in the order listed. Never Nodes,
+    never another set's objects, never one already being deleted."""
+    out = []
+    for kind, item in listed:
+        if not kind.prunable or not owned_by_set(item, set_name):
+            continue
+        if item.get("metadata", {}).get("deletionTimestamp"):
+            continue
+        if object_key(kind, item) not in desired:
+            out.append((kind, item))
+    return out
+
+
+#: How a summary names each action: before (a diff, a dry run) and after an apply.
+_SUMMARY_WORDS = (
+    (Action.CREATE, "to create", "created"),
+    (Action.CHANGE, "to change", "changed"),
+    (Action.APPLY, "to apply", "applied"),
+    (Action.PRUNE, "to prune", "pruned"),
+    (Action.SKIP, "skipped", "skipped"),
+    (Action.UNCHANGED, "unchanged", "unchanged"),
+)
+
+
+def summary(changes: Iterable[ObjectChange], *, done: bool = False) -> str:
+    """`2 to create, 1 to change, 14 unchanged` (or `2 created, ...` once `done`); `nothing to
+    apply` for an empty set."""
+    counts = Counter(change.action for change in changes)
+    parts = [
+        f"{counts[action]} {after if done else before}"
+        for action, before, after in _SUMMARY_WORDS
+        if counts[action]
+    ]
+    return ", ".join(parts) or "nothing to apply"

@@ -1,0 +1,149 @@
+"""What a diff reports: changed field paths between the live object and the server's dry run
+(bookkeeping and status ignored), what is created, and which listed objects are pruned."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from hypothesis import given, strategies as st
+
+from gpuplex.kube.diff import (
+    Action,
+    ObjectChange,
+    changed_fields,
+    comparable,
+    compare,
+    prune_candidates,
+    summary,
+)
+from gpuplex.kube.naming import PLAN_SET, SELF_SET, metadata
+from gpuplex.kube.resources import KINDS, ResourceKind, object_key
+
+CONFIG_MAP = next(kind for kind in KINDS if kind.kind == "ConfigMap")
+NODE = next(kind for kind in KINDS if kind.kind == "Node")
+NAMESPACE = next(kind for kind in KINDS if kind.kind == "Namespace")
+
+
+def live_config_map(data: dict[str, str], **meta: Any) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {
+            **metadata("settings", namespace="gpuplex-acme"),
+            "uid": "00000000-0000-4000-8000-000000001001",
+            "resourceVersion": "1001",
+            "creationTimestamp": "2025-03-01T12:00:00Z",
+            "managedFields": [{"manager": "gpuplex", "operation": "Apply"}],
+            **meta,
+        },
+        "data": data,
+    }
+
+
+@pytest.mark.parametrize(
+    ("before", "after", "paths"),
+    [
+        ({"a": 1}, {"a": 1}, []),
+        ({"spec": {"replicas": 2}}, {"spec": {"replicas": 3}}, ["spec.replicas"]),
+        ({"data": {}}, {"data": {"k": "v"}}, ["data.k"]),
+        ({"data": {"k": "v"}}, {"data": {}}, ["data.k"]),
+        (
+            {"metadata": {"labels": {"gpuplex.dev/set": "plan"}}},
+            {"metadata": {"labels": {"gpuplex.dev/set": "self"}}},
+            ['metadata.labels["gpuplex.dev/set"]'],
+        ),
+        ({"data": {"config.yaml": "a"}}, {"data": {"config.yaml": "b"}}, ['data["config.yaml"]']),
+        (
+            {"c": [{"image": "a", "name": "m"}]},
+            {"c": [{"image": "b", "name": "m"}]},
+            ["c[0].image"],
+        ),
+        ({"c": [1, 2]}, {"c": [1, 2, 3]}, ["c"]),  # a list that grew: the list, not each shift
+        ({"v": "1"}, {"v": 1}, ["v"]),
+        ({"b": 1, "a": 1}, {"b": 2, "a": 2}, ["a", "b"]),  # sorted, whatever the key order
+        ("x", "y", ["(object)"]),
+    ],
+)
+def test_changed_fields(before: Any, after: Any, paths: list[str]) -> None:
+    assert changed_fields(before, after) == paths
+
+
+JSON = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.text(max_size=5),
+    lambda inner: (
+        st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=5), inner, max_size=3)
+    ),
+    max_leaves=12,
+)
+
+
+@given(JSON, JSON)
+def test_no_changed_fields_exactly_when_equal(before: Any, after: Any) -> None:
+    assert (changed_fields(before, after) == []) == (before == after)
+    assert changed_fields(before, before) == []
+
+
+def test_comparable_drops_status_and_bookkeeping_but_keeps_labels() -> None:
+    live = live_config_map({"k": "v"}, generation=3)
+    live["status"] = {"phase": "Active"}
+    kept = comparable(live)
+    assert "status" not in kept
+    assert set(kept["metadata"]) == {"name", "namespace", "labels"}
+    assert live["metadata"]["resourceVersion"] == "1001"  # the argument is left alone
+
+
+def test_compare_against_the_servers_dry_run() -> None:
+    live = live_config_map({"k": "v"})
+    same = live_config_map({"k": "v"}, resourceVersion="1002", managedFields=[])
+    changed = live_config_map({"k": "w"})
+    object_id = "ConfigMap/gpuplex-acme/settings"
+
+    assert compare(object_id, None, None) == ObjectChange(object_id, Action.CREATE)
+    assert compare(object_id, live, same) == ObjectChange(object_id, Action.UNCHANGED)
+    assert compare(object_id, live, changed) == ObjectChange(object_id, Action.CHANGE, ("data.k",))
+
+
+def listed(name: str, *, set_name: str | None = PLAN_SET, **meta: Any) -> dict[str, Any]:
+    """A list item as the API returns it: no apiVersion or kind of its own."""
+    labels = metadata(name)["labels"] if set_name else {}
+    if set_name:
+        labels["gpuplex.dev/set"] = set_name
+    return {"metadata": {"name": name, "namespace": "gpuplex-acme", "labels": labels, **meta}}
+
+
+def test_prune_candidates_are_this_sets_objects_no_longer_rendered() -> None:
+    keep = listed("keep")
+    old = listed("old")
+    other_set = listed("theirs", set_name=SELF_SET)
+    unlabelled = listed("kube-root-ca.crt", set_name=None)
+    going = listed("going", deletionTimestamp="2025-03-01T12:00:00Z")
+    node = {"metadata": {"name": "gpu-a", "labels": metadata("gpu-a")["labels"]}}
+    items: list[tuple[ResourceKind, dict[str, Any]]] = [
+        (CONFIG_MAP, item) for item in (keep, old, other_set, unlabelled, going)
+    ]
+    items.append((NODE, node))
+
+    chosen = prune_candidates({object_key(CONFIG_MAP, keep)}, items, PLAN_SET)
+
+    assert chosen == [(CONFIG_MAP, old)]
+
+
+def test_object_keys_of_cluster_scoped_kinds_ignore_a_namespace() -> None:
+    item = {"metadata": {"name": "gpuplex-acme", "namespace": "stray"}}
+    assert object_key(NAMESPACE, item) == ("v1", "Namespace", "", "gpuplex-acme")
+
+
+def test_summary_before_and_after() -> None:
+    changes = [
+        ObjectChange("a", Action.CREATE),
+        ObjectChange("b", Action.CREATE),
+        ObjectChange("c", Action.CHANGE, ("data.k",)),
+        ObjectChange("d", Action.UNCHANGED),
+        ObjectChange("e", Action.PRUNE),
+        ObjectChange("f", Action.SKIP, note="not in the cluster"),
+    ]
+    assert summary(changes) == "2 to create, 1 to change, 1 to prune, 1 skipped, 1 unchanged"
+    applied = [ObjectChange("a", Action.CREATE), ObjectChange("b", Action.APPLY)]
+    assert summary(applied, done=True) == "1 created, 1 applied"
+    assert summary([]) == "nothing to apply"
