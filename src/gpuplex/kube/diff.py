@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
-from gpuplex.kube.naming import MANAGED_BY, MANAGED_BY_LABEL, SET_LABEL, Manifest
+from gpuplex.kube.naming import MANAGED_BY, MANAGED_BY_LABEL, POOL_TAINT_KEY, SET_LABEL, Manifest
 from gpuplex.kube.resources import ObjectKey, ResourceKind, object_key
 
 #: Metadata the API server rewrites on every write, or sets once: never a difference.
@@ -151,3 +151,23 @@ def summary(changes: Iterable[ObjectChange], *, done: bool = False) -> str:
         if counts[action]
     ]
     return ", ".join(parts) or "nothing to apply"
+
+
+def keep_others_taints(node: Manifest, live: Manifest) -> Manifest:
+    """The rendered Node with the live node's taints that gpuplex does not own added back.
+
+    A Node's `spec.taints` is an atomic list: a forced server-side apply replaces all of it, so
+    applying only gpuplex's pool taint would wipe the taints others set (cordons, the GPU operator's,
+    the cloud provider's). Gpuplex owns exactly the `gpuplex.dev/pool` taint; every other one stays.
+    """
+    ours = list(node.get("spec", {}).get("taints", []))
+    others = [
+        taint
+        for taint in live.get("spec", {}).get("taints", []) or []
+        if taint.get("key") != POOL_TAINT_KEY
+    ]
+    if not ours and not others:
+        return node
+    merged = dict(node)
+    merged["spec"] = {**node.get("spec", {}), "taints": [*others, *ours]}
+    return merged

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from gpuplex.errors import KubeApiError, KubeForbidden, KubeRenderError
-from gpuplex.kube.diff import Action, ObjectChange, compare, prune_candidates
+from gpuplex.kube.diff import Action, ObjectChange, compare, keep_others_taints, prune_candidates
 from gpuplex.kube.naming import (
     MANAGED_BY,
     MANAGED_BY_LABEL,
@@ -259,9 +259,12 @@ def apply_set(
     record = _Record(on_change)
 
     for key, kind, manifest in desired:
-        if kind.kind == "Node" and api.get(kind, manifest) is None:
-            record(ObjectChange(key_id(key), Action.SKIP, note=NODE_MISSING))
-            continue
+        if kind.kind == "Node":
+            live_node = api.get(kind, manifest)
+            if live_node is None:
+                record(ObjectChange(key_id(key), Action.SKIP, note=NODE_MISSING))
+                continue
+            manifest = keep_others_taints(manifest, live_node)
         try:
             reply = api.apply(kind, manifest, dry_run=dry_run)
         except NotServed as error:
@@ -307,9 +310,11 @@ def diff_set(
     for key, kind, manifest in desired:
         try:
             live = api.get(kind, manifest)
-            if live is None and kind.kind == "Node":
-                record(ObjectChange(key_id(key), Action.SKIP, note=NODE_MISSING))
-                continue
+            if kind.kind == "Node":
+                if live is None:
+                    record(ObjectChange(key_id(key), Action.SKIP, note=NODE_MISSING))
+                    continue
+                manifest = keep_others_taints(manifest, live)
             would_be = api.apply(kind, manifest, dry_run=True).body if live else None
         except NotServed as error:
             if not kind.custom:

@@ -354,3 +354,22 @@ def _path(manifest: dict[str, object]) -> str:
         "ServiceMonitor": 5,
     }
     return PATCHES[index[str(manifest["kind"])]]
+
+
+def test_applying_a_node_keeps_the_taints_others_set_and_replaces_only_the_pool_taint(
+    api: FakeKubeApi, transport: ClientTransport
+) -> None:
+    # spec.taints is an atomic list: a forced apply of gpuplex's taint alone would wipe these
+    cordon = {"key": "node.kubernetes.io/unschedulable", "effect": "NoSchedule"}
+    gpu_operator = {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}
+    old_pool = {"key": "gpuplex.dev/pool", "value": "old", "effect": "NoSchedule"}
+    live = objects.live_node()
+    live["spec"]["taints"] = [cordon, gpu_operator, old_pool]
+    api.put(live)
+
+    apply_set(transport, [objects.node()], PLAN_SET, prune=False)
+
+    (request,) = patches(api)
+    new_pool = {"key": "gpuplex.dev/pool", "value": "serve", "effect": "NoSchedule"}
+    assert request.body["spec"]["taints"] == [cordon, gpu_operator, new_pool]
+    assert api.get("v1", "Node", "gpu-a")["spec"]["taints"] == [cordon, gpu_operator, new_pool]

@@ -147,3 +147,24 @@ def test_summary_before_and_after() -> None:
     applied = [ObjectChange("a", Action.CREATE), ObjectChange("b", Action.APPLY)]
     assert summary(applied, done=True) == "1 created, 1 applied"
     assert summary([]) == "nothing to apply"
+
+
+def test_a_node_keeps_others_taints_and_gets_gpuplexs_pool_taint_in_place_of_the_old_one() -> None:
+    from gpuplex.kube.diff import keep_others_taints
+
+    ours = {"key": "gpuplex.dev/pool", "value": "bursty", "effect": "NoSchedule"}
+    node = {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {"name": "n"},
+        "spec": {"taints": [ours]},
+    }
+    other = {"key": "example.com/maintenance", "effect": "NoExecute"}
+    stale = {"key": "gpuplex.dev/pool", "value": "long-running", "effect": "NoSchedule"}
+    live = {"spec": {"taints": [other, stale]}}
+    assert keep_others_taints(node, live)["spec"]["taints"] == [other, ours]
+    assert node["spec"]["taints"] == [ours]  # the rendered object is not changed
+    # a node leaving every pool: gpuplex's taint goes, the others stay
+    unpooled = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": "n"}}
+    assert keep_others_taints(unpooled, live)["spec"]["taints"] == [other]
+    assert keep_others_taints(unpooled, {"spec": {}}) == unpooled
