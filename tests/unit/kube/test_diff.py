@@ -153,7 +153,7 @@ def test_a_node_keeps_others_taints_and_gets_gpuplexs_pool_taint_in_place_of_the
     from gpuplex.kube.diff import keep_others_taints
 
     ours = {"key": "gpuplex.dev/pool", "value": "bursty", "effect": "NoSchedule"}
-    node = {
+    node: dict[str, Any] = {
         "apiVersion": "v1",
         "kind": "Node",
         "metadata": {"name": "n"},
@@ -165,6 +165,6 @@ def test_a_node_keeps_others_taints_and_gets_gpuplexs_pool_taint_in_place_of_the
     assert keep_others_taints(node, live)["spec"]["taints"] == [other, ours]
     assert node["spec"]["taints"] == [ours]  # the rendered object is not changed
     # a node leaving every pool: gpuplex's taint goes, the others stay
-    unpooled = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": "n"}}
+    unpooled: dict[str, Any] = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": "n"}}
     assert keep_others_taints(unpooled, live)["spec"]["taints"] == [other]
     assert keep_others_taints(unpooled, {"spec": {}}) == unpooled
