@@ -24,6 +24,7 @@ from gpuplex.cli.kube import kube_app
 from gpuplex.cli.render import gpu_map, placement_table, problems_table, summary_line
 from gpuplex.cli.server import server_command, token_app
 from gpuplex.cli.sim import sim_app
+from gpuplex.cli.simulate import simulate_command
 from gpuplex.cli.store import store_app
 from gpuplex.cli.up import up_command
 from gpuplex.core.catalog import gpu_model, gpu_model_names
@@ -50,6 +51,7 @@ app.add_typer(kube_app, name="kube")
 app.command(name="gateway")(gateway_command)
 app.command(name="server")(server_command)
 app.command(name="up")(up_command)
+app.command(name="simulate")(simulate_command)
 out = Console()
 err = Console(stderr=True)
 
