@@ -1,0 +1,136 @@
+"""Trace values (nodes and pods of a cluster trace) and the mutable cluster state a replay fills.
+
+GPU amounts are in milli-GPUs: 1000 is one whole GPU. A pod asks for `num_gpu` GPUs of `gpu_milli`
+each: a fractional (shared) pod asks for one GPU with `gpu_milli` < 1000, a whole-GPU pod for one or
+more GPUs of 1000. `gpu_models` empty means any GPU model will do.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+#: one whole GPU, in milli-GPUs
+MILLI = 1000
+
+IntArray = npt.NDArray[np.int64]
+BoolArray = npt.NDArray[np.bool_]
+
+
+@dataclass(frozen=True, slots=True)
+class TraceNode:
+    """A node of a cluster trace: its CPU (milli-cores), memory (MiB) and GPUs of one model."""
+
+    name: str
+    cpu_milli: int
+    memory_mib: int
+    gpus: int
+    model: str
+
+
+@dataclass(frozen=True, slots=True)
+class TracePod:
+    """A pod of a cluster trace: what it asks for, and the GPU models it accepts (empty: any)."""
+
+    name: str
+    cpu_milli: int
+    memory_mib: int
+    num_gpu: int
+    gpu_milli: int
+    gpu_models: tuple[str, ...] = ()
+
+    @property
+    def total_gpu_milli(self) -> int:
+        """The pod's whole GPU request: 2 GPUs of 1000 is 2000, one share of 300 is 300."""
+        return self.num_gpu * self.gpu_milli
+
+    @property
+    def wants_gpu(self) -> bool:
+        return self.total_gpu_milli > 0
+
+    @property
+    def is_shared(self) -> bool:
+        """A fractional pod: part of one GPU, the rest of which others may use."""
+        return self.num_gpu == 1 and 0 < self.gpu_milli < MILLI
+
+
+@dataclass(slots=True)
+class ClusterState:
+    """What is left on each node, as arrays indexed by node (and GPU slot on the node).
+
+    `gpu_left[n, g]` is the milli-GPUs free on GPU `g` of node `n`; slots past a node's GPU count
+    hold -1 so that no request ever fits them and they never count as free GPUs.
+    """
+
+    nodes: tuple[TraceNode, ...]
+    cpu_left: IntArray
+    memory_left: IntArray
+    gpu_left: IntArray  # shape (nodes, max GPUs per node)
+    gpu_count: IntArray
+    models: tuple[str, ...]  # the distinct GPU models, in order of first appearance
+    model_index: IntArray  # per node: its model's position in `models`
+    rank: IntArray  # per node: its place in the tie-break order (lowest wins a tie)
+
+    @classmethod
+    def empty(
+        cls, nodes: tuple[TraceNode, ...] | list[TraceNode], rank: IntArray | None = None
+    ) -> ClusterState:
+        """The cluster with nothing placed on it; ties go to the lowest `rank` (default: order)."""
+        nodes = tuple(nodes)
+        if rank is None:
+            rank = np.arange(len(nodes), dtype=np.int64)
+        if sorted(int(r) for r in rank) != list(range(len(nodes))):
+            raise ValueError("rank must be a permutation of the node positions")
+        width = max((n.gpus for n in nodes), default=0)
+        width = max(width, 1)
+        gpu_left = np.full((len(nodes), width), -1, dtype=np.int64)
+        for i, node in enumerate(nodes):
+            gpu_left[i, : node.gpus] = MILLI
+        models = tuple(dict.fromkeys(n.model for n in nodes))
+        position = {m: i for i, m in enumerate(models)}
+        return cls(
+            nodes=nodes,
+            cpu_left=np.array([n.cpu_milli for n in nodes], dtype=np.int64),
+            memory_left=np.array([n.memory_mib for n in nodes], dtype=np.int64),
+            gpu_left=gpu_left,
+            gpu_count=np.array([n.gpus for n in nodes], dtype=np.int64),
+            models=models,
+            model_index=np.array([position[n.model] for n in nodes], dtype=np.int64),
+            rank=np.asarray(rank, dtype=np.int64),
+        )
+
+    @property
+    def capacity_milli(self) -> int:
+        """All the cluster's GPUs, in milli-GPUs."""
+        return int(self.gpu_count.sum()) * MILLI
+
+    @property
+    def allocated_milli(self) -> int:
+        """The milli-GPUs handed out to pods so far."""
+        free = int(np.where(self.gpu_left > 0, self.gpu_left, 0).sum())
+        return self.capacity_milli - free
+
+    def feasible(self, pod: TracePod) -> BoolArray:
+        """Per node: can the pod be placed there (CPU, memory, GPU model and GPU room)?"""
+        ok: BoolArray = (self.cpu_left >= pod.cpu_milli) & (self.memory_left >= pod.memory_mib)
+        if not pod.wants_gpu:
+            return ok  # a pod without GPUs passes the GPU checks on any node
+        if pod.gpu_models:
+            wanted = [i for i, m in enumerate(self.models) if m in pod.gpu_models]
+            ok &= np.isin(self.model_index, wanted)
+        fitting = (self.gpu_left >= pod.gpu_milli).sum(axis=1)
+        ok &= fitting >= pod.num_gpu
+        return ok
+
+    def place(self, node: int, pod: TracePod, gpus: tuple[int, ...]) -> None:
+        """Take the pod's request from node `node`, its GPU share from GPU slots `gpus`."""
+        if len(gpus) != (pod.num_gpu if pod.wants_gpu else 0):
+            raise ValueError(f"pod {pod.name} needs {pod.num_gpu} GPUs, given {gpus}")
+        self.cpu_left[node] -= pod.cpu_milli
+        self.memory_left[node] -= pod.memory_mib
+        for g in gpus:
+            if self.gpu_left[node, g] < pod.gpu_milli:
+                raise ValueError(f"GPU {g} of node {node} has no room for pod {pod.name}")
+            self.gpu_left[node, g] -= pod.gpu_milli
