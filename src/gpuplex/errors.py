@@ -14,7 +14,8 @@
     ├── StaleRevisionError   a spec was applied on top of a revision that is no longer current
     ├── LimiterUnavailable   the shared rate-limit state (Redis) is unreachable or failed
     ├── GatewayError         the gateway cannot start as asked (as root, a setting missing)
-    └── MeterInputError      a metering or chargeback input is malformed (naive time, empty window)
+    ├── MeterInputError      a metering or chargeback input is malformed (naive time, empty window)
+    └── TraceInputError      a cluster trace (node or pod CSV) given to `simulate` is malformed
 
 Errors say what to do next. "Does not fit" is never an error: the planner returns it as a value.
 """
@@ -45,6 +46,7 @@ class ErrorCode(StrEnum):
     KUBE_FORBIDDEN = "kube_forbidden"
     KUBE_API = "kube_api_failed"
     DCGM_INPUT_INVALID = "dcgm_input_invalid"
+    TRACE_INVALID = "trace_invalid"
 
 
 #: CLI exit code for input the user must fix (bad spec, bad plan file, unknown name).
@@ -229,4 +231,12 @@ class DcgmInputError(GpuplexError):
     """dcgm-exporter text that cannot be read: the message names the line and what is wrong."""
 
     code = ErrorCode.DCGM_INPUT_INVALID
+    exit_code = EXIT_BAD_INPUT
+
+
+class TraceInputError(GpuplexError):
+    """A cluster trace (openb node or pod CSV) that cannot be read: the message names the file, the
+    line and the column, and what is wrong with the value there."""
+
+    code = ErrorCode.TRACE_INVALID
     exit_code = EXIT_BAD_INPUT
