@@ -162,3 +162,30 @@ def test_bad_options_are_usage_errors(
     args = ["simulate", "--nodes", str(nodes), "--pods", str(pods), *extra]
     refused(run_in_process(args, monkeypatch, capsys))
     assert not (tmp_path / "simulate-out").exists()
+
+
+def test_an_out_dir_that_cannot_be_made_is_refused_before_replaying(
+    trace: tuple[Path, Path],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    nodes, pods = trace
+    blocker = tmp_path / "a-file"
+    blocker.write_text("", encoding="utf-8")
+    args = ["simulate", "--nodes", str(nodes), "--pods", str(pods), "--out", str(blocker / "out")]
+    result = refused(run_in_process(args, monkeypatch, capsys))
+    assert "cannot create" in result.stderr
+
+
+def test_a_cluster_without_gpus_is_refused(
+    trace: tuple[Path, Path],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    nodes, pods = trace
+    nodes.write_text(NODES.replace(",2,V100M16", ",0,"), encoding="utf-8")
+    args = ["simulate", "--nodes", str(nodes), "--pods", str(pods), "--out", str(tmp_path / "o")]
+    result = refused(run_in_process(args, monkeypatch, capsys))
+    assert f"{nodes}: no node has a GPU" in result.stderr.replace("\n", "")

@@ -30,7 +30,7 @@ from rich.table import Table
 
 from gpuplex.cli.conventions import reported
 from gpuplex.core.spec.parse import did_you_mean
-from gpuplex.errors import NotFoundError
+from gpuplex.errors import NotFoundError, TraceInputError
 from gpuplex.sim.replay_report import TABLE_POINTS, ReportRow, aggregate, csv_text, means_at
 
 if TYPE_CHECKING:
@@ -61,9 +61,14 @@ def simulate_command(
         ),
     ] = None,
     seeds: Annotated[
-        int, typer.Option(min=1, help="How many seeds to replay each policy with.")
+        int,
+        typer.Option(
+            min=1, help="How many seeds to replay each policy with (the paper: 10, seeds 42..51)."
+        ),
     ] = 1,
-    first_seed: Annotated[int, typer.Option(help="The first seed; the next ones count up.")] = 42,
+    first_seed: Annotated[
+        int, typer.Option(min=0, help="The first seed; the next ones count up.")
+    ] = 42,
     inflate: Annotated[
         float,
         typer.Option(
@@ -83,7 +88,10 @@ def simulate_command(
         chosen = _policies(policy, POLICY_NAMES)
         trace_nodes = load_nodes(nodes)
         trace_pods = load_pods(pods)
+        if not any(node.gpus for node in trace_nodes):
+            raise TraceInputError(f"{nodes}: no node has a GPU, so there is nothing to allocate")
     seed_list = list(range(first_seed, first_seed + seeds))
+    _make_out_dir(out_dir)  # before the replays, which take minutes on a real trace
     results = _replay_all(trace_nodes, trace_pods, chosen, seed_list, inflate)
     rows = aggregate(results)
     out.print(allocation_table(rows, chosen, seeds=len(seed_list)))
@@ -157,13 +165,21 @@ def allocation_table(rows: Sequence[ReportRow], policies: Sequence[str], *, seed
     return table
 
 
+def _make_out_dir(out_dir: Path) -> None:
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        raise typer.BadParameter(
+            f"cannot create {out_dir}: {error.strerror}", param_hint="--out"
+        ) from None
+
+
 def _write_outputs(rows: Sequence[ReportRow], out_dir: Path, *, seeds: int) -> None:
     from gpuplex.cli.simulate_plot import write_plot
 
     csv_path = out_dir / "simulate.csv"
     png_path = out_dir / "simulate.png"
     try:
-        out_dir.mkdir(parents=True, exist_ok=True)
         csv_path.write_text(csv_text(rows), encoding="utf-8")
         write_plot(rows, png_path, seeds=seeds)
     except OSError as error:
