@@ -89,11 +89,11 @@ def load_nodes(path: Path | str) -> list[TraceNode]:
     for row in _rows(path, NODE_COLUMNS):
         name = row.name("sn")
         _unique(row, "sn", name, seen)
-        gpus = row.count("gpu")
+        cpu, memory, gpus = row.count("cpu_milli"), row.count("memory_mib"), row.count("gpu")
         model = row.text("model")
         if gpus > 0 and not model:
             raise row.fail("model", f"empty, but the node has {gpus} GPUs")
-        nodes.append(TraceNode(name, row.count("cpu_milli"), row.count("memory_mib"), gpus, model))
+        nodes.append(TraceNode(name, cpu, memory, gpus, model))
     if not nodes:
         raise TraceInputError(f"{path}: no nodes (only a header, or nothing)")
     return nodes
@@ -107,6 +107,7 @@ def load_pods(path: Path | str) -> list[TracePod]:
     for row in _rows(path, POD_COLUMNS):
         name = row.name("name")
         _unique(row, "name", name, seen)
+        cpu, memory = row.count("cpu_milli"), row.count("memory_mib")
         num_gpu = row.count("num_gpu")
         gpu_milli = row.count("gpu_milli", most=MILLI)
         if num_gpu == 0 and gpu_milli > 0:
@@ -119,11 +120,7 @@ def load_pods(path: Path | str) -> list[TracePod]:
             )
         spec = row.values.get("gpu_spec") or ""
         models = tuple(m.strip() for m in spec.split("|") if m.strip())
-        pods.append(
-            TracePod(
-                name, row.count("cpu_milli"), row.count("memory_mib"), num_gpu, gpu_milli, models
-            )
-        )
+        pods.append(TracePod(name, cpu, memory, num_gpu, gpu_milli, models))
     if not pods:
         raise TraceInputError(f"{path}: no pods (only a header, or nothing)")
     return pods

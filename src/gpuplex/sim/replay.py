@@ -58,19 +58,27 @@ class ReplayResult:
 def arrival_order(
     pods: Sequence[TracePod], capacity_milli: int, *, inflate: float, rng: np.random.Generator
 ) -> list[TracePod]:
-    """The trace's pods shuffled, then inflated with random draws up to `inflate` x capacity."""
+    """The trace's pods shuffled, then inflated with random draws up to `inflate` x capacity.
+
+    A trace that asks for more than that loses pods drawn at random until it does not.
+    """
     by_name = sorted(pods, key=lambda p: p.name)
     order = [by_name[i] for i in rng.permutation(len(by_name))]
     requested = sum(p.total_gpu_milli for p in order)
     target = inflate * capacity_milli
-    if inflate <= 0 or not by_name or requested >= target:
-        return order  # the original also trims a trace that asks for more; none of ours does
+    if inflate <= 0 or not by_name or requested == target:
+        return order
+    if requested > target:  # a trace asking for more: drop pods at random (as the original)
+        while requested > target:
+            requested -= order.pop(int(rng.integers(len(order)))).total_gpu_milli
+        return order
     while True:
         drawn = by_name[int(rng.integers(len(by_name)))]
         if requested + drawn.gpu_milli > target:
-            return order
+            break
         requested += drawn.total_gpu_milli
         order.append(drawn)
+    return order
 
 
 def replay(
