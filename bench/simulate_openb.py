@@ -1,0 +1,160 @@
+"""Cluster placement replay benchmark: our baselines on the openb trace beside the FGD paper's numbers.
+
+    .venv/bin/python bench/simulate_openb.py [--data ../shared/data/openb] [--seeds 10]
+        [--first-seed 42] [--inflate 1.3] [--workload default --workload gpushare40]
+        [--policy best-fit ...] [--json]
+
+For each workload (openb_pod_list_<name>.csv on the 1,213 GPU nodes of openb_node_list_gpu_node.csv)
+and each policy, `gpuplex.sim.replay.replay` runs once per seed (42..51 by default, inflate 1.3, as
+the paper's artifact does). The table shows the GPU allocation ratio when the arrived GPU demand
+reaches 100 % of capacity, mean (min..max) over the seeds, the published figure (Weng et al., ATC '23,
+Fig. 7 and 9a; the artifact's `analysis_allo_discrete.csv`), the difference, the ratio at 130 %, and
+the seconds one seed takes. The trace is read from --data and never copied into the repository.
+Results are recorded in docs/benchmarks.md.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+if not __package__:
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import time
+from dataclasses import asdict, dataclass
+
+from rich.console import Console
+from rich.table import Table
+
+from gpuplex.sim.openb import load_nodes, load_pods
+from gpuplex.sim.replay import POLICY_NAMES, replay
+
+DEFAULT_DATA = Path(__file__).resolve().parent.parent.parent / "shared" / "data" / "openb"
+
+#: GPU allocation ratio (%) at 100 % arrived demand, 10 seeds, as published; first-fit is not
+PUBLISHED: dict[str, dict[str, float]] = {
+    "default": {"random": 86.30, "dot-product": 90.62, "gpu-packing": 91.78, "best-fit": 92.86},
+    "gpushare40": {"random": 84.86, "dot-product": 89.30, "gpu-packing": 89.77, "best-fit": 91.44},
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Row:
+    workload: str
+    policy: str
+    seeds: int
+    mean_100: float
+    min_100: float
+    max_100: float
+    mean_130: float
+    published_100: float | None
+    seconds_per_seed: float
+
+    @property
+    def difference(self) -> float | None:
+        return None if self.published_100 is None else self.mean_100 - self.published_100
+
+
+def measure(data: Path, workload: str, policy: str, seeds: list[int], inflate: float) -> Row:
+    nodes = load_nodes(data / "openb_node_list_gpu_node.csv")
+    pods = load_pods(data / f"openb_pod_list_{workload}.csv")
+    at_100: list[float] = []
+    at_top: list[float] = []
+    started = time.perf_counter()
+    for seed in seeds:
+        result = replay(nodes, pods, policy, seed=seed, inflate=inflate)
+        at_100.append(result.at(100))
+        at_top.append(result.allocation_percent[-1])
+    elapsed = time.perf_counter() - started
+    return Row(
+        workload=workload,
+        policy=policy,
+        seeds=len(seeds),
+        mean_100=statistics.fmean(at_100),
+        min_100=min(at_100),
+        max_100=max(at_100),
+        mean_130=statistics.fmean(at_top),
+        published_100=PUBLISHED.get(workload, {}).get(policy),
+        seconds_per_seed=elapsed / len(seeds),
+    )
+
+
+def machine() -> str:
+    return (
+        f"{platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, "
+        f"CPython {platform.python_version()}, load average {os.getloadavg()[0]:.2f}"
+    )
+
+
+def table(rows: list[Row], seeds: list[int], inflate: float) -> Table:
+    out = Table(
+        title=f"GPU allocation % at 100 % arrived demand (seeds {seeds[0]}..{seeds[-1]}, "
+        f"inflate {inflate})"
+    )
+    for column in (
+        "workload",
+        "policy",
+        "ours (min..max)",
+        "published",
+        "diff",
+        "ours @ top",
+        "s/seed",
+    ):
+        out.add_column(column, justify="left" if column in ("workload", "policy") else "right")
+    for row in rows:
+        published = "-" if row.published_100 is None else f"{row.published_100:.2f}"
+        diff = "-" if row.difference is None else f"{row.difference:+.2f}"
+        out.add_row(
+            row.workload,
+            row.policy,
+            f"{row.mean_100:.2f} ({row.min_100:.2f}..{row.max_100:.2f})",
+            published,
+            diff,
+            f"{row.mean_130:.2f}",
+            f"{row.seconds_per_seed:.2f}",
+        )
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("--data", type=Path, default=DEFAULT_DATA)
+    parser.add_argument("--seeds", type=int, default=10)
+    parser.add_argument("--first-seed", type=int, default=42)
+    parser.add_argument("--inflate", type=float, default=1.3)
+    parser.add_argument("--workload", action="append", dest="workloads")
+    parser.add_argument("--policy", action="append", dest="policies", choices=POLICY_NAMES)
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args(argv)
+    workloads: list[str] = args.workloads or list(PUBLISHED)
+    policies: list[str] = args.policies or list(POLICY_NAMES)
+    seeds = list(range(args.first_seed, args.first_seed + args.seeds))
+    if not args.data.is_dir():
+        print(f"the openb trace is not at {args.data}: give --data DIR", file=sys.stderr)
+        return 2
+    console = Console(width=max(Console().width, 110))
+    if not args.json:
+        console.print(f"machine: {machine()}")
+    started = time.perf_counter()
+    rows = [
+        measure(args.data, workload, policy, seeds, args.inflate)
+        for workload in workloads
+        for policy in policies
+    ]
+    wall = time.perf_counter() - started
+    if args.json:
+        print(json.dumps({"machine": machine(), "wall_s": wall, "rows": [asdict(r) for r in rows]}))
+    else:
+        console.print(table(rows, seeds, args.inflate))
+        console.print(f"wall time {wall:.1f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
