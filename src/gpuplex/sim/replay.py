@@ -6,10 +6,9 @@ trace, in name order, are appended until their GPU request would pass `inflate` 
 GPU capacity ("workload inflation"). Pods never leave. A pod that fits nowhere fails and is not
 retried. Score ties go to the node first in a random node order drawn once per seed (the
 original's node names carry such a permutation as a prefix and ties go to the smallest name).
-After each pod, the GPU request that has *arrived* (placed or not) and the GPUs
-*allocated* are compared with the capacity: `allocation_percent[i]` is the allocated share at the
-moment the arrived request first reaches `i` % of capacity (points never reached, which happens
-only just below the last, hold the final allocation).
+After each pod, the GPU request that has *arrived* (placed or not) and the GPUs *allocated* are
+recorded as % of capacity; `allocation_percent[i]` is, as in the original's analysis, the mean
+allocation over the pods after which the arrived request rounds to `i` % (see `allocation_curve`).
 
 The original's inflation loop stops at the first drawn pod whose *per-GPU* milli would pass the
 target (not its total request); that quirk is kept so the number of pods matches.
@@ -31,6 +30,7 @@ from gpuplex.core.plan.cluster import (
     choose,
     policy_named,
 )
+from gpuplex.core.plan.cluster.model import IntArray
 
 #: the policies `replay` knows, in the order reports show them
 POLICY_NAMES: tuple[str, ...] = tuple(POLICIES)
@@ -51,7 +51,7 @@ class ReplayResult:
     total_pods: int = field(default=0)
 
     def at(self, arrived: int) -> float:
-        """The allocation % once the arrived request reached `arrived` % of capacity."""
+        """The allocation % at `arrived` % of capacity arrived (see `allocation_curve`)."""
         return self.allocation_percent[self.arrived_percent.index(arrived)]
 
 
@@ -81,6 +81,26 @@ def arrival_order(
     return order
 
 
+def allocation_curve(
+    arrived_milli: IntArray, allocated_milli: IntArray, capacity_milli: int, points: list[int]
+) -> list[float]:
+    """Allocated % of capacity at each arrived % in `points`, from the per-pod records.
+
+    As the original's analysis: the mean over the pods after which the arrived request, rounded to
+    a whole percent, is the point; where none is, over those within one point of it; where none is
+    either, the previous point's value (the original leaves such points out; 0 before any).
+    """
+    arrived = np.round(arrived_milli * 100 / capacity_milli)
+    allocated = allocated_milli * 100 / capacity_milli
+    curve: list[float] = []
+    for point in points:
+        near = allocated[arrived == point]
+        if near.size == 0:
+            near = allocated[np.abs(arrived - point) <= 1]
+        curve.append(float(near.mean()) if near.size else (curve[-1] if curve else 0.0))
+    return curve
+
+
 def replay(
     nodes: Sequence[TraceNode],
     pods: Sequence[TracePod],
@@ -103,16 +123,9 @@ def replay(
     by_name = sorted(range(len(state.nodes)), key=lambda i: state.nodes[i].name)
     permutation = rng.permutation(len(by_name))
     state.rank[np.array(by_name, dtype=np.int64)] = permutation
-    last = math.floor(inflate * 100 + 1e-9)
-    points = list(range(last + 1))
-    curve: list[float] = []
+    arrived_after = np.zeros(len(order), dtype=np.int64)  # per pod: arrived request after it
+    allocated_after = np.zeros(len(order), dtype=np.int64)
     arrived = allocated = failed = 0
-
-    def record() -> None:
-        while len(curve) < len(points) and arrived * 100 >= points[len(curve)] * capacity:
-            curve.append(allocated * 100 / capacity)
-
-    record()
     for done, pod in enumerate(order, start=1):
         arrived += pod.total_gpu_milli
         choice = choose(state, pod, chosen, rng)
@@ -121,10 +134,11 @@ def replay(
         else:
             state.place(choice.node, pod, choice.gpus)
             allocated += pod.total_gpu_milli
-        record()
+        arrived_after[done - 1], allocated_after[done - 1] = arrived, allocated
         if on_progress is not None and (done % 256 == 0 or done == len(order)):
             on_progress(done, len(order))
-    curve.extend([allocated * 100 / capacity] * (len(points) - len(curve)))
+    points = list(range(math.floor(inflate * 100 + 1e-9) + 1))
+    curve = allocation_curve(arrived_after, allocated_after, capacity, points)
     return ReplayResult(
         policy=policy,
         seed=seed,

@@ -10,7 +10,7 @@ import pytest
 
 from gpuplex.core.plan.cluster import TraceNode, TracePod
 from gpuplex.sim.openb import load_nodes, load_pods
-from gpuplex.sim.replay import POLICY_NAMES, arrival_order, replay
+from gpuplex.sim.replay import POLICY_NAMES, allocation_curve, arrival_order, replay
 
 OPENB = Path(__file__).resolve().parents[3].parent / "shared" / "data" / "openb"
 
@@ -29,13 +29,14 @@ def test_policy_names() -> None:
 
 @pytest.mark.parametrize("policy", POLICY_NAMES)
 def test_two_whole_gpu_pods_fill_a_two_gpu_node(policy: str) -> None:
-    # each pod is half the capacity: the curve is 0 at 0 %, 50 % up to 50 %, then 100 %
+    # each pod is half the capacity: records (arrived 50 %, allocated 50 %) and (100 %, 100 %);
+    # a point takes the records rounding to it, else those within 1, else the previous point
     result = replay(two_gpu_node(), [gpu_pod("a"), gpu_pod("b")], policy, seed=7, inflate=1.0)
     assert result.capacity_milli == 2000
     assert result.arrived_percent == list(range(101))
-    assert result.allocation_percent[0] == 0.0
-    assert result.allocation_percent[1:51] == [50.0] * 50
-    assert result.allocation_percent[51:] == [100.0] * 50
+    assert result.allocation_percent[:49] == [0.0] * 49
+    assert result.allocation_percent[49:99] == [50.0] * 50
+    assert result.allocation_percent[99:] == [100.0] * 2
     assert (result.failed_pods, result.total_pods) == (0, 2)
     assert result.at(100) == 100.0
 
@@ -60,6 +61,15 @@ def test_same_seed_same_curve_and_seeds_differ() -> None:
     one = replay(nodes, pods, "random", seed=42)
     assert replay(nodes, pods, "random", seed=42) == one
     assert any(replay(nodes, pods, "random", seed=s) != one for s in range(43, 48))
+
+
+def test_allocation_curve_averages_the_records_rounding_to_each_point() -> None:
+    arrived = np.array([10, 40, 60, 140, 1000])  # of 1000: 1, 4, 6, 14 and 100 %
+    allocated = np.array([10, 30, 50, 100, 500])
+    curve = allocation_curve(arrived, allocated, 1000, [0, 1, 4, 5, 6, 7, 10, 100])
+    # 0: within 1 of 1 % -> 1.0; 5: none rounds to 5, within 1: 3.0 and 5.0 -> 4.0;
+    # 7: 5.0 (from 6 %); 10: nothing near -> the previous point's 5.0
+    assert curve == [1.0, 1.0, 3.0, 4.0, 5.0, 5.0, 5.0, 50.0]
 
 
 def test_arrival_order_shuffles_then_inflates_to_the_target() -> None:
