@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from hypothesis import given, settings, strategies as st
 
 from gpuplex.core.plan.cluster import (
     POLICIES,
@@ -149,3 +150,57 @@ def test_gpu_pickers() -> None:
 def test_unknown_policy_names_the_known_ones() -> None:
     with pytest.raises(ValueError, match="best-fit"):
         policy_named("fgd")
+
+
+gpu_models = st.sampled_from(["T4", "V100"])
+trace_nodes = st.lists(
+    st.builds(
+        TraceNode,
+        name=st.just("n"),
+        cpu_milli=st.integers(0, 64_000),
+        memory_mib=st.integers(0, 4096),
+        gpus=st.integers(0, 8),
+        model=gpu_models,
+    ),
+    min_size=1,
+    max_size=6,
+)
+trace_pods = st.lists(
+    st.one_of(
+        st.builds(TracePod, st.just("cpu"), st.integers(0, 16_000), st.integers(0, 1024), st.just(0), st.just(0)),
+        st.builds(TracePod, st.just("share"), st.integers(0, 16_000), st.integers(0, 1024), st.just(1), st.integers(1, 999), st.tuples(gpu_models)),
+        st.builds(TracePod, st.just("whole"), st.integers(0, 16_000), st.integers(0, 1024), st.integers(1, 4), st.just(1000)),
+    ),
+    max_size=30,
+)  # fmt: skip
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    nodes=trace_nodes,
+    pods=trace_pods,
+    name=st.sampled_from(sorted(POLICIES)),
+    seed=st.integers(0, 9),
+)
+def test_every_policy_places_only_where_the_pod_fits(
+    nodes: list[TraceNode], pods: list[TracePod], name: str, seed: int
+) -> None:
+    state = ClusterState.empty(nodes, rank=np.random.default_rng(seed).permutation(len(nodes)))
+    generator = np.random.default_rng(seed)
+    placed = 0
+    for p in pods:
+        feasible = state.feasible(p)
+        choice = choose(state, p, POLICIES[name], generator)
+        if choice is None:
+            assert not feasible.any()
+            continue
+        assert feasible[choice.node]
+        assert len(set(choice.gpus)) == len(choice.gpus) == (p.num_gpu if p.wants_gpu else 0)
+        state.place(choice.node, p, choice.gpus)
+        placed += p.total_gpu_milli
+    assert (state.cpu_left >= 0).all()
+    assert (state.memory_left >= 0).all()
+    real = np.arange(state.gpu_left.shape[1]) < state.gpu_count[:, None]
+    assert (state.gpu_left[real] >= 0).all()
+    assert (state.gpu_left[~real] == -1).all()
+    assert state.allocated_milli == placed
