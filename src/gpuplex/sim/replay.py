@@ -23,7 +23,6 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from gpuplex.core.plan.cluster import (
-    POLICIES,
     ClusterState,
     TraceNode,
     TracePod,
@@ -31,9 +30,10 @@ from gpuplex.core.plan.cluster import (
     policy_named,
 )
 from gpuplex.core.plan.cluster.model import IntArray
+from gpuplex.core.plan.cluster.policies import POLICY_NAMES as _POLICY_NAMES
 
 #: the policies `replay` knows, in the order reports show them
-POLICY_NAMES: tuple[str, ...] = tuple(POLICIES)
+POLICY_NAMES: tuple[str, ...] = _POLICY_NAMES
 
 ProgressCallback = Callable[[int, int], None]
 

@@ -24,7 +24,7 @@ def two_gpu_node(cpu: int = 64_000) -> list[TraceNode]:
 
 
 def test_policy_names() -> None:
-    assert POLICY_NAMES == ("random", "first-fit", "best-fit", "gpu-packing", "dot-product")
+    assert POLICY_NAMES == ("random", "first-fit", "best-fit", "gpu-packing", "dot-product", "fgd")
 
 
 @pytest.mark.parametrize("policy", POLICY_NAMES)

@@ -149,7 +149,7 @@ def test_gpu_pickers() -> None:
 
 def test_unknown_policy_names_the_known_ones() -> None:
     with pytest.raises(ValueError, match="best-fit"):
-        policy_named("fgd")
+        policy_named("tetris")
 
 
 gpu_models = st.sampled_from(["T4", "V100"])
