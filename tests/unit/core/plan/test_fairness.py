@@ -161,6 +161,28 @@ def test_a_team_weight_is_split_among_its_tenants_that_still_want_more() -> None
     assert shares["y1"] == pytest.approx({"gpu": 10})
 
 
+def test_guarantees_are_honoured_bottom_up_across_three_levels() -> None:
+    """cluster -> organisation -> team -> tenant, 12 GPUs, only orgs and a team guaranteed: team
+    A1's 4 go to its tenant a; what org A's 8 leave over (4) is split between its teams' tenants
+    a and b; org B's 4 go to c; nothing is left for the final fill."""
+    org_a = Queue(
+        "A",
+        {"gpu": 8},
+        children=(
+            Queue("A1", {"gpu": 4}, children=(Queue("a"),)),
+            Queue("A2", children=(Queue("b"),)),
+        ),
+    )
+    org_b = Queue("B", {"gpu": 4}, children=(Queue("B1", children=(Queue("c"),)),))
+    root = Queue("cluster", children=(org_a, org_b))
+    check_tree(root, {"gpu": 12})
+    shares = fair_shares(root, {"gpu": 12}, {name: {"gpu": 12} for name in "abc"})
+    assert shares["a"] == pytest.approx({"gpu": 6})
+    assert shares["b"] == pytest.approx({"gpu": 2})
+    assert shares["c"] == pytest.approx({"gpu": 4})
+    assert shares["A"] == pytest.approx({"gpu": 8})
+
+
 def test_check_tree_refuses_guarantees_that_cannot_all_hold() -> None:
     check_tree(org(), {"gpu": 10})
     with pytest.raises(ValueError, match=r"exceed the capacity|exceed its own"):

@@ -174,6 +174,10 @@ def reclaim(
 
     Refused when the claim would take the claimant past its guarantee (borrowing is never worth a
     preemption) or when the borrowed workloads old enough to preempt cannot free enough.
+
+    Guarantees here are the tenants' own: a team's spare guarantee is shared out by `fair_shares`
+    but entitles nobody to preempt. That keeps the no-loop argument one line long: a victim's
+    tenant was above its own guarantee in what the victim frees, so asking for it back is refused.
     """
     tenants = {tenant.name: tenant for tenant in root.tenants()}
     if claimant not in tenants:
