@@ -99,7 +99,10 @@ def _parse_yaml(text: str, source: str) -> tuple[object, dict[FieldPath, Positio
     except yaml.MarkedYAMLError as error:
         mark = error.problem_mark or error.context_mark
         message = f"invalid YAML: {error.problem or error.context}"
-        if error.problem and error.context and error.context_mark:
+        if "nesting depth" in str(error.problem):
+            # PyYAML 6.0.4 and later stop deep nesting themselves, in their own words
+            message = f"invalid YAML: nested too deeply to read ({error.problem})"
+        elif error.problem and error.context and error.context_mark:
             # e.g. an unclosed bracket: the problem is found lines after the bracket opened
             message += f" ({error.context} that starts on line {error.context_mark.line + 1})"
         line, column = (mark.line + 1, mark.column + 1) if mark else (None, None)
