@@ -89,29 +89,31 @@ def _fitting(state: ClusterState, node: int, pod: TracePod) -> IntArray:
     return np.flatnonzero(state.gpu_left[node] >= pod.gpu_milli)
 
 
-def pick_best_gpu(
-    state: ClusterState, node: int, pod: TracePod, rng: np.random.Generator
+def _pick(
+    state: ClusterState, node: int, pod: TracePod, share: Callable[[IntArray], int]
 ) -> tuple[int, ...]:
-    """Whole GPUs: the lowest-numbered free ones. A share: the fitting GPU with the least room."""
+    """Every picker alike for whole GPUs (the lowest-numbered free ones); `share` chooses among
+    the fitting GPUs for a fractional pod."""
     if not pod.wants_gpu:
         return ()
     fitting = _fitting(state, node, pod)
     if not pod.is_shared:
         return tuple(int(g) for g in fitting[: pod.num_gpu])
-    left = state.gpu_left[node, fitting]
-    return (int(fitting[int(np.argmin(left))]),)
+    return (int(fitting[share(fitting)]),)
+
+
+def pick_best_gpu(
+    state: ClusterState, node: int, pod: TracePod, rng: np.random.Generator
+) -> tuple[int, ...]:
+    """Whole GPUs: the lowest-numbered free ones. A share: the fitting GPU with the least room."""
+    return _pick(state, node, pod, lambda fitting: int(np.argmin(state.gpu_left[node, fitting])))
 
 
 def pick_random_gpu(
     state: ClusterState, node: int, pod: TracePod, rng: np.random.Generator
 ) -> tuple[int, ...]:
     """Whole GPUs: the lowest-numbered free ones. A share: any fitting GPU, uniformly."""
-    if not pod.wants_gpu:
-        return ()
-    fitting = _fitting(state, node, pod)
-    if not pod.is_shared:
-        return tuple(int(g) for g in fitting[: pod.num_gpu])
-    return (int(fitting[rng.integers(fitting.size)]),)
+    return _pick(state, node, pod, lambda fitting: int(rng.integers(fitting.size)))
 
 
 # -- node scorers -------------------------------------------------------------------------------
