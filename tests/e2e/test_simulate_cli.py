@@ -189,3 +189,115 @@ def test_a_cluster_without_gpus_is_refused(
     args = ["simulate", "--nodes", str(nodes), "--pods", str(pods), "--out", str(tmp_path / "o")]
     result = refused(run_in_process(args, monkeypatch, capsys))
     assert f"{nodes}: no node has a GPU" in result.stderr.replace("\n", "")
+
+
+# -- --compare-isolation ------------------------------------------------------------------------
+
+#: shares of 300, 460 and 240 and one whole GPU: 2000 of the 4000 milli, so `--inflate 0.5`
+#: replays exactly these four pods
+SHARED_PODS = POD_HEADER + "".join(
+    f"pod-{i},4000,16384,1,{milli},,LS,Running,{i},100000,{i}\n"
+    for i, milli in enumerate((300, 460, 240, 1000))
+)
+ISOLATION_HEADER = (
+    "mode,at,seeds,arrived_percent,gpus_in_use,gpus_needed,asked_percent,reserved_percent,"
+    "stranded_memory_gpus,stranded_memory_percent,failed_pods,pods,gpus_needed_vs_dedicated"
+)
+
+
+def table_rows(stdout: str) -> dict[str, list[str]]:
+    """The cells of each table row, by its first cell."""
+    rows = [line.split("│")[1:-1] for line in stdout.splitlines() if line.startswith("│")]
+    return {cells[0].strip(): [cell.strip() for cell in cells[1:]] for cells in rows}
+
+
+def test_compare_isolation_prints_each_mode_and_writes_isolation_csv(
+    trace: tuple[Path, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("COLUMNS", "250")
+    nodes, pods = trace
+    pods.write_text(SHARED_PODS, encoding="utf-8")
+    out = tmp_path / "out"
+    args: list[str | Path] = ["--nodes", nodes, "--pods", pods, "--inflate", "0.5", "--seeds", "2"]
+    result = ok(run_subprocess("simulate", *args, "--out", out, "--compare-isolation"))
+
+    assert "Isolation modes with best-fit on 4 GPUs, mean over 2 seed(s)" in result.stdout
+    rows = table_rows(result.stdout)
+    assert list(rows) == ["dedicated", "mig", "mps", "time-slice"]
+    # in use, needed, x dedicated, asked %, reserved %, stranded GPUs, stranded %, failed, ...
+    assert rows["dedicated"][:8] == [
+        "4.0",
+        "4.0",
+        "1.000",
+        "50.00",
+        "100.00",
+        "2.0",
+        "50.00",
+        "0.0",
+    ]
+    assert rows["mps"][3:7] == ["50.00", "50.00", "0.0", "0.00"]  # as asked: whole percents
+    assert rows["time-slice"][4] == "56.25"  # 500 + 500 + 250 + 1000 of 4000
+    assert rows["time-slice"][5] == "0.0"  # replicas set no memory apart
+    assert "'if they could be partitioned like an A100'" in result.stdout
+    assert "at most 48 clients a GPU" in result.stdout
+    assert "whole replicas of 4 per GPU" in result.stdout
+    assert not (out / "simulate.csv").exists()  # the policies were not compared
+
+    lines = (out / "isolation.csv").read_text(encoding="utf-8").splitlines()
+    assert lines[0] == ISOLATION_HEADER
+    assert [line.split(",")[:3] for line in lines[1:]] == [
+        [mode, at, "2"]
+        for mode in ("dedicated", "mig", "mps", "time-slice")
+        for at in ("100%", "end")
+    ]
+    assert lines[1].split(",")[3:] == [
+        "50.0000", "4.0000", "4.0000", "50.0000", "100.0000", "2.0000", "50.0000", "0.0000",
+        "4.0000", "1.0000",
+    ]  # fmt: skip
+    assert str(out / "isolation.csv") in result.stderr
+
+
+def test_compare_isolation_takes_the_first_policy_and_the_replicas(
+    trace: tuple[Path, Path],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    monkeypatch.setenv("COLUMNS", "250")
+    nodes, pods = trace
+    pods.write_text(SHARED_PODS, encoding="utf-8")
+    args = ["simulate", "--nodes", str(nodes), "--pods", str(pods), "--inflate", "0.5"]
+    extra = ["--policy", "first-fit", "--policy", "random", "--time-slice-replicas", "10"]
+    out = ["--out", str(tmp_path / "o")]
+    result = run_in_process([*args, *extra, "--compare-isolation", *out], monkeypatch, capsys)
+
+    assert result.exit_code == 0, result.output
+    assert "Isolation modes with first-fit on 4 GPUs" in result.stdout
+    assert "whole replicas of 10 per GPU" in result.stdout
+    # 3 + 5 + 3 replicas of 10 and the whole GPU: 300 + 500 + 300 + 1000 of 4000
+    assert table_rows(result.stdout)["time-slice"][4] == "52.50"
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (["--compare-isolation", "--time-slice-replicas", "1"], "--time-slice-replicas"),
+        (["--time-slice-replicas", "4"], "only applies with --compare-isolation"),
+        (["--compare-isolation", "--policy", "tetris"], "unknown policy 'tetris'"),
+    ],
+    ids=["one-replica", "replicas-without-compare", "unknown-policy"],
+)
+def test_bad_isolation_options_are_refused(
+    trace: tuple[Path, Path],
+    extra: list[str],
+    message: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    monkeypatch.setenv("COLUMNS", "250")
+    nodes, pods = trace
+    args = ["simulate", "--nodes", str(nodes), "--pods", str(pods), "--out", str(tmp_path / "o")]
+    result = refused(run_in_process([*args, *extra], monkeypatch, capsys))
+    assert message in result.stderr
+    assert not (tmp_path / "o").exists()

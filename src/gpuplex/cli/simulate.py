@@ -6,7 +6,12 @@ report how much of the cluster's GPU capacity each one allocates as demand arriv
 
 A progress bar on stderr while the replays run; then a table of the mean allocation ratio at a few
 arrived-demand points on stdout, and `simulate.csv` and `simulate.png` in --out. The replay and the
-plot libraries (numpy, matplotlib) are imported when the command runs, not with the CLI."""
+plot libraries (numpy, matplotlib) are imported when the command runs, not with the CLI.
+
+With --compare-isolation the policies are not compared: the same trace is replayed (with best-fit,
+or the first --policy) once per isolation mode, each fractional pod taking what a dedicated GPU, a
+MIG instance, an MPS share or time-slice replicas reserve (see `gpuplex.sim.isolation_compare`);
+the table and `isolation.csv` give GPUs needed, allocation ratios and stranded memory per mode."""
 
 from __future__ import annotations
 
@@ -35,6 +40,7 @@ from gpuplex.sim.replay_report import TABLE_POINTS, ReportRow, aggregate, csv_te
 
 if TYPE_CHECKING:
     from gpuplex.core.plan.cluster.model import TraceNode, TracePod
+    from gpuplex.sim.isolation_compare import ModeResult, ModeSummary
     from gpuplex.sim.replay import ReplayResult
 
 out = Console()
@@ -76,14 +82,43 @@ def simulate_command(
         ),
     ] = 1.3,
     out_dir: Annotated[
-        Path, typer.Option("--out", file_okay=False, help="Where simulate.csv and .png go.")
+        Path,
+        typer.Option(
+            "--out", file_okay=False, help="Where simulate.csv and .png (or isolation.csv) go."
+        ),
     ] = Path("simulate-out"),
+    compare_isolation: Annotated[
+        bool,
+        typer.Option(
+            "--compare-isolation",
+            help=(
+                "Instead of comparing policies, replay the trace once per isolation mode "
+                "(dedicated GPU, MIG as on an A100, MPS, time-slicing), each fractional pod "
+                "taking what that mode reserves, with best-fit or the first --policy; print GPUs "
+                "needed, allocation and stranded memory and write isolation.csv."
+            ),
+        ),
+    ] = False,
+    time_slice_replicas: Annotated[
+        int | None,
+        typer.Option(
+            min=2,
+            max=1000,
+            help="With --compare-isolation: time-slicing replicas a GPU (a pod takes whole ones).",
+            show_default="4",
+        ),
+    ] = None,
 ) -> None:
     """Replay a cluster trace under placement policies; print the GPU allocation ratio as demand
-    arrives and write simulate.csv and simulate.png."""
+    arrives and write simulate.csv and simulate.png. With --compare-isolation, compare isolation
+    modes instead and write isolation.csv."""
     from gpuplex.sim.openb import load_nodes, load_pods
     from gpuplex.sim.replay import POLICY_NAMES
 
+    if time_slice_replicas is not None and not compare_isolation:
+        raise typer.BadParameter(
+            "only applies with --compare-isolation", param_hint="--time-slice-replicas"
+        )
     with reported():
         chosen = _policies(policy, POLICY_NAMES)
         trace_nodes = load_nodes(nodes)
@@ -92,6 +127,17 @@ def simulate_command(
             raise TraceInputError(f"{nodes}: no node has a GPU, so there is nothing to allocate")
     seed_list = list(range(first_seed, first_seed + seeds))
     _make_out_dir(out_dir)  # before the replays, which take minutes on a real trace
+    if compare_isolation:
+        _compare_isolation(
+            trace_nodes,
+            trace_pods,
+            policy=chosen[0] if policy else "best-fit",
+            seeds=seed_list,
+            inflate=inflate,
+            replicas=time_slice_replicas or 4,
+            out_dir=out_dir,
+        )
+        return
     results = _replay_all(trace_nodes, trace_pods, chosen, seed_list, inflate)
     rows = aggregate(results)
     out.print(allocation_table(rows, chosen, seeds=len(seed_list)))
@@ -119,15 +165,7 @@ def _replay_all(
 
     runs = [(name, seed) for name in policies for seed in seeds]
     results: list[ReplayResult] = []
-    with Progress(
-        TextColumn("{task.description}"),
-        BarColumn(),
-        TaskProgressColumn(),
-        TimeElapsedColumn(),
-        TimeRemainingColumn(),
-        console=err,
-        transient=True,
-    ) as progress:
+    with _progress() as progress:
         task = progress.add_task("replaying", total=len(runs))
         for run, (name, seed) in enumerate(runs):
             progress.update(task, description=f"{name} seed {seed} (run {run + 1}/{len(runs)})")
@@ -137,6 +175,18 @@ def _replay_all(
             )
             progress.update(task, completed=run + 1)
     return results
+
+
+def _progress() -> Progress:
+    return Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        TaskProgressColumn(),
+        TimeElapsedColumn(),
+        TimeRemainingColumn(),
+        console=err,
+        transient=True,
+    )
 
 
 def _advance(progress: Progress, task: TaskID, *, run: int) -> Callable[[int, int], None]:
@@ -190,4 +240,122 @@ def _write_outputs(rows: Sequence[ReportRow], out_dir: Path, *, seeds: int) -> N
         f"wrote {escape(str(csv_path))} and {escape(str(png_path))}",
         highlight=False,
         soft_wrap=True,
+    )
+
+
+def _compare_isolation(
+    nodes: Sequence[TraceNode],
+    pods: Sequence[TracePod],
+    *,
+    policy: str,
+    seeds: Sequence[int],
+    inflate: float,
+    replicas: int,
+    out_dir: Path,
+) -> None:
+    from gpuplex.sim.isolation_compare import MODES, compare_mode, csv_text, summarise
+
+    runs = [(mode, seed) for mode in MODES for seed in seeds]
+    results: list[ModeResult] = []
+    with _progress() as progress:
+        task = progress.add_task("replaying", total=len(runs))
+        for run, (mode, seed) in enumerate(runs):
+            progress.update(task, description=f"{mode} seed {seed} (run {run + 1}/{len(runs)})")
+            results.append(
+                compare_mode(
+                    nodes,
+                    pods,
+                    mode,
+                    seed=seed,
+                    policy=policy,
+                    inflate=inflate,
+                    time_slice_replicas=replicas,
+                    on_progress=_advance(progress, task, run=run),
+                )
+            )
+            progress.update(task, completed=run + 1)
+    rows = summarise(results)
+    gpus = sum(node.gpus for node in nodes)
+    out.print(isolation_table(rows, policy=policy, seeds=len(seeds), gpus=gpus))
+    out.print(isolation_notes(replicas), highlight=False, soft_wrap=True)
+    csv_path = out_dir / "isolation.csv"
+    try:
+        csv_path.write_text(csv_text(rows), encoding="utf-8")
+    except OSError as error:
+        raise typer.BadParameter(
+            f"cannot write {error.filename or csv_path}: {error.strerror}", param_hint="--out"
+        ) from None
+    err.print(f"wrote {escape(str(csv_path))}", highlight=False, soft_wrap=True)
+
+
+def isolation_table(rows: Sequence[ModeSummary], *, policy: str, seeds: int, gpus: int) -> Table:
+    """Per isolation mode: GPUs needed and the allocation at 100 % arrived, failures at the end."""
+    from gpuplex.sim.isolation_compare import vs_dedicated
+
+    table = Table(
+        title=(
+            f"Isolation modes with {policy} on {gpus} GPUs, mean over {seeds} seed(s): "
+            "at 100 % of capacity arrived (and at the end)"
+        ),
+        title_justify="left",
+    )
+    for header in (
+        "mode",
+        "GPUs in use",
+        "GPUs needed",
+        "x dedicated",
+        "asked alloc %",
+        "reserved %",
+        "stranded mem (GPUs)",
+        "stranded mem %",
+        "failed pods",
+        "asked alloc % (end)",
+        "failed pods (end)",
+    ):
+        table.add_column(header, justify="left" if header == "mode" else "right")
+    ends = {row.mode: row for row in rows if row.at == "end"}
+    for row in rows:
+        if row.at != "100%":
+            continue
+        ratio = vs_dedicated(rows, row)
+        end = ends[row.mode]
+        table.add_row(
+            row.mode.value,
+            f"{row.gpus_in_use:.1f}",
+            f"{row.gpus_needed:.1f}",
+            "-" if ratio is None else f"{ratio:.3f}",
+            f"{row.asked_percent:.2f}",
+            f"{row.reserved_percent:.2f}",
+            f"{row.stranded_memory_gpus:.1f}",
+            f"{row.stranded_memory_percent:.2f}",
+            f"{row.failed_pods:.1f}",
+            f"{end.asked_percent:.2f}",
+            f"{end.failed_pods:.1f}",
+        )
+    return table
+
+
+def isolation_notes(replicas: int) -> str:
+    """What the table's modes and columns mean (printed under it)."""
+    return "\n".join(
+        (
+            "Each fractional pod takes what its mode reserves; whole-GPU pods are unchanged.",
+            "  dedicated: a whole GPU.",
+            "  mig: the smallest A100-40GB MIG profile holding the share on compute (sevenths) "
+            "and memory (eighths): 1g.5gb <=125, 1g.10gb <=142, 2g.10gb <=250, 3g.20gb <=428, "
+            "4g.20gb <=500 milli, else a whole GPU; placed by MIG's placement rules. The trace's "
+            "GPUs have no MIG: this is 'if they could be partitioned like an A100'.",
+            "  mps: the share rounded up to a whole percent of compute and of memory "
+            "(pinned memory limit), at most 48 clients a GPU.",
+            f"  time-slice: whole replicas of {replicas} per GPU (share rounded up to k/{replicas});"
+            " a replica reserves no memory and nothing is isolated (memory, faults); all "
+            f"{replicas} replicas hold the whole GPU.",
+            "GPUs in use: GPUs holding a pod when the arrived request (as asked) reaches 100 % of "
+            "capacity; GPUs needed: those plus the failed pods' reservations packed onto more "
+            "GPUs (a lower bound); x dedicated: GPUs needed over the dedicated mode's.",
+            "asked alloc %: what placed pods asked for, of capacity (useful work); reserved %: what "
+            "the mode took for them. Stranded memory: GPU memory reserved beyond placed pods' "
+            "need (a pod needs its share of its GPU's memory), in GPUs' worth and % of all GPU "
+            "memory.",
+        )
     )
