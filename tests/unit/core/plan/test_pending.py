@@ -337,6 +337,7 @@ def test_no_node_fits_names_the_largest_free_node() -> None:
     )
     fits_one = answer(case.running, ask("b2", 3), case.node_free)
     assert fits_one.code == "schedulable"
+    assert answer(case.running, case.pending, ()).code == "schedulable"  # no nodes: no check
 
 
 def test_unknown_tenant_and_a_team_are_told_apart() -> None:

@@ -109,7 +109,10 @@ def why_pending(
     min_runtime_s: float,
     node_free: Sequence[Resources] | None = None,
 ) -> PendingAnswer:
-    """Why `pending` cannot start now, or that it can (see the module docstring for the order)."""
+    """Why `pending` cannot start now, or that it can (see the module docstring for the order).
+
+    `node_free`: each node's free resources, for the one-node check; None or empty skips it.
+    """
     ask = _checked_ask(pending)
     path = _path_to(root, pending.tenant)
     if path is None or path[-1].children:
@@ -127,7 +130,7 @@ def why_pending(
     if not fits(ask, capacity):
         blockers.append(_exceeds_capacity(root, capacity, usage, ask))
     elif fits(ask, free):
-        if node_free is not None and not any(fits(ask, node) for node in node_free):
+        if node_free and not any(fits(ask, node) for node in node_free):
             blockers.append(_no_node_fits(root, usage, ask, node_free))
     elif fits(add(held, ask), tenant.guarantee):
         plan = reclaim(root, running, capacity, tenant.name, ask, min_runtime_s)
