@@ -9,7 +9,9 @@ and each policy, `gpuplex.sim.replay.replay` runs once per seed (42..51 by defau
 the paper's artifact does). The table shows the GPU allocation ratio when the arrived GPU demand
 reaches 100 % of capacity, mean (min..max) over the seeds, the published figure (Weng et al., ATC '23,
 Fig. 7 and 9a; the artifact's `analysis_allo_discrete.csv`), the difference, the ratio at 130 %, and
-the seconds one seed takes. The trace is read from --data and never copied into the repository.
+the seconds one seed takes. When FGD ran in the same run, each other policy is also shown against
+it: the ratio of the means, and on how many seeds it allocated more than FGD did with the same seed.
+The trace is read from --data and never copied into the repository.
 Results are recorded in docs/benchmarks.md.
 """
 
@@ -67,6 +69,7 @@ class Row:
     mean_130: float
     published_100: float | None
     seconds_per_seed: float
+    per_seed_100: tuple[float, ...] = ()
 
     @property
     def difference(self) -> float | None:
@@ -94,6 +97,7 @@ def measure(data: Path, workload: str, policy: str, seeds: list[int], inflate: f
         mean_130=statistics.fmean(at_top),
         published_100=PUBLISHED.get(workload, {}).get(policy),
         seconds_per_seed=elapsed / len(seeds),
+        per_seed_100=tuple(at_100),
     )
 
 
@@ -116,12 +120,16 @@ def table(rows: list[Row], seeds: list[int], inflate: float) -> Table:
         "published",
         "diff",
         "ours @ top",
+        "vs fgd: ratio (seeds won)",
         "s/seed",
     ):
         out.add_column(column, justify="left" if column in ("workload", "policy") else "right")
+    fgd = {row.workload: row for row in rows if row.policy == "fgd"}
     for row in rows:
         published = "-" if row.published_100 is None else f"{row.published_100:.2f}"
         diff = "-" if row.difference is None else f"{row.difference:+.2f}"
+        baseline = fgd.get(row.workload)
+        versus = "-" if baseline is None or baseline is row else against(row, baseline)
         out.add_row(
             row.workload,
             row.policy,
@@ -129,9 +137,19 @@ def table(rows: list[Row], seeds: list[int], inflate: float) -> Table:
             published,
             diff,
             f"{row.mean_130:.2f}",
+            versus,
             f"{row.seconds_per_seed:.2f}",
         )
     return out
+
+
+def against(row: Row, baseline: Row) -> str:
+    """The ratio of the means and the seeds (paired by seed) on which `row` allocated more."""
+    ratio = row.mean_100 / baseline.mean_100
+    wins = sum(
+        ours > theirs for ours, theirs in zip(row.per_seed_100, baseline.per_seed_100, strict=True)
+    )
+    return f"{ratio:.4f}x ({wins}/{len(row.per_seed_100)})"
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from gpuplex.core.plan.cluster import (
+    POLICY_NAMES as _POLICY_NAMES,
     ClusterState,
     TraceNode,
     TracePod,
@@ -30,7 +31,6 @@ from gpuplex.core.plan.cluster import (
     policy_named,
 )
 from gpuplex.core.plan.cluster.model import IntArray
-from gpuplex.core.plan.cluster.policies import POLICY_NAMES as _POLICY_NAMES
 
 #: the policies `replay` knows, in the order reports show them
 POLICY_NAMES: tuple[str, ...] = _POLICY_NAMES

@@ -24,7 +24,15 @@ def two_gpu_node(cpu: int = 64_000) -> list[TraceNode]:
 
 
 def test_policy_names() -> None:
-    assert POLICY_NAMES == ("random", "first-fit", "best-fit", "gpu-packing", "dot-product", "fgd")
+    assert POLICY_NAMES == (
+        "random",
+        "first-fit",
+        "best-fit",
+        "gpu-packing",
+        "dot-product",
+        "fgd",
+        "fgd-balanced",
+    )
 
 
 @pytest.mark.parametrize("policy", POLICY_NAMES)

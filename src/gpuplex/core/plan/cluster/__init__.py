@@ -8,12 +8,13 @@ from gpuplex.core.plan.cluster.policies import (
     Choice,
     Policy,
     choose,
-    policy_named,
 )
+from gpuplex.core.plan.cluster.registry import POLICY_NAMES, policy_named
 
 __all__ = [
     "MILLI",
     "POLICIES",
+    "POLICY_NAMES",
     "Choice",
     "ClusterState",
     "Policy",

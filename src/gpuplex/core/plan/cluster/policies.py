@@ -13,10 +13,6 @@ USENIX ATC '23), re-implemented from its description and behaviour:
   on a node that is already in use (fewer is better), then opening an idle node.
 - `dot-product`: Tetris's alignment score on (CPU, GPU) normalised by the largest node spec; as in
   the original, a *smaller* dot product of what is left and what is asked scores higher.
-- `fgd`: Fragmentation Gradient Descent (the paper's own policy): the node, and for a shared pod
-  the GPU on it, where the node's fragmentation against the workload's typical pods (see
-  `fragmentation`) grows least, scored 100 * sigmoid((F before - F after) / 1000), truncated; a
-  shared pod takes the first GPU with the best score, whole GPUs the lowest-numbered free ones.
 
 Nodes with equal (integer) scores go to the node ranked first in the state's tie-break order, as
 in the original (its kube-scheduler picks the smallest node name, and node names there start with
@@ -24,18 +20,17 @@ a random permutation drawn once per seed; a replay passes such a permutation as 
 the chosen node: a whole-GPU pod takes the lowest-numbered free GPUs; a shared pod takes the GPU
 with the least room that still fits (first one on ties), or a random fitting GPU for `random`.
 
-A policy is a name, a node scorer and a GPU picker. A policy that needs state computed once per
-run (`fgd`: the typical pods of the trace) is built by `policy_named(name, workload)`.
+A policy is a name, a node scorer and a GPU picker. FGD and gpuplex's own policy, which learn from
+the run's workload, are in `fgd` and `balanced`; `registry.policy_named` finds any of them by name.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
 
-from gpuplex.core.plan.cluster.fragmentation import FloatArray, FragmentationModel, typical_pods
 from gpuplex.core.plan.cluster.model import MILLI, ClusterState, IntArray, TracePod
 
 #: the largest node spec the original normalises by: 128 cores and 8 GPUs
@@ -166,114 +161,6 @@ def score_dot_product(state: ClusterState, pod: TracePod, nodes: IntArray) -> In
     return np.trunc(MAX_SCORE * (1.0 - dot / 2)).astype(np.int64)
 
 
-# -- FGD ----------------------------------------------------------------------------------------
-
-
-class _Fgd:
-    """FGD's scorer and GPU picker over one run's typical pods.
-
-    F of each node's current state is kept between pods and recomputed only for the nodes whose
-    free CPU or GPUs changed since (the state is compared, never trusted to be the same object).
-    """
-
-    def __init__(self, workload: Sequence[TracePod]) -> None:
-        self.typical = typical_pods(workload)
-        self._models: tuple[str, ...] | None = None
-        self._frag: FragmentationModel | None = None
-        self._cpu: IntArray | None = None
-        self._gpu: IntArray | None = None
-        self._before: FloatArray | None = None
-        self._index: IntArray | None = None
-
-    def _model(self, state: ClusterState) -> FragmentationModel:
-        if self._frag is None or self._models != state.models:
-            self._models = state.models
-            self._frag = FragmentationModel.build(self.typical, state.models)
-            self._cpu = self._gpu = self._before = None
-        return self._frag
-
-    def _current(self, state: ClusterState) -> FloatArray:
-        """F of every node as it is now."""
-        frag = self._model(state)
-        cpu, gpu = state.cpu_left, state.gpu_left
-        if (
-            self._cpu is None
-            or self._gpu is None
-            or self._before is None
-            or self._index is None
-            or self._gpu.shape != gpu.shape
-            or not np.array_equal(self._index, state.model_index)
-        ):
-            self._before = frag.fragmentation(cpu, gpu, state.model_index)
-            self._index = state.model_index.copy()
-        else:
-            changed = np.flatnonzero((self._cpu != cpu) | (self._gpu != gpu).any(axis=1))
-            if changed.size:
-                self._before[changed] = frag.fragmentation(
-                    cpu[changed], gpu[changed], state.model_index[changed]
-                )
-        self._cpu, self._gpu = cpu.copy(), gpu.copy()
-        return self._before
-
-    def scores(
-        self, state: ClusterState, pod: TracePod, nodes: IntArray
-    ) -> tuple[IntArray, IntArray]:
-        """Per node: the best score, and the GPU slot it takes for a shared pod (else -1)."""
-        frag = self._model(state)
-        before = self._current(state)[nodes]
-        cpu_after = state.cpu_left[nodes] - pod.cpu_milli
-        left = state.gpu_left[nodes]
-        models = state.model_index[nodes]
-        if pod.is_shared:
-            # one candidate per node and GPU with room; equal rooms on a node give equal states,
-            # so only the first GPU of each room is tried (the first best GPU wins, as in the original)
-            fits = left >= pod.gpu_milli
-            width = left.shape[1]
-            earlier = np.tril(np.ones((width, width), dtype=np.bool_), k=-1)
-            same = (left[:, :, None] == left[:, None, :]) & earlier[None, :, :]
-            rows, slots = np.nonzero(fits & ~same.any(axis=2))
-            after = left[rows].copy()
-            after[np.arange(rows.size), slots] -= pod.gpu_milli
-            f_after = frag.fragmentation(cpu_after[rows], after, models[rows])
-            per_gpu = _sigmoid_score(before[rows] - f_after)
-            best = np.full(nodes.size, -1, dtype=np.int64)
-            np.maximum.at(best, rows, per_gpu)
-            first = np.full(nodes.size, left.shape[1], dtype=np.int64)
-            top = per_gpu == best[rows]
-            np.minimum.at(first, rows[top], slots[top])
-            return best, first
-        after = left
-        if pod.wants_gpu:
-            fits = left >= pod.gpu_milli
-            taken = fits & (np.cumsum(fits, axis=1) <= pod.num_gpu)  # the lowest-numbered
-            after = left - np.where(taken, pod.gpu_milli, 0)
-        f_after = frag.fragmentation(cpu_after, after, models)
-        return _sigmoid_score(before - f_after), np.full(nodes.size, -1, dtype=np.int64)
-
-    def score(self, state: ClusterState, pod: TracePod, nodes: IntArray) -> IntArray:
-        return self.scores(state, pod, nodes)[0]
-
-    def pick_gpus(
-        self, state: ClusterState, node: int, pod: TracePod, rng: np.random.Generator
-    ) -> tuple[int, ...]:
-        if not pod.is_shared:
-            return pick_best_gpu(state, node, pod, rng)
-        _, slot = self.scores(state, pod, np.array([node], dtype=np.int64))
-        return (int(slot[0]),)
-
-
-def _sigmoid_score(decrease: FloatArray) -> IntArray:
-    """100 * sigmoid(decrease / 1000), truncated: 50 when F does not change."""
-    out: IntArray = np.trunc(MAX_SCORE / (1.0 + np.exp(-decrease / 1000.0))).astype(np.int64)
-    return out
-
-
-def fgd_policy(workload: Sequence[TracePod]) -> Policy:
-    """FGD over the typical pods of `workload` (computed once, here)."""
-    fgd = _Fgd(workload)
-    return Policy("fgd", fgd.score, fgd.pick_gpus)
-
-
 POLICIES: dict[str, Policy] = {
     "random": Policy("random", score_first_fit, pick_random_gpu, random_node=True),
     "first-fit": Policy("first-fit", score_first_fit, pick_best_gpu),
@@ -281,21 +168,3 @@ POLICIES: dict[str, Policy] = {
     "gpu-packing": Policy("gpu-packing", score_gpu_packing, pick_best_gpu),
     "dot-product": Policy("dot-product", score_dot_product, pick_best_gpu),
 }
-
-
-#: policies built from the run's workload (the trace's pods)
-WORKLOAD_POLICIES: dict[str, Callable[[Sequence[TracePod]], Policy]] = {"fgd": fgd_policy}
-
-#: every policy name, in the order reports show them
-POLICY_NAMES: tuple[str, ...] = (*POLICIES, *WORKLOAD_POLICIES)
-
-
-def policy_named(name: str, workload: Sequence[TracePod] = ()) -> Policy:
-    """The policy called `name`; `workload` is what `fgd` learns its typical pods from."""
-    if name in WORKLOAD_POLICIES:
-        return WORKLOAD_POLICIES[name](workload)
-    try:
-        return POLICIES[name]
-    except KeyError:
-        known = ", ".join(POLICY_NAMES)
-        raise ValueError(f"unknown policy {name!r}: known policies are {known}") from None

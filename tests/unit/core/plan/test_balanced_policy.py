@@ -1,0 +1,157 @@
+"""gpuplex's policy, fgd-balanced: FGD first, its ties broken by GPU milli stranded by CPU."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from gpuplex.core.plan.cluster import ClusterState, TraceNode, TracePod, choose, policy_named
+from gpuplex.core.plan.cluster.balanced import (
+    STRANDED_BOUND,
+    BalancedFgdScorer,
+    balance_keys,
+    cpu_per_gpu_milli,
+    stranded_gpu_milli,
+)
+from gpuplex.core.plan.cluster.fgd import FgdScorer
+from gpuplex.core.plan.cluster.registry import POLICY_NAMES
+
+
+def node(name: str, cpu: int, gpus: int = 2) -> TraceNode:
+    return TraceNode(name, cpu, 512 * 1024, gpus, "T4")
+
+
+def trace_pod(name: str, cpu: int, milli: int = 1000, num: int = 1) -> TracePod:
+    return TracePod(name, cpu, 1024, num, milli if num else 0)
+
+
+def test_rho_is_the_gpu_pods_cpu_per_milli_gpu() -> None:
+    workload = [
+        trace_pod("a", 10_000),  # 1000 milli
+        trace_pod("b", 2_000, 500),
+        trace_pod("c", 8_000, 1000, 2),  # 2000 milli
+        trace_pod("cpu-only", 50_000, 0, 0),  # not counted
+    ]
+    assert cpu_per_gpu_milli(workload) == pytest.approx(20_000 / 3_500)
+    assert cpu_per_gpu_milli([trace_pod("cpu-only", 4_000, 0, 0)]) is None
+    assert cpu_per_gpu_milli([]) is None
+
+
+def test_stranded_is_free_gpu_milli_the_free_cpu_cannot_feed() -> None:
+    cpu = np.array([20_000, 12_000, 0, 60_000], dtype=np.int64)
+    free = np.array([2_000, 2_000, 500, 1_000], dtype=np.int64)
+    # rho 10: 20k CPU feeds 2000 milli, 12k feeds 1200 (800 stranded), none feeds nothing
+    assert stranded_gpu_milli(cpu, free, 10.0).tolist() == [0.0, 800.0, 500.0, 0.0]
+
+
+def test_the_fgd_score_decides_first_then_the_least_stranded_growth() -> None:
+    primary = np.array([50, 50, 51, 50], dtype=np.int64)
+    growth = np.array([800.0, -500.0, 5_000.0, 0.4], dtype=np.float64)
+    keys = balance_keys(primary, growth)
+    assert int(np.argmax(keys)) == 2  # a better FGD score wins whatever it strands
+    assert keys[1] > keys[3] > keys[0]  # then shrinking stranded capacity beats growing it
+    huge = balance_keys(np.array([50, 49]), np.array([2.0 * STRANDED_BOUND, -2.0 * STRANDED_BOUND]))
+    assert huge[0] > huge[1]  # clipped, so the growth never spills into the score
+
+
+def test_a_cpu_only_pod_goes_where_cpu_is_to_spare() -> None:
+    workload = [trace_pod(f"w{i}", 10_000) for i in range(9)]  # rho = 10 CPU per milli
+    # a: 2 GPUs and just the CPU to feed them; b: CPU to spare. FGD sees no difference
+    # (both still fit the typical pod after 8k CPU goes), so its tie goes to a (ranked first)
+    state = ClusterState.empty([node("a", 20_000), node("b", 60_000)])
+    cpu_pod = trace_pod("etl", 8_000, 0, 0)
+    rng = np.random.default_rng(0)
+    fgd_choice = choose(state, cpu_pod, policy_named("fgd", workload), rng)
+    balanced_choice = choose(state, cpu_pod, policy_named("fgd-balanced", workload), rng)
+    assert fgd_choice is not None
+    assert fgd_choice.node == 0
+    # on a it would strand 800 milli (12k CPU feeds 1200 of 2000); on b nothing
+    assert balanced_choice is not None
+    assert balanced_choice.node == 1
+
+
+def test_a_cpu_light_pod_goes_where_cpu_is_short() -> None:
+    workload = [trace_pod(f"w{i}", 1_000) for i in range(9)]  # rho = 1
+    # a has 1.5k CPU for 2 GPUs (500 milli stranded); b plenty; b is first in the tie order
+    state = ClusterState.empty([node("a", 1_500), node("b", 60_000)], rank=np.array([1, 0]))
+    light = trace_pod("light", 500)
+    rng = np.random.default_rng(0)
+    fgd_choice = choose(state, light, policy_named("fgd", workload), rng)
+    balanced_choice = choose(state, light, policy_named("fgd-balanced", workload), rng)
+    assert fgd_choice is not None
+    assert fgd_choice.node == 1
+    # on a: stranded 500 -> 0 (1000 CPU feeds the last GPU); on b: 0 -> 0
+    assert balanced_choice is not None
+    assert (balanced_choice.node, balanced_choice.gpus) == (0, (0,))
+
+
+def test_a_better_fgd_score_beats_the_balance() -> None:
+    workload = [trace_pod(f"w{i}", 10_000) for i in range(9)]  # rho = 10
+    # a: 10k CPU for 2 GPUs (1000 stranded). A CPU-light pod there would shrink that, but it
+    # leaves a with 9k CPU, too little for the typical pod: its last GPU becomes fragment
+    # (FGD 26 against 50 on b), so it goes to b
+    state = ClusterState.empty([node("a", 10_000), node("b", 60_000)])
+    policy = policy_named("fgd-balanced", workload)
+    choice = choose(state, trace_pod("p", 1_000), policy, np.random.default_rng(0))
+    assert choice is not None
+    assert choice.node == 1
+
+
+def test_without_gpu_pods_in_the_workload_it_is_fgd() -> None:
+    workload = [trace_pod(f"c{i}", 4_000, 0, 0) for i in range(5)]
+    state = ClusterState.empty([node("a", 20_000), node("b", 60_000, 4)])
+    nodes = np.arange(2, dtype=np.int64)
+    pod = trace_pod("p", 2_000, 300)
+    balanced = BalancedFgdScorer(workload)
+    assert balanced.rho is None
+    assert (
+        balanced.score(state, pod, nodes).tolist()
+        == FgdScorer(workload).score(state, pod, nodes).tolist()
+    )
+
+
+def test_it_is_registered_as_the_last_policy() -> None:
+    assert POLICY_NAMES[-1] == "fgd-balanced"
+    assert policy_named("fgd-balanced", [trace_pod("a", 1_000)]).name == "fgd-balanced"
+
+
+pods = st.builds(
+    trace_pod,
+    name=st.just("p"),
+    cpu=st.integers(0, 40_000),
+    milli=st.sampled_from([100, 250, 460, 500, 810, 1000]),
+    num=st.sampled_from([0, 1, 1, 1, 2, 4]),
+)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    cpus=st.lists(st.integers(0, 128_000), min_size=1, max_size=5),
+    gpus=st.lists(st.sampled_from([1, 2, 4, 8]), min_size=5, max_size=5),
+    placed=st.lists(pods, max_size=12),
+    workload=st.lists(pods, min_size=1, max_size=8),
+    pod=pods,
+)
+def test_it_only_ever_chooses_among_fgds_best_nodes(
+    cpus: list[int],
+    gpus: list[int],
+    placed: list[TracePod],
+    workload: list[TracePod],
+    pod: TracePod,
+) -> None:
+    state = ClusterState.empty([node(f"n{i}", cpu, gpus[i]) for i, cpu in enumerate(cpus)])
+    rng = np.random.default_rng(0)
+    fgd = policy_named("fgd", workload)
+    for earlier in placed:  # some cluster state, placed by plain FGD
+        where = choose(state, earlier, fgd, rng)
+        if where is not None:
+            state.place(where.node, earlier, where.gpus)
+    choice = choose(state, pod, policy_named("fgd-balanced", workload), rng)
+    candidates = np.flatnonzero(state.feasible(pod))
+    if candidates.size == 0:
+        assert choice is None
+        return
+    assert choice is not None
+    fgd_scores = FgdScorer(workload).score(state, pod, candidates)
+    assert fgd_scores[candidates.tolist().index(choice.node)] == fgd_scores.max()
