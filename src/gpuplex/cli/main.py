@@ -21,6 +21,7 @@ from gpuplex.cli.gateway import gateway_command
 from gpuplex.cli.host import host_app
 from gpuplex.cli.keys import keys_app
 from gpuplex.cli.kube import kube_app
+from gpuplex.cli.queues import queues_command
 from gpuplex.cli.render import gpu_map, placement_table, problems_table, summary_line
 from gpuplex.cli.server import server_command, token_app
 from gpuplex.cli.sim import sim_app
@@ -52,6 +53,7 @@ app.command(name="gateway")(gateway_command)
 app.command(name="server")(server_command)
 app.command(name="up")(up_command)
 app.command(name="simulate")(simulate_command)
+app.command(name="queues")(queues_command)
 out = Console()
 err = Console(stderr=True)
 
