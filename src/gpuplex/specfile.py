@@ -1,13 +1,16 @@
 """Read gpuplex.yaml from disk: YAML with positions, then the pure validation in gpuplex.core.spec.
 
 Every problem comes back as a SpecError naming file:line:column and the field path; nothing here
-raises anything else for bad input.
+raises anything else for bad input. `load_yaml_file` does the same for any other YAML file gpuplex
+reads (the queue file of `gpuplex queues`) with that file's own pure validator.
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
 
 import yaml
 from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
@@ -16,6 +19,7 @@ from gpuplex.core.spec import GpuplexSpec, validate_spec
 from gpuplex.errors import FieldPath, SpecError, SpecProblem
 
 Position = tuple[int, int]  # 1-based line and column
+Parsed = TypeVar("Parsed")
 
 
 _BOOL_TAG = "tag:yaml.org,2002:bool"
@@ -48,6 +52,15 @@ SPEC_LOADER = make_spec_loader(getattr(yaml, "CSafeLoader", yaml.SafeLoader))
 
 
 def load_spec_file(path: Path) -> GpuplexSpec:
+    return load_yaml_file(path, validate_spec)
+
+
+def load_spec_text(raw: bytes | str, *, source: str) -> GpuplexSpec:
+    return load_yaml_text(raw, validate_spec, source=source)
+
+
+def load_yaml_file(path: Path, validate: Callable[[object], Parsed | list[SpecProblem]]) -> Parsed:
+    """Read a YAML file and validate it; any problem is a SpecError with file:line:column."""
     source = str(path)
     try:
         raw = path.read_bytes()
@@ -55,16 +68,22 @@ def load_spec_file(path: Path) -> GpuplexSpec:
         raise SpecError(
             source, [SpecProblem((), f"cannot read the file: {error.strerror}")]
         ) from None
-    return load_spec_text(raw, source=source)
+    return load_yaml_text(raw, validate, source=source)
 
 
-def load_spec_text(raw: bytes | str, *, source: str) -> GpuplexSpec:
+def load_yaml_text(
+    raw: bytes | str,
+    validate: Callable[[object], Parsed | list[SpecProblem]],
+    *,
+    source: str,
+) -> Parsed:
+    """`validate` the YAML in `raw`: its value, or a SpecError placing each problem in `source`."""
     text = _decode(raw, source)
     data, positions = _parse_yaml(text, source)
-    result = validate_spec(data)
-    if isinstance(result, GpuplexSpec):
-        return result
-    raise SpecError(source, [_locate(problem, positions) for problem in result])
+    result = validate(data)
+    if isinstance(result, list):  # the validator's problems (a validated value is never a list)
+        raise SpecError(source, [_locate(problem, positions) for problem in result])
+    return result
 
 
 def _decode(raw: bytes | str, source: str) -> str:

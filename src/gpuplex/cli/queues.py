@@ -36,8 +36,7 @@ from gpuplex.core.plan.cluster.queue_file import (
     evaluate,
     parse_queue_file,
 )
-from gpuplex.errors import SpecError, SpecProblem
-from gpuplex.specfile import _decode, _locate, _parse_yaml
+from gpuplex.specfile import load_yaml_file
 
 out = Console()
 
@@ -65,18 +64,7 @@ def queues_command(
 
 def load_queue_file(path: Path) -> QueueScenario:
     """Read and validate the file; every problem is a SpecError with file:line:column."""
-    source = str(path)
-    try:
-        raw = path.read_bytes()
-    except OSError as error:
-        raise SpecError(
-            source, [SpecProblem((), f"cannot read the file: {error.strerror}")]
-        ) from None
-    data, positions = _parse_yaml(_decode(raw, source), source)
-    result = parse_queue_file(data)
-    if isinstance(result, QueueScenario):
-        return result
-    raise SpecError(source, [_locate(problem, positions) for problem in result])
+    return load_yaml_file(path, parse_queue_file)
 
 
 # --- JSON -------------------------------------------------------------------------------------
