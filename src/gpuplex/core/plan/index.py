@@ -6,7 +6,9 @@ signature (a few hundred buckets at most, however many GPUs); MPS and time-slice
 memory. A search asks each bucket once instead of every GPU, then scores the best few candidates.
 
 Scores are tuples, smaller is better. binpack: join a used GPU before opening an empty one, then the
-tightest fit, then the choice that leaves the most MIG room. spread: the opposite.
+tightest fit, then the choice that leaves the most MIG room. spread: the opposite. fragmentation:
+binpack for dedicated and MIG replicas; a share goes to the GPU state where fragmentation against
+the plan's shares grows least (share_fragmentation.py), ties as binpack breaks them.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from gpuplex.core.plan.occupancy import (
     fit_on,
     sharing_problem,
 )
+from gpuplex.core.plan.share_fragmentation import SHARE_MODES, ShareFragmentation, ShareSpot
 from gpuplex.core.spec import PlacementPolicy, TenantSpec
 from gpuplex.core.spec.pools import pool_accepts
 
@@ -110,11 +113,20 @@ def _remove(items: list[_Entry], item: _Entry) -> None:
 
 
 class FleetIndex:
+    """`share_fragmentation` scores shares under the fragmentation policy (and only there)."""
+
     def __init__(
-        self, slots: list[GpuSlot], policy: PlacementPolicy, tenants: dict[str, TenantSpec]
+        self,
+        slots: list[GpuSlot],
+        policy: PlacementPolicy,
+        tenants: dict[str, TenantSpec],
+        share_fragmentation: ShareFragmentation | None = None,
     ) -> None:
+        if (policy is PlacementPolicy.FRAGMENTATION) != (share_fragmentation is not None):
+            raise ValueError("the fragmentation policy, and only it, needs a ShareFragmentation")
         self.states = [GpuState(slot) for slot in slots]
         self.spread = policy is PlacementPolicy.SPREAD
+        self.share_fragmentation = share_fragmentation
         self.tenants = tenants
         grouped: dict[tuple[object, ...], list[GpuSlot]] = {}
         for slot in slots:
@@ -135,6 +147,12 @@ class FleetIndex:
             if sized is not None:
                 yield group, sized
 
+    def policy_for(self, unit: Unit) -> str:
+        """The rule that placed `unit`, as a plan reason names it."""
+        if self.share_fragmentation is not None and unit.mode in SHARE_MODES:
+            return PlacementPolicy.FRAGMENTATION.value
+        return PlacementPolicy.SPREAD.value if self.spread else PlacementPolicy.BINPACK.value
+
     def search(self, unit: Unit, refuse: Callable[[Sized], str | None]) -> Candidate | None:
         """The best place for `unit`; `refuse` vetoes a demand (quota) before any GPU is looked at."""
         best: Candidate | None = None
@@ -151,6 +169,8 @@ class FleetIndex:
             yield from self._dedicated(group, unit, sized)
         elif unit.mode is Mode.MIG:
             yield from self._mig(group, unit, sized)
+        elif self.share_fragmentation is not None:
+            yield from self._shares_by_fragmentation(group, unit, sized, self.share_fragmentation)
         else:
             yield from self._shares(group, unit, sized)
 
@@ -217,6 +237,37 @@ class FleetIndex:
             left = group.first.model.memory_mib - need
             score = (0, -left, 0, order) if self.spread else (1, left, 0, order)
             yield Candidate((gpu_id,), sized, None, score, f"opens a GPU for {unit.mode}")
+
+    def _shares_by_fragmentation(
+        self, group: GroupIndex, unit: Unit, sized: Sized, scorer: ShareFragmentation
+    ) -> Iterator[Candidate]:
+        """Every distinct state a share may join (the first GPU in order of each), and the first
+        empty GPU, scored once each; ties go as binpack's: a used GPU, the tightest, the first.
+        Unlike binpack's search, this walks every used GPU of the group with room for the share."""
+        need = sized.memory_mib
+        used = group.shares[unit.mode]
+        joins: dict[ShareSpot, tuple[Order, int]] = {}
+        for free, order, gpu_id in used[bisect_left(used, (need,)) :]:
+            state = self.states[gpu_id]
+            spot = ShareSpot(free, state.threads_used)
+            if spot not in joins and isinstance(fit_on(unit, sized, state, self.tenants), int):
+                joins[spot] = (order, gpu_id)
+        spots = [(spot, order, gpu_id, 0) for spot, (order, gpu_id) in joins.items()]
+        if group.empty_whole:
+            order, gpu_id = group.empty_whole[0]
+            spots.append((ShareSpot(group.first.model.memory_mib, 0), order, gpu_id, 1))
+        if not spots:
+            return
+        scores = scorer.scores(group.first.group, unit.mode, sized, [s[0] for s in spots])
+        for (spot, order, gpu_id, opens), score in zip(spots, scores, strict=True):
+            where = f"opens a GPU for {unit.mode}" if opens else f"shares a {unit.mode} GPU"
+            yield Candidate(
+                (gpu_id,),
+                sized,
+                None,
+                (-score.key, opens, spot.free_memory_mib - need, order),
+                f"{where}, F grows least (FGD score {score.fgd_score})",
+            )
 
     def assign(self, unit: Unit, candidate: Candidate) -> Hold:
         hold = Hold(unit, candidate.sized, candidate.mig_start, candidate.gpu_ids)

@@ -28,21 +28,29 @@ from gpuplex.core.plan.occupancy import (
 )
 from gpuplex.core.plan.preempt import find_eviction
 from gpuplex.core.plan.quota import QuotaLedger
+from gpuplex.core.plan.share_fragmentation import ShareFragmentation
 from gpuplex.core.plan.units import build_units
-from gpuplex.core.spec import GpuplexSpec
+from gpuplex.core.spec import GpuplexSpec, PlacementPolicy
 from gpuplex.core.spec.pools import pool_accepts
 
 
 def make_plan(spec: GpuplexSpec, current: Plan | None = None) -> Plan:
     tenants = {tenant.name: tenant for tenant in spec.tenants}
-    slots = build_inventory(spec.fleet, spec.policy.placement)
+    policy = spec.policy.placement
+    # GPUs are ordered as binpack orders them under every policy but spread
+    spread = policy is PlacementPolicy.SPREAD
+    slots = build_inventory(spec.fleet, policy if spread else PlacementPolicy.BINPACK)
     decisions, units = build_units(spec, slots)
-    run = _PlanRun(FleetIndex(slots, spec.policy.placement, tenants), QuotaLedger(tenants))
+    share_fragmentation = (
+        ShareFragmentation(units, slots) if policy is PlacementPolicy.FRAGMENTATION else None
+    )
+    index = FleetIndex(slots, policy, tenants, share_fragmentation)
+    run = _PlanRun(index, QuotaLedger(tenants))
     if current is not None:
         run.keep_current(units, current, slots)
     run.place_all(units, preemption=spec.policy.preemption)
     return assemble(
-        policy=spec.policy.placement.value,
+        policy=policy.value,
         index=run.index,
         holds=run.holds,
         reasons=run.reasons,
@@ -176,5 +184,4 @@ class _PlanRun:
             )
 
     def _why_here(self, unit: Unit, candidate: Candidate) -> str:
-        policy = "spread" if self.index.spread else "binpack"
-        return f"{policy}: {candidate.reason}"
+        return f"{self.index.policy_for(unit)}: {candidate.reason}"

@@ -19,6 +19,9 @@ from gpuplex.core.spec.tenants import TenantSpec
 class PlacementPolicy(StrEnum):
     BINPACK = "binpack"  # fill used GPUs first: fewer GPUs, whole GPUs left free for big work
     SPREAD = "spread"  # use the emptiest GPU: less contention, more GPUs in use
+    # binpack, but a share (MPS, time-slice) goes where the GPU's fragmentation against the
+    # plan's other shares grows least (fgd-balanced): fewer shares left with no GPU to fit
+    FRAGMENTATION = "fragmentation"
 
 
 class ChargebackMethod(StrEnum):
