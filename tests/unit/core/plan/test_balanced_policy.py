@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import example, given, settings, strategies as st
 
 from gpuplex.core.plan.cluster import ClusterState, TraceNode, TracePod, choose, policy_named
 from gpuplex.core.plan.cluster.balanced import (
@@ -35,6 +35,7 @@ def test_rho_is_the_gpu_pods_cpu_per_milli_gpu() -> None:
     ]
     assert cpu_per_gpu_milli(workload) == pytest.approx(20_000 / 3_500)
     assert cpu_per_gpu_milli([trace_pod("cpu-only", 4_000, 0, 0)]) is None
+    assert cpu_per_gpu_milli([trace_pod("no-cpu", 0, 1000)]) is None  # no ratio to keep
     assert cpu_per_gpu_milli([]) is None
 
 
@@ -132,6 +133,9 @@ pods = st.builds(
     placed=st.lists(pods, max_size=12),
     workload=st.lists(pods, min_size=1, max_size=8),
     pod=pods,
+)
+@example(  # GPU pods that ask no CPU: no ratio to keep (once divided 0 by 0)
+    cpus=[0], gpus=[1] * 5, placed=[], workload=[trace_pod("w", 0)], pod=trace_pod("p", 0)
 )
 def test_it_only_ever_chooses_among_fgds_best_nodes(
     cpus: list[int],

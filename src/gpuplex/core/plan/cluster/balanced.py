@@ -34,11 +34,13 @@ _SPAN = 2 * STRANDED_BOUND + 1
 
 
 def cpu_per_gpu_milli(workload: Sequence[TracePod]) -> float | None:
-    """rho: the workload's GPU pods' CPU milli per milli-GPU they ask; None without GPU pods."""
+    """rho: the workload's GPU pods' CPU milli per milli-GPU they ask; None without GPU pods or
+    when they ask no CPU (then CPU strands nothing and the tie-break is FGD's own)."""
     gpu_milli = sum(p.total_gpu_milli for p in workload if p.wants_gpu)
-    if gpu_milli <= 0:
+    cpu_milli = sum(p.cpu_milli for p in workload if p.wants_gpu)
+    if gpu_milli <= 0 or cpu_milli <= 0:
         return None
-    return sum(p.cpu_milli for p in workload if p.wants_gpu) / gpu_milli
+    return cpu_milli / gpu_milli
 
 
 def stranded_gpu_milli(cpu_left: IntArray, gpu_free: IntArray, rho: float) -> FloatArray:
