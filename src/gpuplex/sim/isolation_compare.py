@@ -23,10 +23,9 @@ decides what it needs. Each fractional pod becomes what the mode reserves; whole
 Reserved memory beyond a pod's need is *stranded*: nobody else can use it. Stranded memory is in
 milli-GPUs of memory (1000: one GPU's memory), since the trace's models G2/G3 are anonymised.
 
-The replay is `replay`'s: the same arrival order and node tie-break permutation for a seed (the
-three steps are repeated here, in the same order on the same generator), the same policies. A
-policy chooses the node; a MIG instance keeps the policy's GPU when MIG admits it there, else
-takes the admitting GPU with least room on that node. Pods never leave; a pod that fits nowhere
+The replay is `replay`'s: the same arrival order and node tie-break permutation for a seed
+(`replay.start_replay`), the same policies. A policy chooses the node; a MIG instance keeps the
+policy's GPU when MIG admits it there, else takes the admitting GPU with least room on that node. Pods never leave; a pod that fits nowhere
 fails. Results are taken when the arrived GPU request (as asked) reaches 100 % of capacity (the
 state after the last pod that keeps it at most 100 %) and at the end of the replay.
 """
@@ -53,7 +52,7 @@ from gpuplex.core.plan.cluster import (
 )
 from gpuplex.core.plan.cluster.model import BoolArray, IntArray
 from gpuplex.core.plan.mig_fit import free_starts, room_left, slot_mask
-from gpuplex.sim.replay import ProgressCallback, arrival_order
+from gpuplex.sim.replay import ProgressCallback, start_replay
 
 
 class IsolationMode(StrEnum):
@@ -321,13 +320,8 @@ def compare_mode(
 ) -> ModeResult:
     """Replay the trace as `replay` does, each fractional pod taking what `mode` reserves."""
     rng = np.random.default_rng(seed)
-    base = ClusterState.empty(tuple(nodes))
+    base, order = start_replay(nodes, pods, inflate=inflate, rng=rng)
     capacity = base.capacity_milli
-    if capacity <= 0:
-        raise ValueError("the cluster has no GPUs: an allocation ratio needs some")
-    order = arrival_order(pods, capacity, inflate=inflate, rng=rng)
-    by_name = sorted(range(len(base.nodes)), key=lambda i: base.nodes[i].name)
-    base.rank[np.array(by_name, dtype=np.int64)] = rng.permutation(len(by_name))
     state = _SharingState(**{f.name: getattr(base, f.name) for f in fields(ClusterState)})
     shape = (state.gpu_left.shape[0], state.gpu_left.shape[1])
     rules = rules_for(mode, shape, time_slice_replicas=time_slice_replicas)

@@ -101,6 +101,30 @@ def allocation_curve(
     return curve
 
 
+def start_replay(
+    nodes: Sequence[TraceNode],
+    pods: Sequence[TracePod],
+    *,
+    inflate: float,
+    rng: np.random.Generator,
+) -> tuple[ClusterState, list[TracePod]]:
+    """The empty cluster with the seed's node tie-break order, and the pods in arrival order.
+
+    Both draw from `rng`, pods first: every replay of a seed (`replay`, the isolation
+    comparison) must take these steps in this order to see the same run.
+    """
+    state = ClusterState.empty(tuple(nodes))
+    if state.capacity_milli <= 0:
+        raise ValueError("the cluster has no GPUs: an allocation ratio needs some")
+    order = arrival_order(pods, state.capacity_milli, inflate=inflate, rng=rng)
+    # the original breaks score ties by node name, and its node names start with a random
+    # permutation of the nodes (sorted by name) drawn after the pods are shuffled and inflated
+    by_name = sorted(range(len(state.nodes)), key=lambda i: state.nodes[i].name)
+    permutation = rng.permutation(len(by_name))
+    state.rank[np.array(by_name, dtype=np.int64)] = permutation
+    return state, order
+
+
 def replay(
     nodes: Sequence[TraceNode],
     pods: Sequence[TracePod],
@@ -113,16 +137,8 @@ def replay(
     """Place the (shuffled, inflated) pods one by one with `policy`; the allocation curve."""
     chosen = policy_named(policy, pods)
     rng = np.random.default_rng(seed)
-    state = ClusterState.empty(tuple(nodes))
+    state, order = start_replay(nodes, pods, inflate=inflate, rng=rng)
     capacity = state.capacity_milli
-    if capacity <= 0:
-        raise ValueError("the cluster has no GPUs: an allocation ratio needs some")
-    order = arrival_order(pods, capacity, inflate=inflate, rng=rng)
-    # the original breaks score ties by node name, and its node names start with a random
-    # permutation of the nodes (sorted by name) drawn after the pods are shuffled and inflated
-    by_name = sorted(range(len(state.nodes)), key=lambda i: state.nodes[i].name)
-    permutation = rng.permutation(len(by_name))
-    state.rank[np.array(by_name, dtype=np.int64)] = permutation
     arrived_after = np.zeros(len(order), dtype=np.int64)  # per pod: arrived request after it
     allocated_after = np.zeros(len(order), dtype=np.int64)
     arrived = allocated = failed = 0
