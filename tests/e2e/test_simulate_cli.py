@@ -301,3 +301,13 @@ def test_bad_isolation_options_are_refused(
     result = refused(run_in_process([*args, *extra], monkeypatch, capsys))
     assert message in result.stderr
     assert not (tmp_path / "o").exists()
+
+
+def test_the_help_names_every_policy(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("COLUMNS", "400")  # one help line per option, names unbroken
+    result = run_in_process(["simulate", "--help"], monkeypatch, capsys)
+    assert result.exit_code == 0
+    for name in POLICY_NAMES:
+        assert f" {name}," in result.stdout or f" {name}." in result.stdout, name

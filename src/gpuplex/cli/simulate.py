@@ -63,7 +63,12 @@ def simulate_command(
     policy: Annotated[
         list[str] | None,
         typer.Option(
-            "--policy", help="A placement policy; repeat for more.", show_default="all of them"
+            "--policy",
+            help=(
+                "A placement policy, repeatable: random, first-fit, best-fit, gpu-packing, "
+                "dot-product, fgd, or gpuplex's own fgd-balanced."
+            ),
+            show_default="all of them",
         ),
     ] = None,
     seeds: Annotated[
