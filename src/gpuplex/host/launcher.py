@@ -17,7 +17,7 @@ from gpuplex.errors import HostActionError
 from gpuplex.host.cgroups import Cgroups
 from gpuplex.host.children import Children
 from gpuplex.host.logs import log_paths
-from gpuplex.host.proc import is_same_process, session_of, user_ids
+from gpuplex.host.proc import group_has_running_process, is_same_process, session_of, user_ids
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,7 +120,7 @@ def _group_alive(pgid: int) -> bool:
         os.killpg(pgid, 0)
     except (ProcessLookupError, PermissionError):
         return False
-    return True
+    return group_has_running_process(pgid)
 
 
 def _kill(pid: int) -> None:

@@ -1,5 +1,6 @@
-"""What /proc says about a process: is this pid still the process we started (start time), and which
-session it belongs to. Linux only, like the rest of the host runtime."""
+"""What /proc says about a process: is this pid still the process we started (start time), which
+session it belongs to, and which processes of a group still run. Linux only, like the rest of the host
+runtime."""
 
 from __future__ import annotations
 
@@ -22,6 +23,23 @@ def start_ticks(pid: int) -> int | None:
     if fields[0] == "Z":
         return None
     return int(fields[19])
+
+
+def group_has_running_process(pgid: int) -> bool:
+    """Whether a process of the group still runs. Zombies do not count: they have ended and wait only
+    for their parent to reap them; once the supervisor that started them is gone that parent is init
+    (or a subreaper), which in some containers reaps seconds late."""
+    for entry in PROC.iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except (FileNotFoundError, ProcessLookupError, PermissionError):
+            continue
+        fields = stat[stat.rindex(")") + 2 :].split()
+        if int(fields[2]) == pgid and fields[0] != "Z":  # field 5: the process group
+            return True
+    return False
 
 
 def is_same_process(pid: int, ticks: int | None) -> bool:
