@@ -68,8 +68,10 @@ async def closed_loop(
     duration_s: float,
     body: Callable[[int], bytes],
     respect_retry_after: bool = True,
+    stop_on_429: bool = False,
 ) -> list[Reply]:
-    """`clients` clients, each sending its next request when the last one is answered."""
+    """`clients` clients, each sending its next request when the last one is answered, until
+    `duration_s` passes or, with `stop_on_429`, until the client's first 429."""
     replies: list[Reply] = []
     end = time.monotonic() + duration_s
     connector = aiohttp.TCPConnector(limit=0)
@@ -85,6 +87,8 @@ async def closed_loop(
                     continue
                 replies.append(reply)
                 i += 1
+                if reply.status == 429 and stop_on_429:
+                    return
                 if reply.status == 429 and respect_retry_after:
                     wait = min(reply.retry_after_s or 1.0, max(0.0, end - time.monotonic()))
                     await asyncio.sleep(wait)
