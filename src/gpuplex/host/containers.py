@@ -59,6 +59,10 @@ class ContainerRuntime:
             return ExitStatus(code=int(code))
         return ExitStatus(note=f"container {name} is gone")
 
+    def ask_to_stop(self, record: WorkloadRecord) -> None:
+        """Nothing ahead of time: `docker stop` sends the stop signal and waits in one call, and a
+        second SIGTERM could cut a server's drain short. Containers stop one after another."""
+
     def stop(self, record: WorkloadRecord, grace_s: float) -> None:
         name = container_name(record.desired)
         self._engine("stop", "--time", str(max(0, round(grace_s))), name, check=False)

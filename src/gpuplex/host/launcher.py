@@ -37,6 +37,12 @@ class Launcher(Protocol):
 
     def exit_status(self, record: WorkloadRecord) -> ExitStatus | None: ...
 
+    def ask_to_stop(self, record: WorkloadRecord) -> None:
+        """Where the runtime can, SIGTERM now without waiting; `stop` then waits for the exit and
+        does not signal again. Asking every replica first lets many drain at the same time
+        instead of one after another."""
+        ...
+
     def stop(self, record: WorkloadRecord, grace_s: float) -> None: ...
 
     def release(self, record: WorkloadRecord) -> None: ...
@@ -53,6 +59,7 @@ class ProcessRuntime:
         self.children = children
         self.cgroups = cgroups
         self.logs_dir = logs_dir
+        self._asked: set[int] = set()  # pids sent SIGTERM by ask_to_stop, not yet stopped
 
     def start(self, wanted: WorkloadDesired, env: dict[str, str]) -> Started:
         dirs: list[Path] = []
@@ -82,6 +89,12 @@ class ProcessRuntime:
             return ExitStatus(note="never started")
         return self.children.exit_status(record.pid, record.start_ticks)
 
+    def ask_to_stop(self, record: WorkloadRecord) -> None:
+        pid = record.pid
+        if pid is not None and is_same_process(pid, record.start_ticks) and session_of(pid) == pid:
+            _signal_group(pid, signal.SIGTERM)
+            self._asked.add(pid)
+
     def stop(self, record: WorkloadRecord, grace_s: float) -> None:
         """SIGTERM to the replica's process group, SIGKILL after the grace period; then anything
         left in its cgroup (a process that left the group is still in the cgroup)."""
@@ -89,7 +102,8 @@ class ProcessRuntime:
         if pid is None:
             return
         if is_same_process(pid, record.start_ticks) and session_of(pid) == pid:
-            _signal_group(pid, signal.SIGTERM)
+            if pid not in self._asked:  # a second SIGTERM would cut some servers' drain short
+                _signal_group(pid, signal.SIGTERM)
             deadline = now_s() + grace_s
             while _group_alive(pid) and now_s() < deadline:
                 self.children.exit_status(pid, record.start_ticks)  # reap the leader if it is ours
@@ -101,6 +115,7 @@ class ProcessRuntime:
                 _kill(leftover)
         self.children.wait(pid, 2.0)
         self.children.exit_status(pid, record.start_ticks)
+        self._asked.discard(pid)
 
     def release(self, record: WorkloadRecord) -> None:
         """Remove the cgroups of a replica that is gone for good."""

@@ -76,6 +76,17 @@ class HostRuntime:
         self.state = self.state.model_copy(update={"records": records})
         self.dirs.write_state(self.state)
 
+    def ask_all_to_stop(self) -> None:
+        """SIGTERM every live replica at once, before a pass that stops them all (`down`): each
+        then drains at the same time as the others, and stopping takes one grace period, not one
+        per replica."""
+        for record in self.state.records:
+            if record.phase in LIVE_PHASES and record.pid is not None:
+                try:
+                    self._launcher(record.desired).ask_to_stop(record)
+                except GpuplexError:
+                    continue  # the pass that follows stops it, or says why it cannot
+
     # --- one pass -------------------------------------------------------------------------------
     def tick(self, desired: DesiredHost, *, dry_run: bool = False) -> list[act.Action]:
         now = now_s()

@@ -210,6 +210,7 @@ def down(settings: HostSettings) -> list[Event]:
         runtime = open_runtime(settings, dirs, opened.driver)
         try:
             runtime.adopt()
+            runtime.ask_all_to_stop()
             empty = DesiredHost(node="", gpus=[], workloads=[])
             runtime.tick(empty)
             (settings.state_dir / "desired.json").unlink(missing_ok=True)

@@ -262,3 +262,51 @@ def _session_members(session: int) -> list[int]:
             except ProcessLookupError:
                 continue
     return members
+
+
+DRAINS_ON_SIGTERM = """
+import signal, sys, time
+path = sys.argv[1]
+def note(what):
+    with open(path, "a") as out:
+        out.write(f"{what} {time.monotonic()}\\n")
+def drain(*_):
+    note("term")
+    time.sleep(1.5)  # finishing the requests in progress
+    note("drained")
+    sys.exit(0)
+signal.signal(signal.SIGTERM, drain)
+note("ready")
+while True:
+    time.sleep(1)
+"""
+
+
+def test_down_asks_every_replica_to_stop_before_waiting_for_any(host: Host, tmp_path: Path) -> None:
+    notes = tmp_path / "notes.txt"
+    draining = {
+        "name": "ivy",
+        "isolation": "dedicated",
+        "workloads": [
+            {
+                "name": "job",
+                "kind": "batch",
+                "gpu": {"count": 1},
+                "replicas": 3,
+                "command": [WORKLOAD[0], "-c", DRAINS_ON_SIGTERM, str(notes)],
+            }
+        ],
+    }
+    host.apply(host.write_spec(spec([draining], [H100])))
+
+    def said(what: str) -> list[float]:
+        lines = notes.read_text().splitlines() if notes.exists() else []
+        return [float(line.split()[1]) for line in lines if line.split()[0] == what]
+
+    wait_for("three replicas ready", lambda: len(said("ready")) == 3)
+    host.gpuplex("host", "down")
+    terms, drained = said("term"), said("drained")
+    assert len(terms) == 3, notes.read_text()  # one SIGTERM each, never a second
+    assert len(drained) == 3, notes.read_text()
+    # all three drained at the same time: every SIGTERM came before the first drain finished
+    assert max(terms) < min(drained), notes.read_text()
