@@ -17,6 +17,7 @@ from sqlalchemy import create_engine, text
 
 from tests.e2e.cli_runs import ROOT, run_subprocess
 from tests.e2e.gateway.stack import cannot_run_gateway
+from tests.e2e.processes import running_processes_naming
 
 pytestmark = pytest.mark.slow
 
@@ -26,21 +27,6 @@ def _free_port() -> int:
         probe.bind(("127.0.0.1", 0))
         port: int = probe.getsockname()[1]
         return port
-
-
-def _alive_pids_of(state_dir: Path) -> list[str]:
-    """Processes whose command line names the state directory (the up run's children)."""
-    found = []
-    for proc in Path("/proc").iterdir():
-        if not proc.name.isdigit():
-            continue
-        try:
-            command = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode()
-        except OSError:
-            continue
-        if str(state_dir) in command:
-            found.append(f"{proc.name}: {command}")
-    return found
 
 
 def test_up_serves_a_request_through_the_gateway_and_stops_cleanly(tmp_path: Path) -> None:
@@ -75,7 +61,7 @@ def _check_run(exit_code: int, stdout: str, output: str, state_dir: Path, port: 
     assert "from openai import OpenAI" in stdout
     for tenant in ("northwind", "contoso", "adatum", "hobbyists"):
         assert f"  {tenant}: gpx_" in stdout
-    assert _alive_pids_of(state_dir) == []
+    assert running_processes_naming(state_dir) == []
     assert (state_dir / "store").stat().st_mode & 0o777 == 0o700  # the owner's only
     started = {
         json.loads(line)["target"]

@@ -16,6 +16,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from gpuplex.cli.audit import audit_app
+from gpuplex.cli.bench import bench_app
 from gpuplex.cli.catalog_view import models_table, profiles_table
 from gpuplex.cli.gateway import gateway_command
 from gpuplex.cli.host import host_app
@@ -49,6 +50,7 @@ app.add_typer(sim_app, name="sim")
 app.add_typer(token_app, name="token")
 app.add_typer(store_app, name="store")
 app.add_typer(kube_app, name="kube")
+app.add_typer(bench_app, name="bench")
 app.command(name="gateway")(gateway_command)
 app.command(name="server")(server_command)
 app.command(name="up")(up_command)
