@@ -11,9 +11,18 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
-from gpuplex.cli.host_view import events_table, gpus_table, mps_table, replicas_table
+from gpuplex.cli.host_view import (
+    disagreements_table,
+    events_table,
+    gpus_table,
+    mps_table,
+    replicas_table,
+)
 from gpuplex.core.apply.actions import describe
 from gpuplex.core.apply.mig_commands import mig_mode_commands, nvidia_smi_commands
+from gpuplex.core.catalog import gpu_model
+from gpuplex.core.catalog.device_check import catalog_verdict
+from gpuplex.errors import NotFoundError
 from gpuplex.host import session
 from gpuplex.host.state import StateDir
 from gpuplex.host.status import host_status
@@ -204,3 +213,37 @@ def mig_mode_command(
         raise typer.Exit(1)
     session.set_mig_mode(settings, gpu, enable)
     out.print(f"[green]done[/]: MIG mode {mode} on GPU {gpu}")
+
+
+@host_app.command("check-catalog")
+def check_catalog_command(
+    state_dir: StateDirOption = None,
+    driver: DriverOption = Driver.AUTO,
+    gpu: Annotated[int | None, typer.Option(help="Only this GPU index.", min=0)] = None,
+) -> None:
+    """Compare the catalog's MIG profiles, placements and memory with what NVML reports for each
+    GPU (read-only: MIG mode is not touched). Exit status 1 where they disagree."""
+    settings = _settings(state_dir, driver=driver)
+    opened = open_driver(settings, StateDir(settings.state_dir), None)
+    try:
+        checked = [
+            (status, opened.driver.mig_profiles(status.index))
+            for status in opened.driver.gpus()
+            if gpu is None or status.index == gpu
+        ]
+    finally:
+        opened.driver.close()
+    if not checked:
+        raise NotFoundError(f"no GPU {gpu} on this host" if gpu is not None else "no GPU found")
+    disagree = False
+    for status, profiles in checked:
+        model = gpu_model(status.model)
+        verdict = catalog_verdict(
+            status.model, model, status.memory_mib, status.mig_enabled, profiles
+        )
+        out.print(f"GPU {status.index} ({escape(status.model)}): {escape(verdict.summary)}")
+        if verdict.disagreements:
+            disagree = True
+            out.print(disagreements_table(verdict.disagreements))
+    if disagree:
+        raise typer.Exit(1)

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from rich.markup import escape
 from rich.table import Table
 
+from gpuplex.core.catalog.device_check import Disagreement
 from gpuplex.host.status import HostStatus
 
 
@@ -74,4 +76,11 @@ def events_table(report: HostStatus) -> Table:
         table.add_column(column)
     for event in report.recent_events:
         table.add_row(event.at.strftime("%H:%M:%S"), event.kind, event.target, event.message)
+    return table
+
+
+def disagreements_table(found: list[Disagreement]) -> Table:
+    table = Table("profile", "fact", "catalog", "device")
+    for item in found:
+        table.add_row(escape(item.profile), item.field, escape(item.catalog), escape(item.device))
     return table

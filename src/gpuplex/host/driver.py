@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Protocol
 
 from gpuplex.core.apply.model import GpuProcessStatus, GpuStatus, MigInstanceStatus
+from gpuplex.core.catalog.device_check import DeviceMigProfile
 
 
 class GpuDriver(Protocol):
@@ -15,6 +16,8 @@ class GpuDriver(Protocol):
     def processes(self) -> list[GpuProcessStatus]: ...
 
     def possible_placements(self, gpu_index: int) -> dict[int, list[tuple[int, int]]]: ...
+
+    def mig_profiles(self, gpu_index: int) -> list[DeviceMigProfile]: ...
 
     def create_mig_instance(
         self, gpu_index: int, profile_id: int, start_slot: int

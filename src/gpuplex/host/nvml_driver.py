@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gpuplex.core.apply.model import GpuProcessStatus, GpuStatus, MigInstanceStatus
+from gpuplex.core.catalog.device_check import DeviceMigProfile
 from gpuplex.errors import GpuDriverError
 from gpuplex.host.nvml_names import mig_profile_name, model_from_nvml_name
 
@@ -138,6 +139,21 @@ class NvmlDriver:
             int(info.id): self._placements(gpu_index, handle, int(info.id))
             for info in self._gi_profiles(gpu_index, handle)
         }
+
+    def mig_profiles(self, gpu_index: int) -> list[DeviceMigProfile]:
+        """Every GPU-instance profile NVML lists for the GPU, with its placements. Read-only."""
+        handle = self._handle(gpu_index)
+        return [
+            DeviceMigProfile(
+                profile_id=int(info.id),
+                name=_text(getattr(info, "name", b"")).removeprefix("MIG ").strip(),
+                compute_slices=int(info.sliceCount),
+                memory_mib=int(info.memorySizeMB),
+                max_count=int(info.instanceCount),
+                placements=tuple(self._placements(gpu_index, handle, int(info.id))),
+            )
+            for info in self._gi_profiles(gpu_index, handle)
+        ]
 
     def client_env(self) -> dict[str, str]:
         return {}

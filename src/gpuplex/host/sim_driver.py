@@ -21,6 +21,7 @@ from pydantic import BaseModel, ConfigDict
 
 from gpuplex.core.apply.model import GpuProcessStatus, GpuStatus, MigInstanceStatus
 from gpuplex.core.catalog import gpu_model
+from gpuplex.core.catalog.device_check import DeviceMigProfile, profiles_of
 from gpuplex.core.catalog.model import MigGeometry, MigProfile
 from gpuplex.core.plan.mig_fit import layout_problems
 from gpuplex.core.spec.fleet import MigModeSpec, NodeSpec
@@ -115,6 +116,13 @@ class SimulatedDriver:
     def possible_placements(self, gpu_index: int) -> dict[int, list[tuple[int, int]]]:
         geometry = self._geometry(gpu_index)
         return {p.profile_id: [(s, p.memory_slices) for s in p.starts] for p in geometry.profiles}
+
+    def mig_profiles(self, gpu_index: int) -> list[DeviceMigProfile]:
+        """The catalog's profiles: a simulated GPU is its catalog entry ([] for a GPU without MIG,
+        as NVML lists none)."""
+        with self._locked() as state:
+            model = gpu_model(_gpu(state, gpu_index).model)
+        return profiles_of(model) if model is not None else []
 
     def create_mig_instance(
         self, gpu_index: int, profile_id: int, start_slot: int

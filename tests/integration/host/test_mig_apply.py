@@ -100,3 +100,19 @@ def test_mig_mode_is_never_switched_implicitly(host: Host) -> None:
     host.gpuplex("host", "mig-mode", "0", "off", "--driver", "sim", "--yes")
     host.apply(host.write_spec(spec([whole], gpus), "whole.yaml"))
     assert host.pid_of("zed/job#0") is not None
+
+
+def test_check_catalog_reads_each_gpu_and_leaves_mig_mode_alone(host: Host) -> None:
+    gpus = [{"model": "H100-80GB", "count": 1, "mig": "on"}, {"model": "A100-80GB", "count": 1}]
+    host.apply(host.write_spec(spec([], gpus)))
+    before = [g["mig_enabled"] for g in host.status()["gpus"]]
+    assert before == [True, False]
+    done = host.gpuplex("host", "check-catalog", "--driver", "sim")
+    assert "GPU 0 (H100-80GB): the catalog agrees: 7 MIG profiles" in done.stdout
+    assert "GPU 1 (A100-80GB): the catalog agrees" in done.stdout
+    only = host.gpuplex("host", "check-catalog", "--driver", "sim", "--gpu", "1")
+    assert "GPU 0" not in only.stdout
+    missing = host.gpuplex("host", "check-catalog", "--driver", "sim", "--gpu", "5", check=False)
+    assert missing.returncode == 2
+    assert "no GPU 5 on this host" in missing.stderr
+    assert [g["mig_enabled"] for g in host.status()["gpus"]] == before

@@ -14,6 +14,7 @@ import pytest
 
 from gpuplex.core.apply.model import GpuProcessStatus
 from gpuplex.core.catalog import gpu_model
+from gpuplex.core.catalog.device_check import DeviceMigProfile, catalog_verdict
 from gpuplex.errors import ErrorCode, GpuDriverError
 from gpuplex.host.driver import GpuDriver
 from gpuplex.host.nvml_driver import NvmlCallError, NvmlDriver
@@ -372,6 +373,21 @@ def test_possible_placements_by_profile_id(driver: NvmlDriver, host: FakeNvml) -
     assert [c for c in host.calls if c[0] != "init"] == []  # read-only
 
 
+def test_mig_profiles_read_info_and_placements_and_agree_with_the_catalog(
+    driver: NvmlDriver, host: FakeNvml
+) -> None:
+    for status in driver.gpus():
+        profiles = driver.mig_profiles(status.index)
+        model = gpu_model(status.model)
+        verdict = catalog_verdict(
+            status.model, model, status.memory_mib, status.mig_enabled, profiles
+        )
+        assert verdict.disagreements == [], verdict.summary
+    by_id = {p.profile_id: p for p in driver.mig_profiles(0)}
+    assert by_id[9] == DeviceMigProfile(9, "3g.40gb", 3, 40320, 2, ((0, 4), (4, 4)))
+    assert [c for c in host.calls if c[0] != "init"] == []  # read-only
+
+
 def test_create_mig_instance_places_it_and_adds_a_full_compute_instance(
     driver: NvmlDriver, host: FakeNvml
 ) -> None:
@@ -538,8 +554,7 @@ def test_mig_profile_name_from_the_catalog_else_nvml() -> None:
     assert mig_profile_name("NVIDIA GH200 480GB", 9, "MIG 3g.48gb") == "3g.48gb"
 
 
-@pytest.mark.gpu
-def test_real_nvml_reports_every_gpu_with_a_uuid_and_memory() -> None:
+def _real_nvml_or_skip() -> None:
     try:
         import pynvml
 
@@ -547,6 +562,11 @@ def test_real_nvml_reports_every_gpu_with_a_uuid_and_memory() -> None:
     except Exception as exc:  # ImportError or any NVMLError: no usable GPU here
         pytest.skip(f"no NVIDIA GPU: NVML does not start ({exc})")
     pynvml.nvmlShutdown()
+
+
+@pytest.mark.gpu
+def test_real_nvml_reports_every_gpu_with_a_uuid_and_memory() -> None:
+    _real_nvml_or_skip()
     driver = NvmlDriver()
     try:
         gpus = driver.gpus()
@@ -558,3 +578,28 @@ def test_real_nvml_reports_every_gpu_with_a_uuid_and_memory() -> None:
         driver.processes()  # lists without raising
     finally:
         driver.close()
+
+
+@pytest.mark.gpu
+def test_the_catalog_agrees_with_every_real_gpu() -> None:
+    """Read-only: MIG mode is not touched. Where NVML lists no profile while MIG mode is off,
+    the memory is still compared and the profiles are skipped with that reason."""
+    _real_nvml_or_skip()
+    driver = NvmlDriver()
+    try:
+        verdicts = [
+            catalog_verdict(
+                s.model,
+                gpu_model(s.model),
+                s.memory_mib,
+                s.mig_enabled,
+                driver.mig_profiles(s.index),
+            )
+            for s in driver.gpus()
+        ]
+    finally:
+        driver.close()
+    for verdict in verdicts:
+        assert verdict.disagreements == [], verdict.summary
+    if not all(v.profiles_compared for v in verdicts):
+        pytest.skip("memory agrees; MIG profiles not listed by NVML while MIG mode is off")
