@@ -10,6 +10,7 @@ tenant's p99 beside a heavy neighbour), also written to --out as results.json an
 from __future__ import annotations
 
 import json
+import sys
 from enum import StrEnum
 from pathlib import Path
 from typing import Annotated
@@ -22,7 +23,7 @@ from rich.table import Table
 from gpuplex.cli.conventions import reported
 from gpuplex.isolation_bench.report import json_records, markdown_report, tables
 from gpuplex.isolation_bench.results import ScenarioResult
-from gpuplex.isolation_bench.run import BenchSettings, python_executable, run_all
+from gpuplex.isolation_bench.run import BenchSettings, run_all
 from gpuplex.isolation_bench.scenarios import LoopProgram, scenarios
 
 out = Console()
@@ -92,7 +93,7 @@ def isolation_command(
             chosen = "torch" if driver is BenchDriver.NVML else "numpy"
         torch = chosen == "torch"
         program = LoopProgram(
-            python=python_executable(),
+            python=sys.executable,
             backend=chosen,
             width=width or (4096 if torch else 256),
             layers=layers,

@@ -15,9 +15,10 @@ the table and `isolation.csv` give GPUs needed, allocation ratios and stranded m
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, TypeVar
 
 import typer
 from rich.console import Console
@@ -40,11 +41,14 @@ from gpuplex.sim.replay_report import TABLE_POINTS, ReportRow, aggregate, csv_te
 
 if TYPE_CHECKING:
     from gpuplex.core.plan.cluster.model import TraceNode, TracePod
-    from gpuplex.sim.isolation_compare import ModeResult, ModeSummary
+    from gpuplex.sim.isolation_compare import ModeSummary
     from gpuplex.sim.replay import ReplayResult
 
 out = Console()
 err = Console(stderr=True)
+
+_T = TypeVar("_T")
+_Name = TypeVar("_Name", bound=str)  # a policy name or an IsolationMode
 
 
 def simulate_command(
@@ -168,16 +172,24 @@ def _replay_all(
 ) -> list[ReplayResult]:
     from gpuplex.sim.replay import replay
 
-    runs = [(name, seed) for name in policies for seed in seeds]
-    results: list[ReplayResult] = []
+    return _each_with_progress(
+        [(name, seed) for name in policies for seed in seeds],
+        lambda name, seed, on_progress: replay(
+            nodes, pods, name, seed=seed, inflate=inflate, on_progress=on_progress
+        ),
+    )
+
+
+def _each_with_progress(
+    runs: Sequence[tuple[_Name, int]], one: Callable[[_Name, int, Callable[[int, int], None]], _T]
+) -> list[_T]:
+    """`one(name, seed, on_progress)` for each run, one bar over all of them."""
+    results: list[_T] = []
     with _progress() as progress:
         task = progress.add_task("replaying", total=len(runs))
         for run, (name, seed) in enumerate(runs):
             progress.update(task, description=f"{name} seed {seed} (run {run + 1}/{len(runs)})")
-            on_progress = _advance(progress, task, run=run)
-            results.append(
-                replay(nodes, pods, name, seed=seed, inflate=inflate, on_progress=on_progress)
-            )
+            results.append(one(name, seed, _advance(progress, task, run=run)))
             progress.update(task, completed=run + 1)
     return results
 
@@ -229,18 +241,25 @@ def _make_out_dir(out_dir: Path) -> None:
         ) from None
 
 
+@contextmanager
+def _writing(target: Path) -> Iterator[None]:
+    """An output that cannot be written is a usage error naming the file, not a traceback."""
+    try:
+        yield
+    except OSError as error:
+        raise typer.BadParameter(
+            f"cannot write {error.filename or target}: {error.strerror}", param_hint="--out"
+        ) from None
+
+
 def _write_outputs(rows: Sequence[ReportRow], out_dir: Path, *, seeds: int) -> None:
     from gpuplex.cli.simulate_plot import write_plot
 
     csv_path = out_dir / "simulate.csv"
     png_path = out_dir / "simulate.png"
-    try:
+    with _writing(out_dir):
         csv_path.write_text(csv_text(rows), encoding="utf-8")
         write_plot(rows, png_path, seeds=seeds)
-    except OSError as error:
-        raise typer.BadParameter(
-            f"cannot write {error.filename or out_dir}: {error.strerror}", param_hint="--out"
-        ) from None
     err.print(
         f"wrote {escape(str(csv_path))} and {escape(str(png_path))}",
         highlight=False,
@@ -260,36 +279,26 @@ def _compare_isolation(
 ) -> None:
     from gpuplex.sim.isolation_compare import MODES, compare_mode, csv_text, summarise
 
-    runs = [(mode, seed) for mode in MODES for seed in seeds]
-    results: list[ModeResult] = []
-    with _progress() as progress:
-        task = progress.add_task("replaying", total=len(runs))
-        for run, (mode, seed) in enumerate(runs):
-            progress.update(task, description=f"{mode} seed {seed} (run {run + 1}/{len(runs)})")
-            results.append(
-                compare_mode(
-                    nodes,
-                    pods,
-                    mode,
-                    seed=seed,
-                    policy=policy,
-                    inflate=inflate,
-                    time_slice_replicas=replicas,
-                    on_progress=_advance(progress, task, run=run),
-                )
-            )
-            progress.update(task, completed=run + 1)
+    results = _each_with_progress(
+        [(mode, seed) for mode in MODES for seed in seeds],
+        lambda mode, seed, on_progress: compare_mode(
+            nodes,
+            pods,
+            mode,
+            seed=seed,
+            policy=policy,
+            inflate=inflate,
+            time_slice_replicas=replicas,
+            on_progress=on_progress,
+        ),
+    )
     rows = summarise(results)
     gpus = sum(node.gpus for node in nodes)
     out.print(isolation_table(rows, policy=policy, seeds=len(seeds), gpus=gpus))
     out.print(isolation_notes(replicas), highlight=False, soft_wrap=True)
     csv_path = out_dir / "isolation.csv"
-    try:
+    with _writing(csv_path):
         csv_path.write_text(csv_text(rows), encoding="utf-8")
-    except OSError as error:
-        raise typer.BadParameter(
-            f"cannot write {error.filename or csv_path}: {error.strerror}", param_hint="--out"
-        ) from None
     err.print(f"wrote {escape(str(csv_path))}", highlight=False, soft_wrap=True)
 
 

@@ -6,7 +6,6 @@ result, then `down` (replicas and the MPS daemon stopped, also when something fa
 from __future__ import annotations
 
 import json
-import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,8 +22,10 @@ from gpuplex.host.proc import group_has_running_process
 from gpuplex.host.state import StateDir
 from gpuplex.isolation_bench.results import ScenarioResult, TenantRun, scenario_result
 from gpuplex.isolation_bench.scenarios import (
+    LOOP_WORKLOAD,
     LoopProgram,
     Scenario,
+    TenantLoad,
     result_path,
     scenario_spec,
 )
@@ -81,7 +82,7 @@ def run_one(scenario: Scenario, settings: BenchSettings) -> ScenarioResult:
         deadline = start_at + settings.program.seconds + max(30.0, settings.startup_s)
         records = {r.desired.tenant: r for r in StateDir(host.state_dir).read_state().records}
         runs = [
-            _wait_for_result(scenario, load.name, out_dir, host, deadline, records.get(load.name))
+            _wait_for_result(scenario, load, out_dir, host, deadline, records.get(load.name))
             for load in scenario.tenants
         ]
     finally:
@@ -103,13 +104,13 @@ def _check_one_gpu(scenario: Scenario, applied: session.Applied) -> None:
 
 def _wait_for_result(
     scenario: Scenario,
-    tenant: str,
+    load: TenantLoad,
     out_dir: Path,
     host: HostSettings,
     deadline: float,
     record: WorkloadRecord | None,
 ) -> TenantRun:
-    load = next(t for t in scenario.tenants if t.name == tenant)
+    tenant = load.name
     path = Path(result_path(out_dir, scenario, load))
     while not path.exists():
         ended = record is None or record.pid is None or not group_has_running_process(record.pid)
@@ -140,11 +141,7 @@ def _wait_for_result(
 
 def _log_tail(host: HostSettings, tenant: str, lines: int = 20) -> str:
     tail = []
-    for path in log_paths(host.state_dir / "logs", tenant, "loop-0"):
+    for path in log_paths(StateDir(host.state_dir).logs, tenant, f"{LOOP_WORKLOAD}-0"):
         if path.exists():
             tail += path.read_text(encoding="utf-8", errors="replace").splitlines()[-lines:]
     return "\n".join(tail) or "(nothing)"
-
-
-def python_executable() -> str:
-    return sys.executable

@@ -43,6 +43,7 @@ class Scenario:
 
 
 STEADY = "steady"
+LOOP_WORKLOAD = "loop"  # every tenant's one workload, one replica
 HEAVY = "heavy"
 
 
@@ -126,7 +127,7 @@ def scenario_spec(
             gpu["compute_percent"] = load.thread_percent
         isolation = "dedicated" if scenario.pattern is Pattern.EXCLUSIVE else scenario.pattern.value
         workload = {
-            "name": "loop",
+            "name": LOOP_WORKLOAD,
             "kind": "batch",
             "gpu": gpu,
             "command": argv,

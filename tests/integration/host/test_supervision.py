@@ -8,6 +8,7 @@ import signal
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 from tests.integration.host.hostrun import (
     WORKLOAD,
@@ -225,21 +226,17 @@ def test_a_tenant_with_a_unix_user_runs_as_that_user_never_as_root(host: Host) -
     assert "does not exist" in hal["last_exit"]
 
 
+def _ivy_job(command: list[str], **workload: Any) -> dict[str, Any]:
+    """Tenant ivy with one batch workload `job` on a dedicated GPU."""
+    job = {"name": "job", "kind": "batch", "gpu": {"count": 1}, "command": command, **workload}
+    return {"name": "ivy", "isolation": "dedicated", "workloads": [job]}
+
+
 def test_stop_is_sigterm_then_sigkill_after_the_grace_period(host: Host) -> None:
-    stubborn = {
-        "name": "ivy",
-        "isolation": "dedicated",
-        "workloads": [
-            {
-                "name": "job",
-                "kind": "batch",
-                "gpu": {"count": 1},
-                # ignores SIGTERM, and its child too: only SIGKILL ends them
-                "command": ["/bin/sh", "-c", "trap '' TERM; sleep 300 & wait"],
-                "restart": {"stop_grace_s": 1},
-            }
-        ],
-    }
+    # ignores SIGTERM, and its child too: only SIGKILL ends them
+    stubborn = _ivy_job(
+        ["/bin/sh", "-c", "trap '' TERM; sleep 300 & wait"], restart={"stop_grace_s": 1}
+    )
     host.apply(host.write_spec(spec([stubborn], [{"model": "H100-80GB", "count": 1}])))
     pid = host.pid_of("ivy/job#0")
     assert pid is not None
@@ -284,19 +281,7 @@ while True:
 
 def test_down_asks_every_replica_to_stop_before_waiting_for_any(host: Host, tmp_path: Path) -> None:
     notes = tmp_path / "notes.txt"
-    draining = {
-        "name": "ivy",
-        "isolation": "dedicated",
-        "workloads": [
-            {
-                "name": "job",
-                "kind": "batch",
-                "gpu": {"count": 1},
-                "replicas": 3,
-                "command": [WORKLOAD[0], "-c", DRAINS_ON_SIGTERM, str(notes)],
-            }
-        ],
-    }
+    draining = _ivy_job([WORKLOAD[0], "-c", DRAINS_ON_SIGTERM, str(notes)], replicas=3)
     host.apply(host.write_spec(spec([draining], [H100])))
 
     def said(what: str) -> list[float]:
