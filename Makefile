@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo host-demo test lint typecheck unit bench bench-gateway clean
+.PHONY: demo host-demo test lint typecheck unit services services-stop bench bench-gateway clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -36,6 +36,15 @@ unit: $(STAMP)
 	$(BIN)/pytest
 
 test: lint typecheck unit
+
+# PostgreSQL (127.0.0.1:5432, trust, database test) and Redis (127.0.0.1:6379) for the integration tests:
+# installs Debian's packages where missing (as root) and starts them; `make test` skips their tests,
+# saying why, where they do not answer. `make services-stop` stops what this started.
+services:
+	bash .ci/services
+
+services-stop:
+	bash .ci/services stop
 
 bench: $(STAMP)
 	$(BIN)/python bench/planner.py
