@@ -262,9 +262,20 @@ def test_revocation_reaches_every_worker_within_a_second(stack: Stack) -> None:
     KeyRepository(store).revoke(key.split("_")[1], datetime.now(UTC), "test")
     revoked_at = time.monotonic()  # committed: from here the workers' polling is what counts
     store.dispose()
-    while statuses(10) != {401}:
-        assert time.monotonic() - revoked_at < 5
-    assert time.monotonic() - revoked_at <= 1.0
+    # The promise is about when the key stops being accepted, so what is timed is when the last
+    # accepted request was sent, not how long the probing took (each probe is a new connection,
+    # slow on a loaded machine). Probing ends after 20 refusals in a row, spread over the workers.
+    last_accepted_at, refused_in_a_row = revoked_at, 0
+    while refused_in_a_row < 20:
+        assert time.monotonic() - revoked_at < 5, "the revoked key is still accepted after 5 s"
+        sent_at = time.monotonic()
+        (answer,) = statuses(1)
+        assert answer in (200, 401)
+        if answer == 200:
+            last_accepted_at, refused_in_a_row = sent_at, 0
+        else:
+            refused_in_a_row += 1
+    assert last_accepted_at - revoked_at <= 1.0
     assert statuses(40) == {401}
     assert gateway.process is not None
     group = subprocess.run(  # noqa: S603
