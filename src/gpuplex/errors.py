@@ -45,6 +45,7 @@ class ErrorCode(StrEnum):
     KUBE_UNREACHABLE = "kube_unreachable"
     KUBE_FORBIDDEN = "kube_forbidden"
     KUBE_API = "kube_api_failed"
+    KUBE_RETRY_LATER = "kube_retry_later"
     DCGM_INPUT_INVALID = "dcgm_input_invalid"
     TRACE_INVALID = "trace_invalid"
 
@@ -225,6 +226,14 @@ class KubeForbidden(KubeApiError):
 
     code = ErrorCode.KUBE_FORBIDDEN
     exit_code = 4
+
+
+class KubeRetryLater(KubeApiError):
+    """The cluster refused for now, not for good: e.g. a namespace that is still being deleted. The
+    same command succeeds once the cluster has finished; the message says what it is waiting for."""
+
+    code = ErrorCode.KUBE_RETRY_LATER
+    exit_code = 5
 
 
 class DcgmInputError(GpuplexError):

@@ -4,8 +4,9 @@ applied before and no longer renders).
 
 Two sets, never mixed: the plan's (tenant namespaces, quotas, RBAC, network policies, device-plugin
 and MIG configs, node labels, the admission policy, workloads) and, with `--self`, gpuplex's own
-server and gateway. A cluster that cannot be reached exits 3, a refusal by RBAC 4, any other
-refusal by the API 1, a plan Kubernetes cannot express 2; never with a traceback.
+server and gateway. A cluster that cannot be reached exits 3, a refusal by RBAC 4, a refusal that
+goes away on its own (a namespace still being deleted) 5, any other refusal by the API 1, a plan
+Kubernetes cannot express 2; never with a traceback.
 """
 
 from __future__ import annotations
@@ -84,11 +85,11 @@ _STYLES = {
     Action.PRUNE: "red",
     Action.SKIP: "magenta",
     Action.UNCHANGED: "dim",
-    Action.APPLY: "cyan",
+    Action.RECREATE: "bold red",
 }
 _DONE = {
     Action.CREATE: "created",
-    Action.APPLY: "applied",
+    Action.CHANGE: "changed",
     Action.PRUNE: "pruned",
     Action.SKIP: "skipped",
 }

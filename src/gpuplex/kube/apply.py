@@ -50,8 +50,9 @@ class ClientTransport:
         body: str | None = None,
         content_type: str | None = None,
     ) -> Reply:
-        """One request; the body goes as the string given, so the client's own serialisation
-        (which picks JSON or not by content type) cannot change what the server receives."""
+        """One request. A YAML body (server-side apply) goes as the string given. A JSON body goes
+        parsed: the client serialises JSON itself, and given a string it would send it quoted, a
+        JSON patch even as a strategic merge patch (it checks for a list)."""
         import urllib3
         from kubernetes.client.exceptions import ApiException
         from kubernetes.config import ConfigException
@@ -60,6 +61,9 @@ class ClientTransport:
         if content_type is not None:
             headers["Content-Type"] = content_type
         try:
+            payload: Any = body
+            if body is not None and content_type is not None and "json" in content_type:
+                payload = json.loads(body)
             method, url, headers, _, _ = self._api.param_serialize(
                 method=method,
                 resource_path=path,
@@ -71,7 +75,7 @@ class ClientTransport:
                 method,
                 url,
                 header_params=headers,
-                body=body,
+                body=payload,
                 _request_timeout=(CONNECT_TIMEOUT_S, READ_TIMEOUT_S),
             )
             data = response.read()

@@ -37,11 +37,11 @@ class Action(StrEnum):
     UNCHANGED = "unchanged"
     #: In the cluster with gpuplex's labels for this set, and no longer rendered.
     PRUNE = "prune"
+    #: A change the API server refuses in place (a Job's pod template): delete, then apply.
+    RECREATE = "re-create"
     #: Not applied: a Node that is not in the cluster (gpuplex never creates nodes), or a custom
-    #: resource whose definition the cluster lacks.
+    #: resource whose API group the cluster does not serve.
     SKIP = "skip"
-    #: Server-side applied; the API does not say whether anything changed.
-    APPLY = "apply"
 
 
 @dataclass(frozen=True, slots=True)
@@ -134,7 +134,7 @@ def prune_candidates(
 _SUMMARY_WORDS = (
     (Action.CREATE, "to create", "created"),
     (Action.CHANGE, "to change", "changed"),
-    (Action.APPLY, "to apply", "applied"),
+    (Action.RECREATE, "to re-create", "to re-create"),
     (Action.PRUNE, "to prune", "pruned"),
     (Action.SKIP, "skipped", "skipped"),
     (Action.UNCHANGED, "unchanged", "unchanged"),

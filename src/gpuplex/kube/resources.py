@@ -12,7 +12,11 @@ from dataclasses import dataclass
 from urllib.parse import quote
 
 from gpuplex.errors import KubeRenderError
-from gpuplex.kube.naming import Manifest
+from gpuplex.kube.naming import PLAN_SET, SELF_SET, Manifest
+
+_PLAN = frozenset({PLAN_SET})
+_SELF = frozenset({SELF_SET})
+_BOTH = _PLAN | _SELF
 
 
 @dataclass(frozen=True, slots=True)
@@ -25,6 +29,9 @@ class ResourceKind:
     prunable: bool = True
     #: A custom resource (ServiceMonitor): the cluster may not have its definition installed.
     custom: bool = False
+    #: The sets that render this kind: apply refuses it in another set, and a set's prune lists
+    #: only its own kinds, so the reconciler's role needs no rights on the other set's kinds.
+    sets: frozenset[str] = _BOTH
 
     @property
     def group(self) -> str:
@@ -56,39 +63,54 @@ def _segment(text: str) -> str:
 
 KINDS: tuple[ResourceKind, ...] = (
     ResourceKind("v1", "Namespace", "namespaces", namespaced=False),
-    ResourceKind("scheduling.k8s.io/v1", "PriorityClass", "priorityclasses", namespaced=False),
-    ResourceKind("v1", "Node", "nodes", namespaced=False, prunable=False),
-    ResourceKind("rbac.authorization.k8s.io/v1", "ClusterRole", "clusterroles", namespaced=False),
+    ResourceKind(
+        "scheduling.k8s.io/v1", "PriorityClass", "priorityclasses", namespaced=False, sets=_PLAN
+    ),
+    ResourceKind("v1", "Node", "nodes", namespaced=False, prunable=False, sets=_PLAN),
+    ResourceKind(
+        "rbac.authorization.k8s.io/v1", "ClusterRole", "clusterroles", namespaced=False, sets=_SELF
+    ),
     ResourceKind(
         "rbac.authorization.k8s.io/v1",
         "ClusterRoleBinding",
         "clusterrolebindings",
         namespaced=False,
+        sets=_SELF,
     ),
     ResourceKind(
         "admissionregistration.k8s.io/v1",
         "ValidatingAdmissionPolicy",
         "validatingadmissionpolicies",
         namespaced=False,
+        sets=_PLAN,
     ),
     ResourceKind(
         "admissionregistration.k8s.io/v1",
         "ValidatingAdmissionPolicyBinding",
         "validatingadmissionpolicybindings",
         namespaced=False,
+        sets=_PLAN,
     ),
-    ResourceKind("v1", "ServiceAccount", "serviceaccounts", namespaced=True),
+    ResourceKind("v1", "ServiceAccount", "serviceaccounts", namespaced=True, sets=_SELF),
     ResourceKind("v1", "ConfigMap", "configmaps", namespaced=True),
-    ResourceKind("v1", "ResourceQuota", "resourcequotas", namespaced=True),
-    ResourceKind("v1", "LimitRange", "limitranges", namespaced=True),
-    ResourceKind("rbac.authorization.k8s.io/v1", "Role", "roles", namespaced=True),
-    ResourceKind("rbac.authorization.k8s.io/v1", "RoleBinding", "rolebindings", namespaced=True),
-    ResourceKind("networking.k8s.io/v1", "NetworkPolicy", "networkpolicies", namespaced=True),
+    ResourceKind("v1", "ResourceQuota", "resourcequotas", namespaced=True, sets=_PLAN),
+    ResourceKind("v1", "LimitRange", "limitranges", namespaced=True, sets=_PLAN),
+    ResourceKind("rbac.authorization.k8s.io/v1", "Role", "roles", namespaced=True, sets=_PLAN),
+    ResourceKind(
+        "rbac.authorization.k8s.io/v1", "RoleBinding", "rolebindings", namespaced=True, sets=_PLAN
+    ),
+    ResourceKind(
+        "networking.k8s.io/v1", "NetworkPolicy", "networkpolicies", namespaced=True, sets=_PLAN
+    ),
     ResourceKind("v1", "Service", "services", namespaced=True),
     ResourceKind("apps/v1", "Deployment", "deployments", namespaced=True),
-    ResourceKind("batch/v1", "Job", "jobs", namespaced=True),
+    ResourceKind("batch/v1", "Job", "jobs", namespaced=True, sets=_PLAN),
     ResourceKind(
-        "autoscaling/v2", "HorizontalPodAutoscaler", "horizontalpodautoscalers", namespaced=True
+        "autoscaling/v2",
+        "HorizontalPodAutoscaler",
+        "horizontalpodautoscalers",
+        namespaced=True,
+        sets=_SELF,
     ),
     ResourceKind(
         "monitoring.coreos.com/v1",
@@ -96,9 +118,15 @@ KINDS: tuple[ResourceKind, ...] = (
         "servicemonitors",
         namespaced=True,
         custom=True,
+        sets=_SELF,
     ),
     ResourceKind(
-        "monitoring.coreos.com/v1", "PodMonitor", "podmonitors", namespaced=True, custom=True
+        "monitoring.coreos.com/v1",
+        "PodMonitor",
+        "podmonitors",
+        namespaced=True,
+        custom=True,
+        sets=_SELF,
     ),
 )
 
@@ -155,7 +183,12 @@ def prune_order(kinds: list[ResourceKind]) -> list[ResourceKind]:
     return sorted(kinds, key=_apply_rank, reverse=True)
 
 
-def prunable_kinds() -> list[ResourceKind]:
-    """Every kind gpuplex may have created, so one that is no longer rendered at all (an
+def prunable_kinds(set_name: str) -> list[ResourceKind]:
+    """Every kind the set may have created, so one that is no longer rendered at all (an
     autoscaler switched off) is still found and pruned. Never Nodes."""
-    return prune_order([kind for kind in KINDS if kind.prunable])
+    return prune_order([kind for kind in kinds_of_set(set_name) if kind.prunable])
+
+
+def kinds_of_set(set_name: str) -> list[ResourceKind]:
+    """The kinds the set (`plan` or `self`) renders, in table order."""
+    return [kind for kind in KINDS if set_name in kind.sets]

@@ -18,7 +18,7 @@ import yaml
 
 from gpuplex.core.spec import GpuplexSpec
 from gpuplex.core.spec.gateway import LimiterBackend
-from gpuplex.kube.naming import SELF_SET, Manifest, kubernetes_backends, metadata
+from gpuplex.kube.naming import PLAN_SET, SELF_SET, Manifest, kubernetes_backends, metadata
 from gpuplex.kube.self_monitoring import dcgm_headless_service, dcgm_urls, service_monitors
 from gpuplex.kube.self_options import SelfOptions, check_options
 from gpuplex.kube.self_pods import (
@@ -32,11 +32,11 @@ from gpuplex.kube.self_pods import (
     server_deployment,
     services,
 )
+from gpuplex.kube.sync import access_needed
 
 __all__ = ["SelfOptions", "self_manifests", "spec_text"]
 
 RECONCILER_ROLE = "gpuplex-server-reconciler"
-WRITE = ["get", "list", "watch", "create", "update", "patch", "delete"]
 
 
 def self_manifests(spec: GpuplexSpec, options: SelfOptions) -> list[Manifest]:
@@ -118,25 +118,21 @@ def _rule(groups: list[str], resources: list[str], verbs: list[str]) -> dict[str
     return {"apiGroups": groups, "resources": resources, "verbs": list(verbs)}
 
 
-#: What `gpuplex kube apply` writes for the plan set. Nodes are only labelled and tainted, never
-#: created or deleted. The tenant Roles grant rights the server does not hold itself, so it may
-#: `escalate` (write such Roles) and `bind` them; that makes this account a cluster administrator
-#: of tenant namespaces in effect, as the component that owns them.
-RECONCILER_RULES = [
-    _rule([""], ["namespaces", "configmaps", "services", "resourcequotas", "limitranges"], WRITE),
-    _rule([""], ["nodes"], ["get", "list", "watch", "patch"]),
-    _rule(["scheduling.k8s.io"], ["priorityclasses"], WRITE),
-    _rule(
-        ["admissionregistration.k8s.io"],
-        ["validatingadmissionpolicies", "validatingadmissionpolicybindings"],
-        WRITE,
-    ),
-    _rule(["rbac.authorization.k8s.io"], ["roles", "rolebindings"], WRITE),
-    _rule(["rbac.authorization.k8s.io"], ["roles"], ["bind", "escalate"]),
-    _rule(["networking.k8s.io"], ["networkpolicies"], WRITE),
-    _rule(["apps"], ["deployments"], WRITE),
-    _rule(["batch"], ["jobs"], WRITE),
-]
+def reconciler_rules() -> list[dict[str, Any]]:
+    """What applying, diffing and pruning the plan set asks of the API (`access_needed`, derived
+    from the requests the sync code makes), one rule per API group and set of verbs. The tenant
+    Roles grant rights the server does not hold itself, so it may also `escalate` (write such
+    Roles) and `bind` them; that makes this account a cluster administrator of tenant namespaces
+    in effect, as the component that owns them. Nothing on gpuplex's own set: ClusterRoles,
+    ServiceAccounts and the gateway stay the cluster admin's."""
+    grouped: dict[tuple[str, tuple[str, ...]], list[str]] = {}
+    for (group, resource), verbs in sorted(access_needed(PLAN_SET).items()):
+        grouped.setdefault((group, tuple(sorted(verbs))), []).append(resource)
+    rules = [
+        _rule([group], resources, list(verbs)) for (group, verbs), resources in grouped.items()
+    ]
+    rules.append(_rule(["rbac.authorization.k8s.io"], ["roles"], ["bind", "escalate"]))
+    return rules
 
 
 def _reconciler_rbac(spec: GpuplexSpec) -> list[Manifest]:
@@ -146,7 +142,7 @@ def _reconciler_rbac(spec: GpuplexSpec) -> list[Manifest]:
             "kind": "ClusterRole",
             "metadata": metadata(RECONCILER_ROLE, set_name=SELF_SET),
             "rules": [
-                {key: list(value) for key, value in rule.items()} for rule in RECONCILER_RULES
+                {key: list(value) for key, value in rule.items()} for rule in reconciler_rules()
             ],
         },
         {

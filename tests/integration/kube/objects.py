@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from gpuplex.kube.naming import PLAN_SET, Manifest, metadata
+from gpuplex.kube.naming import PLAN_SET, SELF_SET, Manifest, metadata
 
 NS = "gpuplex-acme"
 
@@ -80,11 +80,12 @@ def deployment(name: str = "chat", replicas: int = 2, namespace: str = NS) -> Ma
     }
 
 
-def service_monitor(namespace: str = NS) -> Manifest:
+def service_monitor(namespace: str = NS, set_name: str = SELF_SET) -> Manifest:
+    """A ServiceMonitor: only gpuplex's own set renders them."""
     return {
         "apiVersion": "monitoring.coreos.com/v1",
         "kind": "ServiceMonitor",
-        "metadata": metadata("gpuplex-server", namespace=namespace),
+        "metadata": metadata("gpuplex-server", namespace=namespace, set_name=set_name),
         "spec": {
             "selector": {"matchLabels": {"app.kubernetes.io/name": "gpuplex-server"}},
             "endpoints": [{"port": "http", "path": "/metrics"}],
@@ -93,13 +94,29 @@ def service_monitor(namespace: str = NS) -> Manifest:
 
 
 def plan_set() -> list[Manifest]:
-    """In render order: the namespace after a cluster-scoped object, the custom resource before
-    a namespaced one, so the apply order is gpuplex's doing, not the list's."""
+    """In render order: the namespace after a cluster-scoped object and the Node, so the apply
+    order is gpuplex's doing, not the list's."""
     return [
         priority_class(),
-        service_monitor(),
         node(),
         namespace(),
         config_map("gpuplex-settings", {"mode": "mig"}),
         deployment(),
     ]
+
+
+def example_cluster(put: Any, spec_path: Any) -> None:
+    """What a real cluster has before gpuplex, for the spec at `spec_path`: its GPU nodes and the
+    GPU operator's namespace (`put` seeds one object, as FakeKubeApi.put does)."""
+    from gpuplex.specfile import load_spec_file
+
+    spec = load_spec_file(spec_path)
+    for fleet_node in spec.fleet.nodes:
+        put(live_node(fleet_node.name))
+    put(
+        {
+            "apiVersion": "v1",
+            "kind": "Namespace",
+            "metadata": {"name": spec.kubernetes.gpu_operator_namespace},
+        }
+    )

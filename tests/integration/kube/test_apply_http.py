@@ -26,7 +26,6 @@ PATCHES = [
     "/api/v1/nodes/gpu-a",
     "/api/v1/namespaces/gpuplex-acme/configmaps/gpuplex-settings",
     "/apis/apps/v1/namespaces/gpuplex-acme/deployments/chat",
-    "/apis/monitoring.coreos.com/v1/namespaces/gpuplex-acme/servicemonitors/gpuplex-server",
 ]
 
 
@@ -58,10 +57,9 @@ def test_server_side_apply_sends_each_object_in_order_as_field_manager_gpuplex(
     assert actions(changes) == {
         "Namespace/gpuplex-acme": Action.CREATE,
         "PriorityClass/gpuplex-priority-100": Action.CREATE,
-        "Node/gpu-a": Action.APPLY,  # the node exists: only labelled and tainted
+        "Node/gpu-a": Action.CHANGE,  # the node exists: only labelled and tainted
         "ConfigMap/gpuplex-acme/gpuplex-settings": Action.CREATE,
         "Deployment/gpuplex-acme/chat": Action.CREATE,
-        "ServiceMonitor/gpuplex-acme/gpuplex-server": Action.CREATE,
     }
     live_node = api.get("v1", "Node", "gpu-a")
     assert live_node["metadata"]["labels"]["pool.gpuplex.dev/serve"] == "true"
@@ -74,7 +72,7 @@ def test_server_side_apply_sends_each_object_in_order_as_field_manager_gpuplex(
     ]
 
 
-def test_a_second_apply_applies_again_and_prunes_nothing(
+def test_a_second_apply_reports_every_object_unchanged_and_prunes_nothing(
     api: FakeKubeApi, transport: ClientTransport
 ) -> None:
     api.put(objects.live_node())
@@ -84,7 +82,7 @@ def test_a_second_apply_applies_again_and_prunes_nothing(
 
     changes = apply_set(transport, objects.plan_set(), PLAN_SET)
 
-    assert set(actions(changes).values()) == {Action.APPLY}
+    assert set(actions(changes).values()) == {Action.UNCHANGED}
     assert not [r for r in api.requests if r.method == "DELETE"]
     after = {key: obj["metadata"]["resourceVersion"] for key, obj in api.objects.items()}
     assert after == before  # nothing changed, so the server wrote nothing
@@ -135,7 +133,7 @@ def test_no_prune_deletes_nothing_and_lists_nothing(
     api.put(objects.config_map("gpuplex-old", {"a": "1"}))
     changes = apply_set(transport, [objects.namespace()], PLAN_SET, prune=False)
     assert actions(changes) == {"Namespace/gpuplex-acme": Action.CREATE}
-    assert [r.method for r in api.requests] == ["PATCH"]
+    assert [r.method for r in api.requests] == ["GET", "PATCH"]  # read, then applied
 
 
 def test_server_dry_run_sends_dry_run_all_everywhere_and_changes_nothing(
@@ -170,8 +168,10 @@ def test_a_node_not_in_the_cluster_is_skipped_never_created(
 def test_custom_resources_without_their_definition_are_skipped(
     tmp_path: Path,
 ) -> None:
+    self_set = [objects.namespace(set_name=SELF_SET), objects.service_monitor()]
     with FakeKubeApi(crds=False) as api, connect(write_kubeconfig(tmp_path / "kc", api.url)) as t:
-        changes = apply_set(t, [objects.namespace(), objects.service_monitor()], PLAN_SET)
+        changes = apply_set(t, self_set, SELF_SET)
+        assert diff_set(t, self_set, SELF_SET)[1] == changes[1]
     by_id = {change.object_id: change for change in changes}
     assert by_id["Namespace/gpuplex-acme"].action is Action.CREATE
     skipped = by_id["ServiceMonitor/gpuplex-acme/gpuplex-server"]
@@ -226,8 +226,8 @@ def test_forbidden_names_the_verb_resource_namespace_and_the_apis_message(
         (
             422,
             "Invalid",
-            'Job.batch "etl" is invalid: spec.template: Invalid value: "...": field is immutable',
-            "delete the object and apply again",
+            'ConfigMap "gpuplex-settings" is invalid: data: Too many: 2: must have at most 1 items',
+            "",
         ),
         (
             409,
@@ -299,10 +299,10 @@ def test_diff_reads_each_object_dry_runs_its_apply_and_writes_nothing(
     before = copy.deepcopy(api.objects)
     api.requests.clear()
     desired = objects.plan_set()
-    desired[4] = objects.config_map("gpuplex-settings", {"mode": "mps"})
-    desired[5] = objects.deployment(replicas=3)
+    desired[3] = objects.config_map("gpuplex-settings", {"mode": "mps"})
+    desired[4] = objects.deployment(replicas=3)
     desired.append(objects.config_map("gpuplex-new", {"b": "2"}))
-    desired[2]["metadata"]["labels"]["pool.gpuplex.dev/train"] = "true"
+    desired[1]["metadata"]["labels"]["pool.gpuplex.dev/train"] = "true"
 
     changes = diff_set(transport, desired, PLAN_SET)
 
@@ -317,7 +317,6 @@ def test_diff_reads_each_object_dry_runs_its_apply_and_writes_nothing(
     assert by_id["Node/gpu-a"].fields == ('metadata.labels["pool.gpuplex.dev/train"]',)
     assert by_id["ConfigMap/gpuplex-acme/gpuplex-new"].action is Action.CREATE
     assert by_id["ConfigMap/gpuplex-acme/gpuplex-old"].action is Action.PRUNE
-    assert by_id["ServiceMonitor/gpuplex-acme/gpuplex-server"].action is Action.UNCHANGED
     # a created object is not dry-run applied: there is nothing live to compare it with
     new_path = "/api/v1/namespaces/gpuplex-acme/configmaps/gpuplex-new"
     assert [r.method for r in api.requests if r.path == new_path] == ["GET"]
@@ -351,7 +350,6 @@ def _path(manifest: dict[str, object]) -> str:
         "Node": 2,
         "ConfigMap": 3,
         "Deployment": 4,
-        "ServiceMonitor": 5,
     }
     return PATCHES[index[str(manifest["kind"])]]
 

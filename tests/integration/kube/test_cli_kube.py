@@ -107,7 +107,8 @@ def test_apply_dry_run_server_and_no_prune(
     assert "create Namespace/gpuplex-acme" in result.stdout
     assert "created" not in result.stdout
     assert all(r.query.get("dryRun") == ["All"] for r in api.writes())
-    assert not [r for r in api.requests if r.method in ("GET", "DELETE")]
+    assert not [r for r in api.requests if r.method == "DELETE"]
+    assert not [r for r in api.requests if r.query.get("labelSelector")]  # no prune: no lists
     assert api.get("v1", "Namespace", "gpuplex-acme") is None
 
 

@@ -25,17 +25,7 @@ EXAMPLE = ROOT / "examples" / "kubernetes-cluster.yaml"
 
 
 def _cluster_with_nodes_and_operator(api: FakeKubeApi) -> None:
-    """What a real cluster has before gpuplex: its GPU nodes and the GPU operator's namespace."""
-    spec = load_spec_file(EXAMPLE)
-    for node in spec.fleet.nodes:
-        api.put(objects.live_node(node.name))
-    api.put(
-        {
-            "apiVersion": "v1",
-            "kind": "Namespace",
-            "metadata": {"name": spec.kubernetes.gpu_operator_namespace},
-        }
-    )
+    objects.example_cluster(api.put, EXAMPLE)
 
 
 def test_both_sets_apply_then_diff_clean_and_never_prune_each_other(
@@ -49,9 +39,9 @@ def test_both_sets_apply_then_diff_clean_and_never_prune_each_other(
     applied = apply_set(transport, plan_set, PLAN_SET)
     applied_self = apply_set(transport, self_set, SELF_SET)
 
-    assert {c.action for c in applied} <= {Action.CREATE, Action.APPLY}
+    assert {c.action for c in applied} <= {Action.CREATE, Action.CHANGE}
     assert {c.action for c in applied_self} == {Action.CREATE}
-    nodes = {c.object_id for c in applied if c.action is Action.APPLY}
+    nodes = {c.object_id for c in applied if c.action is Action.CHANGE}  # labelled and tainted
     assert nodes == {f"Node/{node.name}" for node in spec.fleet.nodes}
     assert {c.action for c in diff_set(transport, plan_set, PLAN_SET)} == {Action.UNCHANGED}
     assert {c.action for c in diff_set(transport, self_set, SELF_SET)} == {Action.UNCHANGED}

@@ -144,8 +144,13 @@ def test_summary_before_and_after() -> None:
         ObjectChange("f", Action.SKIP, note="not in the cluster"),
     ]
     assert summary(changes) == "2 to create, 1 to change, 1 to prune, 1 skipped, 1 unchanged"
-    applied = [ObjectChange("a", Action.CREATE), ObjectChange("b", Action.APPLY)]
-    assert summary(applied, done=True) == "1 created, 1 applied"
+    applied = [
+        ObjectChange("a", Action.CREATE),
+        ObjectChange("b", Action.CHANGE),
+        ObjectChange("c", Action.UNCHANGED),
+    ]
+    assert summary(applied, done=True) == "1 created, 1 changed, 1 unchanged"
+    assert summary([ObjectChange("j", Action.RECREATE)]) == "1 to re-create"
     assert summary([]) == "nothing to apply"
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from gpuplex.errors import KubeRenderError
-from gpuplex.kube.naming import Manifest
+from gpuplex.kube.naming import PLAN_SET, SELF_SET, Manifest
 from gpuplex.kube.resources import (
     KINDS,
     apply_order,
@@ -104,11 +104,17 @@ def test_apply_order_namespaces_cluster_namespaced_custom_keeping_render_order()
 
 
 def test_prune_order_never_nodes_and_namespaces_last() -> None:
-    kinds = [kind.kind for kind in prunable_kinds()]
-    assert "Node" not in kinds
-    assert kinds[-1] == "Namespace"
-    assert kinds.index("ServiceMonitor") < kinds.index("ConfigMap") < kinds.index("PriorityClass")
-    assert len(kinds) == len(KINDS) - 1
+    plan = [kind.kind for kind in prunable_kinds(PLAN_SET)]
+    own = [kind.kind for kind in prunable_kinds(SELF_SET)]
+    assert "Node" not in plan
+    assert plan[-1] == own[-1] == "Namespace"
+    assert plan.index("ConfigMap") < plan.index("PriorityClass")
+    assert own.index("ServiceMonitor") < own.index("ConfigMap") < own.index("ClusterRole")
+    # each set prunes only its own kinds: the reconciler needs no rights on gpuplex's own RBAC
+    assert "ClusterRole" not in plan
+    assert "ServiceMonitor" not in plan
+    assert "Job" not in own
+    assert set(plan) | set(own) == {kind.kind for kind in KINDS if kind.kind != "Node"}
 
 
 def test_keys_and_ids() -> None:
