@@ -13,7 +13,7 @@ import yaml
 from gpuplex.core.catalog import GPU_MODELS
 from gpuplex.core.plan import Plan
 from gpuplex.specfile import load_spec_file
-from tests.e2e.cli_runs import EXAMPLES, ROOT, CliResult, run_subprocess
+from tests.e2e.cli_runs import EXAMPLES, ROOT, CliResult, run_in_process, run_subprocess
 
 EXIT_BAD_INPUT = 2
 
@@ -198,3 +198,45 @@ def test_catalog_unknown_model_exits_2_with_a_suggestion() -> None:
     assert result.exit_code == 2
     assert 'did you mean "H100-80GB"' in result.stderr
     assert "Traceback" not in result.output
+
+
+def test_plan_and_explain_take_a_kubernetes_target(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """host-demo.yaml has no `kubernetes:` section: its host plan puts MPS beside MIG on one node;
+    planned for Kubernetes, the MPS replicas are not placed, and explain says why the node is MIG."""
+    example = str(ROOT / "examples" / "host-demo.yaml")
+    host = Plan.model_validate_json(
+        ok(run_in_process(["plan", example, "-o", "json"], monkeypatch, capsys)).stdout
+    )
+    kube = Plan.model_validate_json(
+        ok(
+            run_in_process(
+                ["plan", example, "-o", "json", "--target", "kubernetes"], monkeypatch, capsys
+            )
+        ).stdout
+    )
+    assert host.infeasible == []
+    assert [i.label() for i in kube.infeasible] == ["hobby/playground#0", "hobby/playground#1"]
+    text = " ".join(
+        ok(
+            run_in_process(
+                ["explain", example, "acme/chat", "--target", "kubernetes"], monkeypatch, capsys
+            )
+        ).stdout.split()
+    )
+    assert "node demo: MIG slices (acme/chat) and no full GPU in use; it takes no MPS" in text
+    hobby = " ".join(
+        ok(
+            run_in_process(
+                ["explain", example, "hobby/playground", "--target", "kubernetes"],
+                monkeypatch,
+                capsys,
+            )
+        ).stdout.split()
+    )
+    assert "its node has GPUs in MIG mode; Kubernetes's device plugin runs no MPS" in hobby
+    host_text = ok(run_in_process(["explain", example, "acme/chat"], monkeypatch, capsys)).stdout
+    assert "node demo:" not in host_text
+    refused = run_in_process(["plan", example, "--target", "cloud"], monkeypatch, capsys)
+    assert refused.exit_code == EXIT_BAD_INPUT

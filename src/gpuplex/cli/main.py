@@ -30,7 +30,7 @@ from gpuplex.cli.simulate import simulate_command
 from gpuplex.cli.store import store_app
 from gpuplex.cli.up import up_command
 from gpuplex.core.catalog import gpu_model, gpu_model_names
-from gpuplex.core.plan import Plan, make_plan
+from gpuplex.core.plan import Plan, Target, make_plan
 from gpuplex.core.plan.explain import explain as explain_workload
 from gpuplex.core.spec import GpuplexSpec
 from gpuplex.core.spec.parse import did_you_mean
@@ -67,6 +67,15 @@ class OutputFormat(StrEnum):
 
 
 SpecFile = Annotated[Path, typer.Argument(help="The gpuplex.yaml to read.", show_default=False)]
+PlanTarget = Annotated[
+    Target | None,
+    typer.Option(
+        help="Plan for the host runtime or for Kubernetes, where each node's full GPUs take one "
+        "sharing method and MPS stays off nodes with MIG. Default: kubernetes when the spec has a "
+        "`kubernetes:` section, else host.",
+        show_default=False,
+    ),
+]
 
 
 @app.command()
@@ -85,10 +94,11 @@ def plan(
         Path | None, typer.Option(help="A plan JSON to re-plan against: keep what still fits.")
     ] = None,
     output: Annotated[OutputFormat, typer.Option("--output", "-o")] = OutputFormat.TABLE,
+    target: PlanTarget = None,
 ) -> None:
     """Decide isolation and placement for every replica, and print the plan."""
     spec = load_spec_file(file)
-    result = make_plan(spec, _load_plan(current) if current else None)
+    result = make_plan(spec, _load_plan(current) if current else None, target=target)
     if output is OutputFormat.JSON:
         sys.stdout.write(result.model_dump_json(indent=2) + "\n")
     elif output is OutputFormat.YAML:
@@ -107,12 +117,13 @@ def explain(
     file: SpecFile,
     workload: Annotated[str, typer.Argument(help="tenant/workload, or a workload name if unique.")],
     current: Annotated[Path | None, typer.Option(help="A plan JSON to re-plan against.")] = None,
+    target: PlanTarget = None,
 ) -> None:
     """Why a workload gets this isolation mode and these GPUs, or why it is not placed."""
     spec = load_spec_file(file)
     tenant_name, workload_name = _find_workload(spec, workload)
-    result = make_plan(spec, _load_plan(current) if current else None)
-    for line in explain_workload(spec, result, tenant_name, workload_name):
+    result = make_plan(spec, _load_plan(current) if current else None, target=target)
+    for line in explain_workload(spec, result, tenant_name, workload_name, target=target):
         out.print(line, highlight=False)
 
 

@@ -344,10 +344,12 @@ def test_a_dcgm_url_gpuplex_cannot_read_is_refused_before_start(
 
 def test_the_fixtures_are_what_the_spec_would_plan() -> None:
     """The fixtures' tenants sit where the planner puts them, so the integration test's roll-up
-    finds each GPU's model in the plan."""
-    from gpuplex.core.plan import make_plan
+    finds each GPU's model in the plan. The fixtures put time-sliced shares beside whole GPUs on
+    one node, which the device plugin cannot run, so they match the host plan of the spec (its
+    Kubernetes plan leaves initech/playground unplaced)."""
+    from gpuplex.core.plan import Target, make_plan
 
-    plan = make_plan(SPEC)
+    plan = make_plan(SPEC, target=Target.HOST)
     placed = {(p.tenant, p.workload, p.replica): (p.node, p.gpu_indices) for p in plan.placements}
     assert placed == {
         ("acme", "train", 0): ("gpu-node-1", [0]),

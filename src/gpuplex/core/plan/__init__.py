@@ -16,6 +16,7 @@ from gpuplex.core.plan.model import (
     Preemption,
     Summary,
 )
+from gpuplex.core.plan.node_sharing import Target, target_of
 from gpuplex.core.plan.placer import make_plan
 
 __all__ = [
@@ -31,5 +32,7 @@ __all__ = [
     "Plan",
     "Preemption",
     "Summary",
+    "Target",
     "make_plan",
+    "target_of",
 ]

@@ -12,7 +12,7 @@ from collections import Counter
 from gpuplex.core.plan.demand import Sized, Unit, size_on
 from gpuplex.core.plan.index import FleetIndex, GroupIndex
 from gpuplex.core.plan.model import Mode
-from gpuplex.core.plan.occupancy import best_mig_start, fit_on, mode_problem, sharing_problem
+from gpuplex.core.plan.occupancy import best_mig_start, mode_problem, sharing_problem
 from gpuplex.core.plan.quota import QuotaLedger
 from gpuplex.core.spec.pools import pool_accepts
 
@@ -61,11 +61,22 @@ def _count_in_group(
             if unit.mode is Mode.MIG
             else f"GPU is in MIG mode; {unit.mode} needs a non-MIG GPU"
         ] += barred
+    open_empty = 0  # free GPUs on nodes that may take this mode (Kubernetes target)
+    for _, gpu_id in usable_empty:
+        node_problem = index.node_problem(unit, index.states[gpu_id].slot.node)
+        if node_problem is not None:
+            counts[f"free, but {node_problem}"] += 1
+        else:
+            open_empty += 1
     if unit.mode is Mode.DEDICATED:
-        if usable_empty:
-            most = max(len(free) for free in group.empty_by_node.values())
+        if open_empty:
+            most = max(
+                len(free)
+                for node, free in group.empty_by_node.items()
+                if index.node_problem(unit, node) is None
+            )
             why = f"free, but no node has {unit.gpu_count} free together (most: {most})"
-            counts[why] += len(usable_empty)
+            counts[why] += open_empty
         return
     if unit.mode is Mode.MIG:
         for members in group.mig.values():
@@ -75,8 +86,9 @@ def _count_in_group(
                 counts[f"no free MIG placement for {sized.profile_name}"] += len(members)
                 continue
             for _, gpu_id in members:
-                problem = sharing_problem(unit, index.states[gpu_id], index.tenants)
-                counts[problem or "fits"] += 1
+                state = index.states[gpu_id]
+                problem = sharing_problem(unit, state, index.tenants)
+                counts[problem or index.node_problem(unit, state.slot.node) or "fits"] += 1
         return
     listed = group.shares[unit.mode]
     full = group.mode_counts[unit.mode] - len(listed)
@@ -88,5 +100,5 @@ def _count_in_group(
         why = f"not enough free memory (most free {most_gib:.1f} GiB, needs {needs_gib:.1f})"
         counts[why] += enough
     for _, _, gpu_id in listed[enough:]:
-        fit = fit_on(unit, sized, index.states[gpu_id], index.tenants)
+        fit = index.fit(unit, sized, index.states[gpu_id])
         counts[fit if isinstance(fit, str) else "fits"] += 1

@@ -2,13 +2,31 @@
 
 from __future__ import annotations
 
-from gpuplex.core.plan.model import MigSlicePlan, Mode, Placement, Plan
-from gpuplex.core.spec import GpuplexSpec
+from gpuplex.core.plan.inventory import build_inventory
+from gpuplex.core.plan.model import GpuView, MigSlicePlan, Mode, Placement, Plan
+from gpuplex.core.plan.node_sharing import NO_MPS_BESIDE_MIG, ONE_METHOD, Target, target_of
+from gpuplex.core.spec import GpuplexSpec, PlacementPolicy
 from gpuplex.core.spec.pools import fleet_pools, workload_pool
 from gpuplex.errors import NotFoundError
 
+_METHOD = {Mode.DEDICATED: "whole GPUs", Mode.MPS: "MPS", Mode.TIMESLICE: "time-slicing"}
+_NEED = {
+    Mode.DEDICATED: "whole GPUs",
+    Mode.MPS: "MPS shares",
+    Mode.TIMESLICE: "time-sliced shares",
+}
 
-def explain(spec: GpuplexSpec, plan: Plan, tenant_name: str, workload_name: str) -> list[str]:
+
+def explain(
+    spec: GpuplexSpec,
+    plan: Plan,
+    tenant_name: str,
+    workload_name: str,
+    *,
+    target: Target | None = None,
+) -> list[str]:
+    """`target` says which rules the plan was made under (by default the spec's target): on
+    Kubernetes each node the workload runs on also says why it got its sharing method."""
     tenant = next((t for t in spec.tenants if t.name == tenant_name), None)
     workload = (
         next((w for w in tenant.workloads if w.name == workload_name), None) if tenant else None
@@ -46,7 +64,44 @@ def explain(spec: GpuplexSpec, plan: Plan, tenant_name: str, workload_name: str)
                 f"{move.to_node} GPU {move.to_gpu_indices} ({_slice(move.to_mode, move.to_mig)})"
             )
             lines.append(f"replica {move.replica}: moves from {before} to {after}")
+    if (target or target_of(spec)) is Target.KUBERNETES:
+        nodes = dict.fromkeys(p.node for p in plan.placements if (p.tenant, p.workload) == mine)
+        lines += [_node_method(spec, plan, node) for node in nodes]
     return lines
+
+
+def _node_method(spec: GpuplexSpec, plan: Plan, node: str) -> str:
+    """Why a node's full GPUs run the one sharing method they do, and what MIG allows beside it."""
+    pinned = {
+        s.index
+        for s in build_inventory(spec.fleet, PlacementPolicy.BINPACK)
+        if s.node == node and s.runs_mig and not s.runs_whole
+    }
+    gpus = [g for g in plan.gpus if g.node == node]
+    mig = [g for g in gpus if g.mode is Mode.MIG or g.index in pinned]
+    full = [g for g in gpus if g.mode not in (None, Mode.MIG) and g.index not in pinned]
+    methods = [g.mode for g in full if g.mode is not None]
+    if not methods:
+        return (
+            f"node {node}: MIG slices ({_workloads(mig)}) and no full GPU in use; it takes no "
+            f"MPS, since {NO_MPS_BESIDE_MIG}"
+        )
+    method = methods[0]
+    users = _workloads(full)
+    verb = "needs" if "," not in users else "need"
+    line = (
+        f"node {node}: {_METHOD[method]}, because {users} {verb} {_NEED[method]} and "
+        f"{ONE_METHOD}, so its full GPUs take only {method} replicas"
+    )
+    if method is Mode.MPS:
+        return f"{line}; it holds no MIG slices, since {NO_MPS_BESIDE_MIG}"
+    if mig:
+        return f"{line}; MIG slices beside them: {_workloads(mig) or 'none yet'}"
+    return line
+
+
+def _workloads(gpus: list[GpuView]) -> str:
+    return ", ".join(sorted({f"{o.tenant}/{o.workload}" for g in gpus for o in g.occupants}))
 
 
 def _slice(mode: Mode, mig: MigSlicePlan | None) -> str:

@@ -9,6 +9,10 @@ Scores are tuples, smaller is better. binpack: join a used GPU before opening an
 tightest fit, then the choice that leaves the most MIG room. spread: the opposite. fragmentation:
 binpack for dedicated and MIG replicas; a share goes to the GPU state where fragmentation against
 the plan's shares grows least (share_fragmentation.py), ties as binpack breaks them.
+
+With a Kubernetes target every candidate must also keep its node to one sharing method
+(node_sharing.py), and an empty GPU is taken on a node already in use before one on an untouched
+node: an untouched node can still take any method, so it is kept for work that needs a new one.
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ from gpuplex.core.plan.demand import Sized, Unit, size_on
 from gpuplex.core.plan.inventory import GpuSlot
 from gpuplex.core.plan.mig_fit import room_left, slot_mask
 from gpuplex.core.plan.model import Mode
+from gpuplex.core.plan.node_sharing import NodeSharing, Target
 from gpuplex.core.plan.occupancy import (
     GpuState,
     Hold,
@@ -113,7 +118,8 @@ def _remove(items: list[_Entry], item: _Entry) -> None:
 
 
 class FleetIndex:
-    """`share_fragmentation` scores shares under the fragmentation policy (and only there)."""
+    """`share_fragmentation` scores shares under the fragmentation policy (and only there); a
+    Kubernetes `target` keeps each node to one sharing method."""
 
     def __init__(
         self,
@@ -121,6 +127,7 @@ class FleetIndex:
         policy: PlacementPolicy,
         tenants: dict[str, TenantSpec],
         share_fragmentation: ShareFragmentation | None = None,
+        target: Target = Target.HOST,
     ) -> None:
         if (policy is PlacementPolicy.FRAGMENTATION) != (share_fragmentation is not None):
             raise ValueError("the fragmentation policy, and only it, needs a ShareFragmentation")
@@ -128,6 +135,7 @@ class FleetIndex:
         self.spread = policy is PlacementPolicy.SPREAD
         self.share_fragmentation = share_fragmentation
         self.tenants = tenants
+        self.node_sharing = NodeSharing(self.states) if target is Target.KUBERNETES else None
         grouped: dict[tuple[object, ...], list[GpuSlot]] = {}
         for slot in slots:
             grouped.setdefault(slot.group, []).append(slot)
@@ -146,6 +154,38 @@ class FleetIndex:
             sized = size_on(unit, slot.model)
             if sized is not None:
                 yield group, sized
+
+    def node_problem(self, unit: Unit, node: str) -> str | None:
+        """Why the node may not take the unit's mode (Kubernetes target only), or None."""
+        return None if self.node_sharing is None else self.node_sharing.problem(unit, node)
+
+    def fit(self, unit: Unit, sized: Sized, state: GpuState) -> int | str:
+        """`fit_on`, and with a Kubernetes target the node's one sharing method."""
+        fit = fit_on(unit, sized, state, self.tenants)
+        if isinstance(fit, str):
+            return fit
+        return self.node_problem(unit, state.slot.node) or fit
+
+    def first_open(self, unit: Unit, empty: list[tuple[Order, int]]) -> tuple[Order, int] | None:
+        """The first of these empty GPUs; with a Kubernetes target, the first whose node may take
+        the unit's mode, on a node already in use if there is one."""
+        sharing = self.node_sharing
+        if sharing is None:
+            return empty[0] if empty else None
+        untouched: tuple[Order, int] | None = None
+        verdicts: dict[str, int] = {}  # node -> 0: may not take the mode, 1: untouched, 2: in use
+        for entry in empty:
+            node = self.states[entry[1]].slot.node
+            verdict = verdicts.get(node)
+            if verdict is None:
+                verdict = verdicts[node] = (
+                    0 if sharing.problem(unit, node) else 1 if sharing.untouched(node) else 2
+                )
+            if verdict == 2:
+                return entry
+            if verdict == 1 and untouched is None:
+                untouched = entry
+        return untouched
 
     def policy_for(self, unit: Unit) -> str:
         """The rule that placed `unit`, as a plan reason names it."""
@@ -176,11 +216,17 @@ class FleetIndex:
 
     def _dedicated(self, group: GroupIndex, unit: Unit, sized: Sized) -> Iterator[Candidate]:
         need = unit.gpu_count
-        if need == 1 and group.empty_whole:
-            order, gpu_id = group.empty_whole[0]
-            yield Candidate((gpu_id,), sized, None, (1, 0, 0, order), "first free GPU")
+        if need == 1:
+            first = self.first_open(unit, group.empty_whole)
+            if first is not None:
+                order, gpu_id = first
+                yield Candidate((gpu_id,), sized, None, (1, 0, 0, order), "first free GPU")
             return
-        nodes = [free for free in group.empty_by_node.values() if len(free) >= need]
+        nodes = [
+            free
+            for node, free in group.empty_by_node.items()
+            if len(free) >= need and self.node_problem(unit, node) is None
+        ]
         if not nodes:
             return
         sign = -1 if self.spread else 1
@@ -194,12 +240,14 @@ class FleetIndex:
         geometry, profile = group.first.model.mig, sized.profile
         if geometry is None or profile is None:
             return
-        for members in [*group.mig.values(), group.empty_mig[:1]]:
+        empty = self.first_open(unit, group.empty_mig)
+        for members in [*group.mig.values(), [empty] if empty is not None else []]:
             found = next(
                 (
                     (order, self.states[gpu_id])
                     for order, gpu_id in members
                     if sharing_problem(unit, self.states[gpu_id], self.tenants) is None
+                    and self.node_problem(unit, self.states[gpu_id].slot.node) is None
                 ),
                 None,
             )
@@ -227,13 +275,14 @@ class FleetIndex:
         first = bisect_left(used, (need,))
         scan = reversed(used[first:]) if self.spread else iter(used[first:])
         for free, order, gpu_id in scan:
-            if isinstance(fit_on(unit, sized, self.states[gpu_id], self.tenants), int):
+            if isinstance(self.fit(unit, sized, self.states[gpu_id]), int):
                 left = free - need
                 score = (1, -left, 0, order) if self.spread else (0, left, 0, order)
                 yield Candidate((gpu_id,), sized, None, score, f"shares a {unit.mode} GPU")
                 break
-        if group.empty_whole:
-            order, gpu_id = group.empty_whole[0]
+        empty = self.first_open(unit, group.empty_whole)
+        if empty is not None:
+            order, gpu_id = empty
             left = group.first.model.memory_mib - need
             score = (0, -left, 0, order) if self.spread else (1, left, 0, order)
             yield Candidate((gpu_id,), sized, None, score, f"opens a GPU for {unit.mode}")
@@ -250,11 +299,12 @@ class FleetIndex:
         for free, order, gpu_id in used[bisect_left(used, (need,)) :]:
             state = self.states[gpu_id]
             spot = ShareSpot(free, state.threads_used)
-            if spot not in joins and isinstance(fit_on(unit, sized, state, self.tenants), int):
+            if spot not in joins and isinstance(self.fit(unit, sized, state), int):
                 joins[spot] = (order, gpu_id)
         spots = [(spot, order, gpu_id, 0) for spot, (order, gpu_id) in joins.items()]
-        if group.empty_whole:
-            order, gpu_id = group.empty_whole[0]
+        empty = self.first_open(unit, group.empty_whole)
+        if empty is not None:
+            order, gpu_id = empty
             spots.append((ShareSpot(group.first.model.memory_mib, 0), order, gpu_id, 1))
         if not spots:
             return

@@ -1,7 +1,8 @@
 """What is on one GPU, and the one rule for whether a replica may join it.
 
 `fit_on` is the single source of truth for "does this replica fit this GPU": the fast index, the
-diagnostics for infeasible replicas and preemption all ask it.
+diagnostics for infeasible replicas and preemption all ask it (through `FleetIndex.fit`, which adds
+a Kubernetes target's one sharing method per node, node_sharing.py).
 """
 
 from __future__ import annotations

@@ -6,6 +6,11 @@
 4. A replica that fits nowhere may evict lower-priority replicas (policy.preemption); evicted
    replicas go back in the queue and are placed elsewhere when they can.
 5. What still does not fit is reported with the reasons, GPU by GPU.
+
+The target is the spec's (Kubernetes when it writes a `kubernetes:` section, else host) unless the
+caller names one. A Kubernetes target keeps every node to one sharing method for its full GPUs and
+MPS off nodes with MIG (node_sharing.py), so that `gpuplex kube render` can run every plan it gets.
+A host plan is made exactly as without the rule.
 """
 
 from __future__ import annotations
@@ -19,13 +24,8 @@ from gpuplex.core.plan.diagnose import why_not_placed
 from gpuplex.core.plan.index import Candidate, FleetIndex
 from gpuplex.core.plan.inventory import GpuSlot, build_inventory
 from gpuplex.core.plan.model import Infeasible, Mode, Placement, Plan, Preemption
-from gpuplex.core.plan.occupancy import (
-    Hold,
-    fit_on,
-    mode_problem,
-    open_mig_starts,
-    sharing_problem,
-)
+from gpuplex.core.plan.node_sharing import Target, target_of
+from gpuplex.core.plan.occupancy import Hold, mode_problem, open_mig_starts, sharing_problem
 from gpuplex.core.plan.preempt import find_eviction
 from gpuplex.core.plan.quota import QuotaLedger
 from gpuplex.core.plan.share_fragmentation import ShareFragmentation
@@ -34,7 +34,9 @@ from gpuplex.core.spec import GpuplexSpec, PlacementPolicy
 from gpuplex.core.spec.pools import pool_accepts
 
 
-def make_plan(spec: GpuplexSpec, current: Plan | None = None) -> Plan:
+def make_plan(
+    spec: GpuplexSpec, current: Plan | None = None, *, target: Target | None = None
+) -> Plan:
     tenants = {tenant.name: tenant for tenant in spec.tenants}
     policy = spec.policy.placement
     # GPUs are ordered as binpack orders them under every policy but spread
@@ -44,7 +46,7 @@ def make_plan(spec: GpuplexSpec, current: Plan | None = None) -> Plan:
     share_fragmentation = (
         ShareFragmentation(units, slots) if policy is PlacementPolicy.FRAGMENTATION else None
     )
-    index = FleetIndex(slots, policy, tenants, share_fragmentation)
+    index = FleetIndex(slots, policy, tenants, share_fragmentation, target or target_of(spec))
     run = _PlanRun(index, QuotaLedger(tenants))
     if current is not None:
         run.keep_current(units, current, slots)
@@ -130,10 +132,11 @@ class _PlanRun:
                 or state.mode not in (None, Mode.MIG)
                 or placement.mig.start_slot not in open_mig_starts(state, profile)
                 or sharing_problem(unit, state, self.index.tenants)
+                or self.index.node_problem(unit, state.slot.node)
             ):
                 return None
             return Candidate(gpu_ids, sized, placement.mig.start_slot, (0, 0, 0, (0, 0)), "")
-        if all(isinstance(fit_on(unit, sized, s, self.index.tenants), int) for s in states):
+        if all(isinstance(self.index.fit(unit, sized, s), int) for s in states):
             return Candidate(gpu_ids, sized, None, (0, 0, 0, (0, 0)), "")
         return None
 

@@ -15,7 +15,7 @@ from itertools import combinations
 
 from gpuplex.core.plan.demand import Sized, Unit
 from gpuplex.core.plan.index import Candidate, FleetIndex
-from gpuplex.core.plan.occupancy import GpuState, Hold, fit_on
+from gpuplex.core.plan.occupancy import GpuState, Hold
 
 _EXHAUSTIVE_UP_TO = 3  # largest victim set tried exhaustively
 _EXHAUSTIVE_CANDIDATES = 8  # ... when a GPU holds at most this many lower-priority replicas
@@ -96,7 +96,7 @@ def _fit_without(
     for victim in victims:
         state.remove(victim.unit.key)
     try:
-        fit = fit_on(unit, sized, state, index.tenants)
+        fit = index.fit(unit, sized, state)
     finally:
         for victim in victims:
             state.add(victim)
