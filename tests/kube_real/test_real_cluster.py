@@ -25,11 +25,12 @@ import yaml
 from gpuplex.core.plan import Plan, make_plan
 from gpuplex.core.spec import GpuplexSpec
 from gpuplex.errors import KubeApiError
+from gpuplex.kube.api import Reply
 from gpuplex.kube.apply import ClientTransport, connect
 from gpuplex.kube.diff import Action, ObjectChange
 from gpuplex.kube.naming import PLAN_SET, TENANT_LABEL, WORKLOAD_LABEL, Manifest
 from gpuplex.kube.render import render_plan
-from gpuplex.kube.sync import Reply, apply_set, diff_set
+from gpuplex.kube.sync import apply_set, diff_set
 from gpuplex.specfile import load_spec_file
 from tests.kube_real.cluster import ControlPlane, kubeconfig_for
 from tests.kube_real.fake_nodes import fake_nodes

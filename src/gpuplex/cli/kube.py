@@ -240,7 +240,7 @@ def _render(
     image: str | None,
     settings: list[str] | None,
 ) -> tuple[Rendered, str]:
-    from gpuplex.core.plan import make_plan
+    from gpuplex.core.plan import Target, make_plan
     from gpuplex.kube.render import render_plan, render_self
     from gpuplex.specfile import load_spec_file
 
@@ -252,10 +252,11 @@ def _render(
     if self_set:
         return render_self(spec, self_options(image, settings or [])), SELF_SET
     if current is None:
-        return render_plan(spec, make_plan(spec)), PLAN_SET
+        return render_plan(spec, make_plan(spec, target=Target.KUBERNETES)), PLAN_SET
     from gpuplex.cli.main import _load_plan  # the plan file reader `gpuplex plan` uses
 
-    return render_plan(spec, make_plan(spec, _load_plan(current))), PLAN_SET
+    plan = make_plan(spec, _load_plan(current), target=Target.KUBERNETES)
+    return render_plan(spec, plan), PLAN_SET
 
 
 def self_options(image: str | None, settings: list[str]) -> SelfOptions:

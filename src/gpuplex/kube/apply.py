@@ -3,8 +3,9 @@
 
 The only module that imports `kubernetes`, and only inside functions: the client takes most of a
 second to import, which `gpuplex validate` and `gpuplex kube render` should not pay. What the
-requests mean (server-side apply, list, prune) lives in `gpuplex.kube.sync`; this module only sends
-them and turns "no answer" into KubeUnreachable with the address tried and what to check.
+requests mean lives in `gpuplex.kube.api` (one object or kind) and `gpuplex.kube.sync` (a whole
+set); this module only sends them and turns "no answer" into KubeUnreachable with the address
+tried and what to check.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from types import TracebackType
 from typing import Any
 
 from gpuplex.errors import KubeUnreachable
-from gpuplex.kube.sync import Reply
+from gpuplex.kube.api import Reply
 
 #: Seconds to wait for a TCP connection and then for an answer; a server-side apply of one object
 #: answers in well under a second on a healthy cluster.

@@ -18,6 +18,7 @@ import yaml
 
 from gpuplex.core.spec import GpuplexSpec
 from gpuplex.core.spec.gateway import LimiterBackend
+from gpuplex.kube.api import access_needed
 from gpuplex.kube.naming import PLAN_SET, SELF_SET, Manifest, kubernetes_backends, metadata
 from gpuplex.kube.self_monitoring import dcgm_headless_service, dcgm_urls, service_monitors
 from gpuplex.kube.self_options import SelfOptions, check_options
@@ -32,7 +33,6 @@ from gpuplex.kube.self_pods import (
     server_deployment,
     services,
 )
-from gpuplex.kube.sync import access_needed
 
 __all__ = ["SelfOptions", "self_manifests", "spec_text"]
 
@@ -70,6 +70,8 @@ def spec_text(spec: GpuplexSpec, options: SelfOptions) -> str:
     gateway["limiter"] = LimiterBackend.REDIS.value
     gateway["backends"] = kubernetes_backends(spec)
     gateway["metrics_from"] = list(options.metrics_from)
+    # kept even when all defaults: its presence is what makes the server plan for Kubernetes
+    data.setdefault("kubernetes", {})
     return yaml.safe_dump({"version": spec.version, **data}, sort_keys=False)
 
 

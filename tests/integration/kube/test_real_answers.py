@@ -22,12 +22,13 @@ import pytest
 
 from gpuplex.core.plan import make_plan
 from gpuplex.errors import KubeApiError, KubeForbidden, KubeRetryLater
+from gpuplex.kube.api import JSON_PATCH
 from gpuplex.kube.apply import ClientTransport, connect
 from gpuplex.kube.diff import Action
 from gpuplex.kube.naming import PLAN_SET, SELF_SET, Manifest, metadata
 from gpuplex.kube.render import render_plan, render_self
 from gpuplex.kube.self_manifests import SelfOptions, reconciler_rules
-from gpuplex.kube.sync import JSON_PATCH, apply_set, diff_set
+from gpuplex.kube.sync import apply_set, diff_set
 from gpuplex.specfile import load_spec_file
 from tests.integration.kube import objects
 from tests.integration.kube.conftest import write_kubeconfig
