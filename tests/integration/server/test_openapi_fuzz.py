@@ -27,8 +27,9 @@ from tests.integration.server.conftest import Api, make_api
 
 pytestmark = pytest.mark.slow
 
-#: Examples per operation, caller and mode: enough for odd numbers, text and dates on each field.
-EXAMPLES = 20
+#: Examples per operation, caller and mode: enough for odd numbers, text and dates on each field
+#: (derandomized, so every run tries the same ones; 12 keeps the suite inside its time budget).
+EXAMPLES = 12
 CHECKS = [
     not_a_server_error,
     status_code_conformance,
