@@ -118,12 +118,11 @@ def apply_set(
     for key, kind, manifest in desired:
         try:
             live = api.get(kind, manifest)
-            if kind.kind == "Node":
-                if live is None:
-                    record(ObjectChange(key_id(key), Action.SKIP, note=NODE_MISSING))
-                    continue
-                manifest = keep_others_taints(manifest, live)
-            reply = api.apply(kind, manifest, dry_run=dry_run)
+            to_apply = _node_taints_kept(manifest, live) if kind.kind == "Node" else manifest
+            if to_apply is None:
+                record(ObjectChange(key_id(key), Action.SKIP, note=NODE_MISSING))
+                continue
+            reply = api.apply(kind, to_apply, dry_run=dry_run)
         except NotServed as error:
             if not kind.custom:  # a built-in kind this Kubernetes lacks: too old for gpuplex
                 raise
@@ -178,6 +177,12 @@ def _foreign_note(foreign: list[ForeignField]) -> str:
     return f"removes GPU fields set by {', '.join(managers)}"
 
 
+def _node_taints_kept(node: Manifest, live: Manifest | None) -> Manifest | None:
+    """The Node to apply, with the taints others set kept; None for a node not in the cluster
+    (gpuplex never creates one)."""
+    return None if live is None else keep_others_taints(node, live)
+
+
 NODE_MISSING = (
     "not in the cluster; gpuplex labels nodes but never creates one: apply again once it has joined"
 )
@@ -202,12 +207,11 @@ def diff_set(
     for key, kind, manifest in desired:
         try:
             live = api.get(kind, manifest)
-            if kind.kind == "Node":
-                if live is None:
-                    record(ObjectChange(key_id(key), Action.SKIP, note=NODE_MISSING))
-                    continue
-                manifest = keep_others_taints(manifest, live)
-            would_be = api.apply(kind, manifest, dry_run=True).body if live else None
+            to_apply = _node_taints_kept(manifest, live) if kind.kind == "Node" else manifest
+            if to_apply is None:
+                record(ObjectChange(key_id(key), Action.SKIP, note=NODE_MISSING))
+                continue
+            would_be = api.apply(kind, to_apply, dry_run=True).body if live else None
         except NotServed as error:
             if not kind.custom:
                 raise
