@@ -10,6 +10,7 @@ measures placement speed and packing quality, not infeasibility.
 
 Measured, all in this one run (house rule 8):
 - make_plan with policy binpack, best of 3 fresh calls (all 3 shown): wall time, placements/s, GPUs used;
+- the same planned for Kubernetes (one sharing method per node, no MPS beside MIG), best of 3;
 - the lower bound on GPUs: per pool and isolation mode, the most of ceil(demand / per-GPU capacity)
   over each resource (see `lower_bound`); GPUs used / lower bound is the packing ratio;
 - baselines: a naive first-fit placer written for the benchmark (speed and packing), and make_plan
@@ -49,6 +50,7 @@ from bench.planner_measure import (
     time_make_plan,
 )
 from bench.planner_spec import TENANT_CLASSES, Options, build_spec, gpu_share, must_size
+from gpuplex.core.plan import Target
 from gpuplex.core.plan.inventory import build_inventory
 from gpuplex.core.plan.units import build_units
 from gpuplex.core.spec import PlacementPolicy
@@ -77,12 +79,16 @@ def run(options: Options) -> Results:
         lower_bound_by_mode=bound_by_mode,
     )
     binpack = time_make_plan("make_plan, binpack", spec, options.runs)
+    kubernetes = time_make_plan(
+        "make_plan, for Kubernetes", spec, options.runs, target=Target.KUBERNETES
+    )
     spread_policy = spec.policy.model_copy(update={"placement": PlacementPolicy.SPREAD})
     spread_spec = spec.model_copy(update={"policy": spread_policy})
     spread = time_make_plan("baseline: spread", spread_spec, 1)
     naive = naive_first_fit(spec, slots, units, options.naive_limit_s)
     issue_size = options.nodes == 1000 and options.workloads == 10000
-    return Results(machine(), about, [binpack, spread, naive], TARGET_S if issue_size else None)
+    placers = [binpack, kubernetes, spread, naive]
+    return Results(machine(), about, placers, TARGET_S if issue_size else None)
 
 
 def parse_options(argv: Sequence[str] | None) -> tuple[Options, argparse.Namespace]:

@@ -17,7 +17,7 @@ from rich.console import Console
 from rich.table import Table
 
 from bench.planner_spec import GPU_MODEL, GPUS_PER_NODE
-from gpuplex.core.plan import make_plan
+from gpuplex.core.plan import Target, make_plan
 from gpuplex.core.spec import GpuplexSpec
 
 # ---------------------------------------------------------------------------------------------------
@@ -105,12 +105,14 @@ def machine() -> Machine:
     )
 
 
-def time_make_plan(placer: str, spec: GpuplexSpec, runs: int) -> Measured:
-    """`runs` fresh make_plan calls on the same spec."""
+def time_make_plan(
+    placer: str, spec: GpuplexSpec, runs: int, target: Target | None = None
+) -> Measured:
+    """`runs` fresh make_plan calls on the same spec (for `target`, else the spec's own)."""
     seconds: list[float] = []
     for _ in range(runs):
         started = time.perf_counter()
-        plan = make_plan(spec)
+        plan = make_plan(spec, target=target)
         seconds.append(time.perf_counter() - started)
     summary = plan.summary
     return Measured(
@@ -191,6 +193,7 @@ PLACEMENT_COLUMNS = (
 
 NOTES = """\
 make_plan, binpack: spec in, Plan value out (mode choice, ordering, placement, Plan assembly), fresh calls.
+make_plan, for Kubernetes: the same, target Kubernetes (one sharing method per node, no MPS beside MIG).
 baseline: spread: make_plan on the same spec with policy.placement spread (preemption as in the spec), one run.
 baseline: first fit: naive first fit written in this script: the placement loop only, over the planner's own
   replicas in the planner's order (priority, then largest first); each replica takes the first GPU in fleet

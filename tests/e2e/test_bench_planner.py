@@ -20,14 +20,16 @@ def test_bench_places_every_replica_and_never_beats_the_lower_bound(
     assert main([*TINY, "--json"]) == 0
     results = json.loads(capsys.readouterr().out)
     about = results["input"]
-    binpack, spread, naive = results["runs"]
+    binpack, kubernetes, spread, naive = results["runs"]
     assert binpack["placer"] == "make_plan, binpack"
+    assert kubernetes["placer"] == "make_plan, for Kubernetes"
+    assert kubernetes["placed"] + kubernetes["not_placed"] >= about["replicas"]
     assert about["gpus"] == 80
     assert about["workloads"] == 50
     assert binpack["placed"] == about["replicas"]
     assert binpack["not_placed"] == 0
     assert naive["finished"]
-    for run in (binpack, spread, naive):
+    for run in (binpack, kubernetes, spread, naive):
         assert run["gpus_used"] >= about["lower_bound"] or run["not_placed"] > 0
     assert binpack["gpus_used"] >= about["lower_bound"] > 0
     assert 0.5 < about["fill"] <= 1.0
@@ -40,7 +42,7 @@ def test_bench_prints_the_tables_with_machine_and_baselines(
 ) -> None:
     assert main(TINY) == 0
     out = capsys.readouterr().out
-    for text in ("CPU", "lower bound", "make_plan, binpack", "baseline: spread", "first fit"):
+    for text in ("CPU", "lower bound", "make_plan, binpack", "for Kubernetes", "first fit"):
         assert text in out
 
 
