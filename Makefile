@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo host-demo test lint typecheck unit services services-stop kube-control-plane bench bench-gateway clean
+.PHONY: demo host-demo test lint typecheck unit services services-stop kube-control-plane bench bench-gateway bench-abuse clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -58,7 +58,13 @@ bench: $(STAMP)
 
 # The gateway against nginx on the same backend (needs wrk and nginx: apt-get install wrk nginx).
 bench-gateway: $(STAMP)
-	$(BIN)/python bench/gateway.py
+	$(BIN)/python bench/gateway.py $(ARGS)
+
+# Denial of service at the HTTP layer against a real gateway and control plane: idle and slowloris
+# connections, header floods, huge bodies without credentials; each process's RSS and a probe
+# tenant's p50/p99 against the no-attack baseline of the same run (about 90 s).
+bench-abuse: $(STAMP)
+	$(BIN)/python bench/abuse.py $(ARGS)
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .hypothesis .demo-state .demo-up

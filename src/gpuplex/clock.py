@@ -11,6 +11,12 @@ def now_s() -> float:
     return time.time()
 
 
+def monotonic_s() -> float:
+    """Seconds on a clock that never steps (NTP, an operator's `date -s`): for durations and
+    windows that live only in this process, such as rate-limit windows and leases."""
+    return time.monotonic()
+
+
 def utc_now() -> datetime:
     return datetime.now(UTC)
 

@@ -68,6 +68,15 @@ def redis_url_from_environment() -> str | None:
     return os.environ.get("GPUPLEX_REDIS_URL")
 
 
+METRICS_TOKEN_VARIABLE = "GPUPLEX_METRICS_TOKEN"  # noqa: S105 - a variable's name, not a secret
+
+
+def take_metrics_token() -> str | None:
+    """$GPUPLEX_METRICS_TOKEN, removed from this process's environment as it is read: the caller
+    keeps only its hash, and the processes it starts do not inherit the token."""
+    return os.environ.pop(METRICS_TOKEN_VARIABLE, None) or None
+
+
 @dataclass(frozen=True, slots=True)
 class GatewaySettings:
     """What a gateway worker needs besides the spec's `gateway:` section."""
@@ -76,6 +85,8 @@ class GatewaySettings:
     store_url: str
     spool_dir: Path
     redis_url: str | None = None
+    #: SHA-256 of the token that reads /metrics (never the token itself); None: no token reads it
+    metrics_token_sha256: str | None = None
 
     def to_environment(self) -> dict[str, str]:
         data = {
@@ -83,6 +94,7 @@ class GatewaySettings:
             "store_url": self.store_url,
             "spool_dir": str(self.spool_dir),
             "redis_url": self.redis_url or "",
+            "metrics_token_sha256": self.metrics_token_sha256 or "",
         }
         return {GATEWAY_SETTINGS_VARIABLE: json.dumps(data)}
 
@@ -101,6 +113,7 @@ def gateway_settings_from_environment() -> GatewaySettings:
         store_url=data["store_url"],
         spool_dir=Path(data["spool_dir"]),
         redis_url=data["redis_url"] or None,
+        metrics_token_sha256=data.get("metrics_token_sha256") or None,
     )
 
 
@@ -115,8 +128,11 @@ class ServerSettings:
     state_dir: Path | None = None  # the host runtime's, for its events; None: no host events
     rollup_interval_s: float = 60.0  # how often usage is rolled up and budgets checked
     budget_webhook_timeout_s: float = 5.0
-    #: networks that read /metrics without a token (others need a platform-admin token)
-    metrics_from: tuple[str, ...] = ("127.0.0.0/8", "::1/128")
+    #: networks that read /metrics without a token (default none: every reader needs the metrics
+    #: token or a platform-admin token)
+    metrics_from: tuple[str, ...] = ()
+    #: SHA-256 of the metrics token ($GPUPLEX_METRICS_TOKEN); None: only platform-admin tokens
+    metrics_token_sha256: str | None = None
     #: dcgm-exporter /metrics URLs read for GPU samples on Kubernetes; none: no DCGM reading
     dcgm_urls: tuple[str, ...] = ()
     dcgm_interval_s: float = 15.0  # how often they are read

@@ -59,6 +59,10 @@ def _check_run(exit_code: int, stdout: str, output: str, state_dir: Path, port: 
     assert "check: northwind's northwind-chat answered through the gateway" in stdout
     assert f"http://127.0.0.1:{port}/dashboard/#token=gpt_" in stdout
     assert "from openai import OpenAI" in stdout
+    assert "/metrics with `Authorization: Bearer gpm_" in stdout  # the metrics token to scrape with
+    gateway_log = (state_dir / "logs" / "gateway.log").read_text()
+    assert "/metrics answers nobody" not in gateway_log  # the gateway got the token
+    assert "gpm_" not in gateway_log
     for tenant in ("northwind", "contoso", "adatum", "hobbyists"):
         assert f"  {tenant}: gpx_" in stdout
     assert running_processes_naming(state_dir) == []

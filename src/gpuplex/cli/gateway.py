@@ -13,10 +13,12 @@ from gpuplex.core.spec.gateway import LimiterBackend
 from gpuplex.errors import GatewayError
 from gpuplex.gateway.serve import HttpServer, serve
 from gpuplex.settings import (
+    METRICS_TOKEN_VARIABLE,
     GatewaySettings,
     default_state_dir,
     default_store_url,
     redis_url_from_environment,
+    take_metrics_token,
 )
 from gpuplex.specfile import load_spec_file
 
@@ -39,21 +41,31 @@ def gateway_command(
         Path | None, typer.Option(help="Durable usage spool (default: in the state directory).")
     ] = None,
     server: Annotated[
-        HttpServer, typer.Option(help="HTTP server (uvicorn measured fastest here).")
+        HttpServer,
+        typer.Option(
+            help=(
+                "HTTP server: uvicorn (measured fastest here, and the only one with gpuplex's "
+                "connection caps and idle timeouts) or granian (for comparison; not for "
+                "untrusted clients)."
+            )
+        ),
     ] = HttpServer.UVICORN,
 ) -> None:
-    """Serve the OpenAI-compatible API: keys, rate limits, fair queues, routing, metering."""
+    """Serve the OpenAI-compatible API: keys, rate limits, fair queues, routing, metering.
+    /metrics needs the bearer token in $GPUPLEX_METRICS_TOKEN (the process keeps only its hash)."""
     if os.geteuid() == 0:
         raise GatewayError(
             "the gateway never runs as root: start it as an unprivileged user "
             "(it needs no privileges; the host runtime is what runs as root)"
         )
     spec = load_spec_file(config)
+    metrics_token = take_metrics_token()
     settings = GatewaySettings(
         spec_path=config.resolve(),
         store_url=store or default_store_url(),
         spool_dir=(spool_dir or default_state_dir() / "gateway-spool").resolve(),
         redis_url=redis_url or redis_url_from_environment(),
+        metrics_token_sha256=_metrics_token_sha256(metrics_token),
     )
     if spec.gateway.limiter is LimiterBackend.REDIS and not settings.redis_url:
         raise GatewayError(
@@ -69,4 +81,21 @@ def gateway_command(
         f"gateway on http://{gw.host}:{gw.port} with {gw.workers} worker(s), "
         f"{len(spec.tenants)} tenants, limits in {gw.limiter}"
     )
+    if settings.metrics_token_sha256 is None and not gw.metrics_from:
+        err.print(
+            f"note: /metrics answers nobody: set {METRICS_TOKEN_VARIABLE} for the scraper's "
+            "bearer token (or list its network in gateway.metrics_from)",
+            soft_wrap=True,
+        )
     serve(settings, gw, server)
+
+
+def _metrics_token_sha256(token: str | None) -> str | None:
+    if token is None:
+        return None
+    from gpuplex.observe.metrics_token import metrics_token_sha256
+
+    try:
+        return metrics_token_sha256(token)
+    except ValueError as error:
+        raise GatewayError(f"{METRICS_TOKEN_VARIABLE}: {error}") from None

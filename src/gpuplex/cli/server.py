@@ -25,9 +25,11 @@ from gpuplex.clock import utc_now
 from gpuplex.core.access import Role
 from gpuplex.settings import (
     DCGM_URLS_VARIABLE,
+    METRICS_TOKEN_VARIABLE,
     ServerSettings,
     dcgm_urls_from_environment,
     default_store_url,
+    take_metrics_token,
 )
 
 if TYPE_CHECKING:
@@ -66,8 +68,8 @@ def server_command(
         list[str] | None,
         typer.Option(
             metavar="CIDR",
-            help="A network that reads /metrics without a token (repeat; default loopback); "
-            "others need a platform-admin token.",
+            help="A network that reads /metrics without a token (repeat; default none, not even "
+            f"loopback); others need ${METRICS_TOKEN_VARIABLE}'s token or a platform-admin token.",
         ),
     ] = None,
     dcgm_url: Annotated[
@@ -84,7 +86,8 @@ def server_command(
     ] = 15.0,
 ) -> None:
     """Run the control plane: REST API under /api/v1, the dashboard, /metrics."""
-    from gpuplex.observe.metrics_endpoint import LOOPBACK_NETWORKS, parse_networks
+    from gpuplex.observe.metrics_endpoint import parse_networks
+    from gpuplex.observe.metrics_token import metrics_token_sha256
     from gpuplex.server.dcgm_scrape import check_dcgm_url
     from gpuplex.server.run import run_server
 
@@ -92,6 +95,11 @@ def server_command(
         parse_networks(metrics_from or [])
     except ValueError as error:
         raise typer.BadParameter(str(error), param_hint="--metrics-from") from None
+    metrics_token = take_metrics_token()
+    try:
+        token_sha256 = metrics_token_sha256(metrics_token) if metrics_token else None
+    except ValueError as error:
+        raise typer.BadParameter(str(error), param_hint=METRICS_TOKEN_VARIABLE) from None
     dcgm_urls = tuple(dcgm_url) if dcgm_url else dcgm_urls_from_environment()
     for url in dcgm_urls:
         try:
@@ -108,7 +116,8 @@ def server_command(
                 spec_path=spec,
                 state_dir=state_dir,
                 rollup_interval_s=rollup_interval_s,
-                metrics_from=tuple(metrics_from or LOOPBACK_NETWORKS),
+                metrics_from=tuple(metrics_from or ()),
+                metrics_token_sha256=token_sha256,
                 dcgm_urls=dcgm_urls,
                 dcgm_interval_s=dcgm_interval_s,
             )

@@ -64,8 +64,15 @@ def model_command(
         ),
     ] = None,
     default_max_tokens: Annotated[
-        int, typer.Option(min=1, help="Tokens generated when a request sets no max_tokens.")
+        int,
+        typer.Option(min=1, help="Tokens a completion request without max_tokens generates."),
     ] = 16,
+    max_model_len: Annotated[
+        int,
+        typer.Option(
+            min=1, help="Context length: a chat request without a limit generates up to it."
+        ),
+    ] = 4096,
     embedding_dim: Annotated[int, typer.Option(min=1, help="Length of embedding vectors.")] = 8,
     gpu_memory_mib: Annotated[
         int,
@@ -93,6 +100,7 @@ def model_command(
         contention=contention,
         max_concurrency=max_concurrency,
         default_max_tokens=default_max_tokens,
+        max_model_len=max_model_len,
         embedding_dim=embedding_dim,
     )
     served = ", ".join(settings.models + settings.adapters)

@@ -15,6 +15,7 @@ class ApiCode(StrEnum):
     BODY_TOO_LARGE = "request_too_large"
     BODY_TIMEOUT = "request_timeout"
     INVALID_API_KEY = "invalid_api_key"
+    METRICS_TOKEN_REQUIRED = "metrics_token_required"  # noqa: S105 - a code, not a secret
     MODEL_NOT_FOUND = "model_not_found"
     NOT_FOUND = "not_found"
     METHOD_NOT_ALLOWED = "method_not_allowed"
@@ -25,7 +26,10 @@ class ApiCode(StrEnum):
     OVER_LIMIT_ALWAYS = "request_exceeds_limit"
     BACKEND_UNAVAILABLE = "backend_unavailable"
     UPSTREAM_TIMEOUT = "upstream_timeout"
+    UPSTREAM_REPLY_TOO_LARGE = "upstream_reply_too_large"  # past gateway.max_reply_mib
+    UPSTREAM_EVENT_TOO_LARGE = "upstream_event_too_large"  # an SSE event past max_event_kib
     LIMITER_UNAVAILABLE = "limiter_unavailable"
+    USAGE_UNAVAILABLE = "usage_unavailable"  # the usage spool cannot take a record: not served
     INTERNAL = "internal_error"
 
 
@@ -37,6 +41,7 @@ API_STATUS: dict[ApiCode, tuple[int, str]] = {
     ApiCode.BODY_TOO_LARGE: (413, "invalid_request_error"),
     ApiCode.BODY_TIMEOUT: (408, "invalid_request_error"),
     ApiCode.INVALID_API_KEY: (401, "authentication_error"),
+    ApiCode.METRICS_TOKEN_REQUIRED: (401, "authentication_error"),
     ApiCode.MODEL_NOT_FOUND: (404, "invalid_request_error"),
     ApiCode.NOT_FOUND: (404, "invalid_request_error"),
     ApiCode.METHOD_NOT_ALLOWED: (405, "invalid_request_error"),
@@ -46,7 +51,10 @@ API_STATUS: dict[ApiCode, tuple[int, str]] = {
     ApiCode.QUEUE_TIMEOUT: (429, "rate_limit_error"),
     ApiCode.BACKEND_UNAVAILABLE: (503, "server_error"),
     ApiCode.LIMITER_UNAVAILABLE: (503, "server_error"),
+    ApiCode.USAGE_UNAVAILABLE: (503, "server_error"),
     ApiCode.UPSTREAM_TIMEOUT: (504, "server_error"),
+    ApiCode.UPSTREAM_REPLY_TOO_LARGE: (502, "server_error"),
+    ApiCode.UPSTREAM_EVENT_TOO_LARGE: (502, "server_error"),
     ApiCode.INTERNAL: (500, "server_error"),
 }
 

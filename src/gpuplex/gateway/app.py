@@ -1,6 +1,10 @@
 """The gateway as an ASGI application: `/v1/chat/completions`, `/v1/completions`, `/v1/embeddings`,
-`/v1/models`, `/health`, and `/metrics` (only to the addresses in `gateway.metrics_from`, since it
-names every tenant). Every error is an OpenAI-style JSON body; nothing escapes as a traceback."""
+`/v1/models`, `/health` (liveness: the process answers), `/healthz` (readiness: it can serve and
+bill a request; 503 naming each problem otherwise), and `/metrics`. `/metrics` names every tenant,
+so it needs the metrics token (`Authorization: Bearer`, $GPUPLEX_METRICS_TOKEN), or a caller in a
+network the operator listed in `gateway.metrics_from` (none by default: tenant workloads may share
+the host's network, loopback included). Every error is an OpenAI-style JSON body; nothing escapes
+as a traceback."""
 
 from __future__ import annotations
 
@@ -22,6 +26,7 @@ from gpuplex.gateway.asgi_io import (
 from gpuplex.gateway.proxy import handle_inference
 from gpuplex.gateway.runtime import GatewayRuntime
 from gpuplex.observe import gateway_metrics as metrics
+from gpuplex.observe.metrics_token import presents_metrics_token
 from gpuplex.settings import GatewaySettings, gateway_settings_from_environment
 
 log = logging.getLogger(__name__)
@@ -91,6 +96,8 @@ class GatewayApp:
                 await _models(rt, scope, send, path.removeprefix("/v1/models").strip("/"))
             elif path == "/health":
                 await send_json(send, 200, {"status": "ok"})
+            elif path == "/healthz":
+                await _readiness(rt, send)
             elif path == "/metrics":
                 _metrics_allowed(rt, scope)
                 await send_reply(send, 200, metrics.exposition(), METRICS_HEADERS)
@@ -133,14 +140,37 @@ async def _models(rt: GatewayRuntime, scope: Scope, send: Send, model_id: str) -
     )
 
 
+async def _readiness(rt: GatewayRuntime, send: Send) -> None:
+    """200 when a request can be served and billed now; else 503 with each problem in words."""
+    problems = [problem for problem in (rt.spool.ready(),) if problem is not None]
+    if problems:
+        await send_json(send, 503, {"status": "degraded", "problems": problems})
+    else:
+        await send_json(send, 200, {"status": "ok"})
+
+
 def _metrics_allowed(rt: GatewayRuntime, scope: Scope) -> None:
+    authorization = header(scope, b"authorization")
+    if authorization is not None:
+        if presents_metrics_token(
+            authorization.decode("latin-1"), rt.settings.metrics_token_sha256
+        ):
+            return
+        raise ApiError(
+            ApiCode.METRICS_TOKEN_REQUIRED,
+            "/metrics: that is not this gateway's metrics token ($GPUPLEX_METRICS_TOKEN)",
+        )
     client = scope.get("client")
     try:
         address = ipaddress.ip_address(client[0]) if client else None
     except ValueError:
         address = None
     if address is None or not any(address in net for net in rt.metrics_networks):
-        raise ApiError(ApiCode.NOT_FOUND, "no such endpoint: GET /metrics")
+        raise ApiError(
+            ApiCode.METRICS_TOKEN_REQUIRED,
+            "/metrics names every tenant: send `Authorization: Bearer <metrics token>` (the "
+            "gateway's $GPUPLEX_METRICS_TOKEN), or scrape from a network in gateway.metrics_from",
+        )
 
 
 def app_from_environment() -> GatewayApp:

@@ -3,8 +3,9 @@
 Every worker keeps the active keys in memory, found by their public prefix and compared by hash in
 constant time, and polls the store's key version every `refresh_s` (0.5 s): a revoked key stops
 working on every worker within a second, and a store outage never fails requests with the keys
-already loaded. Failed attempts are counted per client address; past the limit the address gets
-429 until its window clears.
+already loaded. Failed attempts are counted per client address; past the limit the address's
+failed attempts get 429 instead of 401 until its window clears, while a valid key from the same
+address always gets in (`core.serve.failed_auth`). The scheme is case-insensitive (RFC 7235).
 """
 
 from __future__ import annotations
@@ -15,9 +16,10 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from gpuplex.clock import now_s, utc_now
+from gpuplex.clock import monotonic_s, now_s, utc_now
+from gpuplex.core.serve.failed_auth import FailedAttempts
 from gpuplex.core.serve.keys import key_matches, key_prefix
-from gpuplex.core.serve.limits import Limit, LimiterState, LimitKind, admit, scope_limits
+from gpuplex.core.serve.limits import Limit, LimitKind, scope_limits
 from gpuplex.gateway.api_errors import ApiCode, ApiError
 from gpuplex.store.keys import KeyRecord, KeyRepository
 
@@ -31,6 +33,12 @@ class Caller:
     models: frozenset[str]  # empty: every model of the tenant
     expires_at_s: float | None
     limits: tuple[Limit, ...]
+
+    @property
+    def token_cap(self) -> int | None:
+        """The smallest tokens-per-minute limit the caller is under: no request can use more."""
+        caps = [limit.amount for limit in self.limits if limit.kind is LimitKind.TOKENS]
+        return min(caps) if caps else None
 
 
 def caller_of(record: KeyRecord, tenant_limits: Callable[[str], tuple[Limit, ...]]) -> Caller:
@@ -57,8 +65,7 @@ class KeyCache:
         self._refresh_s = refresh_s
         self._by_prefix: dict[str, tuple[str, Caller]] = {}
         self._version: str | None = None
-        self._failures = LimiterState()
-        self._failed_auth_per_min = failed_auth_per_min
+        self._failures = FailedAttempts(failed_auth_per_min)
 
     def load(self) -> None:
         """Read the active keys now (blocking: call from a thread, or before serving)."""
@@ -82,26 +89,26 @@ class KeyCache:
                 await asyncio.wait_for(stop.wait(), self._refresh_s)
 
     def authenticate(self, authorization: bytes | None, client: str) -> Caller:
-        now = now_s()
-        failures = Limit(f"ip:{client}", LimitKind.REQUESTS, self._failed_auth_per_min)
-        if self._failures.used(failures, now) >= self._failed_auth_per_min:
+        caller = self._match(authorization, now_s())
+        if caller is not None:
+            return caller
+        now = monotonic_s()
+        if self._failures.throttled(client, now):
             raise ApiError(
                 ApiCode.TOO_MANY_FAILED_AUTH,
                 "too many failed API key checks from this address; wait a minute",
                 retry_after_s=60,
             )
-        caller = self._match(authorization, now)
-        if caller is None:
-            admit(self._failures, [failures], f"{now}", 1, now)
-            if len(self._failures.windows) > 10_000:
-                self._failures.prune(now)
-            raise ApiError(ApiCode.INVALID_API_KEY, "invalid API key")
-        return caller
+        self._failures.record(client, now)
+        raise ApiError(ApiCode.INVALID_API_KEY, "invalid API key")
 
     def _match(self, authorization: bytes | None, now: float) -> Caller | None:
-        if not authorization or not authorization.startswith(b"Bearer "):
+        if not authorization:
             return None
-        token = authorization[7:].strip().decode("latin-1")
+        scheme, _, rest = authorization.strip().partition(b" ")
+        if scheme.lower() != b"bearer":
+            return None
+        token = rest.strip().decode("latin-1")
         prefix = key_prefix(token)
         found = self._by_prefix.get(prefix) if prefix else None
         if found is None or not key_matches(found[0], token):

@@ -1,10 +1,16 @@
 """The model server workloads the gateway sends requests to: each with its replicas (health,
-breaker, load), its fair queue, and a loop that checks `/health` on every replica."""
+breaker, load), its fair queue, and a loop that checks `/health` on every replica.
+
+The health checks have an HTTP client of their own, with one kept-alive connection per replica,
+never the forwarding pool: when forwarding is saturated, or the process is out of file descriptors,
+a check still goes out on its open connection; and a check that cannot even open a socket here
+(EMFILE, ENFILE, ENOBUFS, ENOMEM) says nothing about the replica, so it changes nothing."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import logging
 
 import aiohttp
@@ -23,6 +29,9 @@ from gpuplex.core.spec.gateway import GatewaySpec
 from gpuplex.gateway.queues import BackendQueue
 
 log = logging.getLogger(__name__)
+
+#: Errors of this process, not of the replica: a check that fails with one is not counted.
+LOCAL_ERRNOS = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM})
 
 
 class BackendPool:
@@ -63,23 +72,49 @@ class BackendPool:
             async with session.get(
                 f"{replica.url}/health", timeout=aiohttp.ClientTimeout(total=timeout_s)
             ) as reply:
+                await reply.read()  # to the end, so the connection is kept for the next check
                 healthy = reply.status == 200
-        except (aiohttp.ClientError, TimeoutError, OSError):
+        except (aiohttp.ClientError, TimeoutError, OSError) as error:
+            if is_local_failure(error):
+                log.warning("health check of %s not made here: %s", replica.url, error)
+                return
             healthy = False
-        if healthy != replica.healthy:
-            log.warning(
-                "backend %s replica %s is %s", self.id, replica.url, "up" if healthy else "down"
-            )
+        if healthy != replica.healthy:  # going down is news an operator acts on; coming up is not
+            level = logging.INFO if healthy else logging.WARNING
+            state = "up" if healthy else "down"
+            log.log(level, "backend %s replica %s is %s", self.id, replica.url, state)
         record_health(replica, healthy)
 
 
+def is_local_failure(error: BaseException) -> bool:
+    """Whether `error` (or what caused it) is this process running out of something."""
+    seen: BaseException | None = error
+    for _ in range(4):
+        if seen is None:
+            return False
+        if isinstance(seen, OSError) and seen.errno in LOCAL_ERRNOS:
+            return True
+        os_error = getattr(seen, "os_error", None)  # aiohttp's ClientConnectorError
+        if isinstance(os_error, OSError) and os_error.errno in LOCAL_ERRNOS:
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False
+
+
+def health_session(replicas: int, interval_s: float) -> aiohttp.ClientSession:
+    """The health checks' own client: a connection per replica, kept open between checks."""
+    connector = aiohttp.TCPConnector(
+        limit=max(1, replicas), limit_per_host=1, keepalive_timeout=max(30.0, 3 * interval_s)
+    )
+    return aiohttp.ClientSession(connector=connector)
+
+
 async def run_health_checks(
-    pools: list[BackendPool],
-    session: aiohttp.ClientSession,
-    interval_s: float,
-    stop: asyncio.Event,
+    pools: list[BackendPool], interval_s: float, stop: asyncio.Event
 ) -> None:
-    while not stop.is_set():
-        await asyncio.gather(*(p.check_health(session, min(interval_s, 2.0)) for p in pools))
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(stop.wait(), interval_s)
+    replicas = sum(len(p.replicas) for p in pools)
+    async with health_session(replicas, interval_s) as session:
+        while not stop.is_set():
+            await asyncio.gather(*(p.check_health(session, min(interval_s, 2.0)) for p in pools))
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), interval_s)

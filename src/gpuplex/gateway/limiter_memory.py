@@ -1,12 +1,16 @@
 """The in-process rate limiter: the pure rules of `core.serve.limits` on this process's state.
-Exact for one gateway process; several processes share limits through `limiter_redis`."""
+Exact for one gateway process; several processes share limits through `limiter_redis`.
+
+Its windows and leases run on the monotonic clock: they live only in this process, and a step of
+the wall clock (NTP, `date -s`) must neither empty a window (a free minute for everyone) nor
+stretch it (an hour of 429s)."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Protocol
 
-from gpuplex.clock import now_s
+from gpuplex.clock import monotonic_s
 from gpuplex.core.serve.limits import (
     DEFAULT_LEASE_S,
     Decision,
@@ -28,13 +32,16 @@ class Limiter(Protocol):
 
 
 class MemoryLimiter:
-    def __init__(self, lease_s: float = DEFAULT_LEASE_S) -> None:
+    def __init__(
+        self, lease_s: float = DEFAULT_LEASE_S, clock: Callable[[], float] = monotonic_s
+    ) -> None:
         self.state = LimiterState()
         self.lease_s = lease_s
+        self._clock = clock
         self._decisions = 0
 
     async def admit(self, limits: Sequence[Limit], request_id: str, tokens: int) -> Decision:
-        now = now_s()
+        now = self._clock()
         self._decisions += 1
         if self._decisions % 10_000 == 0:
             self.state.prune(now)

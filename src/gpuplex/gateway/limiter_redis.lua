@@ -176,9 +176,10 @@ end
 for _, limit in ipairs(limits) do
   if limit.kind == CONCURRENT then
     redis.call('ZADD', limit.zset, real(now + lease_s), request_id)
-    -- The set lives as long as its longest lease.
+    -- The set lives as long as its longest lease, and not a millisecond longer: its TTL is never
+    -- more than the lease (rounded down to the millisecond).
     local last = redis.call('ZRANGE', limit.zset, -1, -1, 'WITHSCORES')
-    redis.call('PEXPIREAT', limit.zset, int(math.ceil((tonumber(last[2]) + 1) * 1000)))
+    redis.call('PEXPIREAT', limit.zset, int(math.floor(tonumber(last[2]) * 1000)))
   else
     local amount = cost(limit)
     -- A request id admitted again replaces its entry (the total stays the sum of the entries).

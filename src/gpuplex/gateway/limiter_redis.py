@@ -15,14 +15,19 @@ Decisions that arrive in the same turn of the event loop go to Redis together, a
 script calls (still one atomic script per decision): under load that turns hundreds of round trips a
 second into a few dozen. A request with no limits, or a settle with nothing to correct, costs no call.
 
-When Redis cannot be reached the limiter raises `LimiterUnavailable`; the gateway answers 503 (it
-fails closed: an unreachable limit must not become no limit).
+When Redis cannot be reached an admit raises `LimiterUnavailable`; the gateway answers 503 (it
+fails closed: an unreachable limit must not become no limit). A settle that cannot reach Redis is
+queued instead (at most `MAX_UNSETTLED`) and retried in the background, with backoff, until Redis
+answers or the request's lease has run out anyway: a concurrency slot frees as soon as Redis is
+back, not when its lease ends. Retrying is safe: a settle sets values, it adds nothing.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import math
+from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cache
@@ -35,6 +40,7 @@ from redis.asyncio.retry import Retry
 from redis.backoff import ExponentialBackoff
 from redis.exceptions import RedisError
 
+from gpuplex.clock import monotonic_s
 from gpuplex.core.serve.limits import (
     CONCURRENCY_RETRY_S,
     DEFAULT_LEASE_S,
@@ -55,6 +61,14 @@ CONNECT_TIMEOUT_S = 2.0
 COMMAND_TIMEOUT_S = 2.0
 #: A window's keys outlive its newest entry by the window plus this margin.
 WINDOW_TTL_MARGIN_S = 2
+#: Settles waiting for Redis to come back, at most; past it the oldest is dropped (its slot frees
+#: when its lease ends, as if the gateway had died).
+MAX_UNSETTLED = 10_000
+#: The first retry of queued settles waits this long; each failure doubles it, up to the cap.
+SETTLE_RETRY_FIRST_S = 0.05
+SETTLE_RETRY_CAP_S = 1.0
+
+log = logging.getLogger(__name__)
 
 _WHAT_TO_CHECK = (
     "check that Redis is running and reachable from this gateway, and the URL given with "
@@ -118,6 +132,14 @@ class RedisLimiter:
         self._window_ttl_s = math.ceil(WINDOW_S) + WINDOW_TTL_MARGIN_S
         self._pending: list[_Call] = []
         self._flushes: set[asyncio.Task[None]] = set()
+        self._unsettled: deque[_Settle] = deque(maxlen=MAX_UNSETTLED)
+        self._retrying: asyncio.Task[None] | None = None
+        self._dropping = False
+
+    @property
+    def unsettled(self) -> int:
+        """Settles queued until Redis answers again."""
+        return len(self._unsettled)
 
     async def admit(self, limits: Sequence[Limit], request_id: str, tokens: int) -> Decision:
         """Admit the request under every limit, or refuse it naming the limit that waits longest."""
@@ -134,13 +156,77 @@ class RedisLimiter:
     async def settle(self, limits: Sequence[Limit], request_id: str, actual_tokens: int) -> None:
         """The request is over: its token entries become `actual_tokens`; its slots free."""
         to_settle = [limit for limit in limits if limit.kind is not LimitKind.REQUESTS]
-        if to_settle:
+        if not to_settle:
+            return
+        pending = _Settle(to_settle, request_id, actual_tokens, monotonic_s() + self.lease_s)
+        if self._unsettled:  # Redis is known to be away: join the queue, do not wait on it again
+            self._queue(pending)
+            return
+        try:
             await self._run("settle", to_settle, request_id, actual_tokens)
+        except LimiterUnavailable as error:
+            log.error("%s; settles are queued and retried until it answers", error.message)
+            self._queue(pending)
 
     async def close(self) -> None:
+        if self._retrying is not None:
+            self._retrying.cancel()
+            await asyncio.gather(self._retrying, return_exceptions=True)
+            if self._unsettled:
+                log.warning(
+                    "rate limiter: closing with %d settles Redis never took; their slots free "
+                    "when their leases end",
+                    len(self._unsettled),
+                )
         if self._flushes:
             await asyncio.gather(*self._flushes, return_exceptions=True)
         await self._client.aclose(close_connection_pool=True)
+
+    def _queue(self, pending: _Settle) -> None:
+        if len(self._unsettled) == MAX_UNSETTLED and not self._dropping:
+            self._dropping = True  # said once per outage
+            log.warning(
+                "rate limiter: %d settles already wait for Redis; dropping the oldest (its slot "
+                "frees when its lease ends)",
+                MAX_UNSETTLED,
+            )
+        self._unsettled.append(pending)
+        if self._retrying is None or self._retrying.done():
+            self._retrying = asyncio.create_task(self._retry_settles())
+
+    async def _retry_settles(self) -> None:
+        """Until the queue is empty: retry every queued settle (one pipeline), backing off while
+        Redis stays away; drop those whose lease has ended (nothing is left to free)."""
+        delay_s = SETTLE_RETRY_FIRST_S
+        settled = expired = 0
+        while self._unsettled:
+            await asyncio.sleep(delay_s)
+            now = monotonic_s()
+            while self._unsettled and self._unsettled[0].give_up_at_s <= now:
+                self._unsettled.popleft()
+                expired += 1
+            batch = list(self._unsettled)
+            results = await asyncio.gather(
+                *(self._run("settle", s.limits, s.request_id, s.tokens) for s in batch),
+                return_exceptions=True,
+            )
+            done = {id(s) for s, result in zip(batch, results, strict=True) if not _failed(result)}
+            if done:
+                settled += len(done)
+                self._unsettled = deque(
+                    (s for s in self._unsettled if id(s) not in done), maxlen=MAX_UNSETTLED
+                )
+                delay_s = SETTLE_RETRY_FIRST_S
+            else:
+                delay_s = min(delay_s * 2, SETTLE_RETRY_CAP_S)
+        self._dropping = False
+        log.warning(
+            "rate limiter: %d queued settles done in Redis at %s, %d given up (their leases had "
+            "ended)",
+            settled,
+            self.display_url,
+            expired,
+        )
 
     async def _run(
         self, op: str, limits: Sequence[Limit], request_id: str, tokens: int
@@ -176,6 +262,10 @@ class RedisLimiter:
             replies = await pipeline.execute(raise_on_error=False)
         except RedisError as error:
             replies = [error] * len(batch)
+        finally:
+            # a failure before the pipeline runs (its SCRIPT EXISTS timing out) leaves the
+            # connection on it: give it back, or each failed call during an outage leaks one
+            await pipeline.aclose()
         for call, reply in zip(batch, replies, strict=True):
             if call.reply.done():
                 continue
@@ -203,6 +293,21 @@ class _Call:
     keys: list[str]
     args: list[str | int | float]
     reply: asyncio.Future[list[int | bytes]]
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class _Settle:
+    """A settle Redis did not take yet; retried until `give_up_at_s` (monotonic), when the
+    request's lease has ended anyway."""
+
+    limits: Sequence[Limit]
+    request_id: str
+    tokens: int
+    give_up_at_s: float
+
+
+def _failed(result: object) -> bool:
+    return isinstance(result, BaseException)
 
 
 def _is_reply(reply: object) -> TypeGuard[list[int | bytes]]:

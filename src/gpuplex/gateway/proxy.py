@@ -1,17 +1,19 @@
-"""One inference request through the gateway: key -> body -> model route -> rate limits (tokens
-reserved) -> the backend's fair queue -> the least loaded replica -> the reply, streamed through
-chunk by chunk -> limits and queue charged what was really used -> one usage record.
+"""One inference request through the gateway: key -> body -> completion budget decided and written
+into the forwarded body -> model route -> rate limits (tokens reserved) -> the backend's fair queue
+-> the least loaded replica -> the reply, bounded in size, streamed through event by event -> limits
+and queue charged what was really used -> one usage record.
 
 The usage record is written to the spool before the last bytes of the reply go out, so a client
-that saw its request complete always has a record, even if the gateway is killed the next moment.
+that saw its request complete always has a record, even if the gateway is killed the next moment;
+a spool that cannot take records stops requests before they are forwarded (503). A client that
+goes away cancels the request to the model server at once (`relay.watch_disconnect`): its slot
+frees and it is billed what reached it, with status 499 (outcome `cancelled`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from dataclasses import dataclass
-from datetime import datetime
 
 import aiohttp
 import orjson
@@ -22,44 +24,22 @@ from gpuplex.core.serve.inference import (
     ENDPOINT_PATHS,
     BadRequest,
     Endpoint,
-    InferenceRequest,
+    forwarded_body,
     read_request,
 )
 from gpuplex.core.serve.limits import Refused, retry_after_header
 from gpuplex.core.serve.routing import ReplicaState
-from gpuplex.core.serve.stream_usage import StreamUsage, reply_usage
 from gpuplex.core.serve.usage import UsageRecord
 from gpuplex.errors import LimiterUnavailable
 from gpuplex.gateway.api_errors import ApiCode, ApiError
 from gpuplex.gateway.asgi_io import Receive, Scope, Send, header, read_body
-from gpuplex.gateway.auth import Caller
 from gpuplex.gateway.backends import BackendPool
+from gpuplex.gateway.relay import CLIENT_GONE, Exchange, relay_stream, relay_whole, watch_disconnect
 from gpuplex.gateway.runtime import GatewayRuntime
 from gpuplex.ids import new_request_id
 from gpuplex.observe import gateway_metrics as metrics
 
 log = logging.getLogger(__name__)
-
-CLIENT_GONE = 499  # nginx's code for "the client closed the connection"
-
-
-@dataclass(slots=True)
-class Exchange:
-    """What is known of one request as it goes through."""
-
-    request_id: str
-    started_s: float
-    started_at: datetime
-    caller: Caller
-    request: InferenceRequest
-    prompt_tokens: int = 0
-    completion_tokens: int = 0
-    status: int = 0
-    recorded: bool = False
-
-    @property
-    def used_tokens(self) -> int:
-        return self.prompt_tokens + self.completion_tokens
 
 
 async def handle_inference(
@@ -76,7 +56,7 @@ async def handle_inference(
         raise ApiError(
             ApiCode.INVALID_JSON, f"the request body is not valid JSON: {error}"
         ) from None
-    request = read_request(endpoint, body, config.default_max_tokens)
+    request = read_request(endpoint, body, config.default_max_tokens, caller.token_cap)
     if isinstance(request, BadRequest):
         raise ApiError(ApiCode.INVALID_REQUEST, request.message, param=request.param)
     route = rt.routes.route(caller.tenant, request.model)
@@ -93,23 +73,39 @@ async def handle_inference(
             f"model `{request.model}` is unavailable: its servers are down; try again later",
             retry_after_s=5,
         )
-    if route.upstream_model != request.model and isinstance(body, dict):
-        body["model"] = route.upstream_model
-        raw = orjson.dumps(body)
+    spool_problem = rt.spool.ready()
+    if spool_problem is not None:
+        log.error("refusing requests: %s", spool_problem)
+        raise ApiError(
+            ApiCode.USAGE_UNAVAILABLE,
+            "usage cannot be recorded right now, so the request was not served; try again later",
+            retry_after_s=5,
+        )
+    # Always re-encoded from what was read, so the server reads exactly what was counted: a body
+    # with a key twice (`"max_tokens": 1, "max_tokens": 5000`) could be read otherwise by it.
+    raw = orjson.dumps(forwarded_body(body, request, route.upstream_model) or body)
     exchange = Exchange(
-        new_request_id(), started_s, started_at, caller, request, request.prompt_tokens
+        new_request_id(), started_s, started_at, caller, request, route.upstream_model
     )
+    task = asyncio.current_task()
+    assert task is not None
+    watcher = asyncio.ensure_future(watch_disconnect(receive, exchange, task))
     try:
         await _admitted(rt, exchange, pool, raw, send)
     except ApiError as error:
         exchange.status = exchange.status or error.status
         metrics.REJECTIONS.labels(caller.tenant, str(error.code)).inc()
         raise
-    except (OSError, asyncio.CancelledError):
+    except asyncio.CancelledError:
+        exchange.status = CLIENT_GONE
+        if not exchange.client_gone or task.uncancel() > 0:
+            raise  # not our cancel (the server is stopping): let it through
+    except OSError:
         exchange.status = exchange.status or CLIENT_GONE
         raise
     finally:
-        _record(rt, exchange)
+        watcher.cancel()
+        record_usage(rt, exchange)
 
 
 async def _admitted(
@@ -128,11 +124,15 @@ async def _admitted(
     if isinstance(decision, Refused):
         ex.status = 429 if not decision.never else 400
         raise _refusal(decision)
+    ex.cancellable = True
     policy = rt.routes.tenants[ex.caller.tenant]
     queued = QueuedRequest(
         ex.request_id, ex.caller.tenant, ex.request.reserved_tokens, policy.weight, policy.priority
     )
     try:
+        if ex.client_gone:  # went away during admission: nothing to forward
+            ex.status = CLIENT_GONE
+            return
         await _queued(rt, ex, pool, queued, raw, send)
     finally:
         try:
@@ -183,17 +183,18 @@ async def _forward(
     url = f"{replica.url}{_PATHS[ex.request.endpoint]}"
     ok = False
     try:
+        ex.forwarded = True
         async with rt.session.post(
             url,
             data=raw,
             headers={"content-type": "application/json", "x-request-id": ex.request_id},
         ) as reply:
-            ok = reply.status < 500
             content_type = reply.headers.get("content-type", "application/json")
             if ex.request.stream and reply.status == 200 and "event-stream" in content_type:
-                await _stream(rt, ex, reply, send)
+                await relay_stream(rt, ex, reply, send, record_usage)
             else:
-                await _whole(rt, ex, reply, content_type, send)
+                await relay_whole(rt, ex, reply, content_type, send, record_usage)
+            ok = reply.status < 500 and not ex.upstream_broke
     except TimeoutError:
         raise ApiError(
             ApiCode.UPSTREAM_TIMEOUT,
@@ -209,55 +210,11 @@ async def _forward(
             retry_after_s=5,
         ) from None
     finally:
-        pool.done(replica, ok)
+        pool.done(replica, ok or ex.client_gone)
 
 
 #: The path each endpoint is forwarded to: the same path the client used.
 _PATHS = {endpoint: path for path, endpoint in ENDPOINT_PATHS.items()}
-
-
-async def _whole(
-    rt: GatewayRuntime,
-    ex: Exchange,
-    reply: aiohttp.ClientResponse,
-    content_type: str,
-    send: Send,
-) -> None:
-    body = await reply.read()
-    if reply.status == 200:
-        ex.prompt_tokens, ex.completion_tokens = reply_usage(body, ex.request.prompt_tokens)
-    ex.status = reply.status
-    headers = [(b"content-type", content_type.encode()), (b"x-request-id", ex.request_id.encode())]
-    await send({"type": "http.response.start", "status": reply.status, "headers": headers})
-    _record(rt, ex)
-    await send({"type": "http.response.body", "body": body})
-
-
-async def _stream(
-    rt: GatewayRuntime, ex: Exchange, reply: aiohttp.ClientResponse, send: Send
-) -> None:
-    usage = StreamUsage()
-    headers = [
-        (b"content-type", b"text/event-stream"),
-        (b"cache-control", b"no-cache"),
-        (b"x-request-id", ex.request_id.encode()),
-    ]
-    ex.status = 200
-    await send({"type": "http.response.start", "status": 200, "headers": headers})
-    try:
-        async for chunk in reply.content.iter_any():
-            done = usage.feed(chunk)
-            ex.prompt_tokens, ex.completion_tokens = usage.tokens(ex.request.prompt_tokens)
-            if done:
-                _record(rt, ex)
-            await send({"type": "http.response.body", "body": chunk, "more_body": True})
-        ex.prompt_tokens, ex.completion_tokens = usage.tokens(ex.request.prompt_tokens)
-        _record(rt, ex)
-        await send({"type": "http.response.body", "body": b""})
-    except (OSError, asyncio.CancelledError):
-        if not ex.recorded:
-            ex.status = CLIENT_GONE
-        raise
 
 
 def _refusal(refusal: Refused) -> ApiError:
@@ -267,8 +224,8 @@ def _refusal(refusal: Refused) -> ApiError:
         return ApiError(
             ApiCode.OVER_LIMIT_ALWAYS,
             f"this request needs more than {who}'s whole {limit.kind} limit ({limit.amount}); "
-            "lower max_tokens or the prompt",
-            param="max_tokens",
+            "lower max_completion_tokens (or max_tokens), n, or the prompt",
+            param="max_completion_tokens",
         )
     retry_after = retry_after_header(refusal)
     return ApiError(
@@ -278,14 +235,15 @@ def _refusal(refusal: Refused) -> ApiError:
     )
 
 
-def _record(rt: GatewayRuntime, ex: Exchange) -> None:
-    """Write the request's usage record once (the first call wins) and count it in the metrics."""
+def record_usage(rt: GatewayRuntime, ex: Exchange) -> bool:
+    """Write the request's usage record once (the first call that succeeds wins) and count it in
+    the metrics. False when the spool refused it: the record is logged whole, so it is not lost."""
     if ex.recorded:
-        return
-    ex.recorded = True
+        return True
     tenant = ex.caller.tenant
     status = ex.status or 500
     latency_s = now_s() - ex.started_s
+    billed = ex.billable
     record = UsageRecord(
         request_id=ex.request_id,
         tenant=tenant,
@@ -293,15 +251,25 @@ def _record(rt: GatewayRuntime, ex: Exchange) -> None:
         model=ex.request.model,
         endpoint=str(ex.request.endpoint),
         status=status,
-        prompt_tokens=ex.prompt_tokens if status == 200 else 0,
-        completion_tokens=ex.completion_tokens if status == 200 else 0,
+        prompt_tokens=ex.prompt_tokens if billed else 0,
+        completion_tokens=ex.completion_tokens if billed else 0,
         latency_s=latency_s,
         started_at=ex.started_at,
         stream=ex.request.stream,
     )
-    rt.spool.append(record)
+    try:
+        rt.spool.append(record)
+    except OSError as error:
+        log.error(
+            "the usage spool refused a record (%s); the record: %s",
+            error,
+            orjson.dumps(record.to_json_dict()).decode(),
+        )
+        return False
+    ex.recorded = True
     metrics.REQUESTS.labels(tenant, str(status)).inc()
     metrics.LATENCY.labels(tenant).observe(latency_s)
-    if status == 200:
+    if billed:
         metrics.TOKENS.labels(tenant, "prompt").inc(record.prompt_tokens)
         metrics.TOKENS.labels(tenant, "completion").inc(record.completion_tokens)
+    return True

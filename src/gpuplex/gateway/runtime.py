@@ -13,7 +13,7 @@ import os
 
 import aiohttp
 
-from gpuplex.core.serve.limits import Limit, scope_limits
+from gpuplex.core.serve.limits import Limit, concurrency_lease_s, scope_limits
 from gpuplex.core.serve.routes import RouteTable, route_table
 from gpuplex.core.spec.gateway import GatewaySpec, LimiterBackend
 from gpuplex.errors import GatewayError
@@ -72,13 +72,18 @@ class GatewayRuntime:
         self._tasks: list[asyncio.Task[None]] = []
 
     def _limiter(self) -> Limiter:
-        if self.config.limiter is LimiterBackend.MEMORY:
-            return MemoryLimiter()
+        """Concurrency leases last as long as a request can (`concurrency_lease_s`)."""
+        config = self.config
+        lease_s = concurrency_lease_s(
+            float(config.upstream_timeout_s), float(config.max_wait_s), float(config.body_timeout_s)
+        )
+        if config.limiter is LimiterBackend.MEMORY:
+            return MemoryLimiter(lease_s)
         from gpuplex.gateway.limiter_redis import RedisLimiter
 
         if not self.settings.redis_url:
             raise GatewayError("limiter: redis needs --redis-url or GPUPLEX_REDIS_URL")
-        return RedisLimiter(self.settings.redis_url)
+        return RedisLimiter(self.settings.redis_url, lease_s=lease_s)
 
     async def start(self) -> None:
         connector = aiohttp.TCPConnector(limit=0, keepalive_timeout=30, ttl_dns_cache=300)
@@ -93,12 +98,9 @@ class GatewayRuntime:
         self._tasks = [
             asyncio.create_task(self.keys.run(self._stop)),
             asyncio.create_task(self.spool.run_fsync_loop(self._stop)),
-            asyncio.create_task(
+            asyncio.create_task(  # with an HTTP client of its own, never the forwarding pool
                 run_health_checks(
-                    list(self.pools.values()),
-                    self.session,
-                    float(self.config.health_interval_s),
-                    self._stop,
+                    list(self.pools.values()), float(self.config.health_interval_s), self._stop
                 )
             ),
         ]

@@ -1,16 +1,28 @@
 """Run the gateway's worker processes with the chosen HTTP server, and the usage mover beside them.
 uvicorn (with uvloop and httptools) is the default: it measured fastest for this proxy on a 2-core
-machine (bench/gateway.py, docs/benchmarks.md); granian stays available for comparison."""
+machine (bench/gateway.py, docs/benchmarks.md); granian stays available for comparison.
+
+Only uvicorn gets the whole front door of gpuplex/http_guard.py (header size and count limits, the
+header and keep-alive timeouts, the connection caps per client address and in all, HTTP/1.0
+replies without chunking). granian gets what its settings offer: the header-read timeout and a
+bound on the buffered head (at least 8 KiB); its own fixed limit of 100 headers; no connection
+caps of any kind and no idle timeout between kept-alive requests. Use it for comparison, not facing
+untrusted clients."""
 
 from __future__ import annotations
 
 from enum import StrEnum
 
+import orjson
+
 from gpuplex.core.spec.gateway import GatewaySpec
 from gpuplex.errors import GatewayError
+from gpuplex.http_limits import HttpLimits, fitted_to_file_limit
 from gpuplex.settings import GatewaySettings, export_for_workers
 
 APP_FACTORY = "gpuplex.gateway.app:app_from_environment"
+#: A proxied request holds the client's connection and one to a model server.
+FDS_PER_CONNECTION = 2
 
 
 class HttpServer(StrEnum):
@@ -37,9 +49,31 @@ def serve(settings: GatewaySettings, config: GatewaySpec, server: HttpServer) ->
         stop_mover(mover)
 
 
+def http_limits(config: GatewaySpec) -> HttpLimits:
+    """The front door's limits from the spec's `gateway:` settings."""
+    return HttpLimits(
+        max_request_line_bytes=config.max_request_line_kib * 1024,
+        max_header_bytes=config.max_header_kib * 1024,
+        max_headers=config.max_headers,
+        header_timeout_s=float(config.header_timeout_s),
+        keep_alive_timeout_s=config.keep_alive_timeout_s,
+        max_connections=config.max_connections,
+        max_connections_per_client=config.max_connections_per_client,
+    )
+
+
+def openai_error_body(status: int, code: str, message: str) -> bytes:
+    """A front-door refusal in the gateway's OpenAI-style error format."""
+    kind = "server_error" if status >= 500 else "invalid_request_error"
+    return orjson.dumps({"error": {"message": message, "type": kind, "param": None, "code": code}})
+
+
 def _run_server(config: GatewaySpec, server: HttpServer) -> None:
+    limits = fitted_to_file_limit(http_limits(config), FDS_PER_CONNECTION)  # workers inherit it
     if server is HttpServer.UVICORN:
         import uvicorn
+
+        from gpuplex.http_guard import uvicorn_options  # uvicorn: only where the gateway runs
 
         uvicorn.run(
             APP_FACTORY,
@@ -48,18 +82,18 @@ def _run_server(config: GatewaySpec, server: HttpServer) -> None:
             port=config.port,
             workers=config.workers,
             loop="uvloop",
-            http="httptools",
             access_log=False,
             log_level="warning",
-            timeout_keep_alive=30,
             proxy_headers=False,  # the client address is the peer's, never a header's claim
             server_header=False,
             date_header=False,
+            **uvicorn_options(limits, openai_error_body),
         )
         return
     try:
         from granian import Granian
         from granian.constants import HTTPModes, Interfaces, Loops
+        from granian.http import HTTP1Settings
     except ImportError:
         raise GatewayError(
             "--server granian needs granian: pip install granian (or use the default, uvicorn)"
@@ -74,6 +108,10 @@ def _run_server(config: GatewaySpec, server: HttpServer) -> None:
         workers=config.workers,
         loop=Loops.uvloop,
         http=HTTPModes.http1,
+        http1_settings=HTTP1Settings(
+            header_read_timeout=int(limits.header_timeout_s * 1000),
+            max_buffer_size=max(8192, limits.max_header_bytes),
+        ),
         log_access=False,
         respawn_failed_workers=True,
         backlog=2048,

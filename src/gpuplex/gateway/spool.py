@@ -21,7 +21,13 @@ writer notices and starts another instead of writing into an unlinked file. Rota
 swaps in a new segment at once and leaves the old one to the fsync thread, which fsyncs it,
 renames it to `.jsonl` and only then closes it (releasing the lock).
 
-Threads: `append`, `rotate_if_due` and `close` run on the event loop's thread; `sync` runs in an
+Readiness: the gateway forwards a request only when `ready()` says a record can be written (else it
+answers 503 `usage_unavailable`): a reply without its usage record would be unbilled. `ready()` is
+cheap enough for every request: it remembers the last write error and checks the free space
+(statvfs, a reserve of `reserve_bytes`) at most once every `READY_CHECK_S`. A remembered error clears
+when a probe file can be written again, so the gateway recovers by itself once space returns.
+
+Threads: `append`, `rotate_if_due`, `ready` and `close` run on the event loop's thread; `sync` runs in an
 executor thread. A small state lock guards the active/retired bookkeeping; descriptors are closed
 only under the sync lock, so an fsync never meets a closed descriptor.
 """
@@ -30,8 +36,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import fcntl
 import logging
+import math
 import os
 import re
 import threading
@@ -40,7 +48,7 @@ from pathlib import Path
 
 import orjson
 
-from gpuplex.clock import now_s
+from gpuplex.clock import monotonic_s, now_s
 from gpuplex.core.serve.usage import UsageRecord
 from gpuplex.ids import random_hex
 
@@ -51,6 +59,11 @@ SEALED_SUFFIX = ".jsonl"
 _WRITER_ID = re.compile(r"[A-Za-z0-9_-]+")
 _OPEN_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND | os.O_CLOEXEC
 _MAX_OPEN_TRIES = 100
+#: Free space below which the spool counts as full: room for thousands of records, so a request
+#: admitted now still finds room for its record when its reply ends.
+RESERVE_BYTES = 1024 * 1024
+#: How long a readiness answer is reused: a statvfs per request would be cheap, but need not be.
+READY_CHECK_S = 0.1
 
 
 @dataclass(slots=True)
@@ -72,6 +85,7 @@ class UsageSpool:
         fsync_interval_s: float = 0.05,
         segment_max_bytes: int = 8 * 1024 * 1024,
         segment_max_age_s: float = 2.0,
+        reserve_bytes: int = RESERVE_BYTES,
     ) -> None:
         if not _WRITER_ID.fullmatch(writer_id):
             raise ValueError(f"writer_id {writer_id!r}: use letters, digits, '_' and '-' only")
@@ -84,12 +98,16 @@ class UsageSpool:
         self.fsync_interval_s = fsync_interval_s
         self.segment_max_bytes = segment_max_bytes
         self.segment_max_age_s = segment_max_age_s
+        self.reserve_bytes = reserve_bytes
         self._prefix = f"{writer_id}-{random_hex(8)}"
         self._seq = 0
         self._active: _Segment | None = None
         self._retired: list[_Segment] = []
         self._state_lock = threading.Lock()
         self._sync_lock = threading.Lock()
+        self._write_error: OSError | None = None  # the last append's failure, until a probe works
+        self._ready_at_s = -math.inf  # when `_ready_cause` was worked out (monotonic)
+        self._ready_cause: str | None = None
 
     @property
     def active_path(self) -> Path | None:
@@ -109,14 +127,20 @@ class UsageSpool:
         """Write one line; when this returns the record survives a kill -9 of this process.
         Raises OSError when the disk refuses it (the record is then not acknowledged)."""
         line = orjson.dumps(record.to_json_dict(), option=orjson.OPT_APPEND_NEWLINE)
-        segment = self._active
-        if segment is None:
-            segment = self._open_segment()
+        try:
+            segment = self._active
+            if segment is None:
+                segment = self._open_segment()
+        except OSError as exc:
+            self._failed(exc)
+            raise
         view = memoryview(line)
         try:
             while view:
                 view = view[os.write(segment.fd, view) :]
-        except BaseException:
+        except BaseException as exc:
+            if isinstance(exc, OSError):
+                self._failed(exc)
             # a partial line must end its segment, or the next line would be glued onto it
             with self._state_lock:
                 segment.size_bytes += len(line) - len(view)
@@ -126,6 +150,21 @@ class UsageSpool:
             segment.size_bytes += len(line)
             if segment.size_bytes >= self.segment_max_bytes:
                 self._retire_active()
+
+    def ready(self) -> str | None:
+        """None when a record can be written now; else why not, in plain words (for the log, the
+        503 and /healthz). Answers from memory for `READY_CHECK_S` after each check."""
+        now = monotonic_s()
+        if now - self._ready_at_s < READY_CHECK_S:
+            return self._ready_cause
+        cause = self._check_ready()
+        if cause != self._ready_cause:
+            if cause is None:
+                log.warning("usage spool %s: writable again; requests are served", self.directory)
+            else:
+                log.error("%s: requests get 503 usage_unavailable until it is fixed", cause)
+        self._ready_at_s, self._ready_cause = now, cause
+        return cause
 
     def rotate_if_due(self, now: float) -> bool:
         """Retire the active segment when it is older than `segment_max_age_s` and not empty."""
@@ -180,6 +219,49 @@ class UsageSpool:
                 await loop.run_in_executor(None, self.sync)
             except OSError as exc:
                 log.error("usage spool %s: fsync failed, will retry: %s", self.directory, exc)
+                self._failed(exc)
+
+    def _failed(self, exc: OSError) -> None:
+        if self._write_error is None:
+            log.error("usage spool %s: a record could not be written: %s", self.directory, exc)
+        self._write_error = exc
+        self._ready_at_s = -math.inf  # the next `ready()` looks again
+
+    def _check_ready(self) -> str | None:
+        where = f"the usage spool {self.directory}"
+        try:
+            fs = os.statvfs(self.directory)
+        except OSError as exc:
+            return f"{where} cannot be checked: {_describe(exc)}"
+        if fs.f_flag & os.ST_RDONLY:
+            return f"{where} is on a read-only file system (EROFS)"
+        free_bytes = fs.f_bavail * fs.f_frsize
+        if free_bytes < self.reserve_bytes:
+            return (
+                f"{where} is full (ENOSPC): {free_bytes // 1024} KiB free, less than the "
+                f"{self.reserve_bytes // 1024} KiB kept in reserve; free space there"
+            )
+        if fs.f_files and not fs.f_favail:
+            return f"{where} is full (ENOSPC): no free inodes; remove files there"
+        if self._write_error is not None:
+            try:
+                self._probe()
+            except OSError as exc:
+                self._write_error = exc
+                return f"{where} cannot be written: {_describe(exc)}"
+            self._write_error = None
+        return None
+
+    def _probe(self) -> None:
+        """Write and remove one small file (a dot name: the mover never reads it)."""
+        path = self.directory / f".probe-{self._prefix}"
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
+        try:
+            os.write(fd, b"\n" * 512)
+        finally:
+            os.close(fd)
+            with contextlib.suppress(OSError):
+                os.unlink(path)
 
     def _retire_active(self) -> None:
         """Caller holds the state lock."""
@@ -222,6 +304,13 @@ def _seal(segment: _Segment) -> None:
             os.unlink(segment.path)
     finally:
         os.close(segment.fd)  # releases the flock: a mover may take the segment now
+
+
+def _describe(exc: OSError) -> str:
+    """`No space left on device (ENOSPC)`: the words and the name an operator searches for."""
+    name = errno.errorcode.get(exc.errno or 0)
+    words = exc.strerror or str(exc)
+    return f"{words} ({name})" if name else words
 
 
 def names_inode(path: Path, fd: int) -> bool:

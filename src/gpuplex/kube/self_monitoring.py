@@ -1,6 +1,6 @@
 """Prometheus scraping of gpuplex in the cluster: ServiceMonitors (Prometheus operator) for the
-server's and the gateway's /metrics and for NVIDIA's dcgm-exporter, and the exporter's URL that the
-server reads GPU samples from for metering.
+server's and the gateway's /metrics (with the metrics token from a Secret) and for NVIDIA's
+dcgm-exporter, and the exporter's URL that the server reads GPU samples from for metering.
 
 The GPU operator's dcgm-exporter Service is `nvidia-dcgm-exporter` in its namespace, labelled
 `app: nvidia-dcgm-exporter`, port `gpu-metrics` (9400).
@@ -59,7 +59,10 @@ def dcgm_headless_service(spec: GpuplexSpec, options: SelfOptions) -> Manifest:
 
 
 def service_monitors(spec: GpuplexSpec, options: SelfOptions) -> list[Manifest]:
+    """The server's and the gateway's send the metrics token from the operator's Secret (in the
+    ServiceMonitors' namespace, which is theirs): without it /metrics answers 401."""
     namespace = spec.kubernetes.system_namespace
+    with_token = {"port": "http", "authorization": _bearer_from_secret(options)}
     return [
         _monitor(
             spec,
@@ -67,7 +70,7 @@ def service_monitors(spec: GpuplexSpec, options: SelfOptions) -> list[Manifest]:
             SERVER,
             selector=app_labels(SERVER, "server"),
             namespace=namespace,
-            endpoint={"port": "http"},
+            endpoint=with_token,
         ),
         _monitor(
             spec,
@@ -75,7 +78,7 @@ def service_monitors(spec: GpuplexSpec, options: SelfOptions) -> list[Manifest]:
             GATEWAY,
             selector=app_labels(GATEWAY, "gateway"),
             namespace=namespace,
-            endpoint={"port": "http"},
+            endpoint=with_token,
         ),
         _monitor(
             spec,
@@ -88,6 +91,13 @@ def service_monitors(spec: GpuplexSpec, options: SelfOptions) -> list[Manifest]:
             endpoint={"port": options.dcgm_port_name, "honorLabels": True},
         ),
     ]
+
+
+def _bearer_from_secret(options: SelfOptions) -> dict[str, Any]:
+    return {
+        "type": "Bearer",
+        "credentials": {"name": options.metrics_secret, "key": options.metrics_secret_key},
+    }
 
 
 def _monitor(

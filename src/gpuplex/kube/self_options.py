@@ -16,10 +16,6 @@ from gpuplex.errors import KubeRenderError
 
 DEFAULT_IMAGE = f"registry.local/gpuplex/gpuplex:{__version__}"
 
-#: Where Prometheus scrapes from: the pod network, which every common cluster takes from the private
-#: ranges. Narrow it to the cluster's pod CIDR where tenant pods share those ranges.
-PRIVATE_NETWORKS = ("10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "fc00::/7")
-
 SERVICE_TYPES = ("ClusterIP", "NodePort", "LoadBalancer")
 
 _QUANTITY = re.compile(r"^[0-9]+(\.[0-9]+)?(m|k|M|G|T|Ki|Mi|Gi|Ti)?$")
@@ -57,14 +53,19 @@ class SelfOptions:
     store_secret_key: str = "url"  # noqa: S105
     redis_secret: str = "gpuplex-redis"  # noqa: S105
     redis_secret_key: str = "url"  # noqa: S105
+    #: The bearer token that reads the server's and the gateway's /metrics: both pods get it as
+    #: $GPUPLEX_METRICS_TOKEN, and the ServiceMonitors send it (`authorization`).
+    metrics_secret: str = "gpuplex-metrics"  # noqa: S105
+    metrics_secret_key: str = "token"  # noqa: S105
     dcgm_service: str = "nvidia-dcgm-exporter"
     #: None: `kubernetes.gpu_operator_namespace`, where the GPU operator runs dcgm-exporter.
     dcgm_namespace: str | None = None
     dcgm_port: int = 9400
     dcgm_port_name: str = "gpu-metrics"
     scrape_interval: str = "30s"
-    #: Networks that read the server's and the gateway's /metrics without a token.
-    metrics_from: tuple[str, ...] = PRIVATE_NETWORKS
+    #: Networks that read the server's and the gateway's /metrics without a token: none by
+    #: default (tenant pods share the pod network); Prometheus sends the metrics token.
+    metrics_from: tuple[str, ...] = ()
     #: Extra labels on the ServiceMonitors, e.g. `release: kube-prometheus-stack`, which that
     #: chart's Prometheus selects by.
     monitor_labels: dict[str, str] = field(default_factory=dict)
@@ -99,10 +100,18 @@ def _count_problems(o: SelfOptions) -> list[str]:
 
 def _name_problems(o: SelfOptions) -> list[str]:
     problems = []
-    for what, name in (("store Secret", o.store_secret), ("Redis Secret", o.redis_secret)):
+    for what, name in (
+        ("store Secret", o.store_secret),
+        ("Redis Secret", o.redis_secret),
+        ("metrics Secret", o.metrics_secret),
+    ):
         if not _DNS_SUBDOMAIN.match(name):
             problems.append(f"{what} {name!r} is not a Kubernetes object name")
-    for what, key in (("store Secret key", o.store_secret_key), ("Redis key", o.redis_secret_key)):
+    for what, key in (
+        ("store Secret key", o.store_secret_key),
+        ("Redis key", o.redis_secret_key),
+        ("metrics Secret key", o.metrics_secret_key),
+    ):
         if not _SECRET_KEY.match(key):
             problems.append(f"{what} {key!r} is not a Secret key (letters, digits, -._)")
     if not _DNS_LABEL.match(o.dcgm_service):

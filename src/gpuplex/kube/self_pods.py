@@ -81,6 +81,7 @@ def server_deployment(
     env = [
         _secret_env("GPUPLEX_STORE_URL", options.store_secret, options.store_secret_key),
         {"name": "GPUPLEX_DCGM_URLS", "value": ",".join(dcgm_urls)},
+        metrics_token_env(options),
         {"name": "HOME", "value": TMP},
     ]
     container = _container(SERVER, options, command, env, SERVER_PORT, "/healthz")
@@ -95,9 +96,14 @@ def gateway_deployment(spec: GpuplexSpec, options: SelfOptions, spec_sha256: str
     env = [
         _secret_env("GPUPLEX_STORE_URL", options.store_secret, options.store_secret_key),
         _secret_env("GPUPLEX_REDIS_URL", options.redis_secret, options.redis_secret_key),
+        metrics_token_env(options),
         {"name": "HOME", "value": TMP},
     ]
-    container = _container(GATEWAY, options, command, env, spec.gateway.port, "/health")
+    # Ready only while it can record usage (`/healthz`: a full spool refuses every request);
+    # alive as long as it answers at all (`/health`): restarting would not free the disk.
+    container = _container(
+        GATEWAY, options, command, env, spec.gateway.port, "/health", ready_path="/healthz"
+    )
     container["resources"] = _resources(options.gateway_cpu, options.gateway_memory)
     container["volumeMounts"].append({"name": "state", "mountPath": GATEWAY_STATE})
     state = {"name": "state", "emptyDir": {"sizeLimit": options.spool_size}}
@@ -158,6 +164,11 @@ def _service_port(port: int) -> dict[str, Any]:
     return {"name": "http", "port": port, "targetPort": "http", "protocol": "TCP"}
 
 
+def metrics_token_env(options: SelfOptions) -> dict[str, Any]:
+    """$GPUPLEX_METRICS_TOKEN from the operator's Secret: the token /metrics asks for."""
+    return _secret_env("GPUPLEX_METRICS_TOKEN", options.metrics_secret, options.metrics_secret_key)
+
+
 def _secret_env(name: str, secret: str, key: str) -> dict[str, Any]:
     return {"name": name, "valueFrom": {"secretKeyRef": {"name": secret, "key": key}}}
 
@@ -174,10 +185,11 @@ def _container(
     env: list[dict[str, Any]],
     port: int,
     health_path: str,
+    ready_path: str | None = None,
 ) -> dict[str, Any]:
-    def probe(period_s: int, failures: int) -> dict[str, Any]:
+    def probe(period_s: int, failures: int, path: str = health_path) -> dict[str, Any]:
         return {
-            "httpGet": {"path": health_path, "port": "http"},
+            "httpGet": {"path": path, "port": "http"},
             "periodSeconds": period_s,
             "timeoutSeconds": min(period_s, 5),
             "failureThreshold": failures,
@@ -192,7 +204,7 @@ def _container(
         "ports": [{"name": "http", "containerPort": port, "protocol": "TCP"}],
         # Starting opens the store and, for the server, applies the spec: up to two minutes.
         "startupProbe": probe(3, 40),
-        "readinessProbe": probe(10, 2),
+        "readinessProbe": probe(10, 2, ready_path or health_path),
         "livenessProbe": probe(10, 6),
         "securityContext": {
             "allowPrivilegeEscalation": False,

@@ -1,9 +1,10 @@
 """`/metrics` on the control plane, for the operator's Prometheus. It names every tenant, so it is not
-public: a caller from one of the allowed networks (default loopback only, `gpuplex server
---metrics-from`) reads it without a token, like the gateway's /metrics; anyone else needs a
-platform-admin token (`Authorization: Bearer gpt_...`, what Prometheus's `authorization` sends).
-Behind a reverse proxy every caller has the proxy's address: allow the proxy's network only if the
-proxy itself restricts /metrics, or use the token."""
+public: a reader sends the metrics token ($GPUPLEX_METRICS_TOKEN, the gateway's too) or a
+platform-admin token (`Authorization: Bearer ...`, what Prometheus's `authorization` sends). Callers
+from a network listed with `gpuplex server --metrics-from` read it without a token; none is listed
+by default, not even loopback, since tenant workloads may share the host's network. Behind a
+reverse proxy every caller has the proxy's address: list the proxy's network only if the proxy
+itself restricts /metrics, or use a token."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from collections.abc import Sequence
 from fastapi import FastAPI, Request, Response
 
 from gpuplex.core.access import Action, Principal, Role
+from gpuplex.observe.metrics_token import bearer_credentials, presents_metrics_token
 from gpuplex.observe.server_metrics import exposition, metrics_registry
 from gpuplex.observe.tenant_labels import TENANT_LABEL_CAP
 from gpuplex.server.auth import require
@@ -22,7 +24,7 @@ from gpuplex.server.problems import UNAUTHENTICATED, ApiProblem
 Network = ipaddress.IPv4Network | ipaddress.IPv6Network
 #: The classic text format every Prometheus reads (the gateway's /metrics sends the same).
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
-#: Who reads /metrics without a token unless configured otherwise.
+#: What `--metrics-from` lists to let local readers in without a token (not the default).
 LOOPBACK_NETWORKS = ("127.0.0.0/8", "::1/128")
 
 
@@ -40,8 +42,9 @@ def parse_networks(texts: Sequence[str]) -> tuple[Network, ...]:
 def mount_metrics(
     app: FastAPI,
     ctx: ServerContext,
-    metrics_from: Sequence[str] = LOOPBACK_NETWORKS,
+    metrics_from: Sequence[str] = (),
     tenant_cap: int = TENANT_LABEL_CAP,
+    metrics_token_sha256: str | None = None,
 ) -> None:
     """Add `GET /metrics` (outside /api/v1 and the OpenAPI schema) to `app`."""
     networks = parse_networks(metrics_from)
@@ -49,8 +52,12 @@ def mount_metrics(
 
     @app.get("/metrics", include_in_schema=False)
     def metrics(request: Request) -> Response:
-        if not _from_allowed_network(request, networks):
-            _require_platform_token(request, ctx)
+        authorization = request.headers.get("authorization")
+        if authorization is None:
+            if not _from_allowed_network(request, networks):
+                raise ApiProblem(UNAUTHENTICATED, _HOW_TO_READ)
+        elif not presents_metrics_token(authorization, metrics_token_sha256):
+            _require_platform_token(authorization, ctx)
         return Response(exposition(registry), media_type=CONTENT_TYPE)
 
 
@@ -64,16 +71,22 @@ def _from_allowed_network(request: Request, networks: Sequence[Network]) -> bool
     return any(address in network for network in networks)
 
 
-def _require_platform_token(request: Request, ctx: ServerContext) -> None:
-    scheme, _, credentials = request.headers.get("authorization", "").partition(" ")
-    if scheme.lower() != "bearer" or not credentials.strip():
+_HOW_TO_READ = (
+    "/metrics names every tenant: send `Authorization: Bearer <token>` with the metrics token "
+    "($GPUPLEX_METRICS_TOKEN) or a platform-admin token, or scrape from a network listed with "
+    "`gpuplex server --metrics-from`"
+)
+
+
+def _require_platform_token(authorization: str, ctx: ServerContext) -> None:
+    credentials = bearer_credentials(authorization)
+    if credentials is None:
+        raise ApiProblem(UNAUTHENTICATED, _HOW_TO_READ)
+    identity = ctx.tokens.authenticate(credentials, ctx.now())
+    if identity is None:
         raise ApiProblem(
             UNAUTHENTICATED,
-            "/metrics is served to the allowed networks (gpuplex server --metrics-from) or with "
-            "`Authorization: Bearer <platform-admin token>`",
+            "the token is not the metrics token, nor a known, unrevoked, unexpired token",
         )
-    identity = ctx.tokens.authenticate(credentials.strip(), ctx.now())
-    if identity is None:
-        raise ApiProblem(UNAUTHENTICATED, "the token is unknown, revoked or expired")
     principal = Principal(name=identity.name, role=Role(identity.role), tenant=identity.tenant)
     require(principal, Action.FLEET_READ)

@@ -11,7 +11,8 @@ from fastapi.responses import RedirectResponse
 from fastapi.staticfiles import StaticFiles
 
 from gpuplex import __version__
-from gpuplex.observe.metrics_endpoint import LOOPBACK_NETWORKS, mount_metrics
+from gpuplex.observe.metrics_endpoint import mount_metrics
+from gpuplex.server.body_guard import BodyGuard, active_token_check
 from gpuplex.server.context import ServerContext
 from gpuplex.server.problems import install_handlers
 from gpuplex.server.routes import audit, budgets, keys, nodes, spec, tenants, tokens, usage
@@ -20,7 +21,13 @@ API_PREFIX = "/api/v1"
 DASHBOARD_DIR = Path(__file__).parent / "dashboard"
 
 
-def create_app(context: ServerContext, metrics_from: Sequence[str] = LOOPBACK_NETWORKS) -> FastAPI:
+def create_app(
+    context: ServerContext,
+    metrics_from: Sequence[str] = (),
+    metrics_token_sha256: str | None = None,
+) -> FastAPI:
+    """`metrics_from`: networks that read /metrics without a token; `metrics_token_sha256`: the
+    hash of the metrics token (see `gpuplex.observe.metrics_endpoint`)."""
     app = FastAPI(
         title="gpuplex control plane",
         version=__version__,
@@ -34,6 +41,8 @@ def create_app(context: ServerContext, metrics_from: Sequence[str] = LOOPBACK_NE
     )
     app.state.context = context
     install_handlers(app)
+    # bodies: the caller checked before one is read, each bounded while it is read
+    app.add_middleware(BodyGuard, authenticate=active_token_check(context))
     for module in (tenants, spec, keys, tokens, usage, budgets, audit, nodes):
         app.include_router(module.router, prefix=API_PREFIX)
 
@@ -41,7 +50,7 @@ def create_app(context: ServerContext, metrics_from: Sequence[str] = LOOPBACK_NE
     def healthz() -> dict[str, str]:
         return {"status": "ok"}
 
-    mount_metrics(app, context, metrics_from)
+    mount_metrics(app, context, metrics_from, metrics_token_sha256=metrics_token_sha256)
 
     @app.get("/", include_in_schema=False)
     def root() -> RedirectResponse:

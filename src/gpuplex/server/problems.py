@@ -30,6 +30,8 @@ FORBIDDEN = "forbidden"
 INVALID_REQUEST = "invalid_request"
 CONFLICT = "conflict"
 METHOD_NOT_ALLOWED = "method_not_allowed"
+REQUEST_TOO_LARGE = "request_too_large"  # the body is over the limit (server/body_guard.py)
+REQUEST_TIMEOUT = "request_timeout"  # the body did not all come in time
 INTERNAL = "internal_error"
 
 #: Names and labels: no control characters (PostgreSQL refuses NUL; none belongs in a name).
@@ -41,7 +43,9 @@ HTTP_STATUS: dict[str, int] = {
     FORBIDDEN: 403,
     ErrorCode.NOT_FOUND: 404,
     METHOD_NOT_ALLOWED: 405,
+    REQUEST_TIMEOUT: 408,
     CONFLICT: 409,
+    REQUEST_TOO_LARGE: 413,
     ErrorCode.SPEC_STALE: 409,
     INVALID_REQUEST: 422,
     ErrorCode.SPEC_INVALID: 422,
@@ -78,7 +82,9 @@ ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
         (401, "No token, or an unknown, revoked or expired one."),
         (403, "The caller's role may not do this."),
         (404, "No such object, or another tenant's."),
+        (408, "The request body did not all arrive in time (`request_timeout`)."),
         (409, "A conflict, such as a spec applied on a stale revision (`spec_stale`)."),
+        (413, "The request body is larger than the API takes (`request_too_large`, 8 MiB)."),
         (422, "Invalid input; `field` names it."),
         (503, "The store is unavailable; retry."),
     )

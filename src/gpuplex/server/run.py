@@ -7,8 +7,11 @@ from __future__ import annotations
 import logging
 import threading
 from pathlib import Path
+from typing import Any
 
 from gpuplex.clock import utc_now
+from gpuplex.http_guard import uvicorn_options
+from gpuplex.http_limits import HttpLimits, fitted_to_file_limit, plain_error_body
 from gpuplex.server.app import create_app
 from gpuplex.server.budget_alerts import check_budgets
 from gpuplex.server.context import ServerContext
@@ -20,6 +23,14 @@ from gpuplex.store.db import open_store
 
 log = logging.getLogger("gpuplex.server")
 ROLLUP_WINDOW_S = 300  # a month is 8,640 windows: statements stay quick
+#: The control plane's front door (gpuplex/http_guard.py): the defaults, for people and scripts.
+HTTP_LIMITS = HttpLimits()
+
+
+def http_options(limits: HttpLimits = HTTP_LIMITS) -> dict[str, Any]:
+    """uvicorn's arguments that put the front door before the control plane's app (the file
+    limit raised, and the connection cap fitted to it)."""
+    return uvicorn_options(fitted_to_file_limit(limits, fds_per_connection=1), plain_error_body)
 
 
 def apply_spec_file(ctx: ServerContext, path: Path, actor: str) -> int | None:
@@ -79,11 +90,12 @@ def run_server(settings: ServerSettings) -> None:
         scraper.start()
     try:
         uvicorn.run(
-            create_app(ctx, settings.metrics_from),
+            create_app(ctx, settings.metrics_from, settings.metrics_token_sha256),
             host=settings.listen_host,
             port=settings.listen_port,
             log_level="warning",
             access_log=False,
+            **http_options(),
         )
     finally:
         reconciler.stopping.set()

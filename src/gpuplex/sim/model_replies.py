@@ -41,38 +41,30 @@ def usage(request: GenerationRequest) -> dict[str, int]:
         return {"prompt_tokens": request.prompt_tokens, "total_tokens": request.prompt_tokens}
     return {
         "prompt_tokens": request.prompt_tokens,
-        "completion_tokens": request.completion_tokens,
-        "total_tokens": request.prompt_tokens + request.completion_tokens,
+        "completion_tokens": request.generated_tokens,
+        "total_tokens": request.prompt_tokens + request.generated_tokens,
     }
 
 
 def completion_reply(request: GenerationRequest, suffix: str, created_s: int) -> bytes:
     """The whole (non-streaming) reply to a chat or text completion request."""
     text = generated_text(request.completion_tokens)
-    choice: dict[str, object]
-    if request.endpoint is Endpoint.CHAT:
-        choice = {
-            "index": 0,
-            "message": {"role": "assistant", "content": text},
-            "logprobs": None,
-            "finish_reason": request.finish_reason.value,
-        }
-        kind = "chat.completion"
-    else:
-        choice = {
-            "index": 0,
-            "text": text,
-            "logprobs": None,
-            "finish_reason": request.finish_reason.value,
-        }
-        kind = "text_completion"
+    chat = request.endpoint is Endpoint.CHAT
+    said: dict[str, object] = (
+        {"message": {"role": "assistant", "content": text}} if chat else {"text": text}
+    )
+    choices = [
+        {"index": index, **said, "logprobs": None, "finish_reason": request.finish_reason.value}
+        for index in range(request.choices)
+    ]
+    kind = "chat.completion" if chat else "text_completion"
     return orjson.dumps(
         {
             "id": reply_id(request.endpoint, suffix),
             "object": kind,
             "created": created_s,
             "model": request.model,
-            "choices": [choice],
+            "choices": choices,
             "usage": usage(request),
         }
     )
@@ -80,8 +72,8 @@ def completion_reply(request: GenerationRequest, suffix: str, created_s: int) ->
 
 @dataclass(frozen=True, slots=True)
 class StreamEvents:
-    """The server-sent events of one streamed reply: the first token's event (a chat stream's first
-    delta also carries the role), every later token's event, and the end: the chunk with the
+    """The server-sent events of one streamed reply: the first token's events (a chat stream's first
+    delta also carries the role; one event per choice), every later token's events, and the end: the chunk with the
     finish reason, the usage chunk if the request asked for it, and `data: [DONE]`."""
 
     first: bytes
@@ -101,8 +93,13 @@ def stream_events(request: GenerationRequest, suffix: str, created_s: int) -> St
         head["usage"] = None  # as OpenAI: every chunk but the last carries a null usage
 
     def event(choice: dict[str, object]) -> bytes:
-        choice = {"index": 0, **choice, "logprobs": None}
-        return b"data: " + orjson.dumps({**head, "choices": [choice]}) + b"\n\n"
+        """The event for every choice, one after another (vLLM sends one per choice)."""
+        return b"".join(
+            b"data: "
+            + orjson.dumps({**head, "choices": [{"index": index, **choice, "logprobs": None}]})
+            + b"\n\n"
+            for index in range(request.choices)
+        )
 
     if chat:
         first = event({"delta": {"role": "assistant", "content": WORD}, "finish_reason": None})

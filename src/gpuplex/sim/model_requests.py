@@ -10,12 +10,13 @@ from enum import StrEnum
 
 import orjson
 
-from gpuplex.core.serve.tokens import prompt_tokens, text_tokens
+from gpuplex.core.serve.tokens import UnknownContent, is_token_array, prompt_tokens, text_tokens
 
 #: Limits that keep one request from costing the server gigabytes (vLLM's max_model_len does the
 #: same for completions).
 MAX_COMPLETION_TOKENS = 1_000_000
 MAX_DIMENSIONS = 65_536
+MAX_CHOICES = 128
 
 
 class Endpoint(StrEnum):
@@ -36,13 +37,20 @@ class GenerationRequest:
     endpoint: Endpoint
     model: str
     prompt_tokens: int
-    completion_tokens: int  # 0 for embeddings
+    completion_tokens: int  # per sequence; 0 for embeddings
     finish_reason: FinishReason
     stream: bool = False
     include_usage: bool = False
+    choices: int = 1  # `n`: choices in the reply, each `completion_tokens` long
+    sequences: int = 1  # generated: `best_of` for completions, else `n`
     inputs: tuple[str, ...] = ()  # embeddings: one text (or token array as JSON) per vector
     dimensions: int = 0  # embeddings: length of each vector
     base64: bool = False  # embeddings: vectors as base64 float32, as the openai client asks
+
+    @property
+    def generated_tokens(self) -> int:
+        """What the whole request generates: every sequence, returned or not."""
+        return self.completion_tokens * self.sequences
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,8 +91,14 @@ def parse_request(
     served: Collection[str],
     default_max_tokens: int,
     embedding_dim: int,
+    max_model_len: int = 4096,
 ) -> GenerationRequest | ErrorReply:
-    """Check an OpenAI request body for `endpoint` against the models this server serves."""
+    """Check an OpenAI request body for `endpoint` against the models this server serves.
+
+    The completion length follows vLLM's OpenAI server: a chat request generates
+    `max_completion_tokens or max_tokens`, else up to the context left (`max_model_len` - prompt);
+    a completion request reads only `max_tokens` (default `default_max_tokens`, vLLM's 16).
+    `n` choices (and `best_of` sequences for completions) each generate that many."""
     if not isinstance(body, dict):
         return bad("The request body must be a JSON object.")
     model = body.get("model")
@@ -100,7 +114,10 @@ def parse_request(
             return bad("`messages` is required and must be a non-empty list.", "messages")
         if not all(isinstance(m, dict) for m in messages):
             return bad("Each item of `messages` must be an object.", "messages")
-        n_prompt = prompt_tokens(body)
+        try:
+            n_prompt = prompt_tokens(body)
+        except UnknownContent as error:
+            return bad(f"`messages`: {error}.", "messages")
     else:
         counted = _input_tokens(body.get("prompt"))
         if counted is None:
@@ -108,7 +125,10 @@ def parse_request(
                 "`prompt` is required: a string, a list of strings or of token ids.", "prompt"
             )
         n_prompt = counted[0]
-    return _generation(endpoint, body, model, n_prompt, default_max_tokens)
+    default = default_max_tokens
+    if endpoint is Endpoint.CHAT:
+        default = max(1, max_model_len - n_prompt)
+    return _generation(endpoint, body, model, n_prompt, default)
 
 
 def _generation(
@@ -119,7 +139,10 @@ def _generation(
     default_max_tokens: int,
 ) -> GenerationRequest | ErrorReply:
     limit: int | None = None
-    for field in ("max_completion_tokens", "max_tokens"):
+    fields = (
+        ("max_completion_tokens", "max_tokens") if endpoint is Endpoint.CHAT else ("max_tokens",)
+    )
+    for field in fields:
         value = body.get(field)
         if value is None:
             continue
@@ -129,6 +152,9 @@ def _generation(
                 f"`{field}` must be a positive integer, at most {MAX_COMPLETION_TOKENS}.", field
             )
         break
+    choices = _choices(endpoint, body)
+    if isinstance(choices, ErrorReply):
+        return choices
     stream = body.get("stream", False)
     if stream is not None and not isinstance(stream, bool):
         return bad("`stream` must be true or false.", "stream")
@@ -144,7 +170,23 @@ def _generation(
         finish_reason=FinishReason.STOP if limit is None else FinishReason.LENGTH,
         stream=bool(stream),
         include_usage=include_usage,
+        choices=choices[0],
+        sequences=choices[1],
     )
+
+
+def _choices(endpoint: Endpoint, body: dict[str, object]) -> tuple[int, int] | ErrorReply:
+    """(choices returned, sequences generated): `n`, and `best_of` (completions, >= n)."""
+    n = 1 if body.get("n") is None else _positive_int(body.get("n"))
+    if n is None or n > MAX_CHOICES:
+        return bad(f"`n` must be a positive integer, at most {MAX_CHOICES}.", "n")
+    best_of = body.get("best_of")
+    if best_of is None or endpoint is not Endpoint.COMPLETION:
+        return n, n
+    sequences = _positive_int(best_of)
+    if sequences is None or not n <= sequences <= MAX_CHOICES:
+        return bad("`best_of` must be an integer, at least `n`.", "best_of")
+    return n, sequences
 
 
 def _embedding(
@@ -184,15 +226,11 @@ def _input_tokens(value: object) -> tuple[int, tuple[str, ...]] | None:
         return None
     if all(isinstance(v, str) for v in value):
         return sum(text_tokens(v) for v in value), tuple(value)
-    if _token_array(value):
+    if is_token_array(value):
         return len(value), (orjson.dumps(value).decode(),)
-    if all(isinstance(v, list) and v and _token_array(v) for v in value):
+    if all(isinstance(v, list) and v and is_token_array(v) for v in value):
         return sum(len(v) for v in value), tuple(orjson.dumps(v).decode() for v in value)
     return None
-
-
-def _token_array(value: list[object]) -> bool:
-    return all(isinstance(v, int) and not isinstance(v, bool) for v in value)
 
 
 def _positive_int(value: object) -> int | None:

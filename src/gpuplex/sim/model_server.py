@@ -8,7 +8,8 @@ because benchmarks run it as the backend behind both nginx and the gateway.
     GET  /v1/models            base models, then adapters
     POST /v1/chat/completions  POST /v1/completions  POST /v1/embeddings
     GET  /sim/last-request     the last JSON body POSTed to /v1, as it arrived
-    GET  /sim/stats            {"requests": {model: count}, "in_flight": n}
+    GET  /sim/stats            {"requests": {model: count}, "in_flight": n,
+                                "prompt_tokens": {model: read}, "generated_tokens": {model: n}}
 """
 
 from __future__ import annotations
@@ -65,7 +66,8 @@ class ModelServerSettings:
     decode_s_per_token: float = 0.0
     contention: float = 0.0  # slowdown = 1 + contention * (in_flight - 1)
     max_concurrency: int | None = None  # requests beyond it wait, as for a full batch
-    default_max_tokens: int = 16
+    default_max_tokens: int = 16  # a completion request without max_tokens (vLLM's default)
+    max_model_len: int = 4096  # a chat request without a limit generates up to this - prompt
     embedding_dim: int = 8
 
     @property
@@ -88,6 +90,10 @@ class ModelServer:
         self.served = frozenset(settings.models + settings.adapters)
         self.in_flight = 0
         self.requests: Counter[str] = Counter()
+        #: what the simulated accelerator really did: prompt tokens read, tokens generated
+        #: (a request cut short counts only what it generated before it stopped)
+        self.prompt_tokens_read: Counter[str] = Counter()
+        self.generated_tokens: Counter[str] = Counter()
         self.last_request = b"null"
         self.stopping = False
         limit = settings.max_concurrency
@@ -153,12 +159,18 @@ class ModelServer:
         self.last_request = raw
         settings = self.settings
         request = parse_request(
-            endpoint, body, self.served, settings.default_max_tokens, settings.embedding_dim
+            endpoint,
+            body,
+            self.served,
+            settings.default_max_tokens,
+            settings.embedding_dim,
+            settings.max_model_len,
         )
         if isinstance(request, ErrorReply):
             await _send_error(send, request)
             return
         self.requests[request.model] += 1
+        self.prompt_tokens_read[request.model] += request.prompt_tokens
         self._ids += 1
         suffix = f"{self._id_prefix}{self._ids:x}"
         if request.stream:
@@ -179,6 +191,12 @@ class ModelServer:
                         if self.stopping:
                             await _send_error(send, SHUTTING_DOWN)
                         return  # else the client has gone: nobody to answer
+                    if decoding:
+                        self.generated_tokens[request.model] += request.sequences
+            if not decoding:
+                self.generated_tokens[request.model] += request.generated_tokens
+        else:
+            self.generated_tokens[request.model] += request.generated_tokens
         if request.endpoint is Endpoint.EMBEDDING:
             body = embeddings_reply(request)
         else:
@@ -196,6 +214,7 @@ class ModelServer:
                     await send({"type": "http.response.body", "body": b""})  # cut short
                     return
                 chunk = events.token if index else events.first
+                self.generated_tokens[request.model] += request.sequences
                 await send({"type": "http.response.body", "body": chunk, "more_body": True})
         await send({"type": "http.response.body", "body": events.end})
 
@@ -209,7 +228,12 @@ class ModelServer:
         await _send_json(send, 200, self.last_request)
 
     async def _stats(self, receive: Receive, send: Send) -> None:
-        stats = {"requests": dict(self.requests), "in_flight": self.in_flight}
+        stats = {
+            "requests": dict(self.requests),
+            "in_flight": self.in_flight,
+            "prompt_tokens": dict(self.prompt_tokens_read),
+            "generated_tokens": dict(self.generated_tokens),
+        }
         await _send_json(send, 200, orjson.dumps(stats))
 
 

@@ -24,6 +24,8 @@ class UpBanner:
     viewer_tenant: str | None
     viewer_token: str | None
     keys: list[DemoKey]
+    #: the bearer token that reads the gateway's and the control plane's /metrics
+    metrics_token: str | None = None
 
 
 def openai_example(gateway_url: str, key: DemoKey) -> str:
@@ -53,6 +55,13 @@ def print_banner(console: Console, banner: UpBanner) -> None:
         f"  REST API     {banner.server_url}/api/v1 (docs: {banner.server_url}/api/v1/docs)",
         f"  admin token  {banner.admin_token}",
         f"  gateway      {banner.gateway_url}/v1 (OpenAI-compatible)",
+    ]
+    if banner.metrics_token is not None:
+        lines.append(
+            f"  metrics      {banner.gateway_url}/metrics and {banner.server_url}/metrics with "
+            f"`Authorization: Bearer {banner.metrics_token}`"
+        )
+    lines += [
         "",
         "[bold]demo API keys[/] (shown once; each calls as its tenant):",
     ]

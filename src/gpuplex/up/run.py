@@ -11,6 +11,7 @@ import signal
 import sys
 import threading
 import urllib.request
+from dataclasses import replace
 from pathlib import Path
 
 import uvicorn
@@ -22,15 +23,22 @@ from gpuplex.core.access import Role
 from gpuplex.core.plan import Plan, make_plan
 from gpuplex.core.serve.routes import route_table
 from gpuplex.core.spec import GpuplexSpec
-from gpuplex.errors import GpuplexError, HostActionError
+from gpuplex.errors import GatewayError, GpuplexError, HostActionError
 from gpuplex.host import session
 from gpuplex.host.driver import GpuDriver
 from gpuplex.host.state import StateDir
 from gpuplex.host.wiring import open_driver
+from gpuplex.observe.metrics_token import metrics_token_sha256, new_metrics_token
 from gpuplex.server.app import create_app
 from gpuplex.server.context import ServerContext
-from gpuplex.server.run import ROLLUP_WINDOW_S, Reconciler, apply_spec_file
-from gpuplex.settings import HostSettings, ServerSettings, UpSettings
+from gpuplex.server.run import ROLLUP_WINDOW_S, Reconciler, apply_spec_file, http_options
+from gpuplex.settings import (
+    METRICS_TOKEN_VARIABLE,
+    HostSettings,
+    ServerSettings,
+    UpSettings,
+    take_metrics_token,
+)
 from gpuplex.specfile import load_spec_file
 from gpuplex.store import KeyLimits
 from gpuplex.store.db import open_store
@@ -73,7 +81,14 @@ def run_up(settings: UpSettings, console: Console) -> None:
     engine = open_store(store_url)
     ctx = ServerContext.open(engine, utc_now, dirs.root, ROLLUP_WINDOW_S)
     apply_spec_file(ctx, settings.spec_path, actor="gpuplex up")
+    # /metrics on both is read with this token ($GPUPLEX_METRICS_TOKEN, else a new one)
+    metrics_token = take_metrics_token() or new_metrics_token()
+    try:
+        token_sha256 = metrics_token_sha256(metrics_token)
+    except ValueError as error:
+        raise GatewayError(f"{METRICS_TOKEN_VARIABLE}: {error}") from None
     banner = _demo_credentials(ctx, spec, settings, simulated, opened.note)
+    banner = replace(banner, metrics_token=metrics_token)
 
     run_as = children.unprivileged_user()
     if run_as is not None and not children.reachable_by_others(root):
@@ -101,7 +116,13 @@ def run_up(settings: UpSettings, console: Console) -> None:
     gateway_argv += ["--spool-dir", str(root / "gateway" / "spool")]
     started = [
         children.start("host", host_argv, root / "logs"),
-        children.start("gateway", gateway_argv, root / "logs", extra_env, run_as),
+        children.start(
+            "gateway",
+            gateway_argv,
+            root / "logs",
+            extra_env | {METRICS_TOKEN_VARIABLE: metrics_token},
+            run_as,
+        ),
     ]
     server_settings = ServerSettings(
         store_url=store_url,
@@ -109,6 +130,7 @@ def run_up(settings: UpSettings, console: Console) -> None:
         listen_port=settings.server_port,
         state_dir=dirs.root,
         rollup_interval_s=settings.rollup_interval_s,
+        metrics_token_sha256=token_sha256,
     )
     threads = _background(ctx, server_settings, dirs, opened.driver, node.name, settings)
     server, server_thread = _start_server(ctx, server_settings)
@@ -212,11 +234,12 @@ def _start_server(
     ctx: ServerContext, settings: ServerSettings
 ) -> tuple[uvicorn.Server, threading.Thread]:
     config = uvicorn.Config(
-        create_app(ctx),
+        create_app(ctx, settings.metrics_from, settings.metrics_token_sha256),
         host=settings.listen_host,
         port=settings.listen_port,
         log_level="warning",
         access_log=False,
+        **http_options(),
     )
     server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, name="gpuplex-server", daemon=True)

@@ -3,6 +3,7 @@ subprocesses on loopback, a SQLite store with API keys, and the spec that ties t
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
@@ -26,6 +27,8 @@ from gpuplex.store.usage import UsageRepository
 
 ROOT = Path(__file__).resolve().parents[3]
 NOBODY = 65534
+#: What the stack's gateways take as their metrics token ($GPUPLEX_METRICS_TOKEN).
+METRICS_TOKEN = "gpm_test-metrics-token-0123456789"  # noqa: S105 - a test's own token
 
 #: Root runs the gateway as nobody: `gpuplex gateway` refuses to run as root. The system's Python
 #: runs it, with the project's packages on the path, since nobody cannot read root's own Python.
@@ -149,10 +152,18 @@ class Gateway:
     redis_url: str | None = None
     process: subprocess.Popen[bytes] | None = None
     log_path: Path | None = None
+    metrics_token: str | None = METRICS_TOKEN
 
     @property
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
+
+    def metrics(self) -> str:
+        """/metrics, read with the metrics token as Prometheus would."""
+        headers = {"authorization": f"Bearer {self.metrics_token}"}
+        reply = httpx.get(f"{self.url}/metrics", headers=headers)
+        assert reply.status_code == 200, reply.text
+        return reply.text
 
     def start(self) -> None:
         args = [
@@ -163,6 +174,8 @@ class Gateway:
         if self.redis_url:
             args += ["--redis-url", self.redis_url]
         argv, environment = gateway_command(args)
+        if self.metrics_token is not None:
+            environment["GPUPLEX_METRICS_TOKEN"] = self.metrics_token
         self.spool_dir.mkdir(parents=True, exist_ok=True)
         self.log_path = self.spool_dir.parent / f"gateway-{self.port}.log"
         log = self.log_path.open("ab")
@@ -237,9 +250,10 @@ class Stack:
             stop(sim)
 
 
-@pytest.fixture
-def stack() -> Iterator[Stack]:
-    """In a directory of its own under /tmp (pytest's tmp_path is closed to other users)."""
+@contextlib.contextmanager
+def stack_in() -> Iterator[Stack]:
+    """A stack in a directory of its own under /tmp (pytest's tmp_path is closed to other
+    users), stopped and removed at the end."""
     directory = Path(tempfile.mkdtemp(prefix="gpuplex-gateway-test-"))
     directory.chmod(0o755)
     made = Stack(directory, f"sqlite:///{directory / 'gpuplex.db'}")
@@ -248,3 +262,9 @@ def stack() -> Iterator[Stack]:
     finally:
         made.close()
         shutil.rmtree(directory, ignore_errors=True)
+
+
+@pytest.fixture
+def stack() -> Iterator[Stack]:
+    with stack_in() as made:
+        yield made

@@ -21,11 +21,10 @@ import orjson
 import pytest
 from openai.types.chat import ChatCompletionMessageParam
 
+from gpuplex.core.serve.usage import UsageRecord
 from tests.e2e.cli_runs import run_subprocess
-from tests.e2e.gateway.stack import Gateway, Stack, free_port, stack
+from tests.e2e.gateway.stack import Gateway, Stack, free_port, stack_in
 from tests.services import missing
-
-__all__ = ["stack"]
 
 SPEC = """
 fleet:
@@ -59,6 +58,9 @@ tenants:
         serve: {model: tiny, lora_of: acme/chat}
 gateway:
   port: {gateway_port}
+  # one gateway serves the whole module, and each new key is polled until it works: those polls
+  # are failed checks from loopback (the lockout itself is tested in tests/abuse)
+  failed_auth_per_min: 10000
   max_body_kib: 16
   body_timeout_s: 1.5
   health_interval_s: 0.5
@@ -71,7 +73,15 @@ MESSAGES: list[ChatCompletionMessageParam] = [
 ]
 
 
-@pytest.fixture
+@pytest.fixture(scope="module")
+def stack() -> Iterator[Stack]:
+    """One stack for the module: its model servers and gateway start once, and each test makes
+    its own keys (starting them per test cost most of this module's time)."""
+    with stack_in() as made:
+        yield made
+
+
+@pytest.fixture(scope="module")
 def gateway(stack: Stack) -> Gateway:
     sim_port = stack.sim(["llama-8b", "acme-embed"], ["globex/support", "limited/tiny"])
     spec = (
@@ -126,22 +136,28 @@ def test_chat_completions_embeddings_and_streaming(
 
 
 def test_usage_records_reach_the_store(stack: Stack, gateway: Gateway, connect: Connect) -> None:
-    api = connect(stack.key("acme"))
+    key = stack.key("acme")
+    prefix = key.split("_")[1]
+    api = connect(key)
     api.chat.completions.create(model="acme-chat", messages=MESSAGES, max_tokens=4)
     list(
         api.chat.completions.create(model="acme-chat", messages=MESSAGES, max_tokens=6, stream=True)
     )
+
+    def own() -> list[UsageRecord]:  # the module's gateway serves other tests' keys too
+        return [r for r in stack.usage().records(tenant="acme") if r.key_prefix == prefix]
+
     deadline = time.monotonic() + 10
-    while time.monotonic() < deadline and stack.usage().count("acme") < 2:
+    while time.monotonic() < deadline and len(own()) < 2:
         time.sleep(0.2)
-    records = sorted(stack.usage().records(tenant="acme"), key=lambda r: r.started_at)
+    records = sorted(own(), key=lambda r: r.started_at)
     assert [(r.status, r.prompt_tokens, r.completion_tokens, r.stream) for r in records] == [
         (200, 9, 4, False),
         (200, 9, 6, True),
     ]
 
 
-def test_lora_adapter_gets_the_base_with_only_the_model_rewritten(
+def test_lora_adapter_gets_the_base_with_only_the_model_and_the_token_limit_rewritten(
     stack: Stack, gateway: Gateway, connect: Connect
 ) -> None:
     api = connect(stack.key("globex"))
@@ -153,6 +169,7 @@ def test_lora_adapter_gets_the_base_with_only_the_model_rewritten(
         "model": "globex/support",
         "messages": MESSAGES,
         "max_tokens": 2,
+        "max_completion_tokens": 2,  # the one budget, in both fields a server may read
         "temperature": 0.25,
         "user": "u-1",
     }
@@ -311,11 +328,13 @@ def test_a_trickled_body_times_out_while_everyone_else_is_served(
     assert b"request_timeout" in whole
 
 
-def test_metrics_are_served_to_loopback(stack: Stack, gateway: Gateway, connect: Connect) -> None:
+def test_metrics_are_served_with_the_metrics_token(
+    stack: Stack, gateway: Gateway, connect: Connect
+) -> None:
     connect(stack.key("acme")).chat.completions.create(
         model="acme-chat", messages=MESSAGES, max_tokens=1
     )
-    text = httpx.get(f"{gateway.url}/metrics").text
+    text = gateway.metrics()
     assert 'gpuplex_gateway_requests_total{status="200",tenant="acme"}' in text
     assert "gpuplex_gateway_queue_wait_seconds_bucket" in text
     promtool = shutil.which("promtool")
@@ -360,7 +379,9 @@ gateway:
 
 def test_a_model_server_slower_than_the_timeout_gets_504(stack: Stack) -> None:
     port = stack.sim(["slow"], decode_ms_per_token=100.0)
-    gateway = stack.gateway(one_model_spec("slow", port, gateway="upstream_timeout_s: 0.5"))
+    gateway = stack.gateway(
+        one_model_spec("slow", port, gateway="upstream_timeout_s: 0.5"), name="slow"
+    )
     with openai.OpenAI(
         base_url=f"{gateway.url}/v1", api_key=stack.key("acme"), max_retries=0
     ) as api:
@@ -388,7 +409,7 @@ def test_an_unreachable_redis_fails_closed_with_503(stack: Stack) -> None:
     spec = one_model_spec(
         "m", port, tenant="rate_limits: {requests_per_min: 100}", gateway="limiter: redis"
     )
-    gateway = stack.gateway(spec, redis_url=f"redis://127.0.0.1:{free_port()}/0")
+    gateway = stack.gateway(spec, redis_url=f"redis://127.0.0.1:{free_port()}/0", name="no-redis")
     with (
         openai.OpenAI(
             base_url=f"{gateway.url}/v1", api_key=stack.key("acme"), max_retries=0

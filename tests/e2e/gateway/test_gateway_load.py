@@ -285,5 +285,5 @@ def test_revocation_reaches_every_worker_within_a_second(stack: Stack) -> None:
         check=True,
     )
     assert len(group.stdout.split()) >= 3  # the supervisor and its two workers
-    metrics = httpx.get(f"{gateway.url}/metrics").text  # summed over both workers
+    metrics = gateway.metrics()  # summed over both workers
     assert 'gpuplex_gateway_rejections_total{reason="invalid_api_key",tenant="unknown"}' in metrics

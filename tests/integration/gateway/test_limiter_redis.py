@@ -422,3 +422,90 @@ def test_a_url_redis_cannot_use_is_a_gpuplex_error() -> None:
 )
 def test_urls_are_shown_without_passwords(url: str, shown: str) -> None:
     assert redacted_url(url) == shown
+
+
+# --- (7) leases end with the request, even when Redis stalls ------------------------------------
+
+
+def test_a_leases_ttl_is_at_most_the_configured_lease(url: str, prefix: str) -> None:
+    """A slot nobody settles (its gateway died) is back after the lease, not minutes later."""
+    lease_s = 7.0
+    limit = Limit("key:k1", CONCURRENT, 2)
+    (key,) = limit_keys(prefix, limit)
+
+    async def run() -> tuple[int, float, float]:
+        limiter = RedisLimiter(url, key_prefix=prefix, lease_s=lease_s)
+        probe = Redis.from_url(url)
+        try:
+            before = await redis_now_s(probe)
+            assert isinstance(await limiter.admit([limit], "r1", 1), Admitted)
+            ttl_ms = await probe.pttl(key)
+            lease_end = await probe.zscore(key, "r1")
+            assert lease_end is not None
+            return ttl_ms, lease_end, before
+        finally:
+            await probe.aclose()
+            await limiter.close()
+
+    ttl_ms, lease_end, before = asyncio.run(run())
+    assert lease_s * 1000 - 1000 < ttl_ms <= lease_s * 1000
+    assert before < lease_end - lease_s < before + 1
+
+
+def test_a_settle_redis_missed_frees_the_slot_soon_after_redis_returns(
+    url: str, prefix: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Redis stalls (CLIENT PAUSE) as a request ends: its settle cannot reach it. The settle is
+    queued, not lost, and the slot frees within moments of Redis answering again, not when the
+    lease ends. (Pauses the test Redis for 1.5 s: other clients of it wait, none fails.)"""
+    monkeypatch.setattr(limiter_redis, "COMMAND_TIMEOUT_S", 0.3)  # so the settle gives up first
+    # a failed call must give its connection back: with 2, one leaked per retry would starve it
+    monkeypatch.setattr(limiter_redis, "MAX_CONNECTIONS", 2)
+    pause_s = 1.5
+    limit = Limit("key:k1", CONCURRENT, 1)
+    (key,) = limit_keys(prefix, limit)
+
+    async def run() -> None:
+        limiter = RedisLimiter(url, key_prefix=prefix, lease_s=600)
+        probe = Redis.from_url(url)
+        try:
+            assert isinstance(await limiter.admit([limit], "r1", 1), Admitted)
+            await probe.client_pause(int(pause_s * 1000), all=True)
+            paused_at = time.monotonic()
+            await limiter.settle([limit], "r1", 0)  # does not raise: queued
+            assert limiter.unsettled == 1
+            assert time.monotonic() - paused_at < pause_s  # it did not wait out the stall
+            resumes_at = paused_at + pause_s
+            while limiter.unsettled and time.monotonic() < resumes_at + 5:
+                await asyncio.sleep(0.02)
+            freed_after_s = time.monotonic() - resumes_at
+            assert limiter.unsettled == 0
+            assert freed_after_s < 1.5, f"the slot freed {freed_after_s:.2f} s after Redis returned"
+            assert await probe.zcard(key) == 0
+            assert isinstance(await limiter.admit([limit], "r2", 1), Admitted)
+            await limiter.settle([limit], "r2", 0)  # Redis is back: settled at once
+            assert limiter.unsettled == 0
+            assert await probe.zcard(key) == 0
+        finally:
+            await probe.aclose()
+            await limiter.close()
+
+    asyncio.run(run())
+
+
+def test_queued_settles_give_up_when_their_lease_has_ended(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """With Redis gone for good, a queued settle is retried no longer than its lease."""
+
+    async def run() -> int:
+        limiter = RedisLimiter("redis://127.0.0.1:1/0", lease_s=0.4)
+        try:
+            await limiter.settle([Limit("key:k1", CONCURRENT, 1)], "r1", 0)
+            assert limiter.unsettled == 1
+            await asyncio.sleep(1.5)
+            return limiter.unsettled
+        finally:
+            await limiter.close()
+
+    assert asyncio.run(run()) == 0

@@ -1,15 +1,30 @@
-"""/metrics names every tenant: it is served to the allowed networks (loopback unless configured) and
-otherwise only with a platform-admin token; it is not part of the REST API's schema."""
+"""/metrics names every tenant: it is served with the metrics token or a platform-admin token, and
+without a token only to the networks the operator listed (none by default, not even loopback: tenant
+workloads may share the host's network); it is not part of the REST API's schema."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import pytest
+from fastapi.testclient import TestClient
 
 from gpuplex.observe.metrics_endpoint import parse_networks
+from gpuplex.observe.metrics_token import metrics_token_sha256
+from gpuplex.server.app import create_app
 from gpuplex.store.tokens import TokenRole
 from tests.integration.server_metrics.conftest import NOW, Stack
 
 OUTSIDE = "203.0.113.9"
+METRICS_TOKEN = "gpm_the-operators-prometheus-0123"  # noqa: S105 - a test's own token
+
+
+def server(
+    stack: Stack, address: str, metrics_from: Sequence[str] = (), token: str | None = METRICS_TOKEN
+) -> TestClient:
+    """The control plane as `gpuplex server` builds it: no network listed unless given."""
+    sha256 = metrics_token_sha256(token) if token is not None else None
+    return TestClient(create_app(stack.ctx, metrics_from, sha256), client=(address, 50_000))
 
 
 def token(stack: Stack, role: TokenRole, tenant: str | None = None) -> dict[str, str]:
@@ -19,9 +34,47 @@ def token(stack: Stack, role: TokenRole, tenant: str | None = None) -> dict[str,
     return {"authorization": f"Bearer {secret}"}
 
 
+@pytest.mark.parametrize("address", ["127.0.0.1", "::1", OUTSIDE])
+def test_by_default_no_address_reads_metrics_without_a_token(stack: Stack, address: str) -> None:
+    reply = server(stack, address).get("/metrics")
+    assert reply.status_code == 401
+    error = reply.json()["error"]
+    assert error["code"] == "unauthenticated"
+    assert "GPUPLEX_METRICS_TOKEN" in error["message"]
+    assert "northwind" not in reply.text
+
+
+@pytest.mark.parametrize("address", ["127.0.0.1", "::1", OUTSIDE])
+def test_the_metrics_token_opens_it_from_anywhere(stack: Stack, address: str) -> None:
+    headers = {"authorization": f"Bearer {METRICS_TOKEN}"}
+    reply = server(stack, address).get("/metrics", headers=headers)
+    assert reply.status_code == 200
+    assert 'gpuplex_tenant_allocated_gpus{tenant="northwind"} 3.0' in reply.text
+
+
+@pytest.mark.parametrize(
+    "header",
+    [f"Bearer {METRICS_TOKEN}x", f"Bearer {METRICS_TOKEN[:-1]}", f"Basic {METRICS_TOKEN}"],
+)
+def test_a_wrong_metrics_token_is_refused_even_from_a_listed_network(
+    stack: Stack, header: str
+) -> None:
+    for client in (server(stack, OUTSIDE), server(stack, "127.0.0.1", ["127.0.0.0/8"])):
+        reply = client.get("/metrics", headers={"authorization": header})
+        assert reply.status_code == 401
+        assert reply.json()["error"]["code"] == "unauthenticated"
+        assert "northwind" not in reply.text
+
+
+def test_without_a_configured_metrics_token_no_bearer_matches_it(stack: Stack) -> None:
+    client = server(stack, "127.0.0.1", token=None)
+    for header in (f"Bearer {METRICS_TOKEN}", "Bearer ", "Bearer x"):
+        assert client.get("/metrics", headers={"authorization": header}).status_code == 401
+
+
 @pytest.mark.parametrize("address", ["127.0.0.1", "127.8.9.10", "::1"])
-def test_loopback_reads_metrics_without_a_token(stack: Stack, address: str) -> None:
-    reply = stack.client(address).get("/metrics")
+def test_listed_loopback_reads_metrics_without_a_token(stack: Stack, address: str) -> None:
+    reply = stack.client(address, ["127.0.0.0/8", "::1/128"]).get("/metrics")
     assert reply.status_code == 200
     assert 'gpuplex_tenant_allocated_gpus{tenant="northwind"} 3.0' in reply.text
 

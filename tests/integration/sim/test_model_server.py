@@ -84,10 +84,14 @@ def test_chat_completion(api: openai.OpenAI) -> None:
 
 
 def test_without_max_tokens_the_default_and_a_natural_stop(api: openai.OpenAI) -> None:
+    # as vLLM: a chat request without a limit may fill the context; a completion gets the default
     chat = api.chat.completions.create(model="acme/support", messages=MESSAGES)
     assert chat.usage is not None
-    assert chat.usage.completion_tokens == 5
+    assert chat.usage.completion_tokens == 4096 - chat.usage.prompt_tokens
     assert chat.choices[0].finish_reason == "stop"
+    text = api.completions.create(model="acme/support", prompt="abcd")
+    assert text.usage is not None
+    assert text.usage.completion_tokens == 5
     newer = api.chat.completions.create(
         model="llama-8b", messages=MESSAGES, max_completion_tokens=2
     )

@@ -49,6 +49,8 @@ OTHER_OPTIONS = SelfOptions(
     store_secret_key="dsn",
     redis_secret="cache",
     redis_secret_key="address",
+    metrics_secret="prom",
+    metrics_secret_key="bearer",
     dcgm_namespace="monitoring",
     dcgm_port=9401,
     metrics_from=("10.42.0.0/16",),
@@ -282,15 +284,17 @@ def test_the_containers_start_gpuplex_with_arguments_the_cli_accepts() -> None:
 def test_probes_and_services_reach_the_port_each_process_listens_on() -> None:
     spec = _example()
     manifests = self_manifests(spec, OTHER_OPTIONS)
-    for name, port, health in (
-        ("gpuplex-server", 8090, "/healthz"),
-        ("gpuplex-gateway", spec.gateway.port, "/health"),
+    # the gateway is ready only while it can record usage (/healthz), alive while it answers
+    for name, port, health, ready in (
+        ("gpuplex-server", 8090, "/healthz", "/healthz"),
+        ("gpuplex-gateway", spec.gateway.port, "/health", "/healthz"),
     ):
         container = _container(manifests, name)
         ports = {p["name"]: p["containerPort"] for p in container["ports"]}
         assert ports == {"http": port}
-        for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
+        for probe in ("startupProbe", "livenessProbe"):
             assert container[probe]["httpGet"] == {"path": health, "port": "http"}
+        assert container["readinessProbe"]["httpGet"] == {"path": ready, "port": "http"}
         service = _one(manifests, "Service", name)
         pod_labels = _one(manifests, "Deployment", name)["spec"]["template"]["metadata"]["labels"]
         assert service["spec"]["selector"].items() <= pod_labels.items()
@@ -328,7 +332,7 @@ def _check_service_monitor(monitor: Manifest) -> None:
     assert body["namespaceSelector"]["matchNames"]
     assert body["endpoints"]
     for endpoint in body["endpoints"]:
-        assert set(endpoint) <= {"port", "path", "interval", "honorLabels"}
+        assert set(endpoint) <= {"port", "path", "interval", "honorLabels", "authorization"}
         assert isinstance(endpoint["port"], str)
         assert endpoint["path"] == "/metrics"
         assert re.fullmatch(r"[0-9]+(ms|s|m|h)", endpoint["interval"])
@@ -358,6 +362,33 @@ def test_service_monitors_select_the_services_that_serve_metrics() -> None:
         assert [m["metadata"]["name"] for m in matched] == [name]
         ports = {p["name"] for p in matched[0]["spec"]["ports"]}
         assert {e["port"] for e in body["endpoints"]} <= ports
+
+
+@pytest.mark.parametrize("options", [SelfOptions(), OTHER_OPTIONS])
+def test_prometheus_reads_gpuplex_metrics_with_the_token_both_pods_get(
+    options: SelfOptions,
+) -> None:
+    """/metrics needs the metrics token: both pods read it from the operator's Secret, and both
+    ServiceMonitors send it from that Secret; no network reads it without one unless listed."""
+    manifests = self_manifests(_example(), options)
+    secret = {"name": options.metrics_secret, "key": options.metrics_secret_key}
+    for name in ("gpuplex-server", "gpuplex-gateway"):
+        env = _env(_container(manifests, name))
+        assert env["GPUPLEX_METRICS_TOKEN"] == {
+            "name": "GPUPLEX_METRICS_TOKEN",
+            "valueFrom": {"secretKeyRef": secret},
+        }
+        endpoints = _one(manifests, "ServiceMonitor", name)["spec"]["endpoints"]
+        assert [e["authorization"] for e in endpoints] == [
+            {"type": "Bearer", "credentials": secret}
+        ]
+    dcgm = _one(manifests, "ServiceMonitor", "gpuplex-dcgm-exporter")["spec"]["endpoints"]
+    assert "authorization" not in dcgm[0]  # NVIDIA's exporter asks for none
+    configmap = _one(manifests, "ConfigMap", "gpuplex-spec")
+    back = load_spec_text(configmap["data"]["gpuplex.yaml"], source="configmap")
+    assert back.gateway.metrics_from == list(options.metrics_from)
+    if options == SelfOptions():
+        assert options.metrics_from == ()  # the pod network holds tenant pods too
 
 
 def test_the_server_and_prometheus_scrape_the_gpu_operators_dcgm_exporter() -> None:
@@ -461,6 +492,8 @@ def test_the_server_may_apply_every_kind_the_plan_renders() -> None:
         (SelfOptions(server_replicas=0), "server replicas is 0"),
         (SelfOptions(store_secret="Not_A_Name"), "store Secret 'Not_A_Name'"),
         (SelfOptions(redis_secret_key="a/b"), "Redis key 'a/b'"),
+        (SelfOptions(metrics_secret="Prom_Token"), "metrics Secret 'Prom_Token'"),
+        (SelfOptions(metrics_secret_key="a b"), "metrics Secret key 'a b'"),
         (SelfOptions(gateway_memory="lots"), "gateway memory 'lots'"),
         (SelfOptions(metrics_from=("pod network",)), "'pod network'"),
         (SelfOptions(gateway_service_type="Ingress"), "gateway Service type 'Ingress'"),

@@ -93,10 +93,27 @@ def test_bad_requests_get_openai_errors(
 @pytest.mark.parametrize(
     ("endpoint", "body", "prompt_tokens", "completion_tokens", "finish"),
     [
-        (Endpoint.CHAT, CHAT, 3, 16, FinishReason.STOP),
+        # vLLM: a chat request without a limit may fill the context (4096 here)
+        (Endpoint.CHAT, CHAT, 3, 4096 - 3, FinishReason.STOP),
         (Endpoint.CHAT, {**CHAT, "model": "acme/support", "max_tokens": 5}, 3, 5, "length"),
-        (Endpoint.CHAT, {**CHAT, "max_tokens": None}, 3, 16, FinishReason.STOP),
+        (Endpoint.CHAT, {**CHAT, "max_tokens": None}, 3, 4096 - 3, FinishReason.STOP),
         (Endpoint.CHAT, {**CHAT, "max_completion_tokens": 4, "max_tokens": 9}, 3, 4, "length"),
+        (Endpoint.CHAT, {**CHAT, "max_completion_tokens": 9, "max_tokens": 4}, 3, 9, "length"),
+        # vLLM's completions read max_tokens only: max_completion_tokens is not a field there
+        (
+            Endpoint.COMPLETION,
+            {"model": "base", "prompt": "abcd", "max_completion_tokens": 2, "max_tokens": 7},
+            1,
+            7,
+            "length",
+        ),
+        (
+            Endpoint.COMPLETION,
+            {"model": "base", "prompt": "abcd", "max_completion_tokens": 2},
+            1,
+            16,
+            "stop",
+        ),
         (Endpoint.COMPLETION, {"model": "base", "prompt": "abcdefgh"}, 2, 16, "stop"),
         (Endpoint.COMPLETION, {"model": "base", "prompt": ["abcde", "abc"]}, 3, 16, "stop"),
         (
@@ -120,6 +137,21 @@ def test_token_counts(
     request = ok(endpoint, body)
     assert (request.prompt_tokens, request.completion_tokens) == (prompt_tokens, completion_tokens)
     assert request.finish_reason == finish
+
+
+def test_n_and_best_of_generate_that_many_sequences_and_usage_counts_them_all() -> None:
+    chat = ok(Endpoint.CHAT, {**CHAT, "n": 3, "max_tokens": 5})
+    assert (chat.choices, chat.sequences, chat.generated_tokens) == (3, 3, 15)
+    reply = orjson.loads(completion_reply(chat, "x", 0))
+    assert len(reply["choices"]) == 3
+    assert reply["usage"]["completion_tokens"] == 15
+    best = ok(Endpoint.COMPLETION, {"model": "base", "prompt": "a", "n": 2, "best_of": 4})
+    assert (best.choices, best.sequences, best.generated_tokens) == (2, 4, 64)
+    assert isinstance(
+        parse(Endpoint.COMPLETION, {"model": "base", "prompt": "a", "n": 3, "best_of": 2}),
+        ErrorReply,
+    )
+    assert isinstance(parse(Endpoint.CHAT, {**CHAT, "n": 0}), ErrorReply)
 
 
 def test_chat_reply_parses_and_its_text_counts_as_its_usage() -> None:

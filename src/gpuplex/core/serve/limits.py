@@ -8,8 +8,8 @@ minute and then refill admits up to twice the limit in the first minute.
 
 A request reserves its tokens at admission (prompt estimate + `max_tokens`), so concurrent requests
 cannot overshoot; `settle` later replaces the reservation with what the response's usage says, which
-gives back what was not used. Concurrency slots are leases: a gateway that dies holding one cannot
-leak it for longer than the lease.
+gives back what was not used. Concurrency slots are leases (`concurrency_lease_s`): a gateway that
+dies holding one cannot leak it for longer than the lease, which is its request's longest life.
 
 The state here is one process's. `gateway.limiter_redis` runs the same rules as one Lua script per
 decision so that several gateway processes share one limit; tests check the two agree.
@@ -205,8 +205,29 @@ class LimiterState:
         return window.total
 
 
-#: How long a concurrency slot is held when its request is never settled (the gateway died).
-DEFAULT_LEASE_S = 600.0
+#: Added to a request's longest life in the gateway to make its lease: the moments between the
+#: timers (writing the usage record, the settle's own round trip) and clock rounding.
+LEASE_MARGIN_S = 10.0
+
+
+def concurrency_lease_s(
+    upstream_timeout_s: float, max_wait_s: float, body_timeout_s: float
+) -> float:
+    """How long a concurrency slot is held when its request is never settled (the gateway died, or
+    the settle could not reach shared state before the lease ran out):
+
+        lease = body_timeout_s + max_wait_s + upstream_timeout_s + LEASE_MARGIN_S
+
+    the longest a request can live in the gateway (its body arriving, waiting in its queue, the
+    model server answering, streamed reply included) plus a margin. A live request is settled
+    before that, so its slot is never taken from under it; a lost one frees its slot soon after it
+    could have ended. (The body is read before admission today; counting it keeps the lease right
+    if that order changes.)"""
+    return body_timeout_s + max_wait_s + upstream_timeout_s + LEASE_MARGIN_S
+
+
+#: The lease for the gateway spec's default timeouts (300 s upstream, 30 s queue, 10 s body).
+DEFAULT_LEASE_S = concurrency_lease_s(300.0, 30.0, 10.0)
 
 #: What a concurrency refusal suggests waiting: a slot frees when some request finishes.
 CONCURRENCY_RETRY_S = 1.0

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 
 import orjson
 
+from gpuplex.core.serve.sse import EventSplitter
 from gpuplex.core.serve.tokens import text_tokens
 
 DONE = b"[DONE]"
@@ -18,21 +19,18 @@ class StreamUsage:
     completion_tokens: int = 0
     reported_prompt: int | None = None
     reported_completion: int | None = None
-    _pending: bytes = field(default=b"", repr=False)
+    _splitter: EventSplitter = field(default_factory=lambda: EventSplitter(1 << 20), repr=False)
 
     def feed(self, chunk: bytes) -> bool:
-        """Read a piece of the stream; True if it holds the final `data: [DONE]` event."""
-        self._pending += chunk
+        """Read a piece of the stream; True if it holds the final `data: [DONE]` event. Raises
+        `sse.EventTooLong` past an event of a MiB."""
         saw_done = False
-        while True:
-            end = self._pending.find(b"\n\n")
-            if end < 0:
-                break
-            event, self._pending = self._pending[:end], self._pending[end + 2 :]
-            saw_done |= self._event(event)
+        for event in self._splitter.feed(chunk):
+            saw_done |= self.read_event(event)
         return saw_done
 
-    def _event(self, event: bytes) -> bool:
+    def read_event(self, event: bytes) -> bool:
+        """Count one whole event; True if it is `data: [DONE]`."""
         for line in event.splitlines():
             if not line.startswith(b"data:"):
                 continue
@@ -75,7 +73,10 @@ def reply_usage(body: bytes, prompt_estimate: int) -> tuple[int, int]:
         reply = orjson.loads(body)
     except orjson.JSONDecodeError:
         return prompt_estimate, 0
-    usage = reply.get("usage") if isinstance(reply, dict) else None
+    return _usage_of(reply.get("usage") if isinstance(reply, dict) else None, prompt_estimate)
+
+
+def _usage_of(usage: object, prompt_estimate: int) -> tuple[int, int]:
     if not isinstance(usage, dict):
         return prompt_estimate, 0
     prompt = usage.get("prompt_tokens")
@@ -83,3 +84,19 @@ def reply_usage(body: bytes, prompt_estimate: int) -> tuple[int, int]:
     if not isinstance(prompt, int) or not isinstance(completion, int):
         return prompt_estimate, 0
     return prompt, completion
+
+
+def read_reply(body: bytes, prompt_estimate: int, model: str) -> tuple[int, int, bytes]:
+    """A whole JSON reply's (prompt, completion) tokens, as `reply_usage`, and the body naming
+    `model` (the name the tenant called) where the server named its own; parsed once."""
+    try:
+        reply = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        return prompt_estimate, 0, body
+    if not isinstance(reply, dict):
+        return prompt_estimate, 0, body
+    prompt, completion = _usage_of(reply.get("usage"), prompt_estimate)
+    if isinstance(reply.get("model"), str) and reply["model"] != model:
+        reply["model"] = model
+        body = orjson.dumps(reply)
+    return prompt, completion, body

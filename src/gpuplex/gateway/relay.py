@@ -1,0 +1,238 @@
+"""A model server's reply on its way to the client, bounded: a whole reply is read up to
+`gateway.max_reply_mib`, a stream is relayed event by event with no event longer than
+`gateway.max_event_kib` (a misbehaving server gets the client a 502, never the gateway's memory),
+and both name the model the tenant called, not the server's name for it. `watch_disconnect`
+notices a client that went away and cancels its request, so the model server stops generating."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime
+from typing import TYPE_CHECKING
+
+import aiohttp
+
+from gpuplex.core.serve.inference import InferenceRequest
+from gpuplex.core.serve.sse import EventSplitter, EventTooLong, model_renamer, rename_model
+from gpuplex.core.serve.stream_usage import StreamUsage, read_reply
+from gpuplex.gateway.api_errors import ApiCode, ApiError, error_body
+from gpuplex.gateway.asgi_io import Receive, Send
+from gpuplex.gateway.auth import Caller
+
+if TYPE_CHECKING:
+    from gpuplex.gateway.runtime import GatewayRuntime
+
+log = logging.getLogger(__name__)
+
+CLIENT_GONE = 499  # nginx's code for "the client closed the connection": outcome `cancelled`
+
+
+@dataclass(slots=True)
+class Exchange:
+    """What is known of one request as it goes through."""
+
+    request_id: str
+    started_s: float
+    started_at: datetime
+    caller: Caller
+    request: InferenceRequest
+    upstream_model: str
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    status: int = 0
+    recorded: bool = False
+    forwarded: bool = False  # sent to a model server, which read its prompt
+    stream_started: bool = False  # a stream's first bytes went to the client
+    replied: bool = False  # the last bytes are on their way: the request is over
+    cancellable: bool = False  # admitted: cancelling cannot lose a reservation to settle
+    client_gone: bool = False  # the client went away first: cancelled
+    upstream_broke: bool = False  # the model server broke its reply
+
+    def __post_init__(self) -> None:
+        self.prompt_tokens = self.prompt_tokens or self.request.prompt_tokens
+
+    @property
+    def billable(self) -> bool:
+        """Whether the record bills tokens: the server read the prompt, and the client got a
+        reply, or part of a stream, or went away after the server had started."""
+        status = self.status or 500
+        return self.forwarded and (status < 400 or status == CLIENT_GONE or self.stream_started)
+
+    @property
+    def used_tokens(self) -> int:
+        """What the rate limits and the fair queue are charged."""
+        return self.prompt_tokens + self.completion_tokens if self.forwarded else 0
+
+
+Recorder = Callable[["GatewayRuntime", Exchange], bool]
+
+
+async def watch_disconnect(receive: Receive, ex: Exchange, task: asyncio.Task[None]) -> None:
+    """Once the body is read, the next ASGI message is `http.disconnect`: when it comes before
+    the reply is over, the client went away, and its request task is cancelled (once it is past
+    admission: a cancel inside the limiter's call could lose a slot it had just been given)."""
+    while (await receive())["type"] != "http.disconnect":
+        pass
+    if not ex.replied:
+        ex.client_gone = True
+        if ex.cancellable:
+            task.cancel()
+
+
+async def relay_whole(
+    rt: GatewayRuntime,
+    ex: Exchange,
+    reply: aiohttp.ClientResponse,
+    content_type: str,
+    send: Send,
+    record: Recorder,
+) -> None:
+    body = await _read_capped(reply, rt.config.max_reply_mib * 1024 * 1024, ex)
+    if reply.status == 200:
+        ex.prompt_tokens, ex.completion_tokens, body = read_reply(
+            body, ex.request.prompt_tokens, ex.request.model
+        )
+    ex.status = reply.status
+    if not record(rt, ex):
+        raise ApiError(
+            ApiCode.USAGE_UNAVAILABLE,
+            "usage could not be recorded, so the reply was withheld; try again later",
+            retry_after_s=5,
+        )
+    headers = [
+        (b"content-type", content_type.encode()),
+        (b"content-length", b"%d" % len(body)),
+        (b"x-request-id", ex.request_id.encode()),
+    ]
+    ex.replied = True
+    await send({"type": "http.response.start", "status": reply.status, "headers": headers})
+    await send({"type": "http.response.body", "body": body})
+
+
+async def _read_capped(reply: aiohttp.ClientResponse, max_bytes: int, ex: Exchange) -> bytes:
+    declared = reply.content_length
+    size = 0
+    chunks: list[bytes] = []
+    if declared is None or declared <= max_bytes:
+        async for chunk in reply.content.iter_any():
+            size += len(chunk)
+            if size > max_bytes:
+                break
+            chunks.append(chunk)
+        else:
+            return b"".join(chunks)
+    ex.upstream_broke = True
+    log.warning("request %s: the model server's reply is over %d bytes", ex.request_id, max_bytes)
+    raise ApiError(
+        ApiCode.UPSTREAM_REPLY_TOO_LARGE,
+        f"the model server's reply is larger than the gateway takes ({max_bytes // 2**20} MiB)",
+    )
+
+
+async def relay_stream(
+    rt: GatewayRuntime,
+    ex: Exchange,
+    reply: aiohttp.ClientResponse,
+    send: Send,
+    record: Recorder,
+) -> None:
+    splitter = EventSplitter(rt.config.max_event_kib * 1024)
+    usage = StreamUsage()
+    renamer = model_renamer(ex.upstream_model, ex.request.model)
+    chunks = reply.content.iter_any()
+    events: list[bytes] = []
+    try:
+        async for chunk in chunks:  # the first whole event before the headers: a 502 is possible
+            events = splitter.feed(chunk)
+            if events:
+                break
+    except EventTooLong:
+        raise _event_too_long(rt, ex) from None
+    headers = [
+        (b"content-type", b"text/event-stream"),
+        (b"cache-control", b"no-cache"),
+        (b"x-request-id", ex.request_id.encode()),
+    ]
+    ex.status = 200
+    await send({"type": "http.response.start", "status": 200, "headers": headers})
+    ex.stream_started = True
+    try:
+        while True:
+            if events and not await _relay(rt, ex, usage, events, renamer, send, record):
+                return
+            chunk = await anext(chunks, b"")
+            if not chunk:  # the end: aiohttp never yields an empty chunk before it
+                break
+            events = splitter.feed(chunk)
+        rest = splitter.rest()
+        if rest and not await _relay(rt, ex, usage, [rest], renamer, send, record):
+            return
+    except EventTooLong:
+        error = _event_too_long(rt, ex)
+        ex.status = error.status
+        await _end_with_error(rt, ex, error, send, record)
+        return
+    except (aiohttp.ClientError, TimeoutError) as broken:  # the server broke off its stream
+        ex.upstream_broke = True
+        log.warning("request %s: the model server broke off its stream: %r", ex.request_id, broken)
+        code = (
+            ApiCode.UPSTREAM_TIMEOUT
+            if isinstance(broken, TimeoutError)
+            else ApiCode.BACKEND_UNAVAILABLE
+        )
+        message = "the model server broke off its reply; what arrived is billed"
+        await _end_with_error(rt, ex, ApiError(code, message), send, record)
+        return
+    ex.prompt_tokens, ex.completion_tokens = usage.tokens(ex.request.prompt_tokens)
+    record(rt, ex)
+    ex.replied = True
+    await send({"type": "http.response.body", "body": b""})
+
+
+async def _relay(
+    rt: GatewayRuntime,
+    ex: Exchange,
+    usage: StreamUsage,
+    events: list[bytes],
+    renamer: tuple[bytes, bytes] | None,
+    send: Send,
+    record: Recorder,
+) -> bool:
+    """Send whole events on; the record is written before the `[DONE]` event goes out. False
+    when the stream had to end early (the record could not be written)."""
+    out: list[bytes] = []
+    for event in events:
+        done = usage.read_event(event)
+        ex.prompt_tokens, ex.completion_tokens = usage.tokens(ex.request.prompt_tokens)
+        if done and not record(rt, ex):
+            if out:
+                await send({"type": "http.response.body", "body": b"".join(out), "more_body": True})
+            error = ApiError(ApiCode.USAGE_UNAVAILABLE, "usage could not be recorded")
+            await _end_with_error(rt, ex, error, send, record)
+            return False
+        out.append(rename_model(event, renamer))
+    await send({"type": "http.response.body", "body": b"".join(out), "more_body": True})
+    return True
+
+
+async def _end_with_error(
+    rt: GatewayRuntime, ex: Exchange, error: ApiError, send: Send, record: Recorder
+) -> None:
+    """End a stream that has started with an OpenAI-style error event (as OpenAI does)."""
+    record(rt, ex)
+    ex.replied = True
+    event = b"data: " + error_body(error.code, error.message) + b"\n\n"
+    await send({"type": "http.response.body", "body": event})
+
+
+def _event_too_long(rt: GatewayRuntime, ex: Exchange) -> ApiError:
+    ex.upstream_broke = True
+    limit_kib = rt.config.max_event_kib
+    log.warning("request %s: the model server sent an event over %d KiB", ex.request_id, limit_kib)
+    return ApiError(
+        ApiCode.UPSTREAM_EVENT_TOO_LARGE,
+        f"the model server sent a stream event longer than the gateway takes ({limit_kib} KiB)",
+    )

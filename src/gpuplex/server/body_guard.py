@@ -1,0 +1,186 @@
+"""The control plane's bound on request bodies: a pure ASGI middleware, outside every route, so no
+body is read before the caller is known and none is read past its limit.
+
+For a request that carries a body:
+- under /api/v1, the caller is checked first: no bearer token at all, or one the store does not
+  know (or has revoked, or has seen expire), gets 401 before a byte of the body is read;
+- a declared Content-Length over `max_body_bytes` gets 413 before a byte is read;
+- while the app reads, the bytes are counted: past `max_body_bytes` the app reads no more and the
+  client gets 413; a body that has not all come within `body_timeout_s` gets 408.
+
+The answers are the server's problem JSON (gpuplex.server.problems) with stable codes:
+`unauthenticated` (401), `request_too_large` (413), `request_timeout` (408). What the client still
+sends after an early answer is not parsed: the front door (gpuplex/http_guard.py) drops a little,
+stops reading, and closes the connection soon after.
+
+Every /api/v1 route that takes a body needs a bearer token today; one that must not (a login, say)
+has to be let through here by path.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from typing import Any
+
+import anyio.to_thread
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from gpuplex.server.context import ServerContext
+from gpuplex.server.problems import (
+    REQUEST_TIMEOUT,
+    REQUEST_TOO_LARGE,
+    UNAUTHENTICATED,
+    ApiProblem,
+    problem_response,
+)
+
+#: The largest body the API takes: a whole spec (1,000,000 characters) as JSON, with room.
+MAX_BODY_BYTES = 8 * 1024 * 1024
+BODY_TIMEOUT_S = 30.0
+API_PREFIX = "/api/v1/"
+
+#: The same words as gpuplex.server.auth, which answers for requests without a body.
+NO_CREDENTIALS = (
+    "send `Authorization: Bearer <token>`; an admin creates tokens with "
+    "`gpuplex token create` or POST /api/v1/tokens"
+)
+UNKNOWN_CREDENTIALS = "the token is unknown, revoked or expired"
+
+#: token -> whether it is a known, active control-plane token (called in a worker thread).
+Authenticate = Callable[[str], bool]
+
+
+def active_token_check(context: ServerContext) -> Authenticate:
+    """The check of gpuplex.server.auth: a known token, neither revoked nor expired, now."""
+
+    def active(token: str) -> bool:
+        return context.tokens.authenticate(token, context.now()) is not None
+
+    return active
+
+
+class BodyGuard:
+    def __init__(
+        self,
+        app: ASGIApp,
+        authenticate: Authenticate | None = None,
+        max_body_bytes: int = MAX_BODY_BYTES,
+        body_timeout_s: float = BODY_TIMEOUT_S,
+    ) -> None:
+        self.app = app
+        self.authenticate = authenticate
+        self.max_body_bytes = max_body_bytes
+        self.body_timeout_s = body_timeout_s
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        declared = _header(scope, b"content-length")
+        chunked = _header(scope, b"transfer-encoding") is not None
+        if not chunked and (declared is None or declared.strip() in (b"", b"0")):
+            await self.app(scope, receive, send)  # no body: nothing to bound
+            return
+        refusal = await self._refusal(scope, declared)
+        if refusal is not None:
+            headers = {"www-authenticate": "Bearer"} if refusal.code == UNAUTHENTICATED else None
+            await problem_response(refusal, headers)(scope, receive, send)
+            return
+        body = BoundedBody(scope, receive, send, self.max_body_bytes, self.body_timeout_s)
+        try:
+            await self.app(scope, body.receive, body.send)
+        except Exception:
+            if not body.answered:
+                raise  # else the app failed because its body was cut short: already answered
+
+    async def _refusal(self, scope: Scope, declared: bytes | None) -> ApiProblem | None:
+        if str(scope["path"]).startswith(API_PREFIX):
+            authorization = _header(scope, b"authorization") or b""
+            scheme, _, token = authorization.partition(b" ")
+            if scheme.lower() != b"bearer" or not token:
+                return ApiProblem(UNAUTHENTICATED, NO_CREDENTIALS)
+            if self.authenticate is not None and not await _known(self.authenticate, token):
+                return ApiProblem(UNAUTHENTICATED, UNKNOWN_CREDENTIALS)
+        size = declared.strip() if declared is not None else b""
+        if size.isdigit() and int(size) > self.max_body_bytes:
+            return too_large(self.max_body_bytes)
+        return None
+
+
+async def _known(authenticate: Authenticate, token: bytes) -> bool:
+    try:
+        return await anyio.to_thread.run_sync(authenticate, token.decode("latin-1"))
+    except Exception:  # the store is unavailable: the route answers for that (503)
+        return True
+
+
+def too_large(max_bytes: int) -> ApiProblem:
+    return ApiProblem(REQUEST_TOO_LARGE, f"the request body is larger than {max_bytes} bytes")
+
+
+class BoundedBody:
+    """The app's receive and send for one request: the body counted and timed as it is read,
+    and the guard's own answer, once given, the only one the client gets."""
+
+    def __init__(
+        self, scope: Scope, receive: Receive, send: Send, max_bytes: int, timeout_s: float
+    ) -> None:
+        self.scope = scope
+        self._receive = receive
+        self._send = send
+        self.max_bytes = max_bytes
+        self.timeout_s = timeout_s
+        self.size = 0
+        self.deadline: float | None = None
+        self.complete = False  # the whole body was read
+        self.answered = False  # the guard answered; the app's messages are dropped
+        self.started = False  # the app started its reply
+
+    async def receive(self) -> Message:
+        if self.answered:
+            return {"type": "http.disconnect"}
+        if self.complete:
+            return await self._receive()  # after the body: the app waits for a disconnect
+        loop = asyncio.get_running_loop()
+        if self.deadline is None:
+            self.deadline = loop.time() + self.timeout_s
+        try:
+            async with asyncio.timeout_at(self.deadline):
+                message = await self._receive()
+        except TimeoutError:
+            message_text = f"the request body did not arrive within {self.timeout_s:g} s"
+            await self._answer(ApiProblem(REQUEST_TIMEOUT, message_text))
+            return {"type": "http.disconnect"}
+        if message["type"] == "http.request":
+            self.size += len(message.get("body", b""))
+            if self.size > self.max_bytes:
+                await self._answer(too_large(self.max_bytes))
+                return {"type": "http.disconnect"}
+            if not message.get("more_body", False):
+                self.complete = True
+        return message
+
+    async def send(self, message: Message) -> None:
+        if self.answered:
+            return
+        if message["type"] == "http.response.start":
+            self.started = True
+        await self._send(message)
+
+    async def _answer(self, problem: ApiProblem) -> None:
+        self.answered = True
+        if not self.started:  # else the app's reply is cut short; nothing more can be said
+            await problem_response(problem)(self.scope, _no_receive, self._send)
+
+
+async def _no_receive() -> Message:
+    return {"type": "http.disconnect"}
+
+
+def _header(scope: Scope, name: bytes) -> bytes | None:
+    headers: Any = scope.get("headers", [])
+    for key, value in headers:
+        if key == name:
+            return bytes(value)
+    return None
