@@ -60,6 +60,32 @@ def chat_body(stream: bool, max_tokens: int = 16) -> str:
     return json.dumps(body, separators=(",", ":"))
 
 
+def probe(base_url: str, key: str) -> str:
+    """What one non-streaming and one streaming request get back, in a few words ("16 completion
+    tokens; stream: 18 data events"), to check that two setups serve the same replies."""
+    import httpx
+
+    headers = {"authorization": f"Bearer {key}", "content-type": "application/json"}
+    said = []
+    for stream in (False, True):
+        try:
+            reply = httpx.post(
+                base_url + CHAT_PATH, content=chat_body(stream), headers=headers, timeout=10
+            )
+        except httpx.HTTPError as error:
+            said.append(f"{'stream' if stream else 'reply'}: {type(error).__name__}: {error}")
+            continue
+        if reply.status_code != 200:
+            said.append(f"{'stream' if stream else 'reply'}: HTTP {reply.status_code} {reply.text[:200]}")  # fmt: skip
+        elif stream:
+            events = sum(1 for line in reply.text.splitlines() if line.startswith("data:"))
+            said.append(f"stream: {events} data events")
+        else:
+            usage = reply.json().get("usage") or {}
+            said.append(f"{usage.get('completion_tokens')} completion tokens")
+    return "; ".join(said)
+
+
 def find_tool(name: str) -> str | None:
     """nginx lives in /usr/sbin, which a non-root PATH may not hold."""
     found = shutil.which(name)

@@ -4,11 +4,18 @@ reverse proxy, `gpuplex gateway` in each configuration, and the minimal client p
 
 As root, the gateway runs as nobody the way the end-to-end tests run it (tests/e2e/gateway/stack.py:
 `gateway_command`, `hand_to_gateway_user`), since `gpuplex gateway` refuses to run as root.
+
+For `--against REF`, a `Source` is a tree whose gateway is run: the working tree, or REF checked
+out in a temporary `git worktree` (`checkout`), its src/ put first on the gateway's PYTHONPATH. Each
+tree makes its own store and keys with its own code (`Processes.keys_for`); the backend is the working
+tree's either way, so only the gateway differs.
 """
 
 from __future__ import annotations
 
+import contextlib
 import grp
+import json
 import os
 import pwd
 import re
@@ -18,7 +25,8 @@ import subprocess
 import sys
 import tempfile
 from collections import Counter
-from dataclasses import dataclass
+from collections.abc import Iterator
+from dataclasses import astuple, dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from types import TracebackType
@@ -55,6 +63,20 @@ class GatewaySetup:
     workers: int = 1
     limiter: str = "memory"
     server: str = "uvicorn"  # the gateway's default
+
+
+@dataclass(frozen=True)
+class Source:
+    """A tree whose gateway is measured: `name` ("before", "after") keys its runs, `label` says what
+    it is (a commit, the working tree), `root` is where its src/ is."""
+
+    name: str
+    label: str
+    root: Path
+
+    @property
+    def src(self) -> Path:
+        return self.root / "src"
 
 
 @dataclass
@@ -199,24 +221,59 @@ class Processes:
         command = [find_tool("nginx") or "nginx", "-p", str(directory), "-e", str(directory / "error.log"), "-c", str(conf)]  # fmt: skip
         return self._start("nginx", command, None, port, log_path)
 
-    def gateway(self, setup: GatewaySetup, backend_port: int, key: str, redis_url: str) -> Running:
+    def gateway(
+        self,
+        setup: GatewaySetup,
+        backend_port: int,
+        key: str,
+        redis_url: str,
+        source: Source | None = None,
+    ) -> Running:
+        """`setup` in front of the backend; with `source`, that tree's gateway on its own store."""
         port = free_port()
         home = self.tmp / f"gateway-{port}"
         (home / "spool").mkdir(parents=True)
         spec = home / "gpuplex.yaml"
         spec.write_text(gateway_spec(setup, port, backend_port))
-        args = ["--config", str(spec), "--store", self.store_url, "--spool-dir", str(home / "spool")]  # fmt: skip
+        store_url = self.store_url if source is None else self.source_store(source)
+        args = ["--config", str(spec), "--store", store_url, "--spool-dir", str(home / "spool")]  # fmt: skip
         args += ["--server", setup.server]
         if setup.limiter == "redis":
             args += ["--redis-url", redis_url]
         command, environment = gateway_command(args)
+        label, cwd = setup.label, ROOT
+        if source is not None:
+            label, cwd = f"{setup.label} [{source.name}: {source.label}]", source.root
+            environment = on_source(environment, source)
         hand_to_gateway_user(self.tmp)
-        running = self._start(setup.label, command, environment, port, home / "gateway.log")
+        running = self._start(label, command, environment, port, home / "gateway.log", cwd)
         try:
             wait_for_key(running.url, key)
         except AssertionError as error:
-            raise RuntimeError(f"{setup.label}: {error}\n{running.log_path.read_text()}") from None
+            raise RuntimeError(f"{label}: {error}\n{running.log_path.read_text()}") from None
         return running
+
+    def source_store(self, source: Source) -> str:
+        return f"sqlite:///{self.tmp / f'store-{source.name}.db'}"
+
+    def keys_for(self, source: Source) -> dict[str, str]:
+        """`keys()` for `source`'s gateway: its own store, made and filled by its own code (a
+        store's schema and key format may differ between commits). Raises RuntimeError."""
+        _, environment = gateway_command([])
+        environment = on_source(environment, source)
+        command = [sys.executable, "-c", _KEYS_SCRIPT, self.source_store(source)]
+        command.append(json.dumps(astuple(KEY_LIMITS)))
+        done = subprocess.run(  # noqa: S603 - our own script, arguments built here
+            command, capture_output=True, text=True, env=environment, cwd=source.root, check=False
+        )
+        lines = done.stdout.strip().splitlines()
+        if done.returncode != 0 or not lines:
+            raise RuntimeError(
+                f"{source.name} ({source.label}): could not make its store and API keys with its "
+                f"own code (gpuplex.store):\n{tail_lines(done.stdout + done.stderr)}"
+            )
+        made: dict[str, str] = json.loads(lines[-1])
+        return made
 
     def client_proxy(self, client: str, backend_url: str) -> Running:
         port = free_port()
@@ -232,6 +289,7 @@ class Processes:
         environment: dict[str, str] | None,
         port: int,
         log_path: Path,
+        cwd: Path = ROOT,
     ) -> Running:
         with log_path.open("ab") as log:
             process = subprocess.Popen(  # noqa: S603 - our own processes, arguments built here
@@ -240,7 +298,7 @@ class Processes:
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
                 env=environment,
-                cwd=ROOT,
+                cwd=cwd,
             )
         running = self._add(Running(f"http://127.0.0.1:{port}", process, log_path))
         try:
@@ -267,3 +325,109 @@ def redis_reachable(url: str) -> str | None:
     except redis.RedisError as error:
         return str(error)
     return None
+
+
+#: Run by `Processes.keys_for` under a tree's own src/: argv[1] the store URL, argv[2] the "full"
+#: key's limits as a JSON list; prints {tenant: key} as JSON.
+_KEYS_SCRIPT = """\
+import json, sys
+from datetime import UTC, datetime
+from gpuplex.store.db import open_store
+from gpuplex.store.keys import KeyLimits, KeyRepository
+repository = KeyRepository(open_store(sys.argv[1]))
+made = {}
+for tenant, limits in (("plain", KeyLimits()), ("full", KeyLimits(*json.loads(sys.argv[2])))):
+    secret, _ = repository.create(tenant=tenant, name="bench", models=[], expires_at=None,
+                                  limits=limits, now=datetime.now(UTC), actor="bench")
+    made[tenant] = secret
+print(json.dumps(made))
+"""
+
+
+def tail_lines(text: str, lines: int = 30) -> str:
+    return "\n".join(text.strip().splitlines()[-lines:])
+
+
+def on_source(environment: dict[str, str], source: Source) -> dict[str, str]:
+    """The gateway's environment with `source`'s src/ first on PYTHONPATH, in place of the working
+    tree's (which `gateway_command` puts there as root; the virtualenv's editable install puts it
+    after PYTHONPATH otherwise)."""
+    own = str(ROOT / "src")
+    rest = [p for p in environment.get("PYTHONPATH", "").split(os.pathsep) if p and p != own]
+    return environment | {"PYTHONPATH": os.pathsep.join([str(source.src), *rest])}
+
+
+def check_source(source: Source) -> None:
+    """That the gateway's user, with the gateway's interpreter and path, imports gpuplex from
+    `source`'s src/ (and can read it). Raises RuntimeError."""
+    command, environment = gateway_command([])
+    interpreter = command[: command.index("-m")]
+    probe = "import gpuplex, pathlib; print(pathlib.Path(gpuplex.__file__).resolve())"
+    done = subprocess.run(  # noqa: S603 - the gateway's interpreter, arguments built here
+        [*interpreter, "-c", probe],
+        capture_output=True,
+        text=True,
+        env=on_source(environment, source),
+        cwd=source.root,
+        check=False,
+    )
+    found = Path(done.stdout.strip().splitlines()[-1]) if done.stdout.strip() else None
+    if done.returncode != 0 or found is None or not found.is_relative_to(source.src.resolve()):
+        raise RuntimeError(
+            f"{source.name} ({source.label}): the gateway's user imports gpuplex from {found}, "
+            f"not from {source.src}:\n{tail_lines(done.stdout + done.stderr)}"
+        )
+
+
+def _git(*args: str) -> str:
+    done = subprocess.run(  # noqa: S603 - git, arguments built here
+        ["git", "-C", str(ROOT), *args],  # noqa: S607 - git from PATH, as a developer runs it
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if done.returncode != 0:
+        raise RuntimeError(f"git {' '.join(args)}: {(done.stderr or done.stdout).strip()}")
+    return done.stdout.strip()
+
+
+def describe_ref(ref: str) -> str:
+    """ "HEAD~1 = 91693ab sync: apply and diff share…"; RuntimeError when `ref` is no commit."""
+    try:
+        _git("rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}")
+    except RuntimeError:
+        raise RuntimeError(f"{ref!r} is not a commit of the repository at {ROOT}") from None
+    subject = _git("log", "-1", "--format=%h %s", ref)
+    return f"{ref} = {subject[:80]}{'…' if len(subject) > 80 else ''}"
+
+
+def describe_working_tree(ref: str) -> str:
+    """ "working tree (HEAD 2bab96d + uncommitted changes); src/ against REF: N files changed, …"."""
+    head = _git("log", "-1", "--format=%h")
+    dirty = _git("status", "--porcelain", "--", "src")
+    changes = f" + {len(dirty.splitlines())} uncommitted paths under src/" if dirty else ""
+    differs = _git("diff", "--shortstat", ref, "--", "src") or "no change"
+    return f"working tree (HEAD {head}{changes}); src/ against {ref}: {differs}"
+
+
+@contextlib.contextmanager
+def checkout(ref: str) -> Iterator[Path]:
+    """`ref` checked out in a temporary `git worktree` (detached) that the gateway's user can read;
+    removed on leaving, on an exception or Ctrl-C too. Raises RuntimeError when git cannot."""
+    parent = Path(tempfile.mkdtemp(prefix="gpuplex-bench-against-"))
+    parent.chmod(0o755)
+    tree = parent / "tree"
+    try:
+        _git("worktree", "add", "--detach", str(tree), ref)
+        for directory, _, files in os.walk(tree):  # o+rX, as `chmod -R o+rX`
+            os.chmod(directory, os.stat(directory).st_mode | 0o005)
+            for name in files:
+                path = os.path.join(directory, name)
+                if not os.path.islink(path):
+                    os.chmod(path, os.stat(path).st_mode | 0o004)
+        yield tree
+    finally:
+        if tree.exists():
+            with contextlib.suppress(RuntimeError):
+                _git("worktree", "remove", "--force", str(tree))
+        shutil.rmtree(parent, ignore_errors=True)
