@@ -207,8 +207,13 @@ class GuardedHttpProtocol(HttpToolsProtocol):
         if self.transport.is_closing():
             return
         self._unset_keepalive_if_required()
-        view = memoryview(data)
         most = self.limits.max_header_bytes
+        if not self.head_open or self.head_bytes + len(data) < most:
+            # the common case: a body, or a whole request well inside the limit, in one read
+            self.head_bytes += len(data) if self.head_open else 0
+            self._feed(data)
+            return
+        view = memoryview(data)
         while view:
             if not self.head_open:
                 self._feed(view)
@@ -222,7 +227,7 @@ class GuardedHttpProtocol(HttpToolsProtocol):
                 self._refuse(GuardCode.HEADERS_TOO_LARGE, f"the request head is over {most} bytes")
                 return
 
-    def _feed(self, data: memoryview) -> bool:
+    def _feed(self, data: bytes | memoryview) -> bool:
         """Parse `data`; False when the connection is being refused or closed."""
         try:
             self.parser.feed_data(data)

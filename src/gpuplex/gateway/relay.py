@@ -50,6 +50,7 @@ class Exchange:
     cancellable: bool = False  # admitted: cancelling cannot lose a reservation to settle
     client_gone: bool = False  # the client went away first: cancelled
     upstream_broke: bool = False  # the model server broke its reply
+    watcher: asyncio.Future[None] | None = None  # watch_disconnect, once started
 
     def __post_init__(self) -> None:
         self.prompt_tokens = self.prompt_tokens or self.request.prompt_tokens
@@ -68,6 +69,22 @@ class Exchange:
 
 
 Recorder = Callable[["GatewayRuntime", Exchange], bool]
+
+
+#: A request still going after this starts watching for its client going away. Most requests are
+#: over sooner and never pay for a watching task; a client that left earlier is noticed at once
+#: when the watch starts (its `receive` answers `http.disconnect` straight away).
+WATCH_AFTER_S = 0.05
+
+
+def watch_later(receive: Receive, ex: Exchange, task: asyncio.Task[None]) -> asyncio.TimerHandle:
+    """Start `watch_disconnect` for `ex` after WATCH_AFTER_S; cancel the handle (and `ex.watcher`)
+    when the request is over."""
+
+    def start() -> None:
+        ex.watcher = asyncio.ensure_future(watch_disconnect(receive, ex, task))
+
+    return asyncio.get_running_loop().call_later(WATCH_AFTER_S, start)
 
 
 async def watch_disconnect(receive: Receive, ex: Exchange, task: asyncio.Task[None]) -> None:
@@ -114,9 +131,11 @@ async def relay_whole(
 
 async def _read_capped(reply: aiohttp.ClientResponse, max_bytes: int, ex: Exchange) -> bytes:
     declared = reply.content_length
+    if declared is not None and declared <= max_bytes:
+        return await reply.read()  # the common case: aiohttp reads no more than declared
     size = 0
     chunks: list[bytes] = []
-    if declared is None or declared <= max_bytes:
+    if declared is None:
         async for chunk in reply.content.iter_any():
             size += len(chunk)
             if size > max_bytes:

@@ -26,6 +26,11 @@ class EventSplitter:
 
     def feed(self, chunk: bytes) -> list[bytes]:
         """The events `chunk` completes, each with its separator; keeps the unfinished rest."""
+        if not self._pending and chunk.endswith(b"\n\n") and b"\r" not in chunk:
+            # the common case, a server writing whole events: split without copying to a buffer
+            if chunk.find(b"\n\n") == len(chunk) - 2:
+                return [chunk]
+            return [event + b"\n\n" for event in chunk[:-2].split(b"\n\n")]
         pending = self._pending
         pending += chunk
         events: list[bytes] = []
