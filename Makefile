@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo host-demo test lint typecheck unit services services-stop kube-control-plane bench bench-gateway bench-abuse clean
+.PHONY: demo host-demo test lint typecheck unit services services-stop kube-control-plane bench bench-gateway bench-abuse bench-cancel clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -65,6 +65,10 @@ bench-gateway: $(STAMP)
 # tenant's p50/p99 against the no-attack baseline of the same run (about 90 s).
 bench-abuse: $(STAMP)
 	$(BIN)/python bench/abuse.py $(ARGS)
+
+# How soon a model server stops generating after its client goes away, through the gateway and not.
+bench-cancel: $(STAMP)
+	$(BIN)/python bench/cancel.py $(ARGS)
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .hypothesis .demo-state .demo-up

@@ -179,15 +179,15 @@ async def relay_stream(
     await send({"type": "http.response.start", "status": 200, "headers": headers})
     ex.stream_started = True
     try:
-        while True:
-            if events and not await _relay(rt, ex, usage, events, renamer, send, record):
+        going = await _pass_on(rt, ex, usage, events, renamer, send, record)
+        async for chunk in chunks:
+            if not going:
                 return
-            chunk = await anext(chunks, b"")
-            if not chunk:  # the end: aiohttp never yields an empty chunk before it
-                break
             events = splitter.feed(chunk)
+            if events:
+                going = await _pass_on(rt, ex, usage, events, renamer, send, record)
         rest = splitter.rest()
-        if rest and not await _relay(rt, ex, usage, [rest], renamer, send, record):
+        if not going or (rest and not await _pass_on(rt, ex, usage, [rest], renamer, send, record)):
             return
     except EventTooLong:
         error = _event_too_long(rt, ex)
@@ -211,7 +211,7 @@ async def relay_stream(
     await send({"type": "http.response.body", "body": b""})
 
 
-async def _relay(
+async def _pass_on(
     rt: GatewayRuntime,
     ex: Exchange,
     usage: StreamUsage,
@@ -220,21 +220,24 @@ async def _relay(
     send: Send,
     record: Recorder,
 ) -> bool:
-    """Send whole events on; the record is written before the `[DONE]` event goes out. False
-    when the stream had to end early (the record could not be written)."""
+    """Send whole events on, counting their tokens; the record is written before the `[DONE]`
+    event goes out. False when the stream had to end there (the record could not be written)."""
     out: list[bytes] = []
+    going = True
     for event in events:
         done = usage.read_event(event)
         ex.prompt_tokens, ex.completion_tokens = usage.tokens(ex.request.prompt_tokens)
         if done and not record(rt, ex):
-            if out:
-                await send({"type": "http.response.body", "body": b"".join(out), "more_body": True})
-            error = ApiError(ApiCode.USAGE_UNAVAILABLE, "usage could not be recorded")
-            await _end_with_error(rt, ex, error, send, record)
-            return False
-        out.append(rename_model(event, renamer))
-    await send({"type": "http.response.body", "body": b"".join(out), "more_body": True})
-    return True
+            going = False
+            break
+        out.append(rename_model(event, renamer) if renamer is not None else event)
+    if out:
+        body = out[0] if len(out) == 1 else b"".join(out)
+        await send({"type": "http.response.body", "body": body, "more_body": True})
+    if not going:
+        error = ApiError(ApiCode.USAGE_UNAVAILABLE, "usage could not be recorded")
+        await _end_with_error(rt, ex, error, send, record)
+    return going
 
 
 async def _end_with_error(
