@@ -6,7 +6,7 @@ and queue charged what was really used -> one usage record.
 The usage record is written to the spool before the last bytes of the reply go out, so a client
 that saw its request complete always has a record, even if the gateway is killed the next moment;
 a spool that cannot take records stops requests before they are forwarded (503). A client that
-goes away cancels the request to the model server within moments (`relay.watch_later`): its slot
+goes away cancels the request to the model server within moments (`relay.DisconnectWatch`): its slot
 frees and it is billed what reached it, with status 499 (outcome `cancelled`).
 """
 
@@ -34,7 +34,7 @@ from gpuplex.errors import LimiterUnavailable
 from gpuplex.gateway.api_errors import ApiCode, ApiError
 from gpuplex.gateway.asgi_io import Receive, Scope, Send, header, read_body
 from gpuplex.gateway.backends import BackendPool
-from gpuplex.gateway.relay import CLIENT_GONE, Exchange, relay_stream, relay_whole, watch_later
+from gpuplex.gateway.relay import CLIENT_GONE, Exchange, relay_stream, relay_whole
 from gpuplex.gateway.runtime import GatewayRuntime
 from gpuplex.ids import new_request_id
 from gpuplex.observe import gateway_metrics as metrics
@@ -89,7 +89,7 @@ async def handle_inference(
     )
     task = asyncio.current_task()
     assert task is not None
-    watch = watch_later(receive, exchange, task)
+    rt.disconnects.watch(receive, exchange, task)
     try:
         await _admitted(rt, exchange, pool, raw, send)
     except ApiError as error:
@@ -104,9 +104,7 @@ async def handle_inference(
         exchange.status = exchange.status or CLIENT_GONE
         raise
     finally:
-        watch.cancel()
-        if exchange.watcher is not None:
-            exchange.watcher.cancel()
+        rt.disconnects.unwatch(exchange)
         record_usage(rt, exchange)
 
 

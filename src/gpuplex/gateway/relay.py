@@ -1,7 +1,7 @@
 """A model server's reply on its way to the client, bounded: a whole reply is read up to
 `gateway.max_reply_mib`, a stream is relayed event by event with no event longer than
 `gateway.max_event_kib` (a misbehaving server gets the client a 502, never the gateway's memory),
-and both name the model the tenant called, not the server's name for it. `watch_disconnect`
+and both name the model the tenant called, not the server's name for it. `DisconnectWatch`
 notices a client that went away and cancels its request, so the model server stops generating."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import aiohttp
 
@@ -51,6 +51,7 @@ class Exchange:
     client_gone: bool = False  # the client went away first: cancelled
     upstream_broke: bool = False  # the model server broke its reply
     watcher: asyncio.Future[None] | None = None  # watch_disconnect, once started
+    watch_handle: asyncio.TimerHandle | None = None  # when watch_later starts it
 
     def __post_init__(self) -> None:
         self.prompt_tokens = self.prompt_tokens or self.request.prompt_tokens
@@ -71,10 +72,54 @@ class Exchange:
 Recorder = Callable[["GatewayRuntime", Exchange], bool]
 
 
-#: A request still going after this starts watching for its client going away. Most requests are
-#: over sooner and never pay for a watching task; a client that left earlier is noticed at once
-#: when the watch starts (its `receive` answers `http.disconnect` straight away).
+#: How often the clients of requests in flight are checked for having gone away.
+POLL_S = 0.025
+#: Where the server's `receive` does not say whether its client has gone (not uvicorn), a
+#: request still going after this starts a task that waits for `http.disconnect`: most requests
+#: are over sooner and never pay for it; a client that left earlier is noticed at once then.
 WATCH_AFTER_S = 0.05
+
+
+class DisconnectWatch:
+    """Notices clients that go away mid-request, and cancels their requests (once past
+    admission: a cancel inside the limiter's call could lose a slot it had just been given).
+
+    Under uvicorn, `receive` is its request cycle's bound method, whose `disconnected` flag turns
+    true when the connection is lost: one timer checks the flags of every request in flight each
+    POLL_S, so a request costs a dict entry, not a task. Elsewhere `watch_later` is the fallback."""
+
+    def __init__(self, poll_s: float = POLL_S) -> None:
+        self.poll_s = poll_s
+        self._watched: dict[str, tuple[Exchange, Any, asyncio.Task[None]]] = {}
+        self._timer: asyncio.TimerHandle | None = None
+
+    def watch(self, receive: Receive, ex: Exchange, task: asyncio.Task[None]) -> None:
+        cycle = getattr(receive, "__self__", None)
+        if not isinstance(getattr(cycle, "disconnected", None), bool):
+            ex.watch_handle = watch_later(receive, ex, task)
+            return
+        self._watched[ex.request_id] = (ex, cycle, task)
+        if self._timer is None:
+            self._timer = asyncio.get_running_loop().call_later(self.poll_s, self._poll)
+
+    def unwatch(self, ex: Exchange) -> None:
+        """The request is over."""
+        self._watched.pop(ex.request_id, None)
+        if ex.watch_handle is not None:
+            ex.watch_handle.cancel()
+        if ex.watcher is not None:
+            ex.watcher.cancel()
+
+    def _poll(self) -> None:
+        self._timer = None
+        for request_id, (ex, cycle, task) in list(self._watched.items()):
+            if cycle.disconnected and not ex.replied:
+                del self._watched[request_id]
+                ex.client_gone = True
+                if ex.cancellable:
+                    task.cancel()
+        if self._watched:
+            self._timer = asyncio.get_running_loop().call_later(self.poll_s, self._poll)
 
 
 def watch_later(receive: Receive, ex: Exchange, task: asyncio.Task[None]) -> asyncio.TimerHandle:

@@ -20,6 +20,7 @@ from gpuplex.errors import GatewayError
 from gpuplex.gateway.auth import KeyCache
 from gpuplex.gateway.backends import BackendPool, run_health_checks
 from gpuplex.gateway.limiter_memory import Limiter, MemoryLimiter
+from gpuplex.gateway.relay import DisconnectWatch
 from gpuplex.gateway.spool import UsageSpool
 from gpuplex.gateway.spool_mover import SpoolMover
 from gpuplex.settings import GatewaySettings
@@ -68,6 +69,7 @@ class GatewayRuntime:
         self.spool = UsageSpool(settings.spool_dir, f"w{os.getpid()}")
         self.mover = SpoolMover(settings.spool_dir, self.usage_sink)
         self.session: aiohttp.ClientSession | None = None
+        self.disconnects = DisconnectWatch()
         self._stop = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
 
