@@ -7,8 +7,7 @@ without it (the baseline), on loopback with the simulated model server.
 Each try sends a streamed chat completion (4,000 tokens at 2 ms a token), reads its first bytes,
 waits a moment and closes the socket; the time from the close to the simulated server's
 `in_flight` dropping to 0 (polled every millisecond) is the cancel latency. Half the tries close
-10 ms after the first bytes, before the gateway starts watching the request (it watches from
-50 ms), half after 200 ms, when it already is. The baseline is the same client talking to the
+10 ms after the first bytes, half after 200 ms. The baseline is the same client talking to the
 model server directly: how soon the server itself notices. The issue's target is 100 ms.
 """
 

@@ -376,15 +376,35 @@ class Compare(Runner):
                     for source in order:
                         label = f"{setup.label} · {source.name}"
                         key = keys[source.name][setup.tenant]
+                        group = started[source.name].process.pid
+                        cpu_before = group_cpu_s(group)
                         load = self.one(label, started[source.name].url, key, mode, tool)
                         if load is not None:
-                            run = TreeRun(setup.label, mode, source.name, round_, load)
+                            cpu_us = None
+                            if tool == CLOSED and load.requests:
+                                spent_s = group_cpu_s(group) - cpu_before
+                                cpu_us = spent_s * 1e6 / load.requests
+                            run = TreeRun(setup.label, mode, source.name, round_, load, cpu_us)
                             self.comparison.runs.append(run)
         for name, running in started.items():
             problems = running.log_problems()
             if problems:
                 self.comparison.logs[f"{setup.label} · {name}"] = problems
             procs.stop(running)
+
+
+def group_cpu_s(group: int) -> float:
+    """CPU seconds (user + system) used so far by the live processes of process group `group`:
+    a gateway and its workers and usage mover (started in a session of their own)."""
+    total = 0
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue  # gone meanwhile
+        if int(fields[2]) == group:
+            total += int(fields[11]) + int(fields[12])
+    return total / os.sysconf("SC_CLK_TCK")
 
 
 def parse_options(argv: Sequence[str] | None) -> tuple[Options, argparse.Namespace]:

@@ -223,6 +223,8 @@ class TreeRun:
     tree: str  # BEFORE or AFTER
     round: int
     load: Load
+    #: closed loop: CPU seconds the gateway's processes used in the run, per request, in µs
+    cpu_us_per_request: float | None = None
 
 
 @dataclass(frozen=True)
@@ -244,6 +246,8 @@ class CompareRow:
     before_errors: int
     after_errors: int
     verdict: str
+    before_cpu_us: float | None = None  # closed loop, CPU µs per request, mean over rounds
+    after_cpu_us: float | None = None
 
 
 @dataclass
@@ -307,6 +311,20 @@ class Comparison:
             before_errors=errors[BEFORE],
             after_errors=errors[AFTER],
             verdict=verdict(ratio, errors[BEFORE] + errors[AFTER]),
+            before_cpu_us=self.cpu_us(setup, mode, BEFORE),
+            after_cpu_us=self.cpu_us(setup, mode, AFTER),
+        )
+
+    def cpu_us(self, setup: str, mode: str, tree: str) -> float | None:
+        """CPU µs per request of one tree's gateway, mean over its closed-loop runs: less moved
+        by the machine's other work than req/s, since a busy machine slows both."""
+        return _mean(
+            [
+                run.cpu_us_per_request
+                for run in self.runs
+                if (run.setup, run.mode, run.tree, run.load.tool) == (setup, mode, tree, CLOSED)
+                and run.cpu_us_per_request is not None
+            ]
         )
 
     def round_ratios(self, setup: str, mode: str) -> list[float]:
@@ -368,6 +386,12 @@ def _pair(before: float | None, after: float | None, digits: int = 1, signed: bo
     return f"{_num(before, digits, signed)} → {_num(after, digits, signed)}"
 
 
+def _cpu_said(row: CompareRow) -> str:
+    if row.before_cpu_us is None or row.after_cpu_us is None or not row.before_cpu_us:
+        return ""
+    return f" · CPU per request after ÷ before {row.after_cpu_us / row.before_cpu_us:.2f}"
+
+
 def print_comparison(comparison: Comparison, console: Console) -> None:
     m, o = comparison.machine, comparison.options
     paced = o["paced_connections"]
@@ -409,7 +433,7 @@ def print_comparison(comparison: Comparison, console: Console) -> None:
         table.add_column(name)
     names = (
         "before req/s", "after req/s", "after ÷ before", "each round",
-        "added p50 ms", "added p99 ms", "p50 ms", "p99 ms", "errors",
+        "CPU µs/request", "added p50 ms", "added p99 ms", "p50 ms", "p99 ms", "errors",
     )  # fmt: skip
     for name in names:
         table.add_column(name, justify="right")
@@ -424,6 +448,7 @@ def print_comparison(comparison: Comparison, console: Console) -> None:
             _num(row.after_rate_per_s, 0),
             "—" if row.ratio is None else f"{row.ratio:.2f}",
             " ".join(f"{r:.2f}" for r in row.round_ratios) or "—",
+            _pair(row.before_cpu_us, row.after_cpu_us, digits=0),
             _pair(row.before_added_p50_ms, row.after_added_p50_ms, signed=True),
             _pair(row.before_added_p99_ms, row.after_added_p99_ms, signed=True),
             _pair(row.before_p50_ms, row.after_p50_ms),
@@ -435,7 +460,8 @@ def print_comparison(comparison: Comparison, console: Console) -> None:
     for row in rows:
         ratio = "—" if row.ratio is None else f"{row.ratio:.2f}"
         console.print(
-            f"verdict · {row.setup} · {row.mode}: after ÷ before req/s {ratio}: {row.verdict}",
+            f"verdict · {row.setup} · {row.mode}: after ÷ before req/s {ratio}: {row.verdict}"
+            + _cpu_said(row),
             markup=False,
             highlight=False,
         )
