@@ -79,6 +79,15 @@ gateway:
   port: {gateway_port}
   header_timeout_s: {header_timeout_s}
 """
+
+
+def one_tenant_spec(sim_port: int, model: str, header_timeout_s: float = 10.0) -> str:
+    """The benchmarks' gateway spec: tenant acme, one model on the simulated server at
+    `sim_port`; `{gateway_port}` is left for `Stack.gateway` to fill in."""
+    spec = SPEC.replace("{sim_port}", str(sim_port)).replace("acme-chat", model)
+    return spec.replace("{header_timeout_s}", f"{header_timeout_s:g}")
+
+
 CHAT = {"model": "acme-chat", "max_tokens": 16, "messages": [{"role": "user", "content": "hi"}]}
 
 
@@ -265,8 +274,7 @@ def run(options: Options, console: Console, status: Console) -> dict[str, Any]:
     try:
         status.print("starting the simulated model server, the gateway and the control plane")
         sim_port = stack.sim(["acme-chat"])
-        spec = SPEC.replace("{sim_port}", str(sim_port))
-        spec = spec.replace("{header_timeout_s}", f"{options.header_timeout_s:g}")
+        spec = one_tenant_spec(sim_port, "acme-chat", options.header_timeout_s)
         gateway = stack.gateway(spec)
         spec_path = directory / "server-spec.yaml"
         spec_path.write_text(spec.replace("{gateway_port}", str(gateway.port)))

@@ -32,23 +32,10 @@ from rich.console import Console
 from rich.table import Table
 from tests.e2e.gateway.stack import Stack, cannot_run_gateway, stack_in
 
+from bench.abuse import one_tenant_spec
 from bench.planner_measure import machine
 
 TARGET_MS = 100.0
-SPEC = """
-fleet:
-  nodes: [{name: n1, gpus: [{model: H100-80GB, count: 1}]}]
-tenants:
-  - name: acme
-    isolation: mps
-    requirement: moderate
-    workloads:
-      - name: chat
-        gpu: {memory_gib: 20}
-        serve: {model: chat, port: {sim_port}}
-gateway:
-  port: {gateway_port}
-"""
 
 
 def cancel_latency_ms(host_port: tuple[str, int], sim_url: str, key: str, wait_s: float) -> float:
@@ -78,7 +65,7 @@ def cancel_latency_ms(host_port: tuple[str, int], sim_url: str, key: str, wait_s
 
 def measure(stack: Stack, tries: int) -> dict[tuple[str, float], list[float]]:
     sim_port = stack.sim(["chat"], decode_ms_per_token=2.0)
-    gateway = stack.gateway(SPEC.replace("{sim_port}", str(sim_port)))
+    gateway = stack.gateway(one_tenant_spec(sim_port, "chat"))
     key = stack.key("acme")
     sim_url = f"http://127.0.0.1:{sim_port}"
     results: dict[tuple[str, float], list[float]] = {}
@@ -110,7 +97,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     worst = 0.0
     for (name, wait_s), values in results.items():
         direct = statistics.median(results[("model server directly", wait_s)])
-        p99 = statistics.quantiles(values, n=100)[98] if len(values) > 1 else values[0]
+        p99 = (
+            statistics.quantiles(values, n=100, method="inclusive")[98]
+            if len(values) > 1
+            else values[0]
+        )
         worst = max(worst, p99) if name == "gateway" else worst
         table.add_row(
             name,

@@ -152,6 +152,7 @@ class GuardedHttpProtocol(HttpToolsProtocol):
         self.url_bytes = 0
         self.header_count = 0
         self.head_timer: asyncio.TimerHandle | None = None
+        self.head_deadline: float | None = None  # loop time; None while no head is being read
         self.lingering = False
         self.dropped_bytes = 0
         self.linger_timer: asyncio.TimerHandle | None = None
@@ -167,7 +168,7 @@ class GuardedHttpProtocol(HttpToolsProtocol):
             transport.close()
             return
         self.registry.waiting[self] = None
-        self.head_timer = self.loop.call_later(self.limits.header_timeout_s, self._head_timed_out)
+        self._expect_head()
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._cancel_timers()
@@ -186,9 +187,21 @@ class GuardedHttpProtocol(HttpToolsProtocol):
                 timer.cancel()
         self.head_timer = self.linger_timer = None
 
+    def _expect_head(self) -> None:
+        """A request head must now arrive within the header timeout. The timer is armed once and
+        re-armed lazily when it fires early (a head that came in time moved the deadline), so a
+        kept-alive connection costs no timer per request."""
+        self.head_deadline = self.loop.time() + self.limits.header_timeout_s
+        if self.head_timer is None:
+            self.head_timer = self.loop.call_at(self.head_deadline, self._head_timed_out)
+
     def _head_timed_out(self) -> None:
         self.head_timer = None
-        if self.transport.is_closing():
+        deadline = self.head_deadline
+        if self.transport.is_closing() or deadline is None:
+            return  # no head is being read: the next one arms the timer again
+        if deadline > self.loop.time():
+            self.head_timer = self.loop.call_at(deadline, self._head_timed_out)
             return
         answering = self.cycle is not None and not self.cycle.response_complete
         if (self.head_bytes or self.url_bytes) and not answering:
@@ -265,9 +278,7 @@ class GuardedHttpProtocol(HttpToolsProtocol):
         """Send FIN after the answer, drop what still comes, and close soon."""
         self.lingering = True
         self._unset_keepalive_if_required()
-        if self.head_timer is not None:
-            self.head_timer.cancel()
-            self.head_timer = None
+        self.head_deadline = None
         self.registry.waiting[self] = None  # may be closed to make room
         if self.transport.can_write_eof():
             self.transport.write_eof()
@@ -280,10 +291,8 @@ class GuardedHttpProtocol(HttpToolsProtocol):
         super().on_message_begin()
         self.url_bytes = 0
         self.header_count = 0
-        if self.head_timer is None:  # a later request on a kept-alive connection
-            self.head_timer = self.loop.call_later(
-                self.limits.header_timeout_s, self._head_timed_out
-            )
+        if self.head_deadline is None:  # a later request on a kept-alive connection
+            self._expect_head()
 
     def on_url(self, url: bytes) -> None:
         self.url_bytes += len(url)
@@ -303,9 +312,7 @@ class GuardedHttpProtocol(HttpToolsProtocol):
 
     def on_headers_complete(self) -> None:
         self.head_open = False
-        if self.head_timer is not None:
-            self.head_timer.cancel()
-            self.head_timer = None
+        self.head_deadline = None
         self.registry.waiting.pop(self, None)
         super().on_headers_complete()
         cycle = self.cycle

@@ -279,6 +279,25 @@ def test_a_kept_alive_connection_is_closed_after_the_keep_alive_timeout(front: F
         assert closed_within(sock, 2.0)  # keep_alive_timeout_s: 2
 
 
+def test_a_later_slow_head_on_a_kept_alive_connection_gets_its_own_full_timeout(
+    front: Front,
+) -> None:
+    """The head timer is armed once per connection and moved lazily: a second request's head,
+    begun half a timeout after the connection opened, still gets a whole timeout, then 408."""
+    with connect(front.gateway.port) as sock:
+        sock.sendall(b"GET /health HTTP/1.1\r\nhost: t\r\n\r\n")
+        sock.settimeout(2)
+        assert status_of(sock.recv(65536)) == 200
+        time.sleep(HEADER_TIMEOUT_S * 0.5)
+        began = time.monotonic()
+        sock.sendall(b"GET /health HTTP/1.1\r\n")  # and never the rest
+        answer = read_answer(sock, 3)
+        waited = time.monotonic() - began
+    assert status_of(answer) == 408
+    assert error_code(answer) == "header_timeout"
+    assert waited >= HEADER_TIMEOUT_S * 0.9  # not cut short at the connection's first deadline
+
+
 @pytest.fixture
 def control_plane_in_process(tmp_path: Path) -> Iterator[int]:
     """The control plane's own app and front-door wiring (`http_options`), in this process,

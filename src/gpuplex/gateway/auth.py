@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 from gpuplex.clock import monotonic_s, now_s, utc_now
 from gpuplex.core.serve.failed_auth import FailedAttempts
-from gpuplex.core.serve.keys import key_matches, key_prefix
+from gpuplex.core.serve.keys import bearer_token, key_matches, key_prefix
 from gpuplex.core.serve.limits import Limit, LimitKind, scope_limits
 from gpuplex.gateway.api_errors import ApiCode, ApiError
 from gpuplex.store.keys import KeyRecord, KeyRepository
@@ -103,12 +103,9 @@ class KeyCache:
         raise ApiError(ApiCode.INVALID_API_KEY, "invalid API key")
 
     def _match(self, authorization: bytes | None, now: float) -> Caller | None:
-        if not authorization:
+        token = bearer_token(authorization)
+        if token is None:
             return None
-        scheme, _, rest = authorization.strip().partition(b" ")
-        if scheme.lower() != b"bearer":
-            return None
-        token = rest.strip().decode("latin-1")
         prefix = key_prefix(token)
         found = self._by_prefix.get(prefix) if prefix else None
         if found is None or not key_matches(found[0], token):

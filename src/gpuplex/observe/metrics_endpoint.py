@@ -14,7 +14,8 @@ from collections.abc import Sequence
 from fastapi import FastAPI, Request, Response
 
 from gpuplex.core.access import Action, Principal, Role
-from gpuplex.observe.metrics_token import bearer_credentials, presents_metrics_token
+from gpuplex.core.serve.keys import bearer_token
+from gpuplex.observe.metrics_token import presents_metrics_token
 from gpuplex.observe.server_metrics import exposition, metrics_registry
 from gpuplex.observe.tenant_labels import TENANT_LABEL_CAP
 from gpuplex.server.auth import require
@@ -79,7 +80,7 @@ _HOW_TO_READ = (
 
 
 def _require_platform_token(authorization: str, ctx: ServerContext) -> None:
-    credentials = bearer_credentials(authorization)
+    credentials = bearer_token(authorization)
     if credentials is None:
         raise ApiProblem(UNAUTHENTICATED, _HOW_TO_READ)
     identity = ctx.tokens.authenticate(credentials, ctx.now())

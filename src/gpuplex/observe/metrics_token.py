@@ -11,7 +11,7 @@ platform-admin token. A token is at least `MIN_CHARS` characters: it guards ever
 
 from __future__ import annotations
 
-from gpuplex.core.serve.keys import key_hash, key_matches
+from gpuplex.core.serve.keys import bearer_token, key_hash, key_matches
 from gpuplex.ids import random_token
 
 MIN_CHARS = 16
@@ -34,18 +34,9 @@ def new_metrics_token() -> str:
     return f"{SCHEME}_{random_token(32)}"
 
 
-def bearer_credentials(authorization: str) -> str | None:
-    """The token of an `Authorization: Bearer <token>` header, else None."""
-    scheme, _, credentials = authorization.partition(" ")
-    credentials = credentials.strip()
-    if scheme.lower() != "bearer" or not credentials:
-        return None
-    return credentials
-
-
 def presents_metrics_token(authorization: str, token_sha256: str | None) -> bool:
     """Whether the header carries the metrics token (never, when none is configured)."""
-    credentials = bearer_credentials(authorization)
+    credentials = bearer_token(authorization)
     if token_sha256 is None or credentials is None:
         return False
     return key_matches(token_sha256, credentials)

@@ -26,6 +26,7 @@ from typing import Any
 import anyio.to_thread
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from gpuplex.core.serve.keys import bearer_token
 from gpuplex.server.context import ServerContext
 from gpuplex.server.problems import (
     REQUEST_TIMEOUT,
@@ -96,9 +97,8 @@ class BodyGuard:
 
     async def _refusal(self, scope: Scope, declared: bytes | None) -> ApiProblem | None:
         if str(scope["path"]).startswith(API_PREFIX):
-            authorization = _header(scope, b"authorization") or b""
-            scheme, _, token = authorization.partition(b" ")
-            if scheme.lower() != b"bearer" or not token:
+            token = bearer_token(_header(scope, b"authorization"))
+            if token is None:
                 return ApiProblem(UNAUTHENTICATED, NO_CREDENTIALS)
             if self.authenticate is not None and not await _known(self.authenticate, token):
                 return ApiProblem(UNAUTHENTICATED, UNKNOWN_CREDENTIALS)
@@ -108,9 +108,9 @@ class BodyGuard:
         return None
 
 
-async def _known(authenticate: Authenticate, token: bytes) -> bool:
+async def _known(authenticate: Authenticate, token: str) -> bool:
     try:
-        return await anyio.to_thread.run_sync(authenticate, token.decode("latin-1"))
+        return await anyio.to_thread.run_sync(authenticate, token)
     except Exception:  # the store is unavailable: the route answers for that (503)
         return True
 

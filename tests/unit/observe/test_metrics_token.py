@@ -17,7 +17,6 @@ from gpuplex.cli.server import server_command
 from gpuplex.errors import GatewayError
 from gpuplex.observe.metrics_token import (
     MIN_CHARS,
-    bearer_credentials,
     metrics_token_sha256,
     new_metrics_token,
     presents_metrics_token,
@@ -46,22 +45,6 @@ def test_new_tokens_are_long_random_and_accepted() -> None:
     assert first.startswith("gpm_")
     assert len(first) >= 40
     assert presents_metrics_token(f"Bearer {first}", metrics_token_sha256(first))
-
-
-@pytest.mark.parametrize(
-    ("header", "credentials"),
-    [
-        (f"Bearer {TOKEN}", TOKEN),
-        (f"bearer  {TOKEN} ", TOKEN),
-        ("Bearer ", None),
-        ("Bearer", None),
-        (f"Basic {TOKEN}", None),
-        (TOKEN, None),
-        ("", None),
-    ],
-)
-def test_bearer_credentials(header: str, credentials: str | None) -> None:
-    assert bearer_credentials(header) == credentials
 
 
 def test_presents_the_token_only_when_one_is_configured_and_it_matches() -> None:

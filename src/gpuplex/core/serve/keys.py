@@ -37,3 +37,16 @@ def key_hash(token: str) -> str:
 
 def key_matches(stored_hash: str, token: str) -> bool:
     return hmac.compare_digest(stored_hash, key_hash(token))
+
+
+def bearer_token(authorization: str | bytes | None) -> str | None:
+    """The credentials of an `Authorization: Bearer <token>` header, else None. The scheme is
+    matched case-insensitively (RFC 7235); a header's bytes are read as Latin-1, as HTTP does."""
+    if not authorization:
+        return None
+    text = authorization.decode("latin-1") if isinstance(authorization, bytes) else authorization
+    scheme, _, credentials = text.strip().partition(" ")
+    credentials = credentials.strip()
+    if scheme.lower() != "bearer" or not credentials:
+        return None
+    return credentials
