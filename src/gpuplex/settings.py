@@ -17,6 +17,11 @@ def inherited_environment() -> dict[str, str]:
     return {name: os.environ[name] for name in INHERITED_VARIABLES if name in os.environ}
 
 
+def full_environment() -> dict[str, str]:
+    """All of this process's environment: for a child that is gpuplex itself (never a tenant)."""
+    return dict(os.environ)
+
+
 def environment_value(name: str) -> str | None:
     return os.environ.get(name)
 

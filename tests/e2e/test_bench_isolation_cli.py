@@ -5,6 +5,9 @@ and tables come out, and nothing is left running afterwards, MPS daemons include
 from __future__ import annotations
 
 import json
+import shutil
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -15,8 +18,34 @@ from tests.e2e.processes import running_processes_naming
 pytestmark = pytest.mark.slow
 
 
-def test_the_harness_runs_every_scenario_through_the_host_runtime(tmp_path: Path) -> None:
-    out = tmp_path / "bench"
+@pytest.fixture
+def reachable() -> Iterator[Path]:
+    """A folder the tenants' users can pass through to theirs (pytest's tmp_path is under a 700
+    one)."""
+    base = Path(tempfile.mkdtemp(prefix="gpuplex-bench-test-"))
+    base.chmod(0o711)
+    try:
+        yield base
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+
+
+def test_the_harness_runs_every_scenario_through_the_host_runtime(reachable: Path) -> None:
+    _run_and_check(reachable / "bench")
+
+
+def test_without_a_gpu_it_says_to_use_the_simulated_driver_and_makes_nothing(
+    tmp_path: Path,
+) -> None:
+    result = run_subprocess("bench", "isolation", "--out", tmp_path / "bench", timeout_s=60)
+    if result.exit_code == 0:
+        pytest.skip("this machine has an NVIDIA GPU")
+    assert "--driver sim" in result.stderr
+    assert "Traceback" not in result.output
+    assert not (tmp_path / "bench").exists()
+
+
+def _run_and_check(out: Path) -> None:
     result = run_subprocess(
         "bench", "isolation", "--driver", "sim", "--batch", "1", "--seconds", "0.5",
         "--startup-s", "2", "--width", "32", "--layers", "2", "--out", out,
@@ -59,7 +88,7 @@ def test_a_bad_option_is_refused_before_anything_runs(
     assert not (tmp_path / "bench").exists()
 
 
-def test_a_loop_that_cannot_start_ends_the_run_with_its_output(tmp_path: Path) -> None:
+def test_a_loop_that_cannot_start_ends_the_run_with_its_output(reachable: Path) -> None:
     pytest.importorskip("numpy")
     try:
         import torch  # noqa: F401
@@ -67,7 +96,7 @@ def test_a_loop_that_cannot_start_ends_the_run_with_its_output(tmp_path: Path) -
         pass
     else:
         pytest.skip("torch is installed here: the torch loop would start")
-    out = tmp_path / "bench"
+    out = reachable / "bench"
     result = run_subprocess(
         "bench", "isolation", "--driver", "sim", "--backend", "torch", "--batch", "1",
         "--seconds", "0.5", "--startup-s", "1", "--out", out, timeout_s=120,

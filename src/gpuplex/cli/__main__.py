@@ -1,5 +1,5 @@
 """`python -m gpuplex.cli`: the same as the `gpuplex` command."""
 
-from gpuplex.cli.main import run
+from gpuplex.cli.entry import main
 
-run()
+main()

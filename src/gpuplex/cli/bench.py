@@ -10,7 +10,9 @@ tenant's p99 beside a heavy neighbour), also written to --out as results.json an
 from __future__ import annotations
 
 import json
+import os
 import sys
+import tempfile
 from enum import StrEnum
 from pathlib import Path
 from typing import Annotated
@@ -21,6 +23,7 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from gpuplex.cli.conventions import reported
+from gpuplex.host.interpreter import python_for_others
 from gpuplex.isolation_bench.report import json_records, markdown_report, tables
 from gpuplex.isolation_bench.results import ScenarioResult
 from gpuplex.isolation_bench.run import BenchSettings, run_all
@@ -55,9 +58,14 @@ def bench() -> None:
 
 @bench_app.command(name="isolation")
 def isolation_command(
-    out_dir: Annotated[Path, typer.Option("--out", help="Where specs and results go.")] = Path(
-        "bench-isolation"
-    ),
+    out_dir: Annotated[
+        Path | None,
+        typer.Option(
+            "--out",
+            help="Where specs and results go [default: a new folder under /tmp].",
+            show_default=False,
+        ),
+    ] = None,
     driver: Annotated[
         BenchDriver, typer.Option(help="nvml: this host's GPU; sim: test the harness.")
     ] = BenchDriver.NVML,
@@ -88,12 +96,19 @@ def isolation_command(
             f"{min(batch)} is not a batch size: use 1 or more", param_hint="--batch"
         )
     with reported():
+        if driver is BenchDriver.NVML:
+            _require_gpu()  # before anything is made: without a GPU, say so and how to go on
+        if out_dir is None:
+            out_dir = Path(tempfile.mkdtemp(prefix="gpuplex-bench-isolation-"))
+            out_dir.chmod(0o711)  # the tenants' users pass through it to their folders
         chosen = backend.value
         if backend is Backend.AUTO:
             chosen = "torch" if driver is BenchDriver.NVML else "numpy"
         torch = chosen == "torch"
+        python, python_env = python_for_others() if os.geteuid() == 0 else (sys.executable, {})
         program = LoopProgram(
-            python=sys.executable,
+            python=python,
+            env=python_env,
             backend=chosen,
             width=width or (4096 if torch else 256),
             layers=layers,
@@ -125,6 +140,13 @@ def isolation_command(
             markdown_report(results, program), encoding="utf-8"
         )
         out.print(f"results: {settings.work_dir / 'results.md'}, results.json")
+
+
+def _require_gpu() -> None:
+    """Raises GpuDriverError (which says to use --driver sim) where NVML finds no GPU."""
+    from gpuplex.host.nvml_driver import NvmlDriver  # loads NVML only for this check
+
+    NvmlDriver().close()
 
 
 def _print_tables(results: list[ScenarioResult]) -> None:

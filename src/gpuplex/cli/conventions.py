@@ -16,6 +16,11 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
+from gpuplex.core.apply.desired import fleet_port_clashes
+from gpuplex.core.apply.users import root_warnings
+from gpuplex.core.plan import Plan, Target
+from gpuplex.core.plan.node_sharing import target_of
+from gpuplex.core.spec import GpuplexSpec
 from gpuplex.errors import GpuplexError
 
 err = Console(stderr=True)
@@ -59,3 +64,22 @@ def reported() -> Iterator[None]:
     except GpuplexError as error:
         err.print(f"[red]error[/]: {escape(error.message)}", highlight=False, soft_wrap=True)
         raise typer.Exit(error.exit_code) from None
+
+
+def warn_root_tenants(spec: GpuplexSpec) -> None:
+    """Every tenant that opts in to running as root, on stderr (so `plan -o json` stays JSON)."""
+    for warning in root_warnings(spec):
+        err.print(f"[yellow]warning[/]: {escape(warning)}", highlight=False, soft_wrap=True)
+
+
+def warn_port_clashes(spec: GpuplexSpec, plan: Plan, path: object) -> None:
+    """Ports two replicas would share on one node (the host runtime only): `host apply` on that
+    node would refuse the spec, so say it now, on stderr."""
+    if target_of(spec) is not Target.HOST:
+        return  # on Kubernetes each pod has its own network
+    for clash in fleet_port_clashes(spec, plan):
+        err.print(
+            f"[yellow]warning[/]: {path}: {escape(clash)} (`host apply` there would refuse it)",
+            highlight=False,
+            soft_wrap=True,
+        )

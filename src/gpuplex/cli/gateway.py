@@ -21,6 +21,7 @@ from gpuplex.settings import (
     take_metrics_token,
 )
 from gpuplex.specfile import load_spec_file
+from gpuplex.up.lifecycle import exit_with_parent
 
 err = Console(stderr=True)
 
@@ -53,6 +54,7 @@ def gateway_command(
 ) -> None:
     """Serve the OpenAI-compatible API: keys, rate limits, fair queues, routing, metering.
     /metrics needs the bearer token in $GPUPLEX_METRICS_TOKEN (the process keeps only its hash)."""
+    exit_with_parent()  # under `gpuplex up`: stop when up dies, even by kill -9
     if os.geteuid() == 0:
         raise GatewayError(
             "the gateway never runs as root: start it as an unprivileged user "

@@ -11,6 +11,7 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
+from gpuplex.cli.conventions import warn_root_tenants
 from gpuplex.cli.host_view import (
     disagreements_table,
     events_table,
@@ -29,6 +30,7 @@ from gpuplex.host.status import host_status
 from gpuplex.host.wiring import open_driver
 from gpuplex.settings import HostSettings, default_state_dir
 from gpuplex.specfile import load_spec_file
+from gpuplex.up.lifecycle import exit_with_parent
 
 host_app = typer.Typer(
     help="Run a plan on this GPU server: MIG, MPS, cgroups, supervised tenant processes.",
@@ -91,6 +93,7 @@ def apply_command(
     """Plan the spec against what this host runs and make it so (one reconcile pass)."""
     spec = load_spec_file(file)
     settings = _settings(state_dir, node, driver)
+    warn_root_tenants(spec)
     result = session.apply(spec, file.read_bytes(), file, settings, dry_run=dry_run)
     if result.note:
         out.print(f"[yellow]note[/]: {escape(result.note)}")
@@ -100,6 +103,8 @@ def apply_command(
         reasons = "; ".join(unplaced.reasons)
         out.print(f"[yellow]not placed[/]: {escape(unplaced.label())}: {escape(reasons)}")
     if dry_run:
+        for problem in result.problems:
+            out.print(f"[red]would not start[/]: {escape(problem)}")
         if not result.actions:
             out.print("nothing to change")
         for action in result.actions:
@@ -138,6 +143,7 @@ def run_command(
 ) -> None:
     """Supervise this host: restart crashed replicas, health checks, VRAM watchdog, MPS daemons.
     Stopping it (or a crash) leaves every tenant running; starting it again re-adopts them."""
+    exit_with_parent()  # under `gpuplex up`: stop when up dies, even by kill -9
     settings = _settings(state_dir, node, driver, interval)
     if file is not None:
         spec = load_spec_file(file)
@@ -169,7 +175,10 @@ def status_command(
         if report.supervisor_pid
         else "no supervisor running"
     )
-    out.print(f"node {report.node or '?'} ({report.driver} driver), {supervisor}")
+    out.print(
+        f"node {report.node or '?'} ({report.driver} driver), {supervisor}, instance "
+        f"{report.instance} (cgroups gpuplex/{report.instance}, state {dirs.root})"
+    )
     out.print(gpus_table(report))
     out.print(replicas_table(report))
     if report.mps_daemons:
@@ -180,12 +189,20 @@ def status_command(
 
 @host_app.command("down")
 def down_command(state_dir: StateDirOption = None) -> None:
-    """Stop every replica and MPS daemon on this host and forget the applied spec."""
-    for event in session.down(_settings(state_dir)):
+    """Stop every replica and MPS daemon of this state directory's instance, and anything left in
+    its replicas' cgroups, and forget the applied spec. Exits 1 naming any process it could not
+    stop."""
+    result = session.down(_settings(state_dir))
+    for event in result.events:
         out.print(
             f"{event.kind:>18}  {escape(event.target)}: {escape(event.message)}", highlight=False
         )
-    out.print("[green]down[/]: nothing of gpuplex's runs on this host")
+    if result.left:
+        for line in result.left:
+            out.print(f"[red]still running[/]  {escape(line)}", highlight=False)
+        out.print("[red]down[/]: the processes above could not be stopped; see `ps -p <pid>`")
+        raise typer.Exit(1)
+    out.print("[green]down[/]: nothing of this gpuplex instance runs on this host")
 
 
 @host_app.command("mig-mode")

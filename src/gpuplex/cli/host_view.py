@@ -35,14 +35,18 @@ def replicas_table(report: HostStatus) -> Table:
         "GPU",
         "memory MiB (used/planned)",
         "restarts",
-        "note",
     ):
         table.add_column(column)
+    table.add_column("note", overflow="fold")  # a log path must be read whole, even folded
     for replica in report.replicas:
         phase = replica.phase.value
         if replica.pid is not None and not replica.alive:
             phase += " [red](pid gone)[/]"
         used = "-" if replica.observed_memory_mib is None else str(replica.observed_memory_mib)
+        note = escape(replica.message or replica.last_exit or "")
+        if not replica.alive and replica.stderr_last_line:  # where to look, and what it said
+            said = f"[dim]{escape(replica.stderr_log)}:[/] {escape(replica.stderr_last_line)}"
+            note = f"{note}\n{said}" if note else said
         table.add_row(
             replica.label,
             phase,
@@ -50,7 +54,7 @@ def replicas_table(report: HostStatus) -> Table:
             replica.gpu,
             f"{used}/{replica.planned_memory_mib}",
             str(replica.restarts),
-            replica.message or replica.last_exit or "",
+            note,
         )
     return table
 

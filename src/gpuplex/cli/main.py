@@ -18,6 +18,7 @@ from rich.markup import escape
 from gpuplex.cli.audit import audit_app
 from gpuplex.cli.bench import bench_app
 from gpuplex.cli.catalog_view import models_table, profiles_table
+from gpuplex.cli.conventions import warn_port_clashes, warn_root_tenants
 from gpuplex.cli.gateway import gateway_command
 from gpuplex.cli.host import host_app
 from gpuplex.cli.keys import keys_app
@@ -32,6 +33,7 @@ from gpuplex.cli.up import up_command
 from gpuplex.core.catalog import gpu_model, gpu_model_names
 from gpuplex.core.plan import Plan, Target, make_plan
 from gpuplex.core.plan.explain import explain as explain_workload
+from gpuplex.core.plan.node_sharing import target_of
 from gpuplex.core.spec import GpuplexSpec
 from gpuplex.core.spec.parse import did_you_mean
 from gpuplex.errors import GpuplexError, NotFoundError, PlanFileError
@@ -82,6 +84,8 @@ PlanTarget = Annotated[
 def validate(file: SpecFile) -> None:
     """Check a spec: shape, names, references, requests against the fleet and quotas."""
     spec = load_spec_file(file)
+    warn_root_tenants(spec)
+    warn_port_clashes(spec, make_plan(spec, target=Target.HOST), file)
     workloads = sum(len(t.workloads) for t in spec.tenants)
     gpus = sum(g.count for n in spec.fleet.nodes for g in n.gpus)
     out.print(f"[green]valid[/]: {len(spec.tenants)} tenants, {workloads} workloads, {gpus} GPUs")
@@ -98,7 +102,10 @@ def plan(
 ) -> None:
     """Decide isolation and placement for every replica, and print the plan."""
     spec = load_spec_file(file)
+    warn_root_tenants(spec)
     result = make_plan(spec, _load_plan(current) if current else None, target=target)
+    if (target or target_of(spec)) is Target.HOST:
+        warn_port_clashes(spec, result, file)
     if output is OutputFormat.JSON:
         sys.stdout.write(result.model_dump_json(indent=2) + "\n")
     elif output is OutputFormat.YAML:

@@ -27,6 +27,7 @@ from gpuplex.core.serve.routing import (
 )
 from gpuplex.core.spec.gateway import GatewaySpec
 from gpuplex.gateway.queues import BackendQueue
+from gpuplex.observe import gateway_metrics as metrics
 
 log = logging.getLogger(__name__)
 
@@ -64,6 +65,7 @@ class BackendPool:
 
     async def check_health(self, session: aiohttp.ClientSession, timeout_s: float) -> None:
         await asyncio.gather(*(self._check(session, r, timeout_s) for r in self.replicas))
+        metrics.BACKEND_REPLICAS_UP.labels(self.id).set(sum(r.healthy for r in self.replicas))
 
     async def _check(
         self, session: aiohttp.ClientSession, replica: ReplicaState, timeout_s: float

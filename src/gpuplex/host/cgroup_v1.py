@@ -1,10 +1,12 @@
-"""cgroup v1: a replica's cgroup is one directory in each of the memory, cpu and pids hierarchies,
-`<hierarchy>/<parent>/<tenant>/<unit>`."""
+"""cgroup v1: a replica's cgroup is one directory in each of the memory, cpu, pids and freezer
+hierarchies, `<hierarchy>/<parent>/<tenant>/<unit>`. The freezer (where mounted) lets `empty()`
+stop a forking workload without a race: frozen, nothing forks while each member is signalled."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
+from gpuplex.clock import now_s, sleep_s
 from gpuplex.host.cgroup_limits import (
     CPU_PERIOD_US,
     AppliedLimits,
@@ -23,8 +25,10 @@ HIERARCHY_NAMES = {
     "memory": ("memory",),
     "cpu": ("cpu", "cpu,cpuacct", "cpuacct,cpu"),
     "pids": ("pids",),
+    "freezer": ("freezer",),
 }
-#: Without these two there is no v1 fallback; pids is optional (a pids limit then fails to apply).
+#: Without these two there is no v1 fallback; pids is optional (a pids limit then fails to apply),
+#: and so is the freezer (without it, a replica's processes are killed in rounds until none is left).
 REQUIRED = ("memory", "cpu")
 
 
@@ -92,6 +96,24 @@ class CgroupV1:
             memory_max_bytes=None if memory is None else parse_limit(read_value(memory)),
             pids_max=None if pids is None else parse_limit(read_value(pids)),
         )
+
+    def instance_tops(self) -> list[Path]:
+        return [hierarchy / self.parent for hierarchy in self.hierarchies.values()]
+
+    @staticmethod
+    def kill_all(dirs: list[Path]) -> bool:
+        return False  # v1 has no cgroup.kill
+
+    @staticmethod
+    def freeze(dirs: list[Path], frozen: bool) -> bool:
+        state = find_file(dirs, "freezer.state")
+        if state is None:
+            return False
+        write_value(state, "FROZEN" if frozen else "THAWED")
+        deadline = now_s() + 2.0
+        while frozen and read_value(state) != "FROZEN" and now_s() < deadline:
+            sleep_s(0.01)  # FREEZING: some task has not stopped yet
+        return True
 
     def oom_kills(self, dirs: list[Path]) -> int:
         control = find_file(dirs, "memory.oom_control")

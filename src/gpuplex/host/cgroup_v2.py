@@ -40,9 +40,14 @@ class CgroupV2:
         self.controllers = controllers
 
     def prepare(self) -> None:
-        self._enable_for_children(self.root)
-        make_dir(self.root / self.parent)
-        self._enable_for_children(self.root / self.parent)
+        """Create `<root>/<parent>` and enable our controllers at every level down to it (a
+        controller reaches a cgroup only through each of its ancestors)."""
+        level = self.root
+        self._enable_for_children(level)
+        for part in self.parent.split("/"):
+            level = level / part
+            make_dir(level)
+            self._enable_for_children(level)
 
     def _enable_for_children(self, cgroup: Path) -> None:
         """Add our controllers to `cgroup.subtree_control`, one at a time so that an error names
@@ -89,6 +94,26 @@ class CgroupV2:
             memory_max_bytes=None if memory is None else parse_limit(read_value(memory)),
             pids_max=None if pids is None else parse_limit(read_value(pids)),
         )
+
+    def instance_tops(self) -> list[Path]:
+        return [self.root / self.parent]
+
+    @staticmethod
+    def kill_all(dirs: list[Path]) -> bool:
+        """`cgroup.kill` (Linux 5.14+): the kernel kills every member, forks included."""
+        kill = find_file(dirs, "cgroup.kill")
+        if kill is None:
+            return False
+        write_value(kill, "1")
+        return True
+
+    @staticmethod
+    def freeze(dirs: list[Path], frozen: bool) -> bool:
+        freeze = find_file(dirs, "cgroup.freeze")
+        if freeze is None:
+            return False
+        write_value(freeze, "1" if frozen else "0")
+        return True
 
     def oom_kills(self, dirs: list[Path]) -> int:
         events = find_file(dirs, "memory.events")

@@ -1,16 +1,26 @@
-"""One cgroup per workload replica: CPU, memory and pids limits the kernel enforces.
+"""One cgroup per workload replica: CPU, memory and pids limits the kernel enforces, and the set of
+processes that make up the replica, whatever they fork or however they detach.
 
 cgroup v2 (one directory in the unified hierarchy) where the host has it, the v1 memory, cpu and
-pids hierarchies otherwise. A replica's program joins its cgroup before it runs: the launch wrapper
-writes its own pid into each file of `procs_files()` and then execs the program."""
+pids hierarchies (and freezer, where mounted) otherwise. A replica's program joins its cgroup before
+it runs: the launch wrapper writes its own pid into each file of `procs_files()` and then execs the
+program.
+
+Every gpuplex instance (one state directory) has a cgroup subtree of its own,
+`<hierarchy>/gpuplex/<instance>/<tenant>/<unit>`: two instances on one host with the same tenant
+names never see, count or kill each other's processes. `empty()` kills everything in a replica's
+cgroup (v2 `cgroup.kill`, else freeze, SIGKILL every member, thaw), so a daemon a workload forked
+and detached (`setsid`, double fork) goes with the replica."""
 
 from __future__ import annotations
 
 import errno
 import os
+import signal
 from pathlib import Path, PurePosixPath
 from typing import Protocol
 
+from gpuplex.clock import now_s, sleep_s
 from gpuplex.core.spec.runtime import LimitsSpec
 from gpuplex.errors import CgroupUnavailable
 from gpuplex.host import cgroup_v1, cgroup_v2
@@ -39,6 +49,19 @@ class CgroupBackend(Protocol):
 
     def proc_cgroup_path(self, proc_cgroup: str) -> str | None: ...
 
+    def freeze(self, dirs: list[Path], frozen: bool) -> bool:
+        """Freeze (or thaw) the cgroup; False where this host cannot."""
+        ...
+
+    def kill_all(self, dirs: list[Path]) -> bool:
+        """SIGKILL every process in the cgroup in one kernel operation; False where this host
+        cannot (then the caller freezes and signals each)."""
+        ...
+
+    def instance_tops(self) -> list[Path]:
+        """This instance's cgroup directory in each hierarchy."""
+        ...
+
 
 def _backend_at(root: Path, parent: str) -> CgroupBackend | None:
     controllers = cgroup_v2.available_controllers(root)
@@ -56,6 +79,12 @@ def _check_name(kind: str, name: str) -> None:
         raise ValueError(f"{kind} {name!r} cannot name a cgroup directory")
 
 
+def instance_parent(instance: str) -> str:
+    """The cgroup path, under each hierarchy, of one gpuplex instance's replicas."""
+    _check_name("instance", instance)
+    return f"gpuplex/{instance}"
+
+
 class Cgroups:
     """The replicas' cgroups under `<parent>/<tenant>/<unit>` in one host's cgroup hierarchy."""
 
@@ -68,8 +97,10 @@ class Cgroups:
     @staticmethod
     def detect(root: Path = CGROUP_ROOT, parent: str = "gpuplex") -> Cgroups | None:
         """v2 if `<root>/cgroup.controllers` lists memory, else v1 if the memory and cpu hierarchies
-        exist; None if neither, or if we cannot create `<parent>` there (see unavailable_reason)."""
-        _check_name("parent", parent)
+        exist; None if neither, or if we cannot create `<parent>` there (see unavailable_reason).
+        `parent` is a relative path, such as `instance_parent(...)`."""
+        for part in parent.split("/"):
+            _check_name("parent", part)
         backend = _backend_at(root, parent)
         if backend is None:
             return None
@@ -136,6 +167,42 @@ class Cgroups:
         """How many processes the kernel has OOM-killed in this cgroup since it was made."""
         return self._backend.oom_kills(dirs)
 
+    def empty(self, dirs: list[Path], timeout_s: float = 5.0) -> list[int]:
+        """Kill every process in the cgroup, forked children and detached daemons included, and
+        wait until none is left; returns the pids still there after `timeout_s` (none, unless
+        the kernel could not stop them: a process in uninterruptible sleep, say)."""
+        if not self.pids(dirs):
+            return []
+        if not self._backend.kill_all(dirs):
+            frozen = self._backend.freeze(dirs, True)  # nothing can fork while we signal
+            try:
+                _kill_each(self.pids(dirs))
+            finally:
+                if frozen:
+                    self._backend.freeze(dirs, False)  # SIGKILL is acted on once thawed
+        deadline = now_s() + timeout_s
+        while True:
+            left = self.pids(dirs)
+            if not left or now_s() >= deadline:
+                return left
+            _kill_each(left)  # unfrozen v1 without a freezer: what forked meanwhile
+            sleep_s(0.02)
+
+    def replica_cgroups(self) -> dict[tuple[str, str], list[Path]]:
+        """(tenant, unit) -> cgroup directories of every replica cgroup of this instance on the
+        host, whether or not gpuplex's records still name it."""
+        found: dict[tuple[str, str], list[Path]] = {}
+        for top in self._backend.instance_tops():
+            for unit_dir in sorted(top.glob("*/*")):
+                if unit_dir.is_dir():
+                    found.setdefault((unit_dir.parent.name, unit_dir.name), []).append(unit_dir)
+        return found
+
+    def remove_instance(self) -> None:
+        """rmdir the empty tenant directories and this instance's own (v2 needs leaves first)."""
+        for top in self._backend.instance_tops():
+            self.remove([path for path in top.glob("*") if path.is_dir()] + [top])
+
     def remove(self, dirs: list[Path]) -> None:
         """rmdir the cgroup, deepest first. Gone already is fine; one that still holds processes
         stays (the caller stops them and tries again)."""
@@ -162,7 +229,16 @@ class Cgroups:
         path = self._backend.proc_cgroup_path(proc_cgroup)
         if path is None:
             return None
-        parts = PurePosixPath(path).parts  # ("/", parent, tenant, unit, ...)
-        if len(parts) >= 4 and parts[0] == "/" and parts[1] == self.parent:
-            return parts[2], parts[3]
+        parts = PurePosixPath(path).parts  # ("/", *parent, tenant, unit, ...)
+        ours = ("/", *self.parent.split("/"))
+        if len(parts) >= len(ours) + 2 and parts[: len(ours)] == ours:
+            return parts[len(ours)], parts[len(ours) + 1]
         return None
+
+
+def _kill_each(pids: list[int]) -> None:
+    for pid in pids:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            continue

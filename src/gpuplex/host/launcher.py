@@ -5,6 +5,7 @@ touching any other replica."""
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 from dataclasses import dataclass
 from pathlib import Path
@@ -13,11 +14,75 @@ from typing import Protocol
 from gpuplex.clock import now_s, sleep_s
 from gpuplex.core.apply.launch import process_argv
 from gpuplex.core.apply.model import ExitStatus, WorkloadDesired, WorkloadRecord
+from gpuplex.core.apply.users import is_default_user, replica_user, runs_as_root
 from gpuplex.errors import HostActionError
 from gpuplex.host.cgroups import Cgroups
 from gpuplex.host.children import Children
 from gpuplex.host.logs import log_paths
-from gpuplex.host.proc import group_has_running_process, is_same_process, session_of, user_ids
+from gpuplex.host.proc import (
+    group_has_running_process,
+    is_same_process,
+    pid_list,
+    session_of,
+    user_ids,
+)
+from gpuplex.host.tenant_users import ensure_user, private_directory
+
+
+@dataclass(frozen=True, slots=True)
+class TenantUser:
+    """The unprivileged user a replica runs as, and its private writable directory."""
+
+    name: str
+    uid: int
+    gid: int
+    home: Path
+
+
+class UserChooser:
+    """Who a replica runs as: when gpuplex runs as root, never root unless the spec opts in
+    (`unix_user: root`); each tenant its own system user, made on first use (core/apply/users.py).
+    When gpuplex is not root it cannot switch users: replicas run as gpuplex's own user."""
+
+    def __init__(self, instance: str, homes: Path, *, as_root: bool | None = None) -> None:
+        self.instance = instance
+        self.homes = homes
+        self.as_root = os.geteuid() == 0 if as_root is None else as_root
+
+    def user_of(self, wanted: WorkloadDesired) -> TenantUser | None:
+        """None: run as gpuplex's own user (root only by the explicit opt-in)."""
+        if not self.as_root:
+            if wanted.unix_user is not None and not runs_as_root(wanted):
+                raise HostActionError(
+                    f"{wanted.label}: unix_user {wanted.unix_user!r} needs the host runtime to "
+                    "run as root (it cannot switch users otherwise)"
+                )
+            return None
+        if runs_as_root(wanted):
+            return None
+        name = replica_user(wanted, self.instance)
+        if is_default_user(name, self.instance):
+            ids = ensure_user(name)
+        else:
+            found = user_ids(name)
+            if found is None:
+                # Never fall back to gpuplex's own user: that would run the tenant as root.
+                raise HostActionError(
+                    f"unix_user {name!r} of tenant {wanted.tenant} does not exist on this host: "
+                    f"create it (useradd --system {name}) or remove unix_user"
+                )
+            ids = found
+        home = private_directory(self.homes, wanted.tenant, *ids)
+        return TenantUser(name, ids[0], ids[1], home)
+
+
+@dataclass(frozen=True, slots=True)
+class Swept:
+    """What a sweep of leftover processes did: the replicas it stopped processes of (with their
+    pids), and the pids it could not stop."""
+
+    stopped: dict[str, list[int]]
+    left: dict[str, list[int]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,6 +112,16 @@ class Launcher(Protocol):
 
     def release(self, record: WorkloadRecord) -> None: ...
 
+    def empty(self, record: WorkloadRecord) -> list[int]:
+        """Stop every process left of a replica whose main process has ended (what it forked
+        and detached); returns the pids that could not be stopped."""
+        ...
+
+    def sweep(self) -> Swept:
+        """Stop and remove whatever of this gpuplex instance still runs on the host, recorded or
+        not (`down`)."""
+        ...
+
 
 def unit_name(wanted: WorkloadDesired) -> str:
     return f"{wanted.workload}-{wanted.replica}"
@@ -55,30 +130,38 @@ def unit_name(wanted: WorkloadDesired) -> str:
 class ProcessRuntime:
     name = "process"
 
-    def __init__(self, children: Children, cgroups: Cgroups | None, logs_dir: Path) -> None:
+    def __init__(
+        self, children: Children, cgroups: Cgroups | None, logs_dir: Path, users: UserChooser
+    ) -> None:
         self.children = children
         self.cgroups = cgroups
         self.logs_dir = logs_dir
+        self.users = users
         self._asked: set[int] = set()  # pids sent SIGTERM by ask_to_stop, not yet stopped
 
     def start(self, wanted: WorkloadDesired, env: dict[str, str]) -> Started:
         dirs: list[Path] = []
         if self.cgroups is not None:
             dirs = self.cgroups.create(wanted.tenant, unit_name(wanted), wanted.limits)
-        procs = [str(p) for p in self.cgroups.procs_files(dirs)] if self.cgroups else []
-        run_as = None
-        if wanted.unix_user is not None:
-            run_as = user_ids(wanted.unix_user)
-            if run_as is None:
-                # Never fall back to gpuplex's own user: that would run the tenant as root.
+            left = self.cgroups.empty(dirs)  # what an earlier run of this replica left behind
+            if left:
                 raise HostActionError(
-                    f"unix_user {wanted.unix_user!r} of tenant {wanted.tenant} does not exist on "
-                    f"this host: create it (useradd --system {wanted.unix_user}) or remove unix_user"
+                    f"processes {pid_list(left)} of an earlier run of {wanted.label} cannot be "
+                    f"stopped (in {dirs[0]}): see `ps -o pid,stat,cmd -p {left[0]}`"
                 )
-        argv = process_argv(wanted, procs, run_as)
+        procs = [str(p) for p in self.cgroups.procs_files(dirs)] if self.cgroups else []
+        user = self.users.user_of(wanted)
+        cwd = None
+        if user is not None:
+            own = {"HOME": str(user.home), "USER": user.name, "LOGNAME": user.name}
+            env = env | {k: v for k, v in own.items() if k not in wanted.env}  # the spec's wins
+            cwd = user.home
+        run_as = None if user is None else (user.uid, user.gid)
+        keep = kept_visible(self.users.homes.parent, env, wanted.argv)
+        argv = process_argv(wanted, procs, run_as, private_tmp=user is not None, keep=keep)
         stdout_path, stderr_path = log_paths(self.logs_dir, wanted.tenant, unit_name(wanted))
         with stdout_path.open("ab") as stdout, stderr_path.open("ab") as stderr:
-            pid, ticks = self.children.spawn(argv, env=env, stdout=stdout, stderr=stderr)
+            pid, ticks = self.children.spawn(argv, env=env, stdout=stdout, stderr=stderr, cwd=cwd)
         applied = self.cgroups.read_back(dirs).describe() if self.cgroups and dirs else None
         return Started(
             pid=pid, start_ticks=ticks, cgroups=[str(d) for d in dirs], limits_applied=applied
@@ -109,10 +192,7 @@ class ProcessRuntime:
                 self.children.exit_status(pid, record.start_ticks)  # reap the leader if it is ours
                 sleep_s(0.05)
             _signal_group(pid, signal.SIGKILL)
-        if self.cgroups is not None and record.cgroups:
-            dirs = [Path(d) for d in record.cgroups]
-            for leftover in self.cgroups.pids(dirs):
-                _kill(leftover)
+        self.empty(record)
         self.children.wait(pid, 2.0)
         self.children.exit_status(pid, record.start_ticks)
         self._asked.discard(pid)
@@ -121,6 +201,50 @@ class ProcessRuntime:
         """Remove the cgroups of a replica that is gone for good."""
         if self.cgroups is not None and record.cgroups:
             self.cgroups.remove([Path(d) for d in record.cgroups])
+
+    def empty(self, record: WorkloadRecord) -> list[int]:
+        """Everything in the replica's cgroup is killed: a process that left its group (setsid,
+        a double fork) is still in its cgroup."""
+        if self.cgroups is None or not record.cgroups:
+            return []
+        return self.cgroups.empty([Path(d) for d in record.cgroups])
+
+    def sweep(self) -> Swept:
+        stopped: dict[str, list[int]] = {}
+        left: dict[str, list[int]] = {}
+        if self.cgroups is None:
+            return Swept(stopped, left)
+        for (tenant, unit), dirs in self.cgroups.replica_cgroups().items():
+            label = f"{tenant}/{unit}"
+            found = self.cgroups.pids(dirs)
+            still = self.cgroups.empty(dirs)
+            if found:
+                stopped[label] = found
+            if still:
+                left[label] = still
+            else:
+                self.cgroups.remove(dirs)
+        self.cgroups.remove_instance()
+        return Swept(stopped, left)
+
+
+def kept_visible(state_dir: Path, env: dict[str, str], argv: list[str]) -> tuple[str, ...]:
+    """What a replica must still reach when its /tmp is made private: the state directory (its
+    own folder, the simulated driver, MPS pipes), its PYTHONPATH, its program's folder, and the
+    folders its command names by absolute path (a model, an output file's folder)."""
+    folders = [str(state_dir.resolve())]
+    folders += [part for part in env.get("PYTHONPATH", "").split(os.pathsep) if part]
+    program = argv[0]
+    found = shutil.which(program, path=env.get("PATH")) if "/" not in program else program
+    if found:
+        folders.append(str(Path(found).resolve().parent))
+    for argument in argv[1:]:
+        if argument.startswith("/"):
+            named = Path(argument)
+            folder = named if named.is_dir() else named.parent
+            if folder.is_dir():
+                folders.append(str(folder))
+    return tuple(dict.fromkeys(os.path.realpath(folder) for folder in folders))
 
 
 def _signal_group(pgid: int, signum: int) -> None:
@@ -136,10 +260,3 @@ def _group_alive(pgid: int) -> bool:
     except (ProcessLookupError, PermissionError):
         return False
     return group_has_running_process(pgid)
-
-
-def _kill(pid: int) -> None:
-    try:
-        os.kill(pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        return

@@ -61,3 +61,9 @@ def user_ids(name: str) -> tuple[int, int] | None:
     except KeyError:
         return None
     return entry.pw_uid, entry.pw_gid
+
+
+def pid_list(pids: list[int], most: int = 10) -> str:
+    """`12, 34 and 5 more`: pids for a message, never a screenful."""
+    shown = ", ".join(str(pid) for pid in pids[:most])
+    return shown + (f" and {len(pids) - most} more" if len(pids) > most else "")

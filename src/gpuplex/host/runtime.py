@@ -26,6 +26,8 @@ from gpuplex.host.launcher import Launcher, unit_name
 from gpuplex.host.logs import rotate_if_large
 from gpuplex.host.mps import MpsControl
 from gpuplex.host.observe import GpuSnapshot, observation, snapshot
+from gpuplex.host.ports import port_taken
+from gpuplex.host.proc import pid_list
 from gpuplex.host.state import Event, HostState, StateDir
 from gpuplex.settings import HostSettings
 
@@ -87,6 +89,30 @@ class HostRuntime:
                 except GpuplexError:
                     continue  # the pass that follows stops it, or says why it cannot
 
+    def sweep(self) -> list[str]:
+        """After a pass that stopped everything (`down`): kill whatever of this instance still
+        runs, in any replica cgroup, recorded or not (a failed replica's daemons, say), and
+        remove the cgroups. Returns what could not be stopped, as `label: pids`."""
+        left: list[str] = []
+        for launcher in {id(item): item for item in self.launchers.values()}.values():
+            swept = launcher.sweep()
+            for label, pids in swept.stopped.items():
+                self._event("leftovers_stopped", label, f"killed {_count(pids)}: {pid_list(pids)}")
+            for label, pids in swept.left.items():
+                left.append(f"{label}: pids {pid_list(pids)}")
+                self._event("leftovers_remain", label, f"could not stop pids {pid_list(pids)}")
+        return left
+
+    def _empty(self, record: WorkloadRecord) -> None:
+        """The main process of a replica ended: nothing it started may outlive it."""
+        try:
+            left = self._launcher(record.desired).empty(record)
+        except GpuplexError as error:
+            self._event("leftovers_remain", record.label, error.message)
+            return
+        if left:
+            self._event("leftovers_remain", record.label, f"could not stop pids {pid_list(left)}")
+
     # --- one pass -------------------------------------------------------------------------------
     def tick(self, desired: DesiredHost, *, dry_run: bool = False) -> list[act.Action]:
         now = now_s()
@@ -123,6 +149,7 @@ class HostRuntime:
                     record = after_exit(record, ended, now)
                     kind = "failed" if record.phase is Phase.FAILED else "exited"
                     self._event(kind, record.label, record.message or "", pid=None)
+                    self._empty(record)
                 elif record.phase is Phase.STARTING and record.desired.health is None:
                     record = record.model_copy(update={"phase": Phase.RUNNING})
             updated.append(record)
@@ -144,13 +171,13 @@ class HostRuntime:
             if record.label in verdicts:
                 self._checked_at[record.label] = now
                 ok = verdicts[record.label]
-                before = record.phase
+                before, failures_before = record.phase, record.health_failures
                 record = after_health_check(record, ok, now)
                 if before is Phase.STARTING and record.phase is Phase.RUNNING:
                     self._event(
                         "healthy", record.label, f"answers health checks (pid {record.pid})"
                     )
-                if not ok:
+                if record.health_failures > failures_before:  # not while it is still starting
                     self._event(
                         "health_failed", record.label, f"failed check {record.health_failures}"
                     )
@@ -204,6 +231,18 @@ class HostRuntime:
             )
 
     def _start(self, wanted: WorkloadDesired, reason: str) -> None:
+        if wanted.port is not None and port_taken("0.0.0.0", wanted.port):  # noqa: S104 - a probe
+            # Someone else listens there (another gpuplex instance, a forgotten server): starting
+            # would only crash-loop. Said once; tried again on every pass until the port is free.
+            why = (
+                f"port {wanted.port} is in use by a process that is not this replica: it starts "
+                f"once the port is free (who listens: ss -ltnp 'sport = :{wanted.port}')"
+            )
+            if self._blocked_said.get(wanted.label) != why:
+                self._blocked_said[wanted.label] = why
+                self._event("port_in_use", wanted.label, why)
+            return
+        self._blocked_said.pop(wanted.label, None)
         previous = self._record(wanted.label)
         restarts = previous.restarts + 1 if previous and previous.phase is Phase.BACKOFF else 0
         exits = previous.exits_at_s if previous and previous.phase is Phase.BACKOFF else []
@@ -372,3 +411,7 @@ def _target(action: act.Action) -> str:
             return target
         case _:
             return f"GPU {getattr(action, 'gpu_index', '?')}"
+
+
+def _count(pids: list[int]) -> str:
+    return f"{len(pids)} leftover process" + ("" if len(pids) == 1 else "es")

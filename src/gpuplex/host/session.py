@@ -21,9 +21,10 @@ from gpuplex.core.plan import Plan, make_plan
 from gpuplex.core.spec import GpuplexSpec
 from gpuplex.core.spec.fleet import NodeSpec
 from gpuplex.errors import HostActionError, HostBusyError, NotFoundError, SpecError, SpecProblem
+from gpuplex.host.preflight import launch_problems
 from gpuplex.host.state import DesiredFile, Event, StateDir
 from gpuplex.host.wiring import open_driver, open_runtime
-from gpuplex.settings import HostSettings
+from gpuplex.settings import HostSettings, inherited_environment
 
 
 def choose_node(spec: GpuplexSpec, wanted: str | None) -> NodeSpec:
@@ -50,6 +51,7 @@ class Applied:
     events: list[Event] = field(default_factory=list)
     supervisor_pid: int | None = None  # set when a running supervisor will do the work
     note: str | None = None
+    problems: list[str] = field(default_factory=list)  # dry run: what would keep replicas down
 
 
 def discover_fleet(spec: GpuplexSpec, spec_path: Path, settings: HostSettings) -> GpuplexSpec:
@@ -79,8 +81,15 @@ def discover_fleet(spec: GpuplexSpec, spec_path: Path, settings: HostSettings) -
 
 
 def prepare(
-    spec: GpuplexSpec, spec_text: bytes, spec_path: Path, settings: HostSettings
-) -> tuple[DesiredFile, NodeSpec]:
+    spec: GpuplexSpec,
+    spec_text: bytes,
+    spec_path: Path,
+    settings: HostSettings,
+    *,
+    dry_run: bool = False,
+) -> tuple[DesiredFile, NodeSpec, list[str]]:
+    """The desired state of this node, its node, and what would keep replicas from starting
+    (launch_problems; raised at once unless `dry_run`)."""
     spec = discover_fleet(spec, spec_path, settings)
     dirs = StateDir(settings.state_dir)
     previous = dirs.read_desired() if (settings.state_dir / "desired.json").exists() else None
@@ -90,6 +99,10 @@ def prepare(
     clashes = port_clashes(host)
     if clashes:
         raise HostActionError(f"{spec_path}: " + "; ".join(clashes))
+    base_path = inherited_environment().get("PATH", os.defpath)
+    problems = launch_problems(host, base_path, settings.state_dir, as_root=os.geteuid() == 0)
+    if problems and not dry_run:
+        raise HostActionError(f"{spec_path}: nothing was changed: " + "; ".join(problems))
     desired = DesiredFile(
         spec_path=str(spec_path),
         spec_sha256=hashlib.sha256(spec_text).hexdigest(),
@@ -99,12 +112,12 @@ def prepare(
         host=host,
         applied_at=utc_now(),
     )
-    return desired, node
+    return desired, node, problems
 
 
 def store(spec: GpuplexSpec, spec_text: bytes, spec_path: Path, settings: HostSettings) -> None:
     """Record the spec as this host's desired state for the supervisor to apply on its next pass."""
-    desired, _ = prepare(spec, spec_text, spec_path, settings)
+    desired, _, _ = prepare(spec, spec_text, spec_path, settings)
     dirs = StateDir(settings.state_dir)
     dirs.create()
     dirs.write_desired(desired)
@@ -119,7 +132,7 @@ def apply(
         with tempfile.TemporaryDirectory(prefix="gpuplex-dry-run-") as scratch:
             scratch_settings = replace(settings, state_dir=Path(scratch))
             return apply(spec, spec_text, spec_path, scratch_settings, dry_run=True)
-    desired, node = prepare(spec, spec_text, spec_path, settings)
+    desired, node, problems = prepare(spec, spec_text, spec_path, settings, dry_run=dry_run)
     dirs = StateDir(settings.state_dir)
     dirs.create()
     mig_on = desired.host.mig_gpus()
@@ -132,6 +145,7 @@ def apply(
                 desired.host,
                 runtime.tick(desired.host, dry_run=True),
                 note=opened.note,
+                problems=problems,
             )
         dirs.write_desired(desired)
         lock = dirs.try_lock()
@@ -190,10 +204,22 @@ def run(settings: HostSettings, *, max_ticks: int | None = None) -> None:
             opened.driver.close()
 
 
-def down(settings: HostSettings) -> list[Event]:
-    """Stop every replica and MPS daemon on this host (MIG instances stay) and forget the desired
-    state. A running supervisor is asked to exit first."""
+@dataclass
+class Down:
+    events: list[Event]
+    left: list[str]  # `tenant/unit: pids ...` that could not be stopped
+
+
+def down(settings: HostSettings) -> Down:
+    """Stop every replica and MPS daemon of this instance (MIG instances stay), whatever phase
+    each is in, and everything left in its replicas' cgroups; forget the desired state. A running
+    supervisor is asked to exit first."""
     dirs = StateDir(settings.state_dir)
+    if not dirs.root.is_dir():
+        raise NotFoundError(
+            f"there is no state directory {settings.state_dir}: nothing was applied there; give "
+            "the --state-dir that `host apply` or `gpuplex up` used"
+        )
     holder = dirs.lock_holder()
     if holder is not None:
         signal_pid(holder, signal.SIGTERM)
@@ -213,8 +239,9 @@ def down(settings: HostSettings) -> list[Event]:
             runtime.ask_all_to_stop()
             empty = DesiredHost(node="", gpus=[], workloads=[])
             runtime.tick(empty)
+            left = runtime.sweep()
             (settings.state_dir / "desired.json").unlink(missing_ok=True)
-            return runtime.events
+            return Down(runtime.events, left)
         finally:
             runtime.close()
             opened.driver.close()
@@ -262,4 +289,4 @@ def signal_pid(pid: int, signum: int) -> None:
         return
 
 
-__all__ = ["Applied", "apply", "choose_node", "down", "run", "set_mig_mode"]
+__all__ = ["Applied", "Down", "apply", "choose_node", "down", "run", "set_mig_mode"]

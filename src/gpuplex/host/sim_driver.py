@@ -76,6 +76,9 @@ class SimulatedDriver:
         self.sim_dir = sim_dir
         self.memory_dir = sim_dir / "memory"
         self.memory_dir.mkdir(parents=True, exist_ok=True)
+        # tenants, as their own users, report their simulated GPU memory here: like /tmp, anyone
+        # may add a file, only its owner may replace or remove it
+        self.memory_dir.chmod(0o1733)
         self._file = sim_dir / "gpus.json"
         if not self._file.exists():
             if node is None:
@@ -105,6 +108,8 @@ class SimulatedDriver:
             if start_ticks(pid) is None:
                 report.unlink(missing_ok=True)  # the process is gone: so is its memory
                 continue
+            if not _written_by_owner(report, pid):
+                continue  # one tenant reporting memory in another's name: ignored
             try:
                 device, mib = report.read_text().split()
                 used = int(mib)
@@ -277,3 +282,17 @@ def _profile_by_id(geometry: MigGeometry, profile_id: int, gpu_index: int) -> Mi
     if profile is None:
         raise GpuDriverError(f"GPU {gpu_index}: no MIG profile with id {profile_id}")
     return profile
+
+
+def _written_by_owner(report: Path, pid: int) -> bool:
+    """Whether the report's file belongs to the user the process runs as (or to root, which
+    writes reports for fault injection)."""
+    try:
+        owner = report.stat().st_uid
+        status = (Path("/proc") / str(pid) / "status").read_text()
+    except OSError:
+        return False
+    for line in status.splitlines():
+        if line.startswith("Uid:"):
+            return owner in (0, int(line.split()[2]))  # the effective uid
+    return False

@@ -11,6 +11,7 @@ Every write is atomic (temporary file, fsync, rename): a crash of gpuplex never 
 from __future__ import annotations
 
 import fcntl
+import hashlib
 import os
 from datetime import datetime
 from pathlib import Path
@@ -60,11 +61,28 @@ class StateDir:
         self.logs = root / "logs"
         self.mps = root / "mps"
         self.sim = root / "sim"
+        self.homes = root / "homes"
+
+    @property
+    def instance(self) -> str:
+        """This gpuplex instance's name on the host: a digest of the state directory's absolute
+        path. Its cgroups live under `gpuplex/<instance>`, so instances never touch each other's."""
+        absolute = os.path.realpath(self.root)
+        return hashlib.sha256(absolute.encode()).hexdigest()[:12]
 
     def create(self) -> None:
+        """Make the directories. The root is 711: tenants, which run as other users, pass through
+        it to their own directory under homes/, to MPS pipes and to the simulated driver, but
+        cannot list it; every file gpuplex keeps in it is 600 and the logs are 700."""
         for path in (self.root, self.logs, self.mps, self.sim):
             path.mkdir(parents=True, exist_ok=True)
-        self.root.chmod(0o700)
+        self.root.chmod(0o711)
+        self.logs.chmod(0o700)
+        for path in (self.mps, self.sim):
+            path.chmod(0o711)
+        for name in ("desired.json", "state.json", "events.jsonl", "supervisor.lock"):
+            if (self.root / name).is_file():  # made by an older gpuplex, under a 700 root
+                (self.root / name).chmod(0o600)
 
     # --- desired.json ---------------------------------------------------------------------------
     def read_desired(self) -> DesiredFile | None:
@@ -82,7 +100,7 @@ class StateDir:
 
     # --- events.jsonl ---------------------------------------------------------------------------
     def append_event(self, event: Event) -> None:
-        with (self.root / "events.jsonl").open("a") as out:
+        with open(self.root / "events.jsonl", "a", opener=_private) as out:
             out.write(event.model_dump_json() + "\n")
             out.flush()
             os.fsync(out.fileno())
@@ -106,7 +124,7 @@ class StateDir:
     def try_lock(self) -> IO[str] | None:
         """Hold supervisor.lock (until the returned file is closed or the process dies), or None
         when another gpuplex process holds it."""
-        handle = (self.root / "supervisor.lock").open("a+")
+        handle = open(self.root / "supervisor.lock", "a+", opener=_private)  # noqa: SIM115
         try:
             fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -161,9 +179,14 @@ def _read(path: Path, model: type[M]) -> M | None:
         ) from None
 
 
+def _private(path: str, flags: int) -> int:
+    """An `opener` that makes new files 600."""
+    return os.open(path, flags, 0o600)
+
+
 def _write_atomic(path: Path, text: str) -> None:
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    with tmp.open("w") as out:
+    with open(tmp, "w", opener=_private) as out:
         out.write(text)
         out.flush()
         os.fsync(out.fileno())

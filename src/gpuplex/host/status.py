@@ -3,6 +3,8 @@ and the GPU driver (a dead pid is reported as dead even if no supervisor has not
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from pydantic import BaseModel, ConfigDict
 
 from gpuplex.clock import now_s
@@ -36,6 +38,8 @@ class ReplicaStatus(_Report):
     message: str | None
     cgroups: list[str]
     limits_applied: str | None
+    stderr_log: str  # where its errors are, and for one that is gone, the last line there
+    stderr_last_line: str | None = None
 
 
 class MpsDaemonStatus(_Report):
@@ -48,6 +52,7 @@ class MpsDaemonStatus(_Report):
 
 class HostStatus(_Report):
     node: str | None
+    instance: str  # this state directory's name on the host: its cgroups are gpuplex/<instance>
     spec_path: str | None
     supervisor_pid: int | None
     driver: str
@@ -67,6 +72,8 @@ def host_status(dirs: StateDir, driver: GpuDriver, events: int = 10) -> HostStat
     for record in sorted(state.records, key=lambda r: r.label):
         alive = record.pid is not None and is_same_process(record.pid, record.start_ticks)
         binding = record.desired.binding
+        unit = f"{record.desired.workload}-{record.desired.replica}"
+        stderr_log = dirs.logs / record.desired.tenant / f"{unit}.stderr.log"
         replicas.append(
             ReplicaStatus(
                 label=record.label,
@@ -87,6 +94,8 @@ def host_status(dirs: StateDir, driver: GpuDriver, events: int = 10) -> HostStat
                 message=record.message,
                 cgroups=record.cgroups,
                 limits_applied=record.limits_applied,
+                stderr_log=str(stderr_log),
+                stderr_last_line=None if alive else _last_line(stderr_log),
             )
         )
     daemons = [
@@ -101,6 +110,7 @@ def host_status(dirs: StateDir, driver: GpuDriver, events: int = 10) -> HostStat
     ]
     return HostStatus(
         node=desired.host.node if desired else None,
+        instance=dirs.instance,
         spec_path=desired.spec_path if desired else None,
         supervisor_pid=dirs.lock_holder(),
         driver=driver.name,
@@ -109,3 +119,14 @@ def host_status(dirs: StateDir, driver: GpuDriver, events: int = 10) -> HostStat
         mps_daemons=daemons,
         recent_events=dirs.events(last=events),
     )
+
+
+def _last_line(path: Path, tail_bytes: int = 4096) -> str | None:
+    """The last non-empty line of a log file (from its last few KiB), or None."""
+    try:
+        with path.open("rb") as log:
+            log.seek(max(0, log.seek(0, 2) - tail_bytes))
+            lines = log.read().decode(errors="replace").strip().splitlines()
+    except OSError:
+        return None
+    return lines[-1][:300] if lines else None

@@ -8,11 +8,11 @@ from dataclasses import dataclass
 from gpuplex.core.spec.fleet import NodeSpec
 from gpuplex.core.spec.runtime import Runtime
 from gpuplex.errors import GpuDriverError
-from gpuplex.host.cgroups import Cgroups
+from gpuplex.host.cgroups import Cgroups, instance_parent
 from gpuplex.host.children import Children
 from gpuplex.host.containers import ContainerRuntime
 from gpuplex.host.driver import GpuDriver
-from gpuplex.host.launcher import Launcher, ProcessRuntime
+from gpuplex.host.launcher import Launcher, ProcessRuntime, UserChooser
 from gpuplex.host.mps import MpsControl, NvidiaMps, SimulatedMps
 from gpuplex.host.runtime import HostRuntime
 from gpuplex.host.sim_driver import SimulatedDriver
@@ -50,10 +50,13 @@ def open_runtime(
     mps: MpsControl = (
         SimulatedMps(children, base_env) if driver.name == "sim" else NvidiaMps(base_env)
     )
+    instance = dirs.instance
+    users = UserChooser(instance, dirs.homes)
+    cgroups = Cgroups.detect(parent=instance_parent(instance))
     launchers: dict[Runtime, Launcher] = {
-        Runtime.PROCESS: ProcessRuntime(children, Cgroups.detect(), dirs.logs),
-        Runtime.DOCKER: ContainerRuntime("docker"),
-        Runtime.PODMAN: ContainerRuntime("podman"),
+        Runtime.PROCESS: ProcessRuntime(children, cgroups, dirs.logs, users),
+        Runtime.DOCKER: ContainerRuntime("docker", instance, users),
+        Runtime.PODMAN: ContainerRuntime("podman", instance, users),
     }
     return HostRuntime(
         dirs, settings, driver, mps, launchers, base_env, record_events=record_events

@@ -67,6 +67,9 @@ def run_one(scenario: Scenario, settings: BenchSettings) -> ScenarioResult:
     )
     out_dir = settings.work_dir / "results"
     out_dir.mkdir(parents=True, exist_ok=True)
+    # each tenant's loop, as the tenant's own user, writes its result here (like /tmp: anyone may
+    # add a file, only its owner may replace it)
+    out_dir.chmod(0o1733)
     for load in scenario.tenants:  # a rerun in the same directory starts clean
         Path(result_path(out_dir, scenario, load)).unlink(missing_ok=True)
     fleet = SIM_FLEET if settings.driver == "sim" else DISCOVERED_FLEET
@@ -86,7 +89,8 @@ def run_one(scenario: Scenario, settings: BenchSettings) -> ScenarioResult:
             for load in scenario.tenants
         ]
     finally:
-        session.down(host)
+        if host.state_dir.is_dir():  # else apply failed before making anything: its error stands
+            session.down(host)
     return scenario_result(scenario, runs)
 
 

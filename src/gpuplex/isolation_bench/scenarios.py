@@ -10,7 +10,7 @@ the steady tenant's p99 there against its p99 alone (`exclusive`, batch 1) is th
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import PurePath
 from typing import Any
@@ -99,6 +99,7 @@ class LoopProgram:
     layers: int
     seconds: float
     memory_gib: float  # each tenant's share of GPU memory (MPS pins it)
+    env: dict[str, str] = field(default_factory=dict)  # what `python` needs (host/interpreter.py)
 
 
 def result_path(out_dir: PurePath, scenario: Scenario, tenant: TenantLoad) -> PurePath:
@@ -131,6 +132,7 @@ def scenario_spec(
             "kind": "batch",
             "gpu": gpu,
             "command": argv,
+            "env": dict(program.env),
             "restart": {"policy": "never", "stop_grace_s": 2},
         }
         tenants.append({"name": load.name, "isolation": isolation, "workloads": [workload]})

@@ -44,6 +44,12 @@ QUEUE_DEPTH = Gauge(
     ["tenant"],
     multiprocess_mode="livesum",
 )
+BACKEND_REPLICAS_UP = Gauge(
+    "gpuplex_gateway_backend_replicas_up",
+    "Replicas of a model server that pass the gateway's health checks, by backend.",
+    ["backend"],
+    multiprocess_mode="livemax",
+)
 QUEUE_WAIT = Histogram(
     "gpuplex_gateway_queue_wait_seconds",
     "Time spent waiting for a turn, by tenant.",

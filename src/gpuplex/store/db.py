@@ -11,6 +11,7 @@ what to check.
 
 from __future__ import annotations
 
+import random
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -22,13 +23,18 @@ from sqlalchemy.exc import (
     DataError,
     DBAPIError,
     NoSuchModuleError,
+    OperationalError,
     SQLAlchemyError,
 )
 
+from gpuplex.clock import monotonic_s, sleep_s
 from gpuplex.errors import StoreError, StoreValueRefused
 from gpuplex.store.migrate import upgrade_store
 
 SQLITE_BUSY_TIMEOUT_MS = 5000
+#: How long opening a SQLite store retries while other processes hold locks SQLite does not wait
+#: for (a lock upgrade that could deadlock is refused at once, busy_timeout or not).
+SQLITE_OPEN_RETRY_S = 30.0
 POSTGRES_CONNECT_TIMEOUT_S = 5
 _CHECK = "check --store or GPUPLEX_STORE_URL"
 
@@ -54,15 +60,38 @@ def open_store(url: str, *, migrate: bool = True) -> Engine:
         raise StoreError(f"store {shown}: cannot load its driver ({error}); {_CHECK}") from None
     if not migrate:
         return engine
-    try:
-        upgrade_store(engine)
-    except SQLAlchemyError as error:
-        engine.dispose()
-        raise StoreError(_open_failure(shown, backend, error)) from None
-    except StoreError:
-        engine.dispose()
-        raise
-    return engine
+    deadline = monotonic_s() + SQLITE_OPEN_RETRY_S
+    while True:
+        try:
+            upgrade_store(engine)
+        except OperationalError as error:
+            if backend != "sqlite" or not _busy(error):
+                engine.dispose()
+                raise StoreError(_open_failure(shown, backend, error)) from None
+            # Another process opening the same file at this moment (gateway workers, the usage
+            # mover and the server all start together) holds a lock SQLite will not wait for.
+            if monotonic_s() >= deadline:
+                engine.dispose()
+                raise StoreError(
+                    f"cannot open the store {shown}: it stayed busy for {SQLITE_OPEN_RETRY_S:g} s "
+                    f"({_first_line(error)}): another process holds its write lock; "
+                    "retry once it has finished"
+                ) from None
+            sleep_s(random.uniform(0.01, 0.1))  # noqa: S311 - jitter, not a secret
+            continue
+        except SQLAlchemyError as error:
+            engine.dispose()
+            raise StoreError(_open_failure(shown, backend, error)) from None
+        except StoreError:
+            engine.dispose()
+            raise
+        return engine
+
+
+def _busy(error: OperationalError) -> bool:
+    """SQLITE_BUSY or SQLITE_LOCKED: the file is fine, another connection holds a lock."""
+    text = str(getattr(error, "orig", error)).lower()
+    return "database is locked" in text or "database table is locked" in text or "busy" in text
 
 
 def safe_url(url: URL | str) -> str:

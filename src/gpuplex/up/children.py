@@ -8,20 +8,19 @@ import contextlib
 import os
 import pwd
 import signal
-import socket
 import subprocess
 import sys
-import sysconfig
 import urllib.error
 import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-import gpuplex
 from gpuplex.clock import now_s, sleep_s
 from gpuplex.errors import HostActionError
-from gpuplex.settings import inherited_environment
+from gpuplex.host.interpreter import python_for_others
+from gpuplex.host.ports import port_taken
+from gpuplex.settings import full_environment, inherited_environment
 
 #: Whom the gateway runs as when `up` runs as root: its own system user where the operator made
 #: one (`useradd --system gpuplex`), else nobody, which other services may share.
@@ -71,22 +70,11 @@ def unprivileged_user() -> RunAs | None:
 
 
 def python_command(run_as: RunAs | None) -> tuple[list[str], dict[str, str]]:
-    """How to start `python -m gpuplex.cli` as `run_as`: this interpreter where that user can reach
-    it, else the system's interpreter of the same version with this one's packages on its path."""
-    if run_as is None or reachable_by_others(Path(sys.executable).resolve()):
+    """How to start `python -m gpuplex.cli` as `run_as` (see host/interpreter.py)."""
+    if run_as is None:
         return [sys.executable, "-m", "gpuplex.cli"], {}
-    version = f"python{sys.version_info.major}.{sys.version_info.minor}"
-    system = Path("/usr/bin") / version
-    source_root = Path(gpuplex.__file__).resolve().parents[1]
-    path = f"{source_root}:{sysconfig.get_paths()['purelib']}"
-    return [str(system), "-m", "gpuplex.cli"], {"PYTHONPATH": path, "HOME": "/"}
-
-
-def reachable_by_others(path: Path) -> bool:
-    for part in [path, *path.parents]:
-        if part.exists() and not os.stat(part).st_mode & 0o001:
-            return False
-    return True
+    python, env = python_for_others()
+    return [python, "-m", "gpuplex.cli"], env | ({"HOME": "/"} if env else {})
 
 
 def start(
@@ -95,10 +83,15 @@ def start(
     log_dir: Path,
     extra_env: dict[str, str] | None = None,
     run_as: RunAs | None = None,
+    *,
+    lifeline: dict[str, str] | None = None,
 ) -> Child:
+    """`lifeline` (lifecycle.child_environment) is added to whatever environment the child gets."""
     log_path = log_dir / f"{name}.log"
     # with extra variables: only those and the harmless inherited ones (no secrets pass)
     env = None if extra_env is None else inherited_environment() | extra_env
+    if lifeline:
+        env = (full_environment() if env is None else env) | lifeline
     with log_path.open("ab") as log:
         process = subprocess.Popen(  # noqa: S603 (our own commands, no shell)
             argv,
@@ -124,20 +117,6 @@ def check_ports_free(listeners: dict[str, tuple[str, int]]) -> None:
                 f"{host}:{port}, where the {name} listens, is already in use (another gpuplex up?); "
                 "stop what listens there or choose another port"
             )
-
-
-def port_taken(host: str, port: int) -> bool:
-    try:
-        family, kind, proto, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
-    except OSError:
-        return False  # a name that does not resolve: the listener itself will say so
-    with socket.socket(family, kind, proto) as probe:
-        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn binds
-        try:
-            probe.bind(address)
-        except OSError:
-            return True
-    return False
 
 
 def wait_ready(url: str, alive: Callable[[], bool], timeout_s: float) -> bool:

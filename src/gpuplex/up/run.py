@@ -4,13 +4,14 @@ all, tenants included."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
-import signal
 import sys
 import threading
 import urllib.request
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
@@ -23,9 +24,10 @@ from gpuplex.core.access import Role
 from gpuplex.core.plan import Plan, make_plan
 from gpuplex.core.serve.routes import route_table
 from gpuplex.core.spec import GpuplexSpec
-from gpuplex.errors import GatewayError, GpuplexError, HostActionError
+from gpuplex.errors import GatewayError, GpuplexError, HostActionError, HostBusyError
 from gpuplex.host import session
 from gpuplex.host.driver import GpuDriver
+from gpuplex.host.interpreter import python_for_others, reachable_by_others
 from gpuplex.host.state import StateDir
 from gpuplex.host.wiring import open_driver
 from gpuplex.observe.metrics_token import metrics_token_sha256, new_metrics_token
@@ -42,7 +44,7 @@ from gpuplex.settings import (
 from gpuplex.specfile import load_spec_file
 from gpuplex.store import KeyLimits
 from gpuplex.store.db import open_store
-from gpuplex.up import children
+from gpuplex.up import children, lifecycle, readiness
 from gpuplex.up.banner import DemoKey, UpBanner, print_banner
 from gpuplex.up.sampler import Sampler
 from gpuplex.up.simulate import simulated_spec
@@ -53,14 +55,38 @@ err = Console(stderr=True)
 
 
 def run_up(settings: UpSettings, console: Console) -> None:
+    """Refuse before changing anything when this state directory or a port is in use; then start
+    everything, unwinding what was started if a stop signal or an error comes first."""
     spec = load_spec_file(settings.spec_path)
-    children.check_ports_free(
-        {
-            "gateway": (spec.gateway.host, spec.gateway.port),
-            "control plane": (settings.server_host, settings.server_port),
-        }
-    )
     root = settings.state_dir.absolute()
+    listeners = {
+        "gateway": (spec.gateway.host, spec.gateway.port),
+        "control plane": (settings.server_host, settings.server_port),
+    }
+    stop = lifecycle.StopSignals().catch()
+    lifecycle.refuse_if_running(root)  # another up here: say which, before the ports
+    children.check_ports_free(listeners)
+    root.mkdir(parents=True, exist_ok=True)  # the first change
+    with lifecycle.instance_lock(root, listeners):
+        supervisor = StateDir(root / "host").lock_holder() if (root / "host").is_dir() else None
+        if supervisor is not None:
+            raise HostBusyError(
+                f"a gpuplex host runtime (pid {supervisor}) already supervises {root / 'host'}; "
+                "nothing was changed: stop it first (gpuplex host down --state-dir "
+                f"{root / 'host'}), or give this one another --state-dir"
+            )
+        with contextlib.ExitStack() as cleanup:
+            _start_and_serve(spec, settings, root, console, stop, cleanup)
+
+
+def _start_and_serve(
+    spec: GpuplexSpec,
+    settings: UpSettings,
+    root: Path,
+    console: Console,
+    stop: lifecycle.StopSignals,
+    cleanup: contextlib.ExitStack,
+) -> None:
     for folder in ("logs", "host", "store", "gateway"):
         (root / folder).mkdir(parents=True, exist_ok=True)
     host_settings = HostSettings(state_dir=root / "host", driver=settings.driver)
@@ -72,13 +98,25 @@ def run_up(settings: UpSettings, console: Console) -> None:
     # in MIG mode, as the host runtime would have built it
     mig_on = {p.gpu_indices[0] for p in plan.placements if p.node == node.name and p.mig}
     opened = open_driver(host_settings, dirs, node, mig_on)
+    cleanup.callback(opened.driver.close)
     simulated = opened.driver.name == "sim"
     driver_name = "sim" if simulated else "nvml"
     host_spec = root / "host-spec.yaml"
     host_spec.write_text(_host_spec_text(spec, plan, settings.spec_path, simulated))
 
+    run_as = children.unprivileged_user()
+    if run_as is not None and not reachable_by_others(root):
+        raise HostActionError(
+            f"the state directory {root} is inside a folder that user {run_as.name}, who runs "
+            "the gateway, cannot enter (a parent lacks o+x); choose another --state-dir, "
+            "e.g. under /var/lib/gpuplex"
+        )
+    python, extra_env = children.python_command(run_as)  # refuses before any change, too
+    stop.checkpoint()
+
     store_url = f"sqlite:///{root / 'store' / 'gpuplex.db'}"
     engine = open_store(store_url)
+    cleanup.callback(engine.dispose)
     ctx = ServerContext.open(engine, utc_now, dirs.root, ROLLUP_WINDOW_S)
     apply_spec_file(ctx, settings.spec_path, actor="gpuplex up")
     # /metrics on both is read with this token ($GPUPLEX_METRICS_TOKEN, else a new one)
@@ -90,13 +128,6 @@ def run_up(settings: UpSettings, console: Console) -> None:
     banner = _demo_credentials(ctx, spec, settings, simulated, opened.note)
     banner = replace(banner, metrics_token=metrics_token)
 
-    run_as = children.unprivileged_user()
-    if run_as is not None and not children.reachable_by_others(root):
-        raise HostActionError(
-            f"the state directory {root} is inside a folder that user {run_as.name}, who runs "
-            "the gateway, cannot enter (a parent lacks o+x); choose another --state-dir, "
-            "e.g. under /var/lib/gpuplex"
-        )
     gateway_spec = root / "gateway" / "spec.yaml"
     shutil.copyfile(settings.spec_path, gateway_spec)
     (root / "store").chmod(0o700)  # specs, usage and webhook URLs: the owner's only
@@ -109,21 +140,26 @@ def run_up(settings: UpSettings, console: Console) -> None:
                 "other services running as nobody could then read and change; create a "
                 "`gpuplex` system user (useradd --system gpuplex) and it runs as that instead"
             )
-    python, extra_env = children.python_command(run_as)
+    stop.checkpoint()
     host_argv = [sys.executable, "-m", "gpuplex.cli", "host", "run", str(host_spec)]
     host_argv += ["--state-dir", str(dirs.root), "--driver", driver_name]
     gateway_argv = [*python, "gateway", "--config", str(gateway_spec), "--store", store_url]
     gateway_argv += ["--spool-dir", str(root / "gateway" / "spool")]
-    started = [
-        children.start("host", host_argv, root / "logs"),
+    lifeline = lifecycle.child_environment()
+    cleanup.callback(_bring_down, host_settings)  # last: the tenants, once the rest is stopped
+    started: list[children.Child] = []
+    cleanup.callback(children.stop, started)
+    started.append(children.start("host", host_argv, root / "logs", lifeline=lifeline))
+    started.append(
         children.start(
             "gateway",
             gateway_argv,
             root / "logs",
             extra_env | {METRICS_TOKEN_VARIABLE: metrics_token},
             run_as,
-        ),
-    ]
+            lifeline=lifeline,
+        )
+    )
     server_settings = ServerSettings(
         store_url=store_url,
         listen_host=settings.server_host,
@@ -133,30 +169,49 @@ def run_up(settings: UpSettings, console: Console) -> None:
         metrics_token_sha256=token_sha256,
     )
     threads = _background(ctx, server_settings, dirs, opened.driver, node.name, settings)
+    cleanup.callback(_stop_threads, threads)
     server, server_thread = _start_server(ctx, server_settings)
-    try:
-        _wait_all(started, banner, server_thread)
-        print_banner(console, banner)
-        if settings.check:
-            _check_request(banner, console)
-        else:
-            _wait_for_signal(started)
-    finally:
-        err.print("stopping: server, gateway, host runtime and tenants ...")
-        server.should_exit = True
-        for thread in threads:
-            thread.stopping.set()
-        children.stop(started)
-        server_thread.join(timeout=10)
-        session.down(host_settings)
-        opened.driver.close()
-        engine.dispose()
+    cleanup.callback(_stop_server, server, server_thread)
+    cleanup.callback(err.print, "stopping: server, gateway, host runtime and tenants ...")
+    _wait_all(started, banner, server_thread, stop)
+    backends = len(route_table(spec, spec.gateway.backend_host, spec.gateway.backends).backends)
+    starting = readiness.wait_for_model_servers(
+        banner.gateway_url, metrics_token, backends, stop.event, err, READY_TIMEOUT_S
+    )
+    stop.checkpoint()
+    print_banner(console, banner)
+    if starting:
+        err.print(
+            f"[yellow]still starting[/]: {', '.join(starting)}: requests to their models get "
+            "503 until they answer (see their logs under the state directory)"
+        )
+    if settings.check:
+        _check_request(banner, console)
+    else:
+        _wait_for_signal(started, stop)
+
+
+def _bring_down(host_settings: HostSettings) -> None:
+    stopped = session.down(host_settings)
+    for line in stopped.left:
+        err.print(f"[red]still running[/]: {line}", highlight=False)
+
+
+def _stop_threads(threads: list[Reconciler | Sampler]) -> None:
+    for thread in threads:
+        thread.stopping.set()
+
+
+def _stop_server(server: uvicorn.Server, thread: threading.Thread) -> None:
+    server.should_exit = True
+    thread.join(timeout=10)
 
 
 def _host_spec_text(spec: GpuplexSpec, plan: Plan, path: Path, simulated: bool) -> str:
     if not simulated:
         return path.read_text(encoding="utf-8")
-    stand_ins = simulated_spec(spec, plan)
+    python, python_env = python_for_others() if os.geteuid() == 0 else (sys.executable, {})
+    stand_ins = simulated_spec(spec, plan, python, python_env)
     return yaml.safe_dump(stand_ins.model_dump(mode="json", exclude_unset=True), sort_keys=False)
 
 
@@ -247,9 +302,22 @@ def _start_server(
     return server, thread
 
 
-def _wait_all(started: list[children.Child], banner: UpBanner, server: threading.Thread) -> None:
+def _wait_all(
+    started: list[children.Child],
+    banner: UpBanner,
+    server: threading.Thread,
+    stop: lifecycle.StopSignals,
+) -> None:
     host, gateway = started
-    if not children.wait_ready(f"{banner.gateway_url}/health", gateway.alive, READY_TIMEOUT_S):
+
+    def going(alive: Callable[[], bool]) -> Callable[[], bool]:
+        return lambda: alive() and not stop.event.is_set()
+
+    gateway_up = children.wait_ready(
+        f"{banner.gateway_url}/health", going(gateway.alive), READY_TIMEOUT_S
+    )
+    stop.checkpoint()
+    if not gateway_up:
         raise HostActionError(
             f"the gateway did not start; its log ({gateway.log_path}) ends:\n{gateway.last_lines()}"
         )
@@ -257,17 +325,18 @@ def _wait_all(started: list[children.Child], banner: UpBanner, server: threading
         raise HostActionError(
             f"the host runtime stopped; its log ({host.log_path}) ends:\n{host.last_lines()}"
         )
-    if not children.wait_ready(f"{banner.server_url}/healthz", server.is_alive, READY_TIMEOUT_S):
+    server_up = children.wait_ready(
+        f"{banner.server_url}/healthz", going(server.is_alive), READY_TIMEOUT_S
+    )
+    stop.checkpoint()
+    if not server_up:
         raise HostActionError(
             f"the control plane did not start on {banner.server_url}: is the port free?"
         )
 
 
-def _wait_for_signal(started: list[children.Child]) -> None:
-    stopping = threading.Event()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(sig, lambda *_: stopping.set())
-    while not stopping.wait(1.0):
+def _wait_for_signal(started: list[children.Child], stop: lifecycle.StopSignals) -> None:
+    while not stop.event.wait(1.0):
         for child in started:
             if not child.alive():
                 err.print(f"[red]{child.name} stopped[/]; its log ({child.log_path}) ends:")

@@ -16,7 +16,14 @@ from gpuplex.core.spec import GpuplexSpec, WorkloadSpec
 HELD_SHARE = 0.7
 
 
-def simulated_spec(spec: GpuplexSpec, plan: Plan, python: str = sys.executable) -> GpuplexSpec:
+def simulated_spec(
+    spec: GpuplexSpec,
+    plan: Plan,
+    python: str = sys.executable,
+    python_env: dict[str, str] | None = None,
+) -> GpuplexSpec:
+    """`python` (with `python_env` added to each stand-in's environment) must be runnable by the
+    tenants' users: see host/interpreter.py."""
     adapters = _adapters_by_base(spec)
     tenants = []
     for tenant in spec.tenants:
@@ -29,7 +36,9 @@ def simulated_spec(spec: GpuplexSpec, plan: Plan, python: str = sys.executable) 
             command = _stand_in(
                 python, workload, adapters.get(f"{tenant.name}/{workload.name}", []), held_mib
             )
-            workloads.append(workload.model_copy(update={"command": command, "image": None}))
+            env = workload.env | (python_env or {})
+            update = {"command": command, "image": None, "env": env}
+            workloads.append(workload.model_copy(update=update))
         tenants.append(tenant.model_copy(update={"workloads": workloads}))
     return spec.model_copy(update={"tenants": tenants})
 

@@ -6,10 +6,12 @@ from __future__ import annotations
 import http.client
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -18,8 +20,14 @@ from typing import Any
 
 import yaml
 
+from gpuplex.host.interpreter import python_for_others
+
 PYTHON = sys.executable
-WORKLOAD = [PYTHON, "-m", "gpuplex.sim.workload"]
+#: Tenants run as unprivileged users when the tests run as root: their interpreter must be one
+#: those users can run (host/interpreter.py), with TENANT_ENV in each workload's environment
+#: (spec() adds it).
+TENANT_PYTHON, TENANT_ENV = python_for_others() if os.geteuid() == 0 else (PYTHON, {})
+WORKLOAD = [TENANT_PYTHON, "-m", "gpuplex.sim.workload"]
 
 
 def free_port_block(size: int) -> int:
@@ -101,6 +109,10 @@ def server(tenant: str, port: int, *extra: str, **fields: Any) -> dict[str, Any]
 
 
 def spec(tenants: list[dict[str, Any]], gpus: list[dict[str, Any]], **top: Any) -> dict[str, Any]:
+    for tenant in tenants:
+        for workload in tenant.get("workloads", []):
+            if workload.get("command", [None])[0] == TENANT_PYTHON:
+                workload["env"] = TENANT_ENV | workload.get("env", {})
     return {
         "version": 1,
         "fleet": {"nodes": [{"name": "box", "gpus": gpus}]},
@@ -125,6 +137,17 @@ class Host:
         path = self.root / name
         path.write_text(yaml.safe_dump(document, sort_keys=False))
         return path
+
+    def run_cli(self, *args: str) -> subprocess.CompletedProcess[str]:
+        """`gpuplex <args>`, without --state-dir (validate, plan)."""
+        return subprocess.run(  # noqa: S603 - our own CLI
+            [PYTHON, "-m", "gpuplex.cli", *args],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+            env=self.env,
+        )
 
     def gpuplex(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
         done = subprocess.run(  # noqa: S603 - our own CLI
@@ -219,8 +242,13 @@ class Host:
 
 
 def host_fixture(tmp_path: Path) -> Iterator[Host]:
-    host = Host(tmp_path)
+    """A Host in a folder of its own that the tenants' users can pass through (pytest's tmp_path
+    is under a 700 folder); `tmp_path` names it, for reading in a failure's output."""
+    root = Path(tempfile.mkdtemp(prefix=f"gpuplex-host-{tmp_path.name}-"))
+    root.chmod(0o711)
+    host = Host(root)
     try:
         yield host
     finally:
         host.close()
+        shutil.rmtree(root, ignore_errors=True)

@@ -6,9 +6,11 @@ from __future__ import annotations
 
 import json
 import os
+import pwd
 import signal
 from pathlib import Path
 
+from gpuplex.host.state import StateDir
 from tests.integration.host.hostrun import Host, alive, spec, wait_for
 
 FAKE_ENGINE = Path(__file__).parent / "fake_engine"
@@ -45,18 +47,24 @@ def test_a_container_replica_runs_with_its_limits_and_restarts(host: Host) -> No
     assert alive(pid)
 
     calls = [json.loads(line) for line in (calls_dir / "calls.jsonl").read_text().splitlines()]
-    assert ["network", "create", "--label", "gpuplex=1", "gpuplex-kit"] in calls
+    instance = StateDir(host.state_dir).instance  # two instances never share a name
+    assert ["network", "create", "--label", "gpuplex=1", f"gpuplex-{instance}-kit"] in calls
     run = next(c for c in calls if c[0] == "run")
     gpu_uuid = host.status()["gpus"][0]["uuid"]
+    tenant_user = pwd.getpwnam(f"gpx-{instance[:6]}-kit") if os.geteuid() == 0 else None
+    if tenant_user is not None:  # as root: the tenant's own unprivileged user, as its processes
+        option = ["--user", f"{tenant_user.pw_uid}:{tenant_user.pw_gid}"]
+        assert any(run[i : i + 2] == option for i in range(len(run)))
     for option in (
-        ["--name", "gpuplex-kit-api-0"],
+        ["--name", f"gpuplex-{instance}-kit-api-0"],
+        ["--label", f"gpuplex.instance={instance}"],
         ["--gpus", f"device={gpu_uuid}"],
         ["--cpus", "2"],
         ["--memory", "8192m"],
         ["--pids-limit", "256"],
         ["--cap-drop", "ALL"],
         ["--security-opt", "no-new-privileges"],
-        ["--network", "gpuplex-kit"],
+        ["--network", f"gpuplex-{instance}-kit"],
         ["--publish", "127.0.0.1:9400:9400"],
         ["--env", "MODEL_DIR=/models"],
         ["--env", f"CUDA_VISIBLE_DEVICES={gpu_uuid}"],

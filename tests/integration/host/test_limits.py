@@ -4,10 +4,7 @@ neighbour lives. Real cgroups: skipped where there are none, unless GPUPLEX_REQU
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
-
-import pytest
 
 from gpuplex.host.cgroups import Cgroups
 from tests.integration.host.hostrun import (
@@ -20,17 +17,6 @@ from tests.integration.host.hostrun import (
     spec,
     wait_for,
 )
-
-
-@pytest.fixture
-def cgroups() -> Cgroups:
-    found = Cgroups.detect()
-    if found is None:
-        reason = Cgroups.unavailable_reason()
-        if os.environ.get("GPUPLEX_REQUIRE_CGROUPS") == "1":
-            pytest.fail(f"GPUPLEX_REQUIRE_CGROUPS=1 but: {reason}")
-        pytest.skip(reason)
-    return found
 
 
 def test_limits_applied_and_a_memory_hog_dies_alone(host: Host, cgroups: Cgroups) -> None:

@@ -279,8 +279,9 @@ while True:
 """
 
 
-def test_down_asks_every_replica_to_stop_before_waiting_for_any(host: Host, tmp_path: Path) -> None:
-    notes = tmp_path / "notes.txt"
+def test_down_asks_every_replica_to_stop_before_waiting_for_any(host: Host) -> None:
+    # in the tenant's own folder: the one place its (unprivileged) user may write
+    notes = host.state_dir / "homes" / "ivy" / "notes.txt"
     draining = _ivy_job([WORKLOAD[0], "-c", DRAINS_ON_SIGTERM, str(notes)], replicas=3)
     host.apply(host.write_spec(spec([draining], [H100])))
 

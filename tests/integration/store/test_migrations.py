@@ -4,6 +4,7 @@ chained; many processes may open a new store at once; a store from a newer gpupl
 
 from __future__ import annotations
 
+import multiprocessing
 import subprocess
 import sys
 from datetime import UTC, datetime
@@ -185,3 +186,48 @@ def test_many_processes_open_a_store_at_once(store_url: str, issue4: bool) -> No
         assert (verdict.ok, verdict.entries_checked) == (True, OPENERS), verdict
     finally:
         engine.dispose()
+
+
+ROUNDS = 50
+
+
+def _open_and_write(url: str, start: Any, errors: Any) -> None:
+    """One process of a round: wait for the others, then open the store and write to it."""
+    start.wait()
+    try:
+        engine = open_store(url)
+        KeyRepository(engine).create("acme", "", [], None, KeyLimits(), T0, "probe")
+        engine.dispose()
+    except Exception as error:  # the round's assertion shows it
+        errors.put(f"{type(error).__name__}: {error}")
+        raise SystemExit(1) from None
+
+
+def test_fifty_rounds_of_processes_opening_an_older_sqlite_store_at_once(tmp_path: Path) -> None:
+    """The race a fresh-clone CI run once lost (1 of 6 openers of an issue-4 store refused, "not
+    SQLite" when it was busy): forked processes, all released at one barrier, open one SQLite
+    store that needs migrating and write to it; 50 rounds in a row. (A new store: the subprocess
+    test above.)"""
+    forks = multiprocessing.get_context("fork")
+    for round_number in range(ROUNDS):
+        url = f"sqlite:///{tmp_path / f'round-{round_number}.db'}"
+        old = bare_engine(url)
+        try:
+            issue4_metadata.create_all(old)
+        finally:
+            old.dispose()
+        start, errors = forks.Barrier(OPENERS), forks.Queue()
+        openers = [
+            forks.Process(target=_open_and_write, args=(url, start, errors)) for _ in range(OPENERS)
+        ]
+        for opener in openers:
+            opener.start()
+        for opener in openers:
+            opener.join(60)
+        failures = [errors.get(timeout=1) for _ in range(errors.qsize())]
+        assert [opener.exitcode for opener in openers] == [0] * OPENERS, (round_number, failures)
+        engine = open_store(url)
+        try:
+            assert len(KeyRepository(engine).list()) == OPENERS
+        finally:
+            engine.dispose()

@@ -13,8 +13,8 @@ import yaml
 from rich.console import Console
 
 from gpuplex.errors import HostActionError
+from gpuplex.host.ports import port_taken
 from gpuplex.settings import UpSettings
-from gpuplex.up.children import port_taken
 from gpuplex.up.run import run_up
 
 ROOT = Path(__file__).resolve().parents[3]

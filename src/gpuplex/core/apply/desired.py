@@ -109,3 +109,13 @@ def port_clashes(host: DesiredHost) -> list[str]:
         for port, count in sorted(counts.items())
         if count > 1
     ]
+
+
+def fleet_port_clashes(spec: GpuplexSpec, plan: Plan) -> list[str]:
+    """`port_clashes` on every node of the fleet: what `host apply` on that node would refuse,
+    said ahead by `validate` and `plan`."""
+    return [
+        f"on node {node.name}: {clash}"
+        for node in spec.fleet.nodes
+        for clash in port_clashes(desired_host(spec, plan, node.name))
+    ]

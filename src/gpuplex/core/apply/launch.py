@@ -4,6 +4,8 @@ Pure: paths and device UUIDs are arguments."""
 
 from __future__ import annotations
 
+import shlex
+
 from gpuplex.core.apply.model import WorkloadDesired
 from gpuplex.core.plan.model import Mode
 from gpuplex.core.spec.runtime import Network
@@ -44,35 +46,99 @@ def gpu_environment(
     return {"CUDA_VISIBLE_DEVICES": ",".join(device_uuids)}
 
 
+#: Mounted over these in a replica's own mount namespace (a private /tmp): a tenant cannot leave
+#: files there for another, nor fill the host's. /dev/shm too, except for MPS clients, which
+#: share it with their MPS server.
+PRIVATE_TMP = ("/tmp", "/var/tmp")  # noqa: S108 - the paths being made private
+PRIVATE_SHM = "/dev/shm"  # noqa: S108 - the path being made private
+
+
+#: At most this many folders under a private path are kept visible (shell fds 3 to 9).
+MAX_KEPT = 7
+
+
 def process_argv(
-    wanted: WorkloadDesired, cgroup_procs: list[str], run_as: tuple[int, int] | None = None
+    wanted: WorkloadDesired,
+    cgroup_procs: list[str],
+    run_as: tuple[int, int] | None = None,
+    *,
+    private_tmp: bool = False,
+    keep: tuple[str, ...] = (),
 ) -> list[str]:
-    """The argv for the process runtime: join cgroups, enter a private network namespace
-    (network: none), drop to the tenant's Unix user (`run_as`), then exec the workload's command."""
+    """The argv for the process runtime: join cgroups; enter new namespaces where asked (network:
+    none gets a network of its own with loopback only; `private_tmp` a mount namespace with its
+    own /tmp, /var/tmp and /dev/shm, where the folders of `keep` that lie under those, such as
+    the state directory, stay visible); drop to the tenant's Unix user (`run_as`, as uid and gid)
+    with no way back to privilege (no_new_privs, no capabilities); then exec the command."""
     argv = ["/bin/sh", "-c", _JOIN_CGROUPS, "gpuplex-launch", *cgroup_procs, "--"]
+    setup: list[str] = []
+    unshare = ["unshare"]
     if wanted.network is Network.NONE:
         # A new network namespace holds only a loopback device, down until set up.
-        argv += ["unshare", "--net", "--", "/bin/sh", "-c", 'ip link set lo up; exec "$@"', "net"]
-    if run_as is not None:  # the tenant's unix_user, as (uid, primary gid)
+        unshare.append("--net")
+        setup.append("ip link set lo up")
+    if private_tmp:
+        unshare += ["--mount", "--propagation", "private"]
+        paths = [*PRIVATE_TMP] + ([] if wanted.binding.mode is Mode.MPS else [PRIVATE_SHM])
+        setup += _private_mounts(paths, keep)
+    if setup:
+        script = " && ".join(setup) + ' && exec "$@"'
+        argv += [*unshare, "--", "/bin/sh", "-c", script, "gpuplex-namespaces"]
+    if run_as is not None:  # the tenant's user, as (uid, primary gid)
         uid, gid = run_as
-        argv += ["setpriv", f"--reuid={uid}", f"--regid={gid}"]
-        argv += ["--init-groups", "--no-new-privs", "--"]
+        argv += ["setpriv", f"--reuid={uid}", f"--regid={gid}", "--init-groups"]
+        argv += ["--no-new-privs", "--inh-caps=-all", "--bounding-set=-all", "--"]
     return argv + wanted.argv
 
 
-def container_name(wanted: WorkloadDesired) -> str:
-    return f"gpuplex-{wanted.tenant}-{wanted.workload}-{wanted.replica}"
+def _private_mounts(paths: list[str], keep: tuple[str, ...]) -> list[str]:
+    """Shell steps: a fresh tmpfs on each of `paths`; each folder of `keep` under one of them is
+    opened first (fd 3, 4, ...) and bound back at its own path, so it is still reached there."""
+    under = [k for k in keep if any(k.startswith(path.rstrip("/") + "/") for path in paths)]
+    kept = [k for k in dict.fromkeys(under) if not any(k.startswith(o + "/") for o in under)]
+    kept = kept[:MAX_KEPT]  # the state directory first (the caller's order); more is unusual
+    steps = []
+    if kept:
+        steps.append("exec " + " ".join(f"{3 + n}<{shlex.quote(k)}" for n, k in enumerate(kept)))
+    steps += [f"mount -t tmpfs -o mode=1777,nosuid,nodev tmpfs {path}" for path in paths]
+    for n, folder in enumerate(kept):
+        # --no-canonicalize: mount would otherwise turn /proc/self/fd/N back into the path,
+        # which now names the empty folder on the new tmpfs; the kernel follows the fd itself
+        quoted = shlex.quote(folder)
+        steps.append(
+            f"mkdir -p {quoted} && mount --no-canonicalize --bind /proc/self/fd/{3 + n} {quoted}"
+        )
+    if kept:
+        steps.append("exec " + " ".join(f"{3 + n}<&-" for n in range(len(kept))))
+    return steps
+
+
+def container_name(wanted: WorkloadDesired, instance: str) -> str:
+    """Unique per gpuplex instance on the host: two instances never remove each other's."""
+    return f"gpuplex-{instance}-{wanted.tenant}-{wanted.workload}-{wanted.replica}"
+
+
+def container_network(tenant: str, instance: str) -> str:
+    return f"gpuplex-{instance}-{tenant}"
 
 
 def container_argv(
-    engine: str, wanted: WorkloadDesired, device_uuids: list[str], env: dict[str, str]
+    engine: str,
+    wanted: WorkloadDesired,
+    device_uuids: list[str],
+    env: dict[str, str],
+    instance: str,
+    user: tuple[int, int] | None,
 ) -> list[str]:
     """`docker run` / `podman run` for a replica: its GPU by UUID, CPU and memory limits, read-only
-    root, every capability dropped, no privilege escalation, the tenant's own network."""
+    root, every capability dropped, no privilege escalation, the tenant's own network, and the
+    tenant's unprivileged user (`user`; None only for the `unix_user: root` opt-in)."""
     if wanted.image is None:
         raise ValueError(f"{wanted.label} has no image")  # desired_host gives images only here
-    argv = [engine, "run", "--detach", "--name", container_name(wanted)]
+    argv = [engine, "run", "--detach", "--name", container_name(wanted, instance)]
     argv += [
+        "--label",
+        f"gpuplex.instance={instance}",
         "--label",
         f"gpuplex.tenant={wanted.tenant}",
         "--label",
@@ -100,11 +166,11 @@ def container_argv(
     if wanted.network is Network.NONE:
         argv += ["--network", "none"]
     else:
-        argv += ["--network", f"gpuplex-{wanted.tenant}"]
+        argv += ["--network", container_network(wanted.tenant, instance)]
         if wanted.port is not None:
             argv += ["--publish", f"127.0.0.1:{wanted.port}:{wanted.port}"]
-    if wanted.unix_user is not None:
-        argv += ["--user", wanted.unix_user]
+    if user is not None:
+        argv += ["--user", f"{user[0]}:{user[1]}"]
     for name, value in sorted(env.items()):
         argv += ["--env", f"{name}={value}"]
     return [*argv, wanted.image, *wanted.argv]

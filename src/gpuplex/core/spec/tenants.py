@@ -76,7 +76,11 @@ class TenantSpec(SpecModel):
     unix_user: str | None = Field(
         default=None,
         pattern=r"^[a-z_][a-z0-9_-]{0,31}$",
-        description="Run this tenant's processes as this Unix user (the host runtime needs root).",
+        description=(
+            "Run this tenant's processes as this existing Unix user (the host runtime needs "
+            "root). Without it each tenant runs as a system user of its own that gpuplex makes; "
+            "`root` is the explicit, warned-about opt-in to run it as root."
+        ),
     )
     namespace_quota: NamespaceQuotaSpec | None = Field(
         default=None,

@@ -13,6 +13,8 @@ import pytest
 
 from gpuplex.core.apply.launch import (
     CGROUP_JOIN_FAILED,
+    PRIVATE_SHM,
+    PRIVATE_TMP,
     container_argv,
     gpu_environment,
     process_argv,
@@ -89,7 +91,33 @@ def test_network_namespace_then_user_then_command(
         at = after_join.index("setpriv")
         assert after_join[at + 1 : at + 3] == ["--reuid=1001", "--regid=1002"]
         assert "--no-new-privs" in after_join[at:-2]
+        assert "--bounding-set=-all" in after_join[at:-2]
+        assert "--inh-caps=-all" in after_join[at:-2]
         assert after_join[-3] == "--"
+
+
+@pytest.mark.parametrize(
+    ("mode", "network", "mounts"),
+    [
+        (Mode.DEDICATED, Network.HOST, [*PRIVATE_TMP, PRIVATE_SHM]),
+        (Mode.MPS, Network.HOST, list(PRIVATE_TMP)),  # MPS clients share /dev/shm
+        (Mode.DEDICATED, Network.NONE, [*PRIVATE_TMP, PRIVATE_SHM]),
+    ],
+)
+def test_a_private_tmp_is_one_mount_namespace_before_the_user_switch(
+    mode: Mode, network: Network, mounts: list[str]
+) -> None:
+    where = binding(mode, 0, thread_percent=20) if mode is Mode.MPS else binding(mode, 0)
+    job = wanted("batch", where, network=network)
+    argv = process_argv(job, ["/cg/cgroup.procs"], (1001, 1002), private_tmp=True)
+    after_join = argv[argv.index("--") + 1 :]
+    assert after_join.count("unshare") == 1
+    flags = after_join[1 : after_join.index("--")]
+    assert "--mount" in flags
+    assert ("--net" in flags) is (network is Network.NONE)
+    script = after_join[after_join.index("/bin/sh") + 2]
+    assert [part.split()[-1] for part in script.split(" && ") if part.startswith("mount")] == mounts
+    assert after_join.index("unshare") < after_join.index("setpriv")
 
 
 def test_the_wrapper_writes_its_pid_into_each_cgroup_then_runs_the_command(
@@ -150,9 +178,11 @@ def served(where: Binding | None = None, **fields: Any) -> WorkloadDesired:
 
 
 def test_container_argv_isolates_and_limits() -> None:
-    argv = container_argv("docker", served(), ["GPU-abc"], {"A": "1"})
+    argv = container_argv("docker", served(), ["GPU-abc"], {"A": "1"}, "inst1", (1001, 1002))
     assert argv[:2] == ["docker", "run"]
-    assert option(argv, "--name") == ["gpuplex-globex-chat-2"]
+    assert option(argv, "--name") == ["gpuplex-inst1-globex-chat-2"]
+    assert "gpuplex.instance=inst1" in option(argv, "--label")
+    assert option(argv, "--user") == ["1001:1002"]
     assert option(argv, "--gpus") == ["device=GPU-abc"]
     assert option(argv, "--cpus") == ["2.5"]
     assert option(argv, "--memory") == ["16384m"]
@@ -160,23 +190,24 @@ def test_container_argv_isolates_and_limits() -> None:
     assert "--read-only" in argv
     assert option(argv, "--cap-drop") == ["ALL"]
     assert option(argv, "--security-opt") == ["no-new-privileges"]
-    assert option(argv, "--network") == ["gpuplex-globex"]
+    assert option(argv, "--network") == ["gpuplex-inst1-globex"]
     assert option(argv, "--publish") == ["127.0.0.1:8002:8002"]
     assert option(argv, "--env") == ["A=1"]
     assert argv[-5:] == ["vllm/vllm-openai:v0.6", "--model", "/models/x", "--port", "8002"]
 
 
 def test_container_without_network_publishes_nothing() -> None:
-    argv = container_argv("podman", served(network=Network.NONE, unix_user="globex"), [], {})
+    job = served(network=Network.NONE, unix_user="root")
+    argv = container_argv("podman", job, [], {}, "inst1", None)  # the root opt-in
     assert argv[0] == "podman"
     assert option(argv, "--network") == ["none"]
     assert option(argv, "--publish") == []
     assert option(argv, "--gpus") == []
-    assert option(argv, "--user") == ["globex"]
+    assert option(argv, "--user") == []
 
 
 def test_container_with_two_gpus_quotes_the_device_list() -> None:
-    argv = container_argv("docker", served(), ["GPU-a", "GPU-b"], {})
+    argv = container_argv("docker", served(), ["GPU-a", "GPU-b"], {}, "inst1", (1, 1))
     assert option(argv, "--gpus") == ['"device=GPU-a,GPU-b"']
 
 
@@ -184,7 +215,7 @@ def test_mps_container_shares_ipc_and_the_pipe_directory() -> None:
     share = binding(Mode.MPS, 5, thread_percent=20)
     job = served(where=share)
     env = gpu_environment(job, ["GPU-5"], PIPE)
-    argv = container_argv("docker", job, ["GPU-5"], env)
+    argv = container_argv("docker", job, ["GPU-5"], env, "inst1", (1, 1))
     assert option(argv, "--ipc") == ["host"]
     assert option(argv, "--volume") == [f"{PIPE}:{PIPE}"]
     assert f"CUDA_MPS_PIPE_DIRECTORY={PIPE}" in option(argv, "--env")
@@ -192,4 +223,4 @@ def test_mps_container_shares_ipc_and_the_pipe_directory() -> None:
 
 def test_container_without_image_is_refused() -> None:
     with pytest.raises(ValueError, match="no image"):
-        container_argv("docker", wanted("w", binding(Mode.DEDICATED, 0)), ["GPU-a"], {})
+        container_argv("docker", wanted("w", binding(Mode.DEDICATED, 0)), ["GPU-a"], {}, "i", None)

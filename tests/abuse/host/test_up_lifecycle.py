@@ -1,0 +1,158 @@
+"""Items 4-6 of the host abuse list, with real `gpuplex up` processes on simulated GPUs:
+
+- a second `up` on the same state directory is refused before it changes anything (keys,
+  tokens, spec revisions and the tenants' processes are identical before and after);
+- SIGINT at 20 seeded moments of start-up leaves no process of the instance behind (by cgroup,
+  command line and environment), and the next `up` starts; after kill -9 of `up`, its gateway
+  and host runtime exit by themselves, and the next `up` adopts the tenants and starts;
+- the example the banner prints answers 200 on the first try."""
+
+from __future__ import annotations
+
+import json
+import random
+import signal
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from sqlalchemy import create_engine, text
+
+from tests.abuse.host.uprun import (
+    UpRun,
+    free_port,
+    instance_cgroup_pids,
+    instance_processes,
+    remove,
+    shared_base,
+    small_spec,
+)
+from tests.e2e.gateway.stack import cannot_run_gateway
+
+pytestmark = pytest.mark.slow
+
+MOMENTS = 20
+SEED = 19
+
+
+@pytest.fixture
+def base() -> Iterator[Path]:
+    why_not = cannot_run_gateway()
+    if why_not:
+        pytest.skip(why_not)
+    folder = shared_base()
+    try:
+        yield folder
+    finally:
+        remove(folder)
+
+
+def nothing_left(state_dir: Path, timeout_s: float = 15) -> None:
+    deadline = time.monotonic() + timeout_s
+    while instance_processes(state_dir) or instance_cgroup_pids(state_dir):
+        if time.monotonic() > deadline:
+            left = instance_processes(state_dir)
+            raise AssertionError(f"left running: {left} {instance_cgroup_pids(state_dir)}")
+        time.sleep(0.1)
+
+
+def snapshot(state_dir: Path) -> dict[str, Any]:
+    """What a second `up` must not change: the store's keys, tokens and revisions, and the
+    tenants' processes."""
+    engine = create_engine(f"sqlite:///{state_dir / 'store' / 'gpuplex.db'}")
+    try:
+        with engine.connect() as connection:
+            rows = {
+                table: sorted(
+                    tuple(map(str, row))
+                    for row in connection.execute(text(f"SELECT * FROM {table}"))  # noqa: S608
+                )
+                for table in ("api_keys", "api_tokens", "spec_revisions")
+            }
+    finally:
+        engine.dispose()
+    state = json.loads((state_dir / "host" / "state.json").read_text())
+    rows["pids"] = sorted((r["desired"]["tenant"], r["pid"]) for r in state["records"])
+    return rows
+
+
+def test_the_printed_example_answers_200_on_the_first_try(base: Path) -> None:
+    run = UpRun(base, small_spec(free_port(), free_port()))
+    run.start()
+    try:
+        keys = run.wait_for_banner()
+        status, reply = run.chat(keys["solo"], "solo-chat")  # at once, no retry
+        assert status == 200, reply
+    finally:
+        assert run.stop() == 0, run.output()
+    nothing_left(run.state_dir)
+
+
+def test_a_second_up_on_the_same_state_dir_is_refused_and_changes_nothing(base: Path) -> None:
+    first = UpRun(base, small_spec(free_port(), free_port()))
+    first.start()
+    try:
+        keys = first.wait_for_banner()
+        before = snapshot(first.state_dir)
+        assert before["pids"]
+        (base / "second").mkdir()
+        second = UpRun(base / "second", small_spec(free_port(), free_port()), first.state_dir)
+        second.start()
+        assert second.wait(60) != 0
+        assert "already runs with the state directory" in second.output(), second.output()
+        assert f"pid {first.process.pid if first.process else '?'}" in second.output()
+        assert snapshot(first.state_dir) == before
+        assert first.chat(keys["solo"], "solo-chat")[0] == 200  # the first one still serves
+    finally:
+        assert first.stop() == 0, first.output()
+    nothing_left(first.state_dir)
+
+
+def test_sigint_at_any_moment_of_start_up_leaves_nothing_and_the_next_up_starts(
+    base: Path,
+) -> None:
+    """Two instances at a time (their own state directories and ports), each interrupted at its
+    own seeded moment: half the wall time, and start-up under contention is start-up too."""
+    # from the first instant (libraries still loading) to about when the banner prints
+    moments = [random.Random(SEED).uniform(0.05, 4.0) for _ in range(MOMENTS)]
+    runs = []
+    for lane in ("one", "two"):
+        (base / lane).mkdir()
+        runs.append(UpRun(base / lane, small_spec(free_port(), free_port())))
+    for first, second in zip(moments[::2], moments[1::2], strict=True):
+        started = time.monotonic()
+        for run in runs:
+            run.start()
+        for run, moment in sorted(zip(runs, (first, second), strict=True), key=lambda p: p[1]):
+            time.sleep(max(0.0, started + moment - time.monotonic()))
+            assert run.process is not None
+            run.process.send_signal(signal.SIGINT)
+        for run, moment in zip(runs, (first, second), strict=True):
+            code = run.wait(90)
+            assert code in (0, 130), (moment, run.output())
+            assert "Traceback" not in run.output(), (moment, run.output())
+            nothing_left(run.state_dir)
+    run = runs[0]
+    run.start("--check")
+    assert run.wait(120) == 0, run.output()
+    nothing_left(run.state_dir)
+
+
+def test_after_kill_9_of_up_its_children_exit_and_the_next_up_starts(base: Path) -> None:
+    run = UpRun(base, small_spec(free_port(), free_port()))
+    run.start()
+    run.wait_for_banner()
+    tenants = snapshot(run.state_dir)["pids"]
+    assert run.process is not None
+    run.process.kill()
+    run.wait(10)
+    deadline = time.monotonic() + 15
+    while any(" gateway " in p or " host run " in p for p in instance_processes(run.state_dir)):
+        assert time.monotonic() < deadline, instance_processes(run.state_dir)
+        time.sleep(0.1)
+    run.start("--check")  # adopts the tenants the killed one left, and starts
+    assert run.wait(120) == 0, run.output()
+    assert tenants  # they were there to adopt
+    nothing_left(run.state_dir)

@@ -1,0 +1,179 @@
+"""Run `gpuplex up` as a process the way an operator does, read its banner as it prints, and find
+every process of its instance (by cgroup, command line and environment)."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from gpuplex.host.state import StateDir
+
+KEY_LINE = re.compile(r"^  (?P<tenant>[a-z0-9-]+): (?P<key>gpx_\S+)  \((?P<models>[^)]*)\)$")
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+        return port
+
+
+def small_spec(gateway_port: int, model_port: int) -> dict[str, Any]:
+    """One tenant, one served model on one simulated GPU: the smallest `up`."""
+    return {
+        "version": 1,
+        "fleet": {"nodes": [{"name": "box", "gpus": [{"model": "H100-80GB", "count": 1}]}]},
+        "tenants": [
+            {
+                "name": "solo",
+                "isolation": "dedicated",
+                "workloads": [
+                    {
+                        "name": "chat",
+                        "gpu": {"count": 1},
+                        "serve": {"model": "solo-chat", "port": model_port},
+                        "command": ["serve", "--port", "{port}"],
+                    }
+                ],
+            }
+        ],
+        # health checks every 0.5 s: the banner waits for the gateway to see the server
+        "gateway": {"port": gateway_port, "health_interval_s": 0.5},
+    }
+
+
+class UpRun:
+    """One `gpuplex up` process on a state directory that unprivileged users can pass through."""
+
+    def __init__(self, base: Path, spec: dict[str, Any], state_dir: Path | None = None) -> None:
+        self.base = base
+        self.spec_path = base / "gpuplex.yaml"
+        self.spec_path.write_text(yaml.safe_dump(spec))
+        self.state_dir = state_dir or base / "up"
+        self.port = free_port()
+        self.gateway_url = f"http://127.0.0.1:{spec['gateway']['port']}"
+        self.lines: list[str] = []
+        self.process: subprocess.Popen[str] | None = None
+        self.reader = threading.Thread()
+
+    def start(self, *extra: str, port: int | None = None) -> subprocess.Popen[str]:
+        argv = [sys.executable, "-m", "gpuplex.cli", "up", str(self.spec_path)]
+        argv += ["--state-dir", str(self.state_dir), "--driver", "sim"]
+        argv += ["--port", str(port or self.port), *extra]
+        self.lines = []
+        process = subprocess.Popen(  # noqa: S603 - our own CLI
+            argv,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            env={**os.environ, "COLUMNS": "300", "NO_COLOR": "1"},
+        )
+        self.process = process
+        self.reader = threading.Thread(target=self._read, args=(process,), daemon=True)
+        self.reader.start()
+        return process
+
+    def wait(self, timeout_s: float) -> int:
+        """Its exit status, once it has exited and all its output is read."""
+        assert self.process is not None
+        code = self.process.wait(timeout=timeout_s)
+        self.reader.join(10)
+        return code
+
+    def _read(self, process: subprocess.Popen[str]) -> None:
+        assert process.stdout is not None
+        with process.stdout:
+            for line in process.stdout:
+                self.lines.append(line.rstrip("\n"))
+
+    def output(self) -> str:
+        return "\n".join(self.lines)
+
+    def wait_for_banner(self, timeout_s: float = 90) -> dict[str, str]:
+        """tenant -> demo key, once the banner's example has been printed."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if any(line.startswith("print(reply.choices") for line in self.lines):
+                found = (KEY_LINE.match(line) for line in self.lines)
+                return {m["tenant"]: m["key"] for m in found if m}
+            assert self.process is not None
+            if self.process.poll() is not None:
+                time.sleep(0.2)  # the last lines
+                raise AssertionError(f"up exited {self.process.returncode}:\n{self.output()}")
+            time.sleep(0.05)
+        raise AssertionError(f"no banner in {timeout_s:g} s:\n{self.output()}")
+
+    def stop(self, sig: int = signal.SIGINT, timeout_s: float = 90) -> int:
+        assert self.process is not None
+        if self.process.poll() is None:
+            self.process.send_signal(sig)
+        return self.wait(timeout_s)
+
+    def chat(self, key: str, model: str) -> tuple[int, dict[str, Any]]:
+        body = json.dumps({"model": model, "messages": [{"role": "user", "content": "hi"}]})
+        request = urllib.request.Request(  # noqa: S310 - loopback
+            f"{self.gateway_url}/v1/chat/completions",
+            data=body.encode(),
+            headers={"authorization": f"Bearer {key}", "content-type": "application/json"},
+        )
+        try:
+            with urllib.request.urlopen(request, timeout=10) as reply:  # noqa: S310
+                return reply.status, json.loads(reply.read())
+        except urllib.error.HTTPError as error:
+            return error.code, json.loads(error.read() or b"{}")
+
+
+def instance_processes(state_dir: Path) -> list[str]:
+    """Live processes of the instance at `state_dir`: in its cgroups, or naming its directory on
+    their command line or in their environment (tenants: GPUPLEX_SIM_DIR, HOME)."""
+    instance = StateDir(state_dir / "host").instance
+    marker = str(state_dir)
+    found = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit() or int(proc.name) == os.getpid():
+            continue
+        try:
+            stat = (proc / "stat").read_text()
+            if stat.rsplit(")", 1)[1].split()[0] == "Z":
+                continue
+            command = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            environ = (proc / "environ").read_bytes().decode(errors="replace")
+            cgroups = (proc / "cgroup").read_text()
+        except OSError:
+            continue
+        if f"gpuplex/{instance}/" in cgroups or marker in command or marker in environ:
+            found.append(f"{proc.name}: {command[:200]}")
+    return found
+
+
+def instance_cgroup_pids(state_dir: Path) -> list[int]:
+    instance = StateDir(state_dir / "host").instance
+    pids: list[int] = []
+    for procs in Path("/sys/fs/cgroup").glob(f"**/gpuplex/{instance}/**/cgroup.procs"):
+        pids += [int(pid) for pid in procs.read_text().split()]
+    return pids
+
+
+def shared_base() -> Path:
+    """A folder unprivileged users (the gateway's, the tenants') can pass through."""
+    base = Path(tempfile.mkdtemp(prefix="gpuplex-up-abuse-", dir="/tmp"))
+    base.chmod(0o711)
+    return base
+
+
+def remove(base: Path) -> None:
+    shutil.rmtree(base, ignore_errors=True)
