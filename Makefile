@@ -19,10 +19,10 @@ demo: $(STAMP)
 
 # The host runtime on simulated GPUs: apply, show, tear down (state in .demo-state/).
 host-demo: $(STAMP)
-	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/gpuplex host apply examples/host-demo.yaml --driver sim --state-dir .demo-state
+	$(BIN)/gpuplex host apply examples/host-demo.yaml --stand-ins --driver sim --state-dir .demo-state
 	sleep 2
 	$(BIN)/gpuplex host status --state-dir .demo-state
-	$(BIN)/gpuplex host down --state-dir .demo-state
+	$(BIN)/gpuplex host down --state-dir .demo-state --forget-users
 
 lint: $(STAMP)
 	$(BIN)/ruff check src tests bench

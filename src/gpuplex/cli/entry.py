@@ -3,6 +3,7 @@ loading its libraries, ends it quietly with status 130 instead of a Python trace
 
 from __future__ import annotations
 
+import os
 import sys
 
 #: The shell's status for a program ended by SIGINT.
@@ -15,5 +16,10 @@ def main() -> None:
 
         run()
     except KeyboardInterrupt:
+        # Everything the interrupted code opened has been closed on the way out here. os._exit:
+        # the status must be 130 (Python ends a run whose KeyboardInterrupt was seen by killing
+        # itself with SIGINT in some paths, and then the shell sees "killed", not "stopped").
         sys.stderr.write("interrupted\n")
-        raise SystemExit(EXIT_INTERRUPTED) from None
+        sys.stderr.flush()
+        sys.stdout.flush()
+        os._exit(EXIT_INTERRUPTED)

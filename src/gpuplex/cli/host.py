@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+import yaml
 from rich.console import Console
 from rich.markup import escape
 
@@ -31,6 +32,7 @@ from gpuplex.host.wiring import open_driver
 from gpuplex.settings import HostSettings, default_state_dir
 from gpuplex.specfile import load_spec_file
 from gpuplex.up.lifecycle import exit_with_parent
+from gpuplex.up.simulate import with_stand_ins
 
 host_app = typer.Typer(
     help="Run a plan on this GPU server: MIG, MPS, cgroups, supervised tenant processes.",
@@ -89,12 +91,24 @@ def apply_command(
         bool,
         typer.Option("--dry-run", help="Print what would change, and the nvidia-smi commands."),
     ] = False,
+    stand_ins: Annotated[
+        bool,
+        typer.Option(
+            "--stand-ins",
+            help="Run gpuplex's stand-ins (simulated model servers and workloads, as `gpuplex up` "
+            "does without a GPU) instead of the spec's commands: to try the host runtime.",
+        ),
+    ] = False,
 ) -> None:
     """Plan the spec against what this host runs and make it so (one reconcile pass)."""
     spec = load_spec_file(file)
     settings = _settings(state_dir, node, driver)
     warn_root_tenants(spec)
-    result = session.apply(spec, file.read_bytes(), file, settings, dry_run=dry_run)
+    text = file.read_bytes()
+    if stand_ins:
+        spec = with_stand_ins(spec)
+        text = yaml.safe_dump(spec.model_dump(mode="json", exclude_unset=True)).encode()
+    result = session.apply(spec, text, file, settings, dry_run=dry_run)
     if result.note:
         out.print(f"[yellow]note[/]: {escape(result.note)}")
     for line in result.desired.notes:
@@ -188,11 +202,23 @@ def status_command(
 
 
 @host_app.command("down")
-def down_command(state_dir: StateDirOption = None) -> None:
+def down_command(
+    state_dir: StateDirOption = None,
+    forget_users: Annotated[
+        bool,
+        typer.Option(
+            "--forget-users",
+            help="Also delete the tenant users gpuplex made for this instance (their folders "
+            "stay, handed to root): for an instance that is gone for good.",
+        ),
+    ] = False,
+) -> None:
     """Stop every replica and MPS daemon of this state directory's instance, and anything left in
     its replicas' cgroups, and forget the applied spec. Exits 1 naming any process it could not
     stop."""
-    result = session.down(_settings(state_dir))
+    result = session.down(_settings(state_dir), forget_users=forget_users)
+    if result.users_removed:
+        out.print(f"removed users: {', '.join(result.users_removed)}", highlight=False)
     for event in result.events:
         out.print(
             f"{event.kind:>18}  {escape(event.target)}: {escape(event.message)}", highlight=False

@@ -9,6 +9,7 @@ import typer
 from rich.console import Console
 
 from gpuplex.settings import UpSettings, default_state_dir
+from gpuplex.up.lifecycle import StopSignals
 
 out = Console()
 
@@ -37,9 +38,13 @@ def up_command(
     dashboard link, demo API keys and an `openai` client example; Ctrl-C stops everything."""
     if driver not in ("auto", "nvml", "sim"):
         raise typer.BadParameter("use auto, nvml or sim", param_hint="--driver")
+    # From here a Ctrl-C only sets a flag that start-up checks (never a half-done import or step)
+    stop = StopSignals().catch()
     from gpuplex.up.run import run_up  # the server's libraries only for this command
 
+    stop.checkpoint()
     run_up(
+        stop,
         UpSettings(
             spec_path=file,
             state_dir=state_dir or default_state_dir() / "up",

@@ -23,6 +23,7 @@ from gpuplex.core.spec.fleet import NodeSpec
 from gpuplex.errors import HostActionError, HostBusyError, NotFoundError, SpecError, SpecProblem
 from gpuplex.host.preflight import launch_problems
 from gpuplex.host.state import DesiredFile, Event, StateDir
+from gpuplex.host.tenant_users import remove_users
 from gpuplex.host.wiring import open_driver, open_runtime
 from gpuplex.settings import HostSettings, inherited_environment
 
@@ -208,9 +209,10 @@ def run(settings: HostSettings, *, max_ticks: int | None = None) -> None:
 class Down:
     events: list[Event]
     left: list[str]  # `tenant/unit: pids ...` that could not be stopped
+    users_removed: list[str] = field(default_factory=list)
 
 
-def down(settings: HostSettings) -> Down:
+def down(settings: HostSettings, *, forget_users: bool = False) -> Down:
     """Stop every replica and MPS daemon of this instance (MIG instances stay), whatever phase
     each is in, and everything left in its replicas' cgroups; forget the desired state. A running
     supervisor is asked to exit first."""
@@ -241,7 +243,10 @@ def down(settings: HostSettings) -> Down:
             runtime.tick(empty)
             left = runtime.sweep()
             (settings.state_dir / "desired.json").unlink(missing_ok=True)
-            return Down(runtime.events, left)
+            removed = []
+            if forget_users and not left and os.geteuid() == 0:
+                removed = remove_users(dirs.instance, dirs.homes)
+            return Down(runtime.events, left, removed)
         finally:
             runtime.close()
             opened.driver.close()

@@ -5,10 +5,12 @@ tenant's private writable directory under the state directory."""
 from __future__ import annotations
 
 import os
+import pwd
 import shutil
 import subprocess
 from pathlib import Path
 
+from gpuplex.core.apply.users import is_default_user
 from gpuplex.errors import HostActionError
 from gpuplex.host.proc import user_ids
 
@@ -54,3 +56,30 @@ def private_directory(homes: Path, tenant: str, uid: int, gid: int) -> Path:
     os.chown(home, uid, gid, follow_symlinks=False)
     home.chmod(0o700)
     return home
+
+
+def remove_users(instance: str, homes: Path) -> list[str]:
+    """Delete the tenant users gpuplex made for this instance (`host down --forget-users`). Their
+    folders are kept, handed to root first, so that a user made later with the same uid does not
+    inherit them. Returns the names removed."""
+    userdel = shutil.which("userdel")
+    removed = []
+    for entry in pwd.getpwall():
+        if not is_default_user(entry.pw_name, instance):
+            continue
+        if homes.is_dir():
+            for home in homes.iterdir():
+                if home.is_dir() and not home.is_symlink() and home.stat().st_uid == entry.pw_uid:
+                    os.chown(home, 0, 0, follow_symlinks=False)
+        if userdel is None:
+            raise HostActionError(f"cannot remove user {entry.pw_name}: there is no `userdel`")
+        done = subprocess.run(  # noqa: S603 - fixed argv, a name gpuplex made
+            [userdel, entry.pw_name], capture_output=True, text=True, timeout=60, check=False
+        )
+        if done.returncode != 0:
+            raise HostActionError(
+                f"could not remove user {entry.pw_name}: userdel exited {done.returncode}: "
+                f"{(done.stderr or done.stdout).strip()}"
+            )
+        removed.append(entry.pw_name)
+    return removed

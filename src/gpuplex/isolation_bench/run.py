@@ -90,7 +90,7 @@ def run_one(scenario: Scenario, settings: BenchSettings) -> ScenarioResult:
         ]
     finally:
         if host.state_dir.is_dir():  # else apply failed before making anything: its error stands
-            session.down(host)
+            session.down(host, forget_users=True)  # the benchmark's tenants are its own
     return scenario_result(scenario, runs)
 
 

@@ -54,7 +54,7 @@ READY_TIMEOUT_S = 60.0
 err = Console(stderr=True)
 
 
-def run_up(settings: UpSettings, console: Console) -> None:
+def run_up(stop: lifecycle.StopSignals, settings: UpSettings, console: Console) -> None:
     """Refuse before changing anything when this state directory or a port is in use; then start
     everything, unwinding what was started if a stop signal or an error comes first."""
     spec = load_spec_file(settings.spec_path)
@@ -63,7 +63,7 @@ def run_up(settings: UpSettings, console: Console) -> None:
         "gateway": (spec.gateway.host, spec.gateway.port),
         "control plane": (settings.server_host, settings.server_port),
     }
-    stop = lifecycle.StopSignals().catch()
+    stop.checkpoint()
     lifecycle.refuse_if_running(root)  # another up here: say which, before the ports
     children.check_ports_free(listeners)
     root.mkdir(parents=True, exist_ok=True)  # the first change
@@ -192,7 +192,8 @@ def _start_and_serve(
 
 
 def _bring_down(host_settings: HostSettings) -> None:
-    stopped = session.down(host_settings)
+    # the tenant users this up made go with it (they come back on the next up)
+    stopped = session.down(host_settings, forget_users=True)
     for line in stopped.left:
         err.print(f"[red]still running[/]: {line}", highlight=False)
 
@@ -211,7 +212,7 @@ def _host_spec_text(spec: GpuplexSpec, plan: Plan, path: Path, simulated: bool) 
     if not simulated:
         return path.read_text(encoding="utf-8")
     python, python_env = python_for_others() if os.geteuid() == 0 else (sys.executable, {})
-    stand_ins = simulated_spec(spec, plan, python, python_env)
+    stand_ins = simulated_spec(spec, plan, python, python_env)  # with_stand_ins, on this plan
     return yaml.safe_dump(stand_ins.model_dump(mode="json", exclude_unset=True), sort_keys=False)
 
 

@@ -5,12 +5,14 @@ simulated workload for batch and training jobs."""
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Sequence
 
-from gpuplex.core.plan import Plan
+from gpuplex.core.plan import Plan, make_plan
 from gpuplex.core.serve.routes import adapter_name
 from gpuplex.core.spec import GpuplexSpec, WorkloadSpec
+from gpuplex.host.interpreter import python_for_others
 
 #: Share of its planned GPU memory a stand-in holds, so the GPU map shows used below planned.
 HELD_SHARE = 0.7
@@ -72,3 +74,10 @@ def _held_mib(plan: Plan, tenant: str, workload: str) -> int:
         p.memory_mib for p in plan.placements if (p.tenant, p.workload) == (tenant, workload)
     ]
     return int(min(planned) * HELD_SHARE) if planned else 1024
+
+
+def with_stand_ins(spec: GpuplexSpec) -> GpuplexSpec:
+    """The spec with stand-ins for its commands, run by an interpreter the tenants' users can
+    run (host/interpreter.py): what `host apply --stand-ins` and `make host-demo` run."""
+    python, env = python_for_others() if os.geteuid() == 0 else (sys.executable, {})
+    return simulated_spec(spec, make_plan(spec), python, env)

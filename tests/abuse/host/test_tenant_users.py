@@ -103,6 +103,12 @@ def test_a_tenant_runs_as_its_own_unprivileged_user_and_cannot_get_out(
         assert (host.state_dir / name).stat().st_mode & 0o077 == 0
     assert (host.state_dir / "logs").stat().st_mode & 0o077 == 0
 
+    # an instance gone for good takes its users along; their folders stay, handed to root
+    down = host.gpuplex("host", "down", "--forget-users")
+    assert f"gpx-{instance[:6]}-alpha" in down.stdout
+    assert not [u.pw_name for u in pwd.getpwall() if u.pw_name.startswith(f"gpx-{instance[:6]}-")]
+    assert (host.state_dir / "homes" / "alpha").stat().st_uid == 0
+
 
 def test_root_is_an_explicit_opt_in_that_every_command_warns_about(
     host: Host, cgroups: Cgroups

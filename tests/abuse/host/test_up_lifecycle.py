@@ -49,12 +49,14 @@ def base() -> Iterator[Path]:
         remove(folder)
 
 
-def nothing_left(state_dir: Path, timeout_s: float = 15) -> None:
+def nothing_left(run: UpRun, timeout_s: float = 15) -> None:
+    """No process of the instance: by cgroup, by process group (of every `up` started), and by
+    command line or environment naming its state directory."""
     deadline = time.monotonic() + timeout_s
-    while instance_processes(state_dir) or instance_cgroup_pids(state_dir):
+    while instance_processes(run.state_dir, run.groups) or instance_cgroup_pids(run.state_dir):
         if time.monotonic() > deadline:
-            left = instance_processes(state_dir)
-            raise AssertionError(f"left running: {left} {instance_cgroup_pids(state_dir)}")
+            left = instance_processes(run.state_dir, run.groups)
+            raise AssertionError(f"left running: {left} {instance_cgroup_pids(run.state_dir)}")
         time.sleep(0.1)
 
 
@@ -87,7 +89,7 @@ def test_the_printed_example_answers_200_on_the_first_try(base: Path) -> None:
         assert status == 200, reply
     finally:
         assert run.stop() == 0, run.output()
-    nothing_left(run.state_dir)
+    nothing_left(run)
 
 
 def test_a_second_up_on_the_same_state_dir_is_refused_and_changes_nothing(base: Path) -> None:
@@ -107,7 +109,7 @@ def test_a_second_up_on_the_same_state_dir_is_refused_and_changes_nothing(base: 
         assert first.chat(keys["solo"], "solo-chat")[0] == 200  # the first one still serves
     finally:
         assert first.stop() == 0, first.output()
-    nothing_left(first.state_dir)
+    nothing_left(first)
 
 
 def test_sigint_at_any_moment_of_start_up_leaves_nothing_and_the_next_up_starts(
@@ -121,38 +123,46 @@ def test_sigint_at_any_moment_of_start_up_leaves_nothing_and_the_next_up_starts(
     for lane in ("one", "two"):
         (base / lane).mkdir()
         runs.append(UpRun(base / lane, small_spec(free_port(), free_port())))
-    for first, second in zip(moments[::2], moments[1::2], strict=True):
-        started = time.monotonic()
+    try:
+        for first, second in zip(moments[::2], moments[1::2], strict=True):
+            started = time.monotonic()
+            for run in runs:
+                run.start()
+            pairs = sorted(zip(runs, (first, second), strict=True), key=lambda pair: pair[1])
+            for run, moment in pairs:
+                time.sleep(max(0.0, started + moment - time.monotonic()))
+                assert run.process is not None
+                run.process.send_signal(signal.SIGINT)
+            codes = [(run.wait(90), moment) for run, moment in pairs]
+            for (run, _), (code, moment) in zip(pairs, codes, strict=True):
+                assert code in (0, 130), (moment, code, run.output())
+                assert "Traceback" not in run.output(), (moment, run.output())
+                nothing_left(run)
+        run = runs[0]
+        run.start("--check")
+        assert run.wait(120) == 0, run.output()
+        nothing_left(run)
+    finally:
         for run in runs:
-            run.start()
-        for run, moment in sorted(zip(runs, (first, second), strict=True), key=lambda p: p[1]):
-            time.sleep(max(0.0, started + moment - time.monotonic()))
-            assert run.process is not None
-            run.process.send_signal(signal.SIGINT)
-        for run, moment in zip(runs, (first, second), strict=True):
-            code = run.wait(90)
-            assert code in (0, 130), (moment, run.output())
-            assert "Traceback" not in run.output(), (moment, run.output())
-            nothing_left(run.state_dir)
-    run = runs[0]
-    run.start("--check")
-    assert run.wait(120) == 0, run.output()
-    nothing_left(run.state_dir)
+            run.kill()
 
 
 def test_after_kill_9_of_up_its_children_exit_and_the_next_up_starts(base: Path) -> None:
     run = UpRun(base, small_spec(free_port(), free_port()))
-    run.start()
-    run.wait_for_banner()
-    tenants = snapshot(run.state_dir)["pids"]
-    assert run.process is not None
-    run.process.kill()
-    run.wait(10)
-    deadline = time.monotonic() + 15
-    while any(" gateway " in p or " host run " in p for p in instance_processes(run.state_dir)):
-        assert time.monotonic() < deadline, instance_processes(run.state_dir)
-        time.sleep(0.1)
-    run.start("--check")  # adopts the tenants the killed one left, and starts
-    assert run.wait(120) == 0, run.output()
-    assert tenants  # they were there to adopt
-    nothing_left(run.state_dir)
+    try:
+        run.start()
+        run.wait_for_banner()
+        tenants = snapshot(run.state_dir)["pids"]
+        assert run.process is not None
+        run.process.kill()
+        run.wait(10)
+        deadline = time.monotonic() + 15
+        while any(" gateway " in p or " host run " in p for p in instance_processes(run.state_dir)):
+            assert time.monotonic() < deadline, instance_processes(run.state_dir)
+            time.sleep(0.1)
+        run.start("--check")  # adopts the tenants the killed one left, and starts
+        assert run.wait(120) == 0, run.output()
+        assert tenants  # they were there to adopt
+        nothing_left(run)
+    finally:
+        run.kill()

@@ -3,6 +3,7 @@ every process of its instance (by cgroup, command line and environment)."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -15,6 +16,7 @@ import tempfile
 import threading
 import time
 import urllib.request
+from collections.abc import Collection
 from pathlib import Path
 from typing import Any
 
@@ -69,6 +71,7 @@ class UpRun:
         self.lines: list[str] = []
         self.process: subprocess.Popen[str] | None = None
         self.reader = threading.Thread()
+        self.groups: set[int] = set()  # the process groups of every `up` started
 
     def start(self, *extra: str, port: int | None = None) -> subprocess.Popen[str]:
         argv = [sys.executable, "-m", "gpuplex.cli", "up", str(self.spec_path)]
@@ -81,8 +84,10 @@ class UpRun:
             stderr=subprocess.STDOUT,
             text=True,
             env={**os.environ, "COLUMNS": "300", "NO_COLOR": "1"},
+            start_new_session=True,  # its process group: what it forks without a session of its own
         )
         self.process = process
+        self.groups.add(process.pid)
         self.reader = threading.Thread(target=self._read, args=(process,), daemon=True)
         self.reader.start()
         return process
@@ -117,6 +122,13 @@ class UpRun:
             time.sleep(0.05)
         raise AssertionError(f"no banner in {timeout_s:g} s:\n{self.output()}")
 
+    def kill(self) -> None:
+        """SIGKILL its process group if it still runs (a test's clean-up after a failure)."""
+        if self.process is not None and self.process.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.process.pid, signal.SIGKILL)
+            self.wait(10)
+
     def stop(self, sig: int = signal.SIGINT, timeout_s: float = 90) -> int:
         assert self.process is not None
         if self.process.poll() is None:
@@ -137,9 +149,10 @@ class UpRun:
             return error.code, json.loads(error.read() or b"{}")
 
 
-def instance_processes(state_dir: Path) -> list[str]:
-    """Live processes of the instance at `state_dir`: in its cgroups, or naming its directory on
-    their command line or in their environment (tenants: GPUPLEX_SIM_DIR, HOME)."""
+def instance_processes(state_dir: Path, groups: Collection[int] = ()) -> list[str]:
+    """Live processes of the instance at `state_dir`: in its cgroups, in one of the process
+    `groups` (those of its `up` processes), or naming its directory on their command line or in
+    their environment (tenants: GPUPLEX_SIM_DIR, HOME)."""
     instance = StateDir(state_dir / "host").instance
     marker = str(state_dir)
     found = []
@@ -155,7 +168,8 @@ def instance_processes(state_dir: Path) -> list[str]:
             cgroups = (proc / "cgroup").read_text()
         except OSError:
             continue
-        if f"gpuplex/{instance}/" in cgroups or marker in command or marker in environ:
+        in_group = int(stat.rsplit(")", 1)[1].split()[2]) in groups  # field 5: the group
+        if f"gpuplex/{instance}/" in cgroups or in_group or marker in command or marker in environ:
             found.append(f"{proc.name}: {command[:200]}")
     return found
 

@@ -234,7 +234,8 @@ class Host:
                     process.kill()
                     process.wait()
         if (self.state_dir / "state.json").exists():
-            self.gpuplex("host", "down", check=False)
+            # and the tenant users this test's instance made: a host has room for ~900
+            self.gpuplex("host", "down", "--forget-users", check=False)
         for record in self.state()["records"] + self.state()["mps_daemons"]:
             pid = record.get("pid")
             if pid and alive(pid):

@@ -15,6 +15,7 @@ from rich.console import Console
 from gpuplex.errors import HostActionError
 from gpuplex.host.ports import port_taken
 from gpuplex.settings import UpSettings
+from gpuplex.up.lifecycle import StopSignals
 from gpuplex.up.run import run_up
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -63,5 +64,5 @@ def test_up_refuses_a_port_in_use_before_starting_anything(
         server_port=server_port,
     )
     with pytest.raises(HostActionError, match=rf"127\.0\.0\.1:{listener}, where the {taken}"):
-        run_up(settings, Console(file=None, quiet=True))
+        run_up(StopSignals(), settings, Console(file=None, quiet=True))
     assert not state_dir.exists()  # nothing was started, no store or demo credentials made
