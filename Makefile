@@ -32,8 +32,12 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(BIN)/mypy
 
+# Two workers: the tests that start and measure whole stacks of processes run one at a time on one
+# of them (the `lane` group, tests/conftest.py), the rest is shared (about 40 % less wall time on 2
+# cores than one process). `make unit PYTEST_WORKERS=0` runs everything in one process.
+PYTEST_WORKERS ?= 2
 unit: $(STAMP)
-	$(BIN)/pytest
+	$(BIN)/pytest $(if $(filter 0,$(PYTEST_WORKERS)),,-n $(PYTEST_WORKERS) --dist loadgroup)
 
 test: lint typecheck unit
 

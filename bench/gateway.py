@@ -44,9 +44,11 @@ only the gateway differs; each tree makes its own store and API keys with its ow
 streaming, closed-loop req/s and paced p50/p99 added latency. In each of --rounds rounds (default
 2) every row runs before and after back to back, in alternating order (A B, then B A), so the
 machine's drift hits both trees alike. Rows default to 5 s here (--duration-s to change): 2 rounds
-of 5 s take about 4 minutes, of 10 s about 7. The table gives before and after req/s, after ÷
-before (mean over rounds, and each round's), the latencies, and a verdict per row: "within 10 %"
-when after ÷ before req/s is at least 0.90. A tree whose gateway cannot start (a spec or store it
+of 5 s take about 4 minutes, of 10 s about 7. The table gives before and after req/s (mean over
+rounds), after ÷ before (each round's, and their median, which the verdict reads: a pair measured
+back to back is what the drift of a shared machine's speed cancels out of, so the ratio of two
+means over rounds that ran at different speeds is not), the latencies, and a verdict per row:
+"within 10 %" when after ÷ before req/s is at least 0.90. A tree whose gateway cannot start (a spec or store it
 cannot read) is reported with the end of its log.
 
 The rest lives beside this file: bench/gateway_load.py (wrk, both ways), bench/gateway_procs.py (the

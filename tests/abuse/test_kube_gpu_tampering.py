@@ -16,9 +16,12 @@ from gpuplex.kube.naming import PLAN_SET
 from gpuplex.kube.resources import kind_of
 from gpuplex.kube.sync import apply_set
 from tests.integration.kube import objects
+from tests.integration.kube.conftest import no_threads_left
 from tests.integration.kube.fake_api import FakeKubeApi
 
 NS = objects.NS
+
+__all__ = ["no_threads_left"]  # autouse here: the fake server's threads end with each test
 
 
 def _deployment(api: FakeKubeApi) -> dict[str, Any]:

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from rich.console import Console
 
 from gpuplex.cli.main import run
 
@@ -59,9 +60,24 @@ def run_in_process(
     """The CLI's `run()` in this process. An exception other than SystemExit escapes and fails the
     test with its traceback, which is the in-process form of "the user saw a traceback"."""
     monkeypatch.setattr(sys, "argv", ["gpuplex", *args])
+    _consoles_read_columns(monkeypatch)
     with pytest.raises(SystemExit) as exited:
         run()
     captured = capsys.readouterr()
     code = exited.value.code
     exit_code = 0 if code is None else code if isinstance(code, int) else 1
     return CliResult(exit_code, _ANSI.sub("", captured.out), _ANSI.sub("", captured.err))
+
+
+def _consoles_read_columns(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A CLI module's consoles read $COLUMNS once, when the module is imported: in this process
+    that may have been before the test set it (another test imported the module first). Give them
+    the test's width now, as a fresh `gpuplex` process would have; undone after the test."""
+    columns = os.environ.get("COLUMNS", "")
+    if not columns.isdigit():
+        return
+    for name, module in list(sys.modules.items()):
+        if name == "gpuplex.cli" or name.startswith("gpuplex.cli."):
+            for value in list(vars(module).values()):
+                if isinstance(value, Console):
+                    monkeypatch.setattr(value, "_width", int(columns))

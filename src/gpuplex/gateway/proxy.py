@@ -149,15 +149,14 @@ async def _queued(
     raw: bytes,
     send: Send,
 ) -> None:
-    tenant = ex.caller.tenant
+    series = metrics.tenant_series(ex.caller.tenant)
     waited_from = now_s()
-    depth = metrics.QUEUE_DEPTH.labels(tenant)
-    depth.inc()
+    series.queue_depth.inc()
     try:
         await pool.queue.acquire(queued)
     finally:
-        depth.dec()
-    metrics.QUEUE_WAIT.labels(tenant).observe(now_s() - waited_from)
+        series.queue_depth.dec()
+    series.queue_wait.observe(now_s() - waited_from)
     try:
         replica = pool.choose()
         if replica is None:
@@ -267,9 +266,10 @@ def record_usage(rt: GatewayRuntime, ex: Exchange) -> bool:
         )
         return False
     ex.recorded = True
-    metrics.REQUESTS.labels(tenant, str(status)).inc()
-    metrics.LATENCY.labels(tenant).observe(latency_s)
+    metrics.requests_series(tenant, status).inc()
+    series = metrics.tenant_series(tenant)
+    series.latency.observe(latency_s)
     if billed:
-        metrics.TOKENS.labels(tenant, "prompt").inc(record.prompt_tokens)
-        metrics.TOKENS.labels(tenant, "completion").inc(record.completion_tokens)
+        series.prompt_tokens.inc(record.prompt_tokens)
+        series.completion_tokens.inc(record.completion_tokens)
     return True

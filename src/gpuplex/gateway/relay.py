@@ -270,12 +270,13 @@ async def _pass_on(
     out: list[bytes] = []
     going = True
     for event in events:
-        done = usage.read_event(event)
-        ex.prompt_tokens, ex.completion_tokens = usage.tokens(ex.request.prompt_tokens)
-        if done and not record(rt, ex):
-            going = False
-            break
+        if usage.read_event(event):  # [DONE]: the record first, with every token counted
+            ex.prompt_tokens, ex.completion_tokens = usage.tokens(ex.request.prompt_tokens)
+            if not record(rt, ex):
+                going = False
+                break
         out.append(rename_model(event, renamer) if renamer is not None else event)
+    ex.prompt_tokens, ex.completion_tokens = usage.tokens(ex.request.prompt_tokens)
     if out:
         body = out[0] if len(out) == 1 else b"".join(out)
         await send({"type": "http.response.body", "body": body, "more_body": True})

@@ -7,6 +7,9 @@ With several worker processes the metrics live in prometheus-client's multiproce
 
 from __future__ import annotations
 
+import functools
+from dataclasses import dataclass
+
 from prometheus_client import (
     CollectorRegistry,
     Counter,
@@ -62,6 +65,35 @@ LATENCY = Histogram(
     ["tenant"],
     buckets=LATENCY_BUCKETS_S,
 )
+
+
+@dataclass(frozen=True, slots=True)
+class TenantSeries:
+    """One tenant's series of the metrics every request touches, looked up once: `labels()`
+    validates and locks on each call, several times per request otherwise."""
+
+    queue_depth: Gauge
+    queue_wait: Histogram
+    latency: Histogram
+    prompt_tokens: Counter
+    completion_tokens: Counter
+
+
+@functools.lru_cache(maxsize=4096)  # tenants of the spec: far fewer
+def tenant_series(tenant: str) -> TenantSeries:
+    return TenantSeries(
+        queue_depth=QUEUE_DEPTH.labels(tenant),
+        queue_wait=QUEUE_WAIT.labels(tenant),
+        latency=LATENCY.labels(tenant),
+        prompt_tokens=TOKENS.labels(tenant, "prompt"),
+        completion_tokens=TOKENS.labels(tenant, "completion"),
+    )
+
+
+@functools.lru_cache(maxsize=4096)
+def requests_series(tenant: str, status: int) -> Counter:
+    """`REQUESTS` of a tenant and status (statuses the gateway sends: a few dozen)."""
+    return REQUESTS.labels(tenant, str(status))
 
 
 def exposition() -> bytes:

@@ -17,6 +17,7 @@ from pathlib import Path
 from gpuplex.core.spec.runtime import LimitsSpec
 from gpuplex.host.cgroups import Cgroups, instance_parent
 from gpuplex.host.state import StateDir
+from tests.e2e.processes import processes_with_argument
 from tests.integration.host.hostrun import (
     Host,
     alive,
@@ -28,21 +29,6 @@ from tests.integration.host.hostrun import (
 )
 
 GPUS = [{"model": "H100-80GB", "count": 1}]
-
-
-def daemons_with(marker: str) -> list[int]:
-    """Live processes whose command line holds `marker`."""
-    found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            argv = (entry / "cmdline").read_bytes().split(b"\0")
-        except OSError:
-            continue
-        if marker.encode() in argv and alive(int(entry.name)):
-            found.append(int(entry.name))
-    return found
 
 
 def forker(marker: str, **restart: float) -> dict[str, object]:
@@ -73,13 +59,13 @@ def test_a_detached_daemon_dies_with_each_run_and_a_failed_replica_leaves_nothin
     host.start_supervisor(host.write_spec(document))
     wait_for("two exits", lambda: len(host.events("exited")) + len(host.events("failed")) >= 2, 30)
     # each run's daemon is killed when the run ends: never more than the current run's one
-    assert len(daemons_with(marker)) <= 1
+    assert len(processes_with_argument(marker)) <= 1
     wait_for("the crash loop", lambda: host.phase("forker/job#0") == "failed", 60)
-    wait_for("no daemon left once failed", lambda: daemons_with(marker) == [], 5)
+    wait_for("no daemon left once failed", lambda: processes_with_argument(marker) == [], 5)
 
     down = host.gpuplex("host", "down")
     assert "nothing of this gpuplex instance runs" in down.stdout
-    assert daemons_with(marker) == []
+    assert processes_with_argument(marker) == []
 
 
 def test_down_stops_what_runs_in_an_unrecorded_cgroup_of_its_instance_and_names_it(
@@ -105,7 +91,7 @@ def test_down_stops_what_runs_in_an_unrecorded_cgroup_of_its_instance_and_names_
     assert "leftovers_stopped" in down.stdout
     assert "ghost/old-0" in down.stdout
     ghost.wait(timeout=5)
-    assert daemons_with(marker) == []
+    assert processes_with_argument(marker) == []
     assert not any(path.exists() for path in dirs)  # and its cgroup is removed
 
 

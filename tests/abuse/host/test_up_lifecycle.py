@@ -118,7 +118,9 @@ def test_sigint_at_any_moment_of_start_up_leaves_nothing_and_the_next_up_starts(
     """Two instances at a time (their own state directories and ports), each interrupted at its
     own seeded moment: half the wall time, and start-up under contention is start-up too."""
     # from the first instant (libraries still loading) to about when the banner prints
-    moments = [random.Random(SEED).uniform(0.05, 4.0) for _ in range(MOMENTS)]
+    seeded = random.Random(SEED)  # one generator: 20 different moments, the same on every run
+    moments = [seeded.uniform(0.05, 4.0) for _ in range(MOMENTS)]
+    assert len(set(moments)) == MOMENTS
     runs = []
     for lane in ("one", "two"):
         (base / lane).mkdir()

@@ -31,6 +31,21 @@ class StreamUsage:
 
     def read_event(self, event: bytes) -> bool:
         """Count one whole event; True if it is `data: [DONE]`."""
+        if (
+            event.startswith(b"data: ")
+            and event.find(b"\n") == len(event) - 2
+            and b"\r" not in event
+        ):
+            # the common case, one `data: ` line and its blank line: as `read_lines`, unsplit
+            data = event[6:-2].strip()
+            if data == DONE:
+                return True
+            self._chunk(data)
+            return False
+        return self.read_lines(event)
+
+    def read_lines(self, event: bytes) -> bool:
+        """`read_event` for any event: line by line (LF, CRLF or CR ends)."""
         for line in event.splitlines():
             if not line.startswith(b"data:"):
                 continue

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import orjson
 import pytest
+from hypothesis import given, strategies as st
 
 from gpuplex.core.serve.inference import BadRequest, Endpoint, InferenceRequest, read_request
 from gpuplex.core.serve.stream_usage import StreamUsage, reply_usage
@@ -75,3 +76,27 @@ def test_reply_usage_falls_back_to_the_estimate() -> None:
     assert reply_usage(b'{"usage": {"prompt_tokens": 5, "completion_tokens": 2}}', 1) == (5, 2)
     assert reply_usage(b"not json", 4) == (4, 0)
     assert reply_usage(b'{"usage": {"prompt_tokens": "5"}}', 4) == (4, 0)
+
+
+_LINE_ENDS = st.sampled_from([b"\n", b"\r\n", b"\r"])
+_DATA = st.sampled_from(
+    [
+        b"[DONE]",
+        b'{"choices":[{"delta":{"content":"hello there"}}]}',
+        b'{"choices":[{"text":"caf\\u00e9"}]}',
+        b'{"usage":{"prompt_tokens":3,"completion_tokens":9}}',
+        b"not json",
+        b"",
+    ]
+)
+_LINE = st.tuples(st.sampled_from([b"data: ", b"data:", b": ", b"event: x", b"id: 1"]), _DATA)
+
+
+@given(lines=st.lists(st.tuples(_LINE, _LINE_ENDS), min_size=1, max_size=3), end=_LINE_ENDS)
+def test_the_one_line_fast_path_counts_as_reading_line_by_line(
+    lines: list[tuple[tuple[bytes, bytes], bytes]], end: bytes
+) -> None:
+    event = b"".join(field + data + ending for (field, data), ending in lines) + end
+    fast, slow = StreamUsage(), StreamUsage()
+    assert fast.read_event(event) == slow.read_lines(event)
+    assert fast.tokens(0) == slow.tokens(0)
