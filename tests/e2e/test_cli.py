@@ -4,6 +4,7 @@ against a current plan, explain and schema, each run as a real process."""
 from __future__ import annotations
 
 import json
+from importlib.metadata import version as package_version
 from pathlib import Path
 from typing import Any
 
@@ -240,3 +241,27 @@ def test_plan_and_explain_take_a_kubernetes_target(
     assert "node demo:" not in host_text
     refused = run_in_process(["plan", example, "--target", "cloud"], monkeypatch, capsys)
     assert refused.exit_code == EXIT_BAD_INPUT
+
+
+def test_version_prints_the_installed_version() -> None:
+    result = ok(run_subprocess("--version"))
+    assert result.stdout == f"gpuplex {package_version('gpuplex')}\n"
+
+
+def test_a_piped_table_is_as_wide_as_it_needs_not_cut_to_80_columns(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """`gpuplex plan FILE | cat`: stdout is a pipe and $COLUMNS is not set."""
+    monkeypatch.delenv("COLUMNS", raising=False)
+    result = ok(run_subprocess("plan", ROOT / "examples" / "enterprise-cluster.yaml"))
+    assert "Placements" in result.stdout
+    assert "…" not in result.stdout  # at 80 columns three cells were cut
+
+
+def test_host_status_of_a_state_dir_never_applied_creates_nothing(tmp_path: Path) -> None:
+    state = tmp_path / "state"
+    result = run_subprocess("host", "status", "--state-dir", state)
+    assert result.exit_code != 0
+    assert "no simulated GPUs" in result.stderr
+    assert "Traceback" not in result.output
+    assert not state.exists()

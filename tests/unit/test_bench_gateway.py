@@ -7,7 +7,17 @@ import re
 
 import pytest
 from bench.gateway_load import CLOSED, PACED, Load, chat_body, wrk_script
-from bench.gateway_report import DIRECT, NGINX, NON_STREAMING, Measured, Results
+from bench.gateway_report import (
+    AFTER,
+    BEFORE,
+    DIRECT,
+    NGINX,
+    NON_STREAMING,
+    Comparison,
+    Measured,
+    Results,
+    TreeRun,
+)
 from bench.planner_measure import Machine
 
 GATEWAY = "gateway"
@@ -72,3 +82,22 @@ def test_the_paced_script_waits_an_exponential_time_of_connections_over_rate(
     assert found is not None
     assert float(found.group(1)) == pytest.approx(mean_ms)
     assert "delay = function()" in script
+
+
+def test_the_verdict_reads_the_median_of_paired_rounds_not_the_ratio_of_means() -> None:
+    """Round 0 ran while the machine was fast and slowed down between its two runs (0.83); in
+    rounds 1 and 2 after is 2 % slower. The ratio of the means, pulled by the fast round, would
+    say 11 % slower; the median of the pairs says 2 %."""
+    comparison = Comparison(Machine("cpu", 2, "CPython", "Linux"), "0.1", {}, "b", "a", [GATEWAY])
+    pairs = [(3000.0, 2500.0), (1000.0, 980.0), (1000.0, 980.0)]
+    for round_, (before, after) in enumerate(pairs):
+        for tree, rate in ((BEFORE, before), (AFTER, after)):
+            run = TreeRun(GATEWAY, NON_STREAMING, tree, round_, load(CLOSED, rate, 1.0, 2.0))
+            comparison.runs.append(run)
+    row = comparison.row(GATEWAY, NON_STREAMING)
+    assert row.round_ratios == pytest.approx([2500 / 3000, 0.98, 0.98])
+    assert row.ratio == pytest.approx(0.98)
+    assert row.after_rate_per_s is not None
+    assert row.before_rate_per_s is not None
+    assert row.after_rate_per_s / row.before_rate_per_s == pytest.approx(4460 / 5000)
+    assert row.verdict.startswith("within 10 % (after is 2 % slower)")

@@ -15,11 +15,11 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich import box
-from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
 from gpuplex.cli.conventions import StoreOption, reported
+from gpuplex.consoles import stdout_console
 from gpuplex.settings import default_store_url
 
 if TYPE_CHECKING:
@@ -31,7 +31,7 @@ audit_app = typer.Typer(
     help="The audit log: verify its hash chain, list its entries.",
     no_args_is_help=True,
 )
-out = Console()
+out = stdout_console()
 EXIT_DAMAGED = 1
 
 

@@ -18,19 +18,19 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from gpuplex.cli.conventions import reported
+from gpuplex.consoles import stderr_console, stdout_console
 from gpuplex.host.interpreter import python_for_others
 from gpuplex.isolation_bench.report import json_records, markdown_report, tables
 from gpuplex.isolation_bench.results import ScenarioResult
 from gpuplex.isolation_bench.run import BenchSettings, run_all
 from gpuplex.isolation_bench.scenarios import LoopProgram, scenarios
 
-out = Console()
-err = Console(stderr=True)
+out = stdout_console()
+err = stderr_console()
 
 bench_app = typer.Typer(
     help="Measure gpuplex on this host.",

@@ -13,9 +13,9 @@ from datetime import timedelta
 from typing import Annotated
 
 import typer
-from rich.console import Console
 from rich.markup import escape
 
+from gpuplex.consoles import stderr_console
 from gpuplex.core.apply.desired import fleet_port_clashes
 from gpuplex.core.apply.users import root_warnings
 from gpuplex.core.plan import Plan, Target
@@ -23,7 +23,7 @@ from gpuplex.core.plan.node_sharing import target_of
 from gpuplex.core.spec import GpuplexSpec
 from gpuplex.errors import GpuplexError
 
-err = Console(stderr=True)
+err = stderr_console()
 
 StoreOption = Annotated[
     str | None,

@@ -7,8 +7,8 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.console import Console
 
+from gpuplex.consoles import stderr_console
 from gpuplex.core.spec.gateway import LimiterBackend
 from gpuplex.errors import GatewayError
 from gpuplex.gateway.serve import HttpServer, serve
@@ -23,7 +23,7 @@ from gpuplex.settings import (
 from gpuplex.specfile import load_spec_file
 from gpuplex.up.lifecycle import exit_with_parent
 
-err = Console(stderr=True)
+err = stderr_console()
 
 
 def gateway_command(

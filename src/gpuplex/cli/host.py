@@ -9,7 +9,6 @@ from typing import Annotated
 
 import typer
 import yaml
-from rich.console import Console
 from rich.markup import escape
 
 from gpuplex.cli.conventions import warn_root_tenants
@@ -20,6 +19,7 @@ from gpuplex.cli.host_view import (
     mps_table,
     replicas_table,
 )
+from gpuplex.consoles import stdout_console
 from gpuplex.core.apply.actions import describe
 from gpuplex.core.apply.mig_commands import mig_mode_commands, nvidia_smi_commands
 from gpuplex.core.catalog import gpu_model
@@ -38,7 +38,7 @@ host_app = typer.Typer(
     help="Run a plan on this GPU server: MIG, MPS, cgroups, supervised tenant processes.",
     no_args_is_help=True,
 )
-out = Console()
+out = stdout_console()
 
 
 class Driver(StrEnum):

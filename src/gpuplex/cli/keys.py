@@ -16,12 +16,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
-from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
 from gpuplex.cli.conventions import StoreOption, os_user_name, parse_duration, reported
 from gpuplex.clock import utc_now
+from gpuplex.consoles import stderr_console, stdout_console
 from gpuplex.core.serve.routes import route_table
 from gpuplex.core.spec.parse import did_you_mean
 from gpuplex.errors import NotFoundError
@@ -35,8 +35,8 @@ keys_app = typer.Typer(
     help="API keys for the gateway: create (shown once), list, revoke.",
     no_args_is_help=True,
 )
-out = Console()
-err = Console(stderr=True)
+out = stdout_console()
+err = stderr_console()
 
 
 class KeysOutput(StrEnum):

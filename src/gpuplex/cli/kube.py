@@ -22,12 +22,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
-from rich.console import Console
 from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn
 from rich.table import Table
 
 from gpuplex.cli.conventions import reported
+from gpuplex.consoles import stderr_console, stdout_console
 from gpuplex.kube.diff import Action, ObjectChange, summary
 from gpuplex.kube.naming import PLAN_SET, SELF_SET
 
@@ -39,8 +39,8 @@ kube_app = typer.Typer(
     help="Kubernetes: render the spec and plan as objects, diff them against a cluster, apply them.",
     no_args_is_help=True,
 )
-out = Console()
-err = Console(stderr=True)
+out = stdout_console()
+err = stderr_console()
 
 
 class DryRun(StrEnum):

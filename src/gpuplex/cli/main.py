@@ -6,13 +6,13 @@ from __future__ import annotations
 import json
 import sys
 from enum import StrEnum
+from importlib.metadata import version as package_version
 from pathlib import Path
 from typing import Annotated
 
 import typer
 import yaml
 from pydantic import ValidationError
-from rich.console import Console
 from rich.markup import escape
 
 from gpuplex.cli.audit import audit_app
@@ -30,6 +30,7 @@ from gpuplex.cli.sim import sim_app
 from gpuplex.cli.simulate import simulate_command
 from gpuplex.cli.store import store_app
 from gpuplex.cli.up import up_command
+from gpuplex.consoles import stderr_console, stdout_console
 from gpuplex.core.catalog import gpu_model, gpu_model_names
 from gpuplex.core.plan import Plan, Target, make_plan
 from gpuplex.core.plan.explain import explain as explain_workload
@@ -45,6 +46,26 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
     add_completion=False,
 )
+
+
+def _print_version(wanted: bool) -> None:
+    if wanted:
+        out.print(f"gpuplex {package_version('gpuplex')}", highlight=False)
+        raise typer.Exit()
+
+
+@app.callback()
+def _options(
+    version: Annotated[
+        bool,
+        typer.Option(
+            "--version", callback=_print_version, is_eager=True, help="Print the version and exit."
+        ),
+    ] = False,
+) -> None:
+    """gpuplex: share GPUs between tenants safely, fairly and with the bill to match."""
+
+
 app.add_typer(host_app, name="host")
 app.add_typer(keys_app, name="keys")
 app.add_typer(audit_app, name="audit")
@@ -58,8 +79,8 @@ app.command(name="server")(server_command)
 app.command(name="up")(up_command)
 app.command(name="simulate")(simulate_command)
 app.command(name="queues")(queues_command)
-out = Console()
-err = Console(stderr=True)
+out = stdout_console()
+err = stderr_console()
 
 
 class OutputFormat(StrEnum):

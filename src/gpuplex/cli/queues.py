@@ -19,13 +19,14 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.console import Console, RenderableType
+from rich.console import RenderableType
 from rich.markup import escape
 from rich.padding import Padding
 from rich.table import Table
 from rich.text import Text
 
 from gpuplex.cli.conventions import reported
+from gpuplex.consoles import stdout_console
 from gpuplex.core.plan.cluster.drf import Resources
 from gpuplex.core.plan.cluster.pending import PendingAnswer
 from gpuplex.core.plan.cluster.queue_file import (
@@ -38,7 +39,7 @@ from gpuplex.core.plan.cluster.queue_file import (
 )
 from gpuplex.specfile import load_yaml_file
 
-out = Console()
+out = stdout_console()
 
 
 def queues_command(

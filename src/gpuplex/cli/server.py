@@ -16,12 +16,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
-from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
 from gpuplex.cli.conventions import os_user_name, parse_duration, reported
 from gpuplex.clock import utc_now
+from gpuplex.consoles import stderr_console, stdout_console
 from gpuplex.core.access import Role
 from gpuplex.settings import (
     DCGM_URLS_VARIABLE,
@@ -35,8 +35,8 @@ from gpuplex.settings import (
 if TYPE_CHECKING:
     from gpuplex.store.tokens import ApiToken, TokenRepository
 
-out = Console()
-err = Console(stderr=True)
+out = stdout_console()
+err = stderr_console()
 token_app = typer.Typer(
     help="Control-plane tokens: who may use the REST API and dashboard, with which role.",
     no_args_is_help=True,

@@ -21,7 +21,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, TypeVar
 
 import typer
-from rich.console import Console
 from rich.markup import escape
 from rich.progress import (
     BarColumn,
@@ -35,6 +34,7 @@ from rich.progress import (
 from rich.table import Table
 
 from gpuplex.cli.conventions import reported
+from gpuplex.consoles import stderr_console, stdout_console
 from gpuplex.core.spec.parse import did_you_mean
 from gpuplex.errors import NotFoundError, TraceInputError
 from gpuplex.sim.replay_report import TABLE_POINTS, ReportRow, aggregate, csv_text, means_at
@@ -44,8 +44,8 @@ if TYPE_CHECKING:
     from gpuplex.sim.isolation_compare import ModeSummary
     from gpuplex.sim.replay import ReplayResult
 
-out = Console()
-err = Console(stderr=True)
+out = stdout_console()
+err = stderr_console()
 
 _T = TypeVar("_T")
 _Name = TypeVar("_Name", bound=str)  # a policy name or an IsolationMode

@@ -11,10 +11,10 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING, Annotated
 
 import typer
-from rich.console import Console
 from rich.markup import escape
 
 from gpuplex.cli.conventions import StoreOption, reported
+from gpuplex.consoles import stdout_console
 from gpuplex.settings import default_store_url
 
 if TYPE_CHECKING:
@@ -23,7 +23,7 @@ if TYPE_CHECKING:
 store_app = typer.Typer(
     help="The store's schema: its revision, upgrade, downgrade.", no_args_is_help=True
 )
-out = Console()
+out = stdout_console()
 
 
 @contextmanager

@@ -6,12 +6,12 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.console import Console
 
+from gpuplex.consoles import stdout_console
 from gpuplex.settings import UpSettings, default_state_dir
 from gpuplex.up.lifecycle import StopSignals
 
-out = Console()
+out = stdout_console()
 
 
 def up_command(

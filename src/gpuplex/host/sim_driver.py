@@ -75,16 +75,16 @@ class SimulatedDriver:
         GPUs, for `mig: auto`) lists them: the machine as its operator set it up."""
         self.sim_dir = sim_dir
         self.memory_dir = sim_dir / "memory"
+        self._file = sim_dir / "gpus.json"
+        if node is None and not self._file.exists():  # a reader (host status): create nothing
+            raise GpuDriverError(
+                f"no simulated GPUs in {sim_dir}: run `gpuplex host apply FILE --driver sim` first"
+            )
         self.memory_dir.mkdir(parents=True, exist_ok=True)
         # tenants, as their own users, report their simulated GPU memory here: like /tmp, anyone
         # may add a file, only its owner may replace or remove it
         self.memory_dir.chmod(0o1733)
-        self._file = sim_dir / "gpus.json"
-        if not self._file.exists():
-            if node is None:
-                raise GpuDriverError(
-                    f"no simulated GPUs in {sim_dir}: run `gpuplex host apply FILE --driver sim` first"
-                )
+        if node is not None and not self._file.exists():
             self._save(_initial_state(node, mig_on or set()))
 
     # --- the driver interface ---------------------------------------------------------------

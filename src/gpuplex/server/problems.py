@@ -21,6 +21,7 @@ from pydantic import BaseModel, ConfigDict
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from gpuplex.errors import ErrorCode, GpuplexError, SpecError, StaleRevisionError
+from gpuplex.server.request_model import UNKNOWN_FIELD
 
 log = logging.getLogger("gpuplex.server")
 
@@ -155,8 +156,13 @@ def install_handlers(app: FastAPI) -> None:
 
     async def on_validation(_: Request, error: Exception) -> JSONResponse:
         assert isinstance(error, RequestValidationError)
-        first = error.errors()[0] if error.errors() else {"loc": (), "msg": "invalid request"}
-        field = validation_field(first.get("loc", ()), str(first.get("type", "")))
+        errors = error.errors()
+        first: dict[str, Any] = dict(errors[0]) if errors else {"msg": "invalid request"}
+        location = list(first.get("loc", ()))
+        context: dict[str, Any] = first.get("ctx") or {}
+        if first.get("type") == UNKNOWN_FIELD and "field" in context:
+            location.append(str(context["field"]))  # raised by the object holding the unknown field
+        field = validation_field(location, str(first.get("type", "")))
         message = f"{field or 'request'}: {first.get('msg', 'invalid')}"
         return problem_response(ApiProblem(INVALID_REQUEST, message, field=field or None))
 

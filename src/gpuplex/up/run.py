@@ -20,6 +20,7 @@ import yaml
 from rich.console import Console
 
 from gpuplex.clock import now_s, sleep_s, utc_now
+from gpuplex.consoles import stderr_console
 from gpuplex.core.access import Role
 from gpuplex.core.plan import Plan, make_plan
 from gpuplex.core.serve.routes import route_table
@@ -51,7 +52,7 @@ from gpuplex.up.simulate import simulated_spec
 
 DEMO_NAME = "gpuplex up demo"
 READY_TIMEOUT_S = 60.0
-err = Console(stderr=True)
+err = stderr_console()
 
 
 def run_up(stop: lifecycle.StopSignals, settings: UpSettings, console: Console) -> None:

@@ -16,13 +16,14 @@ from gpuplex.server.auth import CurrentPrincipal, require
 from gpuplex.server.budget_alerts import BudgetView, budget_view
 from gpuplex.server.context import ServerContext, server_context
 from gpuplex.server.problems import ERROR_RESPONSES, FORBIDDEN, ApiProblem
+from gpuplex.server.request_model import RequestModel
 from gpuplex.server.routes.tenants import applied_tenant
 
 router = APIRouter(tags=["budgets"], responses=ERROR_RESPONSES)
 Context = Annotated[ServerContext, Depends(server_context)]
 
 
-class BudgetRequest(BaseModel):
+class BudgetRequest(RequestModel):
     amount: Decimal = Field(ge=0, le=Decimal("1e12"), max_digits=18, decimal_places=2)
     thresholds_percent: list[Annotated[int, Field(ge=1, le=1000)]] = Field(
         default=[50, 80, 100], min_length=1, max_length=10, description="Alert at these % of it."

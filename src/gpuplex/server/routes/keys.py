@@ -15,6 +15,7 @@ from gpuplex.server.auth import CurrentPrincipal, require
 from gpuplex.server.context import ServerContext, server_context
 from gpuplex.server.pages import Cursor, Limit, Page, page_of
 from gpuplex.server.problems import ERROR_RESPONSES, INVALID_REQUEST, PRINTABLE, ApiProblem
+from gpuplex.server.request_model import RequestModel
 from gpuplex.server.routes.tenants import applied_tenant
 from gpuplex.server.times import checked_time
 from gpuplex.store import ApiKey, KeyLimits
@@ -23,7 +24,7 @@ router = APIRouter(tags=["keys"], responses=ERROR_RESPONSES)
 Context = Annotated[ServerContext, Depends(server_context)]
 
 
-class KeyCreateRequest(BaseModel):
+class KeyCreateRequest(RequestModel):
     name: str = Field(default="", max_length=200, pattern=PRINTABLE)
     models: list[str] = Field(
         default_factory=list, max_length=100, description="Empty: every model of the tenant."

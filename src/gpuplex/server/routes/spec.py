@@ -19,6 +19,7 @@ from gpuplex.errors import ErrorCode
 from gpuplex.server.auth import CurrentPrincipal, require
 from gpuplex.server.context import ServerContext, server_context
 from gpuplex.server.problems import ERROR_RESPONSES, ApiProblem
+from gpuplex.server.request_model import RequestModel
 from gpuplex.server.spec_apply import apply, preview
 
 router = APIRouter(tags=["spec"], responses=ERROR_RESPONSES)
@@ -26,7 +27,7 @@ Context = Annotated[ServerContext, Depends(server_context)]
 MAX_SPEC_CHARS = 1_000_000
 
 
-class SpecRequest(BaseModel):
+class SpecRequest(RequestModel):
     spec_yaml: str = Field(max_length=MAX_SPEC_CHARS, description="A whole gpuplex.yaml.")
 
 

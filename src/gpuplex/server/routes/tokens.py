@@ -21,6 +21,7 @@ from gpuplex.server.problems import (
     PRINTABLE,
     ApiProblem,
 )
+from gpuplex.server.request_model import RequestModel
 from gpuplex.server.routes.tenants import applied_tenant
 from gpuplex.server.times import checked_time
 from gpuplex.store.tokens import ApiToken
@@ -29,7 +30,7 @@ router = APIRouter(tags=["tokens"], responses=ERROR_RESPONSES)
 Context = Annotated[ServerContext, Depends(server_context)]
 
 
-class TokenCreateRequest(BaseModel):
+class TokenCreateRequest(RequestModel):
     name: str = Field(
         min_length=1, max_length=200, pattern=PRINTABLE, description="Who or what uses it."
     )

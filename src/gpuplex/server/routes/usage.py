@@ -22,6 +22,7 @@ from gpuplex.errors import ErrorCode, MeterInputError
 from gpuplex.server.auth import CurrentPrincipal, require
 from gpuplex.server.context import ServerContext, server_context
 from gpuplex.server.problems import ERROR_RESPONSES, INVALID_REQUEST, ApiProblem
+from gpuplex.server.request_model import RequestModel
 from gpuplex.server.routes.tenants import applied_tenant
 from gpuplex.server.times import checked_time
 
@@ -52,7 +53,7 @@ class UsageReply(BaseModel):
     points: list[UsagePoint]
 
 
-class RollupRequest(BaseModel):
+class RollupRequest(RequestModel):
     start: AwareDatetime
     end: AwareDatetime
 
