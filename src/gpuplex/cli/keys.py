@@ -26,9 +26,12 @@ from gpuplex.core.serve.routes import route_table
 from gpuplex.core.spec.parse import did_you_mean
 from gpuplex.errors import NotFoundError
 from gpuplex.settings import default_store_url
-from gpuplex.specfile import load_spec_file
+from gpuplex.specfile import load_spec_file, load_spec_text
 
 if TYPE_CHECKING:
+    from sqlalchemy import Engine
+
+    from gpuplex.core.spec import GpuplexSpec
     from gpuplex.store.keys import ApiKey, KeyRepository
 
 keys_app = typer.Typer(
@@ -79,12 +82,14 @@ def create_command(
         models = list(dict.fromkeys(model or []))
         lifetime = parse_duration(expires_in) if expires_in is not None else None
         if spec is not None:
-            check_against_spec(spec, tenant, models)
-        from gpuplex.store.keys import KeyLimits
+            check_against_spec(load_spec_file(spec), str(spec), tenant, models)
+        from gpuplex.store.keys import KeyLimits, KeyRepository
 
         now = utc_now()
-        with _key_store(store) as keys:
-            token, key = keys.create(
+        with _store_engine(store) as engine:
+            if spec is None:
+                _check_against_the_applied_spec(engine, tenant, models)
+            token, key = KeyRepository(engine).create(
                 tenant,
                 name,
                 models,
@@ -144,35 +149,60 @@ def revoke_command(
 
 @contextmanager
 def _key_store(store: str | None) -> Iterator[KeyRepository]:
-    """The keys in the store at `store` (default: $GPUPLEX_STORE_URL or SQLite), closed after.
-    Imported here, not at the top: every other `gpuplex` command starts without SQLAlchemy."""
-    from gpuplex.store.db import open_store
+    """The keys in the store at `store` (default: $GPUPLEX_STORE_URL or SQLite), closed after."""
     from gpuplex.store.keys import KeyRepository
+
+    with _store_engine(store) as engine:
+        yield KeyRepository(engine)
+
+
+@contextmanager
+def _store_engine(store: str | None) -> Iterator[Engine]:
+    """The store at `store`, closed after. Imported here, not at the top: every other `gpuplex`
+    command starts without SQLAlchemy."""
+    from gpuplex.store.db import open_store
 
     engine = open_store(store or default_store_url())
     try:
-        yield KeyRepository(engine)
+        yield engine
     finally:
         engine.dispose()
 
 
-def check_against_spec(path: Path, tenant: str, models: list[str]) -> None:
-    """The tenant must be in the spec, and serve every model the key names (as the gateway routes
-    them)."""
-    spec = load_spec_file(path)
+def _check_against_the_applied_spec(engine: Engine, tenant: str, models: list[str]) -> None:
+    """Without --spec: the spec last applied to this store, where there is one (the control
+    plane's, or `gpuplex up`'s); else a warning that nothing was checked."""
+    from gpuplex.store.spec_revisions import SpecRevisions
+
+    current = SpecRevisions(engine).current()
+    if current is None:
+        err.print(
+            f"[yellow]warning[/]: no spec is applied to this store and no --spec was given: "
+            f"tenant {escape(tenant)!r} and its models are not checked",
+            highlight=False,
+            soft_wrap=True,
+        )
+        return
+    source = f"the store's spec (revision {current.revision})"
+    check_against_spec(load_spec_text(current.spec_yaml, source=source), source, tenant, models)
+
+
+def check_against_spec(spec: GpuplexSpec, source: str, tenant: str, models: list[str]) -> None:
+    """The tenant must be in `spec` (read from `source`), and serve every model the key names (as
+    the gateway routes them)."""
     routes = route_table(spec, spec.gateway.backend_host, spec.gateway.backends)
     tenants = routes.tenants
     if tenant not in tenants:
         hint = did_you_mean(tenant, tenants)
         raise NotFoundError(
-            f"{path}: no tenant {tenant!r}{hint}; tenants: {', '.join(sorted(tenants)) or 'none'}"
+            f"{source}: no tenant {tenant!r}{hint}; tenants: {', '.join(sorted(tenants)) or 'none'}"
         )
     served = set(routes.models_of(tenant))
     for name in models:
         if name not in served:
             hint = did_you_mean(name, served)
             raise NotFoundError(
-                f"{path}: tenant {tenant!r} does not serve model {name!r}{hint}; "
+                f"{source}: tenant {tenant!r} does not serve model {name!r}{hint}; "
                 f"it serves: {', '.join(sorted(served)) or 'no models'}"
             )
 

@@ -18,6 +18,7 @@ from gpuplex.clock import utc_now
 from gpuplex.core.serve.keys import key_matches, key_prefix
 from gpuplex.store.db import open_store
 from gpuplex.store.keys import KeyRecord, KeyRepository
+from gpuplex.store.spec_revisions import SpecRevisions
 
 EXIT_BAD_INPUT = 2
 SPEC = """\
@@ -203,3 +204,26 @@ def test_an_unreachable_store_is_one_line_without_the_password() -> None:
 )
 def test_parse_duration(text: str, lifetime: timedelta) -> None:
     assert parse_duration(text) == lifetime
+
+
+def test_without_spec_the_tenant_is_checked_against_the_spec_applied_to_the_store(
+    store_url: str,
+) -> None:
+    unchecked = keys("create", "--tenant", "nobody", store=store_url)
+    assert unchecked.exit_code == 0, unchecked.output
+    assert "no spec is applied to this store" in unchecked.stderr
+    engine = open_store(store_url)
+    try:
+        SpecRevisions(engine).append(SPEC, "0" * 64, {}, "test", utc_now(), None)
+    finally:
+        engine.dispose()
+    wrong = keys("create", "--tenant", "bobby", store=store_url)
+    assert wrong.exit_code == EXIT_BAD_INPUT
+    assert "the store's spec (revision 1): no tenant 'bobby'" in wrong.stderr
+    assert 'did you mean "bob"' in wrong.stderr
+    no_model = keys("create", "--tenant", "bob", "-m", "qwen", store=store_url)
+    assert no_model.exit_code == EXIT_BAD_INPUT
+    right = keys("create", "--tenant", "bob", "-m", "qwen2.5-0.5b", store=store_url)
+    assert right.exit_code == 0, right.output
+    assert "not checked" not in right.stderr
+    assert [r.key.tenant for r in active(store_url)] == ["nobody", "bob"]
