@@ -86,7 +86,7 @@ def take_metrics_token() -> str | None:
 class GatewaySettings:
     """What a gateway worker needs besides the spec's `gateway:` section."""
 
-    spec_path: Path
+    spec_path: Path | None  # follow this spec file; None: the store's applied revision
     store_url: str
     spool_dir: Path
     redis_url: str | None = None
@@ -95,7 +95,7 @@ class GatewaySettings:
 
     def to_environment(self) -> dict[str, str]:
         data = {
-            "spec_path": str(self.spec_path),
+            "spec_path": str(self.spec_path) if self.spec_path is not None else "",
             "store_url": self.store_url,
             "spool_dir": str(self.spool_dir),
             "redis_url": self.redis_url or "",
@@ -114,7 +114,7 @@ def gateway_settings_from_environment() -> GatewaySettings:
         raise GatewayError(f"{GATEWAY_SETTINGS_VARIABLE} is not set: start with `gpuplex gateway`")
     data = json.loads(raw)
     return GatewaySettings(
-        spec_path=Path(data["spec_path"]),
+        spec_path=Path(data["spec_path"]) if data["spec_path"] else None,
         store_url=data["store_url"],
         spool_dir=Path(data["spool_dir"]),
         redis_url=data["redis_url"] or None,

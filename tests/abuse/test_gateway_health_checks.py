@@ -112,7 +112,7 @@ def test_health_checks_keep_a_replica_up_while_the_process_is_out_of_file_descri
     async def scenario(url: str) -> tuple[float, float]:
         pool = BackendPool(Backend("acme/chat", (url,)), GatewaySpec(), 1)
         stop_checks = asyncio.Event()
-        checks = asyncio.create_task(run_health_checks([pool], 0.05, stop_checks))
+        checks = asyncio.create_task(run_health_checks(lambda: [pool], 0.05, stop_checks))
         forwarding = aiohttp.ClientSession()
         try:
             while not pool.replicas[0].healthy or len(await asyncio.to_thread(served_at, url)) < 2:
@@ -151,7 +151,7 @@ def test_a_replica_that_is_down_is_still_marked_down() -> None:
             Backend("acme/chat", (f"http://127.0.0.1:{free_port()}",)), GatewaySpec(), 1
         )
         stop_checks = asyncio.Event()
-        checks = asyncio.create_task(run_health_checks([pool], 0.05, stop_checks))
+        checks = asyncio.create_task(run_health_checks(lambda: [pool], 0.05, stop_checks))
         try:
             deadline = time.monotonic() + 2
             while pool.replicas[0].healthy and time.monotonic() < deadline:
@@ -171,7 +171,7 @@ def test_a_replica_coming_up_is_logged_at_info_and_going_down_at_warning(
         pool = BackendPool(Backend("acme/chat", (url,)), GatewaySpec(), 1)
         pool.replicas[0].healthy = False
         stop_checks = asyncio.Event()
-        checks = asyncio.create_task(run_health_checks([pool], 0.05, stop_checks))
+        checks = asyncio.create_task(run_health_checks(lambda: [pool], 0.05, stop_checks))
         try:
             while not pool.replicas[0].healthy:
                 await asyncio.sleep(0.01)

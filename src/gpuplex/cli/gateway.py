@@ -1,4 +1,5 @@
-"""`gpuplex gateway --config FILE`: the OpenAI-compatible gateway for the spec's tenants."""
+"""`gpuplex gateway`: the OpenAI-compatible gateway for the applied spec's tenants (the store's
+newest revision, or a spec file given with --config), following each new one live."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from typing import Annotated
 import typer
 
 from gpuplex.consoles import stderr_console
+from gpuplex.core.spec import GpuplexSpec
 from gpuplex.core.spec.gateway import LimiterBackend
 from gpuplex.errors import GatewayError
 from gpuplex.gateway.serve import HttpServer, serve
@@ -28,8 +30,15 @@ err = stderr_console()
 
 def gateway_command(
     config: Annotated[
-        Path, typer.Option("--config", "-c", help="The gpuplex.yaml: tenants, models, gateway:.")
-    ],
+        Path | None,
+        typer.Option(
+            "--config",
+            "-c",
+            help="Serve by this gpuplex.yaml (tenants, models, gateway:), re-read when it changes. "
+            "Without it: the spec applied in the store, following each new revision.",
+            show_default=False,
+        ),
+    ] = None,
     store: Annotated[
         str | None,
         typer.Option(help="Store URL for keys and usage (default: $GPUPLEX_STORE_URL or SQLite)."),
@@ -60,23 +69,20 @@ def gateway_command(
             "the gateway never runs as root: start it as an unprivileged user "
             "(it needs no privileges; the host runtime is what runs as root)"
         )
-    spec = load_spec_file(config)
     metrics_token = take_metrics_token()
     settings = GatewaySettings(
-        spec_path=config.resolve(),
+        spec_path=config.resolve() if config is not None else None,
         store_url=store or default_store_url(),
         spool_dir=(spool_dir or default_state_dir() / "gateway-spool").resolve(),
         redis_url=redis_url or redis_url_from_environment(),
         metrics_token_sha256=_metrics_token_sha256(metrics_token),
     )
+    spec, source = _spec_to_serve(config, settings.store_url)  # fails here, not in each worker
     if spec.gateway.limiter is LimiterBackend.REDIS and not settings.redis_url:
         raise GatewayError(
-            f"{config}: gateway.limiter is redis but no Redis URL was given: "
+            f"{source}: gateway.limiter is redis but no Redis URL was given: "
             "pass --redis-url or set GPUPLEX_REDIS_URL"
         )
-    from gpuplex.store.db import open_store  # SQLAlchemy only for this command
-
-    open_store(settings.store_url).dispose()  # fail here, clearly, not in every worker
     settings.spool_dir.mkdir(parents=True, exist_ok=True)
     gw = spec.gateway
     err.print(
@@ -90,6 +96,27 @@ def gateway_command(
             soft_wrap=True,
         )
     serve(settings, gw, server)
+
+
+def _spec_to_serve(config: Path | None, store_url: str) -> tuple[GpuplexSpec, str]:
+    """The spec the workers will start with, and where it comes from (for messages)."""
+    from gpuplex.revision import AppliedRevisions  # SQLAlchemy only for this command
+    from gpuplex.store.db import open_store, safe_url
+    from gpuplex.store.spec_revisions import SpecRevisions
+
+    engine = open_store(store_url)
+    try:
+        if config is not None:
+            return load_spec_file(config), str(config)
+        applied = AppliedRevisions(SpecRevisions(engine)).get()
+    finally:
+        engine.dispose()
+    if applied is None:
+        raise GatewayError(
+            f"no spec is applied in the store {safe_url(store_url)} yet: apply one (gpuplex "
+            "server --spec FILE, or POST /api/v1/spec), or give --config FILE"
+        )
+    return applied.spec, f"revision {applied.revision}"
 
 
 def _metrics_token_sha256(token: str | None) -> str | None:

@@ -8,7 +8,6 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-import yaml
 from rich.markup import escape
 
 from gpuplex.cli.conventions import warn_root_tenants
@@ -26,11 +25,15 @@ from gpuplex.core.catalog import gpu_model
 from gpuplex.core.catalog.device_check import catalog_verdict
 from gpuplex.errors import NotFoundError
 from gpuplex.host import session
+from gpuplex.host.follow import RevisionFollower
 from gpuplex.host.state import StateDir
 from gpuplex.host.status import host_status
 from gpuplex.host.wiring import open_driver
+from gpuplex.revision import AppliedRevisions
 from gpuplex.settings import HostSettings, default_state_dir
 from gpuplex.specfile import load_spec_file
+from gpuplex.store.db import open_store
+from gpuplex.store.spec_revisions import SpecRevisions
 from gpuplex.up.lifecycle import exit_with_parent
 from gpuplex.up.simulate import with_stand_ins
 
@@ -104,11 +107,10 @@ def apply_command(
     spec = load_spec_file(file)
     settings = _settings(state_dir, node, driver)
     warn_root_tenants(spec)
-    text = file.read_bytes()
-    if stand_ins:
-        spec = with_stand_ins(spec)
-        text = yaml.safe_dump(spec.model_dump(mode="json", exclude_unset=True)).encode()
-    result = session.apply(spec, text, file, settings, dry_run=dry_run)
+    transform = with_stand_ins if stand_ins else None
+    result = session.apply(
+        spec, file.read_bytes(), file, settings, dry_run=dry_run, transform=transform
+    )
     if result.note:
         out.print(f"[yellow]note[/]: {escape(result.note)}")
     for line in result.desired.notes:
@@ -154,18 +156,45 @@ def run_command(
     interval: Annotated[
         float, typer.Option(help="Seconds between reconcile passes.", min=0.05)
     ] = 1.0,
+    follow_store: Annotated[
+        str | None,
+        typer.Option(
+            help="Run the control plane's applied revision from this store (a SQLAlchemy URL), "
+            "and each newer one as it is applied: its placements as planned, never re-planned.",
+            show_default=False,
+        ),
+    ] = None,
+    stand_ins: Annotated[
+        bool,
+        typer.Option(
+            "--stand-ins",
+            help="Run gpuplex's stand-ins (simulated model servers and workloads) instead of the "
+            "spec's commands, as `gpuplex up` does without a GPU.",
+        ),
+    ] = False,
 ) -> None:
     """Supervise this host: restart crashed replicas, health checks, VRAM watchdog, MPS daemons.
     Stopping it (or a crash) leaves every tenant running; starting it again re-adopts them."""
     exit_with_parent()  # under `gpuplex up`: stop when up dies, even by kill -9
     settings = _settings(state_dir, node, driver, interval)
+    transform = with_stand_ins if stand_ins else None
+    if file is not None and follow_store is not None:
+        raise typer.BadParameter("give a spec file or --follow-store, not both", param_hint="FILE")
     if file is not None:
         spec = load_spec_file(file)
-        session.store(spec, file.read_bytes(), file, settings)
+        session.store(spec, file.read_bytes(), file, settings, transform)
     out.print(
         f"supervising {settings.state_dir} every {interval:g} s (Ctrl-C leaves tenants running)"
     )
-    session.run(settings)
+    if follow_store is None:
+        session.run(settings)
+        return
+    engine = open_store(follow_store)
+    try:
+        follower = RevisionFollower(AppliedRevisions(SpecRevisions(engine)), settings, transform)
+        session.run(settings, follower=follower)
+    finally:
+        engine.dispose()
 
 
 @host_app.command("status")

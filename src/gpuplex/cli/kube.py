@@ -34,6 +34,7 @@ from gpuplex.kube.naming import PLAN_SET, SELF_SET
 if TYPE_CHECKING:
     from gpuplex.kube.render import Rendered
     from gpuplex.kube.self_manifests import SelfOptions
+    from gpuplex.revision import AppliedRevision
 
 kube_app = typer.Typer(
     help="Kubernetes: render the spec and plan as objects, diff them against a cluster, apply them.",
@@ -48,7 +49,22 @@ class DryRun(StrEnum):
     SERVER = "server"
 
 
-SpecFile = Annotated[Path, typer.Argument(help="The gpuplex.yaml to read.", show_default=False)]
+SpecFile = Annotated[
+    Path | None,
+    typer.Argument(
+        help="The gpuplex.yaml to plan and render (or give --store for the applied revision).",
+        show_default=False,
+    ),
+]
+StoreOption = Annotated[
+    str | None,
+    typer.Option(
+        "--store",
+        help="Render the control plane's applied revision from this store (a SQLAlchemy URL): "
+        "its spec and its plan as stored, never planned again.",
+        show_default=False,
+    ),
+]
 SelfFlag = Annotated[
     bool,
     typer.Option("--self", help="gpuplex's own server and gateway instead of the plan's objects."),
@@ -98,7 +114,7 @@ _SHOWN_FIELDS = 4
 
 @kube_app.command("render")
 def render_command(
-    file: SpecFile,
+    file: SpecFile = None,
     output: Annotated[
         Path | None,
         typer.Option("--output", "-o", help="Write one file per object into this directory."),
@@ -107,6 +123,7 @@ def render_command(
     current: CurrentOption = None,
     image: ImageOption = None,
     settings: SetOption = None,
+    store: StoreOption = None,
 ) -> None:
     """Print the Kubernetes objects of the plan (or of gpuplex itself).
 
@@ -115,7 +132,7 @@ def render_command(
     from gpuplex.kube.output import to_yaml, write_directory
 
     with reported():
-        rendered, _ = _render(file, self_set, current, image, settings)
+        rendered, _ = _render(file, store, self_set, current, image, settings)
     _print_notes(rendered.notes)
     if output is None:
         sys.stdout.write(to_yaml(rendered.manifests))
@@ -133,13 +150,14 @@ def render_command(
 
 @kube_app.command("diff")
 def diff_command(
-    file: SpecFile,
+    file: SpecFile = None,
     self_set: SelfFlag = False,
     current: CurrentOption = None,
     image: ImageOption = None,
     settings: SetOption = None,
     context: ContextOption = None,
     kubeconfig: KubeconfigOption = None,
+    store: StoreOption = None,
 ) -> None:
     """Show what `gpuplex kube apply` would create, change and prune.
 
@@ -149,7 +167,7 @@ def diff_command(
     from gpuplex.kube.sync import diff_set
 
     with reported():
-        rendered, set_name = _render(file, self_set, current, image, settings)
+        rendered, set_name = _render(file, store, self_set, current, image, settings)
         _print_notes(rendered.notes)
         with (
             connect(kubeconfig, context) as transport,
@@ -164,7 +182,7 @@ def diff_command(
 
 @kube_app.command("apply")
 def apply_command(
-    file: SpecFile,
+    file: SpecFile = None,
     self_set: SelfFlag = False,
     dry_run: Annotated[
         DryRun,
@@ -179,6 +197,7 @@ def apply_command(
     settings: SetOption = None,
     context: ContextOption = None,
     kubeconfig: KubeconfigOption = None,
+    store: StoreOption = None,
 ) -> None:
     """Apply the objects to the cluster, then prune what is no longer rendered.
 
@@ -189,7 +208,7 @@ def apply_command(
 
     server_dry_run = dry_run is DryRun.SERVER
     with reported():
-        rendered, set_name = _render(file, self_set, current, image, settings)
+        rendered, set_name = _render(file, store, self_set, current, image, settings)
         _print_notes(rendered.notes)
         with (
             connect(kubeconfig, context) as transport,
@@ -234,29 +253,58 @@ def diff_table(changes: list[ObjectChange]) -> Table:
 
 
 def _render(
-    file: Path,
+    file: Path | None,
+    store: str | None,
     self_set: bool,
     current: Path | None,
     image: str | None,
     settings: list[str] | None,
 ) -> tuple[Rendered, str]:
-    from gpuplex.core.plan import Target, make_plan
     from gpuplex.kube.render import render_plan, render_self
-    from gpuplex.specfile import load_spec_file
 
     if not self_set and (image is not None or settings):
         raise typer.BadParameter("--image and --set are options of --self", param_hint="--set")
     if self_set and current is not None:
         raise typer.BadParameter("--self renders no plan", param_hint="--current")
+    if (file is None) == (store is None):
+        raise typer.BadParameter("give a spec file or --store, one of them", param_hint="FILE")
+    if store is not None:
+        if current is not None:
+            raise typer.BadParameter(
+                "the applied revision's plan is rendered as stored", param_hint="--current"
+            )
+        applied = applied_revision(store)
+        if self_set:
+            return render_self(applied.spec, self_options(image, settings or [])), SELF_SET
+        return render_plan(applied.spec, applied.plan), PLAN_SET
+    assert file is not None
+    from gpuplex.core.plan import Target, make_plan
+    from gpuplex.planfile import load_plan_file
+    from gpuplex.specfile import load_spec_file
+
     spec = load_spec_file(file)
     if self_set:
         return render_self(spec, self_options(image, settings or [])), SELF_SET
-    if current is None:
-        return render_plan(spec, make_plan(spec, target=Target.KUBERNETES)), PLAN_SET
-    from gpuplex.cli.main import _load_plan  # the plan file reader `gpuplex plan` uses
+    # the spec is applied here: planned once, against --current when given
+    previous = load_plan_file(current) if current is not None else None
+    return render_plan(spec, make_plan(spec, previous, target=Target.KUBERNETES)), PLAN_SET
 
-    plan = make_plan(spec, _load_plan(current), target=Target.KUBERNETES)
-    return render_plan(spec, plan), PLAN_SET
+
+def applied_revision(store_url: str) -> AppliedRevision:
+    """The store's applied revision, read through the one seam every process uses."""
+    from gpuplex.errors import NotFoundError
+    from gpuplex.revision import AppliedRevisions
+    from gpuplex.store.db import open_store, safe_url
+    from gpuplex.store.spec_revisions import SpecRevisions
+
+    engine = open_store(store_url)
+    try:
+        applied = AppliedRevisions(SpecRevisions(engine)).get()
+    finally:
+        engine.dispose()
+    if applied is None:
+        raise NotFoundError(f"no spec is applied in the store {safe_url(store_url)} yet")
+    return applied
 
 
 def self_options(image: str | None, settings: list[str]) -> SelfOptions:

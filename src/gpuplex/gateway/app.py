@@ -122,7 +122,7 @@ async def _models(rt: GatewayRuntime, scope: Scope, send: Send, model_id: str) -
     caller = rt.keys.authenticate(header(scope, b"authorization"), str(client[0]))
     names = [
         name
-        for name in rt.routes.models_of(caller.tenant)
+        for name in rt.live.routes.models_of(caller.tenant)
         if not caller.models or name in caller.models
     ]
     cards = [{"id": n, "object": "model", "created": 0, "owned_by": caller.tenant} for n in names]
@@ -165,7 +165,7 @@ def _metrics_allowed(rt: GatewayRuntime, scope: Scope) -> None:
         address = ipaddress.ip_address(client[0]) if client else None
     except ValueError:
         address = None
-    if address is None or not any(address in net for net in rt.metrics_networks):
+    if address is None or not any(address in net for net in rt.live.metrics_networks):
         raise ApiError(
             ApiCode.METRICS_TOKEN_REQUIRED,
             "/metrics names every tenant: send `Authorization: Bearer <metrics token>` (the "

@@ -64,25 +64,38 @@ class KeyCache:
         self._tenant_limits = tenant_limits
         self._refresh_s = refresh_s
         self._by_prefix: dict[str, tuple[str, Caller]] = {}
+        self._records: list[KeyRecord] = []
         self._version: str | None = None
         self._failures = FailedAttempts(failed_auth_per_min)
 
     def load(self) -> None:
-        """Read the active keys now (blocking: call from a thread, or before serving)."""
+        """Read the active keys now (blocking: before serving)."""
+        if self._fetch():
+            self.rebuild()
+
+    def _fetch(self) -> bool:
+        """Read the active keys if they changed since the last read; whether they did."""
         version = self._keys.version()
         if version == self._version:
-            return
-        records = self._keys.active_records(utc_now())
-        self._by_prefix = {
-            r.key.prefix: (r.key_hash, caller_of(r, self._tenant_limits)) for r in records
-        }
+            return False
+        self._records = self._keys.active_records(utc_now())
         self._version = version
+        return True
+
+    def rebuild(self) -> None:
+        """The callers again from the keys last read, with the tenants' limits as they are now
+        (after a new revision changed them); reads nothing from the store. Called on the event
+        loop only, so a rebuild never races another."""
+        self._by_prefix = {
+            r.key.prefix: (r.key_hash, caller_of(r, self._tenant_limits)) for r in self._records
+        }
 
     async def run(self, stop: asyncio.Event) -> None:
         loop = asyncio.get_running_loop()
         while not stop.is_set():
             try:
-                await loop.run_in_executor(None, self.load)
+                if await loop.run_in_executor(None, self._fetch):
+                    self.rebuild()
             except Exception as error:  # a store outage must not stop serving known keys
                 log.warning("cannot refresh API keys from the store: %s", error)
             with contextlib.suppress(TimeoutError):

@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import errno
 import logging
+from collections.abc import Callable, Collection
 
 import aiohttp
 
@@ -37,6 +38,7 @@ LOCAL_ERRNOS = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOME
 
 class BackendPool:
     def __init__(self, backend: Backend, settings: GatewaySpec, workers: int) -> None:
+        self.backend = backend
         self.id = backend.id
         self.replicas = [ReplicaState(url) for url in backend.urls]
         self.breaker = BreakerSettings(settings.breaker_failures, float(settings.breaker_open_s))
@@ -112,11 +114,13 @@ def health_session(replicas: int, interval_s: float) -> aiohttp.ClientSession:
 
 
 async def run_health_checks(
-    pools: list[BackendPool], interval_s: float, stop: asyncio.Event
+    pools: Callable[[], Collection[BackendPool]], interval_s: float, stop: asyncio.Event
 ) -> None:
-    replicas = sum(len(p.replicas) for p in pools)
+    """Check every replica of the pools `pools()` gives now (they change with the revision)."""
+    replicas = sum(len(p.replicas) for p in pools())
     async with health_session(replicas, interval_s) as session:
         while not stop.is_set():
-            await asyncio.gather(*(p.check_health(session, min(interval_s, 2.0)) for p in pools))
+            checked = list(pools())
+            await asyncio.gather(*(p.check_health(session, min(interval_s, 2.0)) for p in checked))
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), interval_s)

@@ -30,6 +30,7 @@ from gpuplex.core.serve.inference import (
 from gpuplex.core.serve.limits import Refused, retry_after_header
 from gpuplex.core.serve.routing import ReplicaState
 from gpuplex.core.serve.usage import UsageRecord
+from gpuplex.core.spec import TenantSpec
 from gpuplex.errors import LimiterUnavailable
 from gpuplex.gateway.api_errors import ApiCode, ApiError
 from gpuplex.gateway.asgi_io import Receive, Scope, Send, header, read_body
@@ -48,7 +49,8 @@ async def handle_inference(
     client = scope.get("client") or ("unknown", 0)
     caller = rt.keys.authenticate(header(scope, b"authorization"), str(client[0]))
     started_s, started_at = now_s(), utc_now()
-    config = rt.config
+    live = rt.live  # this request is served by the revision in force as it arrived
+    config = live.config
     raw = await read_body(scope, receive, config.max_body_kib * 1024, float(config.body_timeout_s))
     try:
         body = orjson.loads(raw)
@@ -59,14 +61,14 @@ async def handle_inference(
     request = read_request(endpoint, body, config.default_max_tokens, caller.token_cap)
     if isinstance(request, BadRequest):
         raise ApiError(ApiCode.INVALID_REQUEST, request.message, param=request.param)
-    route = rt.routes.route(caller.tenant, request.model)
+    route = live.routes.route(caller.tenant, request.model)
     if route is None or (caller.models and request.model not in caller.models):
         raise ApiError(
             ApiCode.MODEL_NOT_FOUND,
             f"The model `{request.model}` does not exist or you do not have access to it.",
             param="model",
         )
-    pool = rt.pools[route.backend_id]
+    pool = live.pools[route.backend_id]
     if not pool.any_available():
         raise ApiError(
             ApiCode.BACKEND_UNAVAILABLE,
@@ -91,7 +93,7 @@ async def handle_inference(
     assert task is not None
     rt.disconnects.watch(receive, exchange, task)
     try:
-        await _admitted(rt, exchange, pool, raw, send)
+        await _admitted(rt, exchange, live.routes.tenants[caller.tenant], pool, raw, send)
     except ApiError as error:
         exchange.status = exchange.status or error.status
         metrics.REJECTIONS.labels(caller.tenant, str(error.code)).inc()
@@ -109,7 +111,12 @@ async def handle_inference(
 
 
 async def _admitted(
-    rt: GatewayRuntime, ex: Exchange, pool: BackendPool, raw: bytes, send: Send
+    rt: GatewayRuntime,
+    ex: Exchange,
+    policy: TenantSpec,
+    pool: BackendPool,
+    raw: bytes,
+    send: Send,
 ) -> None:
     limits = ex.caller.limits
     try:
@@ -125,7 +132,6 @@ async def _admitted(
         ex.status = 429 if not decision.never else 400
         raise _refusal(decision)
     ex.cancellable = True
-    policy = rt.routes.tenants[ex.caller.tenant]
     queued = QueuedRequest(
         ex.request_id, ex.caller.tenant, ex.request.reserved_tokens, policy.weight, policy.priority
     )

@@ -7,29 +7,41 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import ipaddress
 import logging
 import os
 
 import aiohttp
 
 from gpuplex.core.serve.limits import Limit, concurrency_lease_s, scope_limits
-from gpuplex.core.serve.routes import RouteTable, route_table
+from gpuplex.core.serve.routes import RouteTable
+from gpuplex.core.spec import GpuplexSpec
 from gpuplex.core.spec.gateway import GatewaySpec, LimiterBackend
-from gpuplex.errors import GatewayError
+from gpuplex.errors import GatewayError, GpuplexError
 from gpuplex.gateway.auth import KeyCache
-from gpuplex.gateway.backends import BackendPool, run_health_checks
+from gpuplex.gateway.backends import run_health_checks
 from gpuplex.gateway.limiter_memory import Limiter, MemoryLimiter
+from gpuplex.gateway.live import (
+    LiveConfig,
+    SpecFileSource,
+    SpecSource,
+    StoreRevisionSource,
+    live_config,
+    restart_only_changes,
+)
 from gpuplex.gateway.relay import DisconnectWatch
 from gpuplex.gateway.spool import UsageSpool
 from gpuplex.gateway.spool_mover import SpoolMover
+from gpuplex.revision import AppliedRevisions
 from gpuplex.settings import GatewaySettings
-from gpuplex.specfile import load_spec_file
-from gpuplex.store.db import open_store
+from gpuplex.store.db import open_store, safe_url
 from gpuplex.store.keys import KeyRepository
+from gpuplex.store.spec_revisions import SpecRevisions
 from gpuplex.store.usage import UsageRepository
 
 log = logging.getLogger(__name__)
+
+#: How often a worker asks for a newer revision: it serves by one within this, plus one query.
+FOLLOW_INTERVAL_S = 0.25
 
 
 def tenant_limits(table: RouteTable, tenant: str) -> tuple[Limit, ...]:
@@ -45,23 +57,26 @@ def tenant_limits(table: RouteTable, tenant: str) -> tuple[Limit, ...]:
 class GatewayRuntime:
     def __init__(self, settings: GatewaySettings) -> None:
         self.settings = settings
-        spec = load_spec_file(settings.spec_path)
-        self.config: GatewaySpec = spec.gateway
-        self.routes = route_table(spec, self.config.backend_host, self.config.backends)
-        #: who may read /metrics (the spec's rules checked each entry parses)
-        self.metrics_networks = tuple(
-            ipaddress.ip_network(net, strict=False) for net in self.config.metrics_from
-        )
-        workers = self.config.workers
-        self.pools = {
-            backend_id: BackendPool(backend, self.config, workers)
-            for backend_id, backend in self.routes.backends.items()
-        }
         engine = open_store(settings.store_url)
+        self.source: SpecSource = (
+            SpecFileSource(settings.spec_path)
+            if settings.spec_path is not None
+            else StoreRevisionSource(AppliedRevisions(SpecRevisions(engine)))
+        )
+        first = self.source.newest()
+        if first is None:
+            raise GatewayError(
+                f"no spec is applied in the store {safe_url(settings.store_url)} yet: "
+                "apply one (gpuplex server --spec FILE, or POST /api/v1/spec), or give --config FILE"
+            )
+        #: the settings this process started with: those in RESTART_ONLY stay as they were
+        self.started: GatewaySpec = first[1].gateway
+        #: what requests are served by now; a request reads it once, as it arrives
+        self.live: LiveConfig = live_config(*first, self.started)
         self.keys = KeyCache(
             KeyRepository(engine),
-            lambda tenant: tenant_limits(self.routes, tenant),
-            self.config.failed_auth_per_min,
+            lambda tenant: tenant_limits(self.live.routes, tenant),
+            self.started.failed_auth_per_min,
         )
         self.keys.load()
         self.usage_sink = UsageRepository(engine)
@@ -72,10 +87,50 @@ class GatewayRuntime:
         self.disconnects = DisconnectWatch()
         self._stop = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
+        self._source_problem: str | None = None
+
+    @property
+    def config(self) -> GatewaySpec:
+        """The `gateway:` settings served by now (per-request limits: body, reply, event size)."""
+        return self.live.config
+
+    def take(self, version: str, spec: GpuplexSpec) -> bool:
+        """Serve by `spec` from now on, unless it is the version served; whether it changed."""
+        if version == self.live.source_version:
+            return False
+        restart = restart_only_changes(self.started, spec.gateway)
+        if restart:
+            log.warning(
+                "%s changes gateway settings a running gateway keeps until restarted: %s",
+                version,
+                ", ".join(restart),
+            )
+        self.live = live_config(version, spec, self.started, self.live)
+        self.keys.rebuild()  # the tenants' limits of the new revision
+        log.info("serving %s", version)
+        return True
+
+    async def follow(self, interval_s: float = FOLLOW_INTERVAL_S) -> None:
+        """Take each newer revision within `interval_s`; a source that cannot be read is logged
+        once per new problem and asked again, and the worker keeps serving what it has."""
+        loop = asyncio.get_running_loop()
+        while not self._stop.is_set():
+            try:
+                newest = await loop.run_in_executor(None, self.source.newest)
+            except GpuplexError as error:
+                if error.message != self._source_problem:
+                    log.error("cannot take a new revision: %s", error.message)
+                self._source_problem = error.message
+            else:
+                self._source_problem = None
+                if newest is not None:
+                    self.take(*newest)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._stop.wait(), interval_s)
 
     def _limiter(self) -> Limiter:
         """Concurrency leases last as long as a request can (`concurrency_lease_s`)."""
-        config = self.config
+        config = self.started
         lease_s = concurrency_lease_s(
             float(config.upstream_timeout_s), float(config.max_wait_s), float(config.body_timeout_s)
         )
@@ -93,16 +148,19 @@ class GatewayRuntime:
             connector=connector,
             auto_decompress=False,
             timeout=aiohttp.ClientTimeout(
-                total=float(self.config.upstream_timeout_s),
-                sock_connect=float(self.config.connect_timeout_s),
+                total=float(self.started.upstream_timeout_s),
+                sock_connect=float(self.started.connect_timeout_s),
             ),
         )
         self._tasks = [
             asyncio.create_task(self.keys.run(self._stop)),
+            asyncio.create_task(self.follow()),
             asyncio.create_task(self.spool.run_fsync_loop(self._stop)),
             asyncio.create_task(  # with an HTTP client of its own, never the forwarding pool
                 run_health_checks(
-                    list(self.pools.values()), float(self.config.health_interval_s), self._stop
+                    lambda: self.live.pools.values(),
+                    float(self.started.health_interval_s),
+                    self._stop,
                 )
             ),
         ]

@@ -8,9 +8,11 @@ import os
 import signal
 import socket
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from types import FrameType
+from typing import Protocol
 
 from gpuplex.clock import now_s, sleep_s, utc_now
 from gpuplex.core.apply import actions as act
@@ -81,6 +83,11 @@ def discover_fleet(spec: GpuplexSpec, spec_path: Path, settings: HostSettings) -
     return result
 
 
+#: What the host runs instead of a spec's commands, given the spec and its plan (the stand-ins
+#: of `--stand-ins` and `gpuplex up` without a GPU); it may not change what is placed where.
+SpecTransform = Callable[[GpuplexSpec, Plan], GpuplexSpec]
+
+
 def prepare(
     spec: GpuplexSpec,
     spec_text: bytes,
@@ -88,52 +95,92 @@ def prepare(
     settings: HostSettings,
     *,
     dry_run: bool = False,
+    transform: SpecTransform | None = None,
 ) -> tuple[DesiredFile, NodeSpec, list[str]]:
-    """The desired state of this node, its node, and what would keep replicas from starting
-    (launch_problems; raised at once unless `dry_run`)."""
+    """Apply a spec on a host without a control plane: plan it (against the plan this host runs,
+    so what runs stays where it is) and derive this node's desired state. Also returns the node
+    and what would keep replicas from starting (launch_problems; raised at once unless `dry_run`)."""
     spec = discover_fleet(spec, spec_path, settings)
     dirs = StateDir(settings.state_dir)
     previous = dirs.read_desired() if (settings.state_dir / "desired.json").exists() else None
     plan = make_plan(spec, current=previous.plan if previous else None)
-    node = choose_node(spec, settings.node)
-    host = desired_host(spec, plan, node.name)
-    clashes = port_clashes(host)
-    if clashes:
-        raise HostActionError(f"{spec_path}: " + "; ".join(clashes))
-    base_path = inherited_environment().get("PATH", os.defpath)
-    problems = launch_problems(host, base_path, settings.state_dir, as_root=os.geteuid() == 0)
+    revision = previous.revision + 1 if previous is not None else 1
+    sha256 = hashlib.sha256(spec_text).hexdigest()
+    desired, problems = desired_file(
+        spec, plan, revision, sha256, str(spec_path), settings, transform
+    )
     if problems and not dry_run:
         raise HostActionError(f"{spec_path}: nothing was changed: " + "; ".join(problems))
+    return desired, desired.node, problems
+
+
+def desired_file(
+    spec: GpuplexSpec,
+    plan: Plan,
+    revision: int,
+    spec_sha256: str,
+    source: str,
+    settings: HostSettings,
+    transform: SpecTransform | None = None,
+) -> tuple[DesiredFile, list[str]]:
+    """This node's desired state from an applied revision's spec and plan, as planned (never
+    planned again), and what would keep its replicas from starting. Raises HostActionError for
+    port clashes, NotFoundError when this node is not in the spec's fleet."""
+    node = choose_node(spec, settings.node)
+    run_spec = transform(spec, plan) if transform is not None else spec
+    host = desired_host(run_spec, plan, node.name)
+    clashes = port_clashes(host)
+    if clashes:
+        raise HostActionError(f"{source}: " + "; ".join(clashes))
+    base_path = inherited_environment().get("PATH", os.defpath)
+    problems = launch_problems(host, base_path, settings.state_dir, as_root=os.geteuid() == 0)
     desired = DesiredFile(
-        spec_path=str(spec_path),
-        spec_sha256=hashlib.sha256(spec_text).hexdigest(),
+        revision=revision,
+        spec_path=source,
+        spec_sha256=spec_sha256,
         driver=settings.driver,
         plan=plan,
         node=node,
         host=host,
         applied_at=utc_now(),
     )
-    return desired, node, problems
+    return desired, problems
 
 
-def store(spec: GpuplexSpec, spec_text: bytes, spec_path: Path, settings: HostSettings) -> None:
+def store(
+    spec: GpuplexSpec,
+    spec_text: bytes,
+    spec_path: Path,
+    settings: HostSettings,
+    transform: SpecTransform | None = None,
+) -> None:
     """Record the spec as this host's desired state for the supervisor to apply on its next pass."""
-    desired, _, _ = prepare(spec, spec_text, spec_path, settings)
+    desired, _, _ = prepare(spec, spec_text, spec_path, settings, transform=transform)
     dirs = StateDir(settings.state_dir)
     dirs.create()
     dirs.write_desired(desired)
 
 
 def apply(
-    spec: GpuplexSpec, spec_text: bytes, spec_path: Path, settings: HostSettings, *, dry_run: bool
+    spec: GpuplexSpec,
+    spec_text: bytes,
+    spec_path: Path,
+    settings: HostSettings,
+    *,
+    dry_run: bool,
+    transform: SpecTransform | None = None,
 ) -> Applied:
     """Plan against what this host runs now, and make it so (or, with dry_run, say what it would do)."""
     if dry_run and not settings.state_dir.exists():
         # Nothing applied here yet: work out the answer in a scratch directory, create nothing.
         with tempfile.TemporaryDirectory(prefix="gpuplex-dry-run-") as scratch:
             scratch_settings = replace(settings, state_dir=Path(scratch))
-            return apply(spec, spec_text, spec_path, scratch_settings, dry_run=True)
-    desired, node, problems = prepare(spec, spec_text, spec_path, settings, dry_run=dry_run)
+            return apply(
+                spec, spec_text, spec_path, scratch_settings, dry_run=True, transform=transform
+            )
+    desired, node, problems = prepare(
+        spec, spec_text, spec_path, settings, dry_run=dry_run, transform=transform
+    )
     dirs = StateDir(settings.state_dir)
     dirs.create()
     mig_on = desired.host.mig_gpus()
@@ -171,8 +218,15 @@ class _Stop:
         self.requested = True
 
 
-def run(settings: HostSettings, *, max_ticks: int | None = None) -> None:
-    """The supervising loop: re-read desired.json, reconcile, sleep; until SIGTERM or SIGINT. Leaves
+class Follower(Protocol):
+    def take_newest(self) -> DesiredFile | None: ...
+
+
+def run(
+    settings: HostSettings, *, max_ticks: int | None = None, follower: Follower | None = None
+) -> None:
+    """The supervising loop: take the desired state (from desired.json, or from the control
+    plane's newest revision with a `follower`), reconcile, sleep; until SIGTERM or SIGINT. Leaves
     every replica running when it exits: a stop or crash of gpuplex never stops a tenant."""
     dirs = StateDir(settings.state_dir)
     dirs.create()
@@ -185,7 +239,7 @@ def run(settings: HostSettings, *, max_ticks: int | None = None) -> None:
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
     with lock:
-        desired = dirs.read_desired()
+        desired = (follower.take_newest() if follower else None) or dirs.read_desired()
         if desired is None:
             raise HostActionError(f"nothing to run in {settings.state_dir}: give a spec file")
         mig_on = desired.host.mig_gpus()
@@ -196,6 +250,8 @@ def run(settings: HostSettings, *, max_ticks: int | None = None) -> None:
             ticks = 0
             while not stop.requested and (max_ticks is None or ticks < max_ticks):
                 started = now_s()
+                if follower is not None:
+                    desired = follower.take_newest() or desired
                 current = dirs.read_desired() or desired
                 runtime.tick(current.host)
                 ticks += 1

@@ -31,6 +31,9 @@ class _StateModel(BaseModel):
 
 class DesiredFile(_StateModel):
     format_version: Literal[1] = 1
+    #: the applied revision this is: the control plane's number (`host run --follow-store`), or
+    #: counted here by `host apply` (0 in files written before revisions were recorded)
+    revision: int = 0
     spec_path: str
     spec_sha256: str
     driver: str

@@ -31,8 +31,8 @@ from gpuplex.observe.usage_metrics import (
     money_gauges,
     usage_counters,
 )
+from gpuplex.revision import AppliedRevision
 from gpuplex.server.context import ServerContext
-from gpuplex.server.current import AppliedSpec
 from gpuplex.server.metering import Metering
 from gpuplex.store.budgets import BudgetAlert
 
@@ -71,7 +71,7 @@ class MonthSpend:
         self._cached: _Spend | None = None
         self._refresh: threading.Thread | None = None
 
-    def get(self, applied: AppliedSpec, now: datetime) -> _Spend:
+    def get(self, applied: AppliedRevision, now: datetime) -> _Spend:
         period = month_of(now)
         with self._lock:
             cached = self._cached
@@ -91,11 +91,11 @@ class MonthSpend:
                 self._refresh.start()
             return cached
 
-    def _compute(self, applied: AppliedSpec, period: str, now: datetime) -> _Spend:
+    def _compute(self, applied: AppliedRevision, period: str, now: datetime) -> _Spend:
         by_tenant = self._metering.spend(month_window(period), applied)
         return _Spend(applied.revision, period, now, by_tenant)
 
-    def _refresh_in_background(self, applied: AppliedSpec, period: str, now: datetime) -> None:
+    def _refresh_in_background(self, applied: AppliedRevision, period: str, now: datetime) -> None:
         try:
             computed = self._compute(applied, period, now)
         except Exception:  # the next scrape tries again; until then the previous value stands
@@ -162,7 +162,7 @@ class ServerCollector:
             labels,
         )
 
-    def _budgets(self, applied: AppliedSpec) -> dict[str, Decimal]:
+    def _budgets(self, applied: AppliedRevision) -> dict[str, Decimal]:
         """Each tenant's monthly budget: the one set through the API, else the spec's."""
         stored = {budget.tenant: budget.amount for budget in self._ctx.budgets.list()}
         amounts = {}

@@ -14,8 +14,8 @@ from decimal import Decimal
 from gpuplex.core.meter import month_of, month_window
 from gpuplex.core.report import DEFAULT_THRESHOLDS_PERCENT, budget_crossings, projected_spend
 from gpuplex.observe.server_metrics import count_fired_alert
+from gpuplex.revision import AppliedRevision
 from gpuplex.server.context import ServerContext
-from gpuplex.server.current import AppliedSpec
 from gpuplex.store.budgets import BudgetAlert
 
 log = logging.getLogger("gpuplex.server.budgets")
@@ -37,7 +37,7 @@ class BudgetView:
 
 def budget_view(
     ctx: ServerContext,
-    applied: AppliedSpec,
+    applied: AppliedRevision,
     tenant: str,
     now: datetime,
     spend_by_tenant: dict[str, Decimal] | None = None,
@@ -85,7 +85,7 @@ def rolled_up_to(ctx: ServerContext, now: datetime) -> datetime:
 
 
 def check_budgets(
-    ctx: ServerContext, applied: AppliedSpec, now: datetime, webhook_timeout_s: float
+    ctx: ServerContext, applied: AppliedRevision, now: datetime, webhook_timeout_s: float
 ) -> list[BudgetAlert]:
     """Fire every threshold newly crossed this month; returns the alerts fired now."""
     window = month_window(month_of(now))

@@ -10,7 +10,7 @@ from pathlib import Path
 from fastapi import Request
 from sqlalchemy import Engine
 
-from gpuplex.server.current import CurrentSpec
+from gpuplex.revision import AppliedRevisions
 from gpuplex.server.metering import Metering
 from gpuplex.store import AuditLog, KeyRepository, UsageRepository
 from gpuplex.store.budgets import BudgetRepository
@@ -27,7 +27,7 @@ class ServerContext:
     tokens: TokenRepository
     keys: KeyRepository
     revisions: SpecRevisions
-    current: CurrentSpec
+    current: AppliedRevisions
     usage: UsageRepository
     samples: SampleRepository
     rollups: RollupRepository
@@ -45,7 +45,7 @@ class ServerContext:
         rollup_window_s: int = 60,
     ) -> ServerContext:
         revisions = SpecRevisions(engine)
-        current = CurrentSpec(revisions)
+        current = AppliedRevisions(revisions)
         samples = SampleRepository(engine)
         usage = UsageRepository(engine)
         rollups = RollupRepository(engine)

@@ -24,7 +24,7 @@ from gpuplex.core.meter import (
 from gpuplex.core.plan import Plan
 from gpuplex.core.report import FleetStatement, PriceBook, build_fleet_statement
 from gpuplex.errors import StoreError
-from gpuplex.server.current import AppliedSpec, CurrentSpec
+from gpuplex.revision import AppliedRevision, AppliedRevisions
 from gpuplex.store.rollups import RollupRepository
 from gpuplex.store.samples import SampleRepository
 from gpuplex.store.spec_revisions import SpecRevisions
@@ -52,7 +52,7 @@ class Metering:
     def __init__(
         self,
         revisions: SpecRevisions,
-        current: CurrentSpec,
+        current: AppliedRevisions,
         samples: SampleRepository,
         usage: UsageRepository,
         rollups: RollupRepository,
@@ -156,7 +156,7 @@ class Metering:
             )
         ]
 
-    def fleet_statement(self, period: MeterWindow, applied: AppliedSpec) -> FleetStatement:
+    def fleet_statement(self, period: MeterWindow, applied: AppliedRevision) -> FleetStatement:
         """The period's statement from the roll-ups; computed again only once a roll-up wrote
         or another spec (prices, tenants) was applied."""
         key = (period, applied.revision, self._rollups.fingerprint())
@@ -170,7 +170,7 @@ class Metering:
         self._statement = (key, fleet)
         return fleet
 
-    def spend(self, period: MeterWindow, applied: AppliedSpec) -> dict[str, Decimal]:
+    def spend(self, period: MeterWindow, applied: AppliedRevision) -> dict[str, Decimal]:
         """Each tenant's statement total for the period so far."""
         fleet = self.fleet_statement(period, applied)
         return {s.tenant: s.total for s in fleet.tenants}

@@ -47,6 +47,13 @@ class SpecRevisions:
             row = session.scalars(query).first()
             return _revision(row) if row is not None else None
 
+    def newest_number(self) -> int | None:
+        """The newest revision's number, without its spec or plan: what a follower polls."""
+        query = select(SpecRevisionRow.id).order_by(SpecRevisionRow.id.desc()).limit(1)
+        with store_errors(self._engine), Session(self._engine) as session:
+            newest: int | None = session.scalars(query).first()
+            return newest
+
     def get(self, revision: int) -> SpecRevision | None:
         with store_errors(self._engine), Session(self._engine) as session:
             row = session.get(SpecRevisionRow, revision)

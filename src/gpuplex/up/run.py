@@ -7,7 +7,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import shutil
 import sys
 import threading
 import urllib.request
@@ -16,19 +15,17 @@ from dataclasses import replace
 from pathlib import Path
 
 import uvicorn
-import yaml
 from rich.console import Console
 
 from gpuplex.clock import now_s, sleep_s, utc_now
 from gpuplex.consoles import stderr_console
 from gpuplex.core.access import Role
-from gpuplex.core.plan import Plan, make_plan
 from gpuplex.core.serve.routes import route_table
 from gpuplex.core.spec import GpuplexSpec
 from gpuplex.errors import GatewayError, GpuplexError, HostActionError, HostBusyError
 from gpuplex.host import session
 from gpuplex.host.driver import GpuDriver
-from gpuplex.host.interpreter import python_for_others, reachable_by_others
+from gpuplex.host.interpreter import reachable_by_others
 from gpuplex.host.state import StateDir
 from gpuplex.host.wiring import open_driver
 from gpuplex.observe.metrics_token import metrics_token_sha256, new_metrics_token
@@ -48,7 +45,6 @@ from gpuplex.store.db import open_store
 from gpuplex.up import children, lifecycle, readiness
 from gpuplex.up.banner import DemoKey, UpBanner, print_banner
 from gpuplex.up.sampler import Sampler
-from gpuplex.up.simulate import simulated_spec
 
 DEMO_NAME = "gpuplex up demo"
 READY_TIMEOUT_S = 60.0
@@ -90,21 +86,6 @@ def _start_and_serve(
 ) -> None:
     for folder in ("logs", "host", "store", "gateway"):
         (root / folder).mkdir(parents=True, exist_ok=True)
-    host_settings = HostSettings(state_dir=root / "host", driver=settings.driver)
-    dirs = StateDir(host_settings.state_dir)
-    dirs.create()
-    node = spec.fleet.nodes[0]
-    plan = make_plan(spec)
-    # the first to open the simulated driver builds the simulated machine: with the plan's MIG GPUs
-    # in MIG mode, as the host runtime would have built it
-    mig_on = {p.gpu_indices[0] for p in plan.placements if p.node == node.name and p.mig}
-    opened = open_driver(host_settings, dirs, node, mig_on)
-    cleanup.callback(opened.driver.close)
-    simulated = opened.driver.name == "sim"
-    driver_name = "sim" if simulated else "nvml"
-    host_spec = root / "host-spec.yaml"
-    host_spec.write_text(_host_spec_text(spec, plan, settings.spec_path, simulated))
-
     run_as = children.unprivileged_user()
     if run_as is not None and not reachable_by_others(root):
         raise HostActionError(
@@ -114,12 +95,26 @@ def _start_and_serve(
         )
     python, extra_env = children.python_command(run_as)  # refuses before any change, too
     stop.checkpoint()
-
+    host_settings = HostSettings(state_dir=root / "host", driver=settings.driver)
+    dirs = StateDir(host_settings.state_dir)
+    dirs.create()
     store_url = f"sqlite:///{root / 'store' / 'gpuplex.db'}"
     engine = open_store(store_url)
     cleanup.callback(engine.dispose)
     ctx = ServerContext.open(engine, utc_now, dirs.root, ROLLUP_WINDOW_S)
+    # planned once, here; the host runtime, the gateway and billing all read this revision
     apply_spec_file(ctx, settings.spec_path, actor="gpuplex up")
+    applied = ctx.current.get()
+    assert applied is not None  # just applied, or applied before and unchanged
+    node = applied.spec.fleet.nodes[0]
+    # the first to open the simulated driver builds the simulated machine: with the plan's MIG GPUs
+    # in MIG mode, as the host runtime would have built it
+    mig_on = {p.gpu_indices[0] for p in applied.plan.placements if p.node == node.name and p.mig}
+    opened = open_driver(host_settings, dirs, node, mig_on)
+    cleanup.callback(opened.driver.close)
+    simulated = opened.driver.name == "sim"
+    driver_name = "sim" if simulated else "nvml"
+
     # /metrics on both is read with this token ($GPUPLEX_METRICS_TOKEN, else a new one)
     metrics_token = take_metrics_token() or new_metrics_token()
     try:
@@ -129,8 +124,6 @@ def _start_and_serve(
     banner = _demo_credentials(ctx, spec, settings, simulated, opened.note)
     banner = replace(banner, metrics_token=metrics_token)
 
-    gateway_spec = root / "gateway" / "spec.yaml"
-    shutil.copyfile(settings.spec_path, gateway_spec)
     (root / "store").chmod(0o700)  # specs, usage and webhook URLs: the owner's only
     if run_as is not None:
         _hand_over(root / "store", run_as)
@@ -142,9 +135,11 @@ def _start_and_serve(
                 "`gpuplex` system user (useradd --system gpuplex) and it runs as that instead"
             )
     stop.checkpoint()
-    host_argv = [sys.executable, "-m", "gpuplex.cli", "host", "run", str(host_spec)]
+    host_argv = [sys.executable, "-m", "gpuplex.cli", "host", "run", "--follow-store", store_url]
     host_argv += ["--state-dir", str(dirs.root), "--driver", driver_name]
-    gateway_argv = [*python, "gateway", "--config", str(gateway_spec), "--store", store_url]
+    if simulated:
+        host_argv.append("--stand-ins")
+    gateway_argv = [*python, "gateway", "--store", store_url]  # it follows the applied revision
     gateway_argv += ["--spool-dir", str(root / "gateway" / "spool")]
     lifeline = lifecycle.child_environment()
     cleanup.callback(_bring_down, host_settings)  # last: the tenants, once the rest is stopped
@@ -207,14 +202,6 @@ def _stop_threads(threads: list[Reconciler | Sampler]) -> None:
 def _stop_server(server: uvicorn.Server, thread: threading.Thread) -> None:
     server.should_exit = True
     thread.join(timeout=10)
-
-
-def _host_spec_text(spec: GpuplexSpec, plan: Plan, path: Path, simulated: bool) -> str:
-    if not simulated:
-        return path.read_text(encoding="utf-8")
-    python, python_env = python_for_others() if os.geteuid() == 0 else (sys.executable, {})
-    stand_ins = simulated_spec(spec, plan, python, python_env)  # with_stand_ins, on this plan
-    return yaml.safe_dump(stand_ins.model_dump(mode="json", exclude_unset=True), sort_keys=False)
 
 
 def _demo_credentials(

@@ -9,7 +9,7 @@ import os
 import sys
 from collections.abc import Sequence
 
-from gpuplex.core.plan import Plan, make_plan
+from gpuplex.core.plan import Plan
 from gpuplex.core.serve.routes import adapter_name
 from gpuplex.core.spec import GpuplexSpec, WorkloadSpec
 from gpuplex.host.interpreter import python_for_others
@@ -76,8 +76,9 @@ def _held_mib(plan: Plan, tenant: str, workload: str) -> int:
     return int(min(planned) * HELD_SHARE) if planned else 1024
 
 
-def with_stand_ins(spec: GpuplexSpec) -> GpuplexSpec:
+def with_stand_ins(spec: GpuplexSpec, plan: Plan) -> GpuplexSpec:
     """The spec with stand-ins for its commands, run by an interpreter the tenants' users can
-    run (host/interpreter.py): what `host apply --stand-ins` and `make host-demo` run."""
+    run (host/interpreter.py): what `host apply --stand-ins`, `make host-demo` and `gpuplex up`
+    without a GPU run. A host.session.SpecTransform: the plan is the applied one, not made here."""
     python, env = python_for_others() if os.geteuid() == 0 else (sys.executable, {})
-    return simulated_spec(spec, make_plan(spec), python, env)
+    return simulated_spec(spec, plan, python, env)

@@ -145,7 +145,7 @@ def start_sim_model(
 
 @dataclass
 class Gateway:
-    spec_path: Path
+    spec_path: Path | None  # None: the gateway serves the store's applied revision
     store_url: str
     spool_dir: Path
     port: int
@@ -166,11 +166,9 @@ class Gateway:
         return reply.text
 
     def start(self) -> None:
-        args = [
-            "--config", str(self.spec_path),
-            "--store", self.store_url,
-            "--spool-dir", str(self.spool_dir),
-        ]  # fmt: skip
+        args = ["--store", self.store_url, "--spool-dir", str(self.spool_dir)]
+        if self.spec_path is not None:
+            args += ["--config", str(self.spec_path)]
         if self.redis_url:
             args += ["--redis-url", self.redis_url]
         argv, environment = gateway_command(args)

@@ -19,9 +19,9 @@ from gpuplex.core.plan import Placement
 from gpuplex.core.serve.usage import UsageRecord
 from gpuplex.observe.metrics_endpoint import LOOPBACK_NETWORKS
 from gpuplex.observe.server_metrics import SPEND_THREAD
+from gpuplex.revision import AppliedRevision
 from gpuplex.server.app import create_app
 from gpuplex.server.context import ServerContext
-from gpuplex.server.current import AppliedSpec
 from gpuplex.server.spec_apply import apply
 from gpuplex.store.db import open_store
 from gpuplex.store.samples import GpuSample
@@ -76,7 +76,7 @@ class Stack:
     clock: Clock
 
     @property
-    def applied(self) -> AppliedSpec:
+    def applied(self) -> AppliedRevision:
         applied = self.ctx.current.get()
         assert applied is not None
         return applied

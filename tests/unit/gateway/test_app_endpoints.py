@@ -32,10 +32,15 @@ class FakeSpool:
 
 
 @dataclass
+class FakeLive:
+    metrics_networks: tuple[Any, ...] = ()
+
+
+@dataclass
 class FakeRuntime:
     settings: GatewaySettings
     spool: FakeSpool = field(default_factory=FakeSpool)
-    metrics_networks: tuple[Any, ...] = ()
+    live: FakeLive = field(default_factory=FakeLive)
 
 
 def gateway(
@@ -48,7 +53,7 @@ def gateway(
         metrics_token_sha256=metrics_token_sha256(token) if token else None,
     )
     app = GatewayApp(settings)
-    runtime = FakeRuntime(settings, metrics_networks=tuple(map(ipaddress.ip_network, metrics_from)))
+    runtime = FakeRuntime(settings, live=FakeLive(tuple(map(ipaddress.ip_network, metrics_from))))
     app.runtime = cast(GatewayRuntime, runtime)
     return app, runtime
 

@@ -50,7 +50,7 @@ def test_the_lease_is_the_longest_life_of_a_request_plus_a_margin() -> None:
     assert DEFAULT_LEASE_S == concurrency_lease_s(300, 30, 10) == 350  # the spec's defaults
     config = GatewaySpec(upstream_timeout_s=20, max_wait_s=4.5, body_timeout_s=2)
     settings = GatewaySettings(Path("unused.yaml"), "sqlite://", Path("unused"))
-    runtime = cast(GatewayRuntime, SimpleNamespace(config=config, settings=settings))
+    runtime = cast(GatewayRuntime, SimpleNamespace(started=config, settings=settings))
     limiter = GatewayRuntime._limiter(runtime)
     assert isinstance(limiter, MemoryLimiter)
     assert limiter.lease_s == 20 + 4.5 + 2 + LEASE_MARGIN_S

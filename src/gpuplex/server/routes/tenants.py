@@ -11,9 +11,9 @@ from pydantic import BaseModel
 from gpuplex.core.access import Action, Principal, visible_tenants
 from gpuplex.core.plan import Plan
 from gpuplex.core.spec import TenantSpec
+from gpuplex.revision import AppliedRevision
 from gpuplex.server.auth import CurrentPrincipal, no_such_tenant, require
 from gpuplex.server.context import ServerContext, server_context
-from gpuplex.server.current import AppliedSpec
 from gpuplex.server.pages import Cursor, Limit, Page, page_of
 from gpuplex.server.problems import ERROR_RESPONSES
 
@@ -99,7 +99,7 @@ def redact_tenants(text: str, principal: Principal, tenants: list[str]) -> str:
     return text
 
 
-def applied_tenant(ctx: ServerContext, name: str) -> tuple[AppliedSpec, TenantSpec]:
+def applied_tenant(ctx: ServerContext, name: str) -> tuple[AppliedRevision, TenantSpec]:
     """The applied spec and the named tenant in it; 404 when there is none (check RBAC first)."""
     applied = ctx.current.get()
     tenant = applied.tenant(name) if applied is not None else None
