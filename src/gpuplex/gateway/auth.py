@@ -20,7 +20,9 @@ from gpuplex.clock import monotonic_s, now_s, utc_now
 from gpuplex.core.serve.failed_auth import FailedAttempts
 from gpuplex.core.serve.keys import bearer_token, key_matches, key_prefix
 from gpuplex.core.serve.limits import Limit, LimitKind, scope_limits
-from gpuplex.gateway.api_errors import ApiCode, ApiError
+from gpuplex.errors import ErrorCode
+from gpuplex.gateway.api_errors import ApiError
+from gpuplex.retry import run_pass
 from gpuplex.store.keys import KeyRecord, KeyRepository
 
 log = logging.getLogger(__name__)
@@ -78,13 +80,15 @@ class KeyCache:
         }
         self._version = version
 
+    def _refresh(self) -> None:
+        job = "refreshing the API keys from the store"
+        run_pass(self.load, job=job, retry_in_s=self._refresh_s, log=log)
+
     async def run(self, stop: asyncio.Event) -> None:
         loop = asyncio.get_running_loop()
         while not stop.is_set():
-            try:
-                await loop.run_in_executor(None, self.load)
-            except Exception as error:  # a store outage must not stop serving known keys
-                log.warning("cannot refresh API keys from the store: %s", error)
+            # a store outage must not stop serving the keys known already
+            await loop.run_in_executor(None, self._refresh)
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), self._refresh_s)
 
@@ -95,12 +99,12 @@ class KeyCache:
         now = monotonic_s()
         if self._failures.throttled(client, now):
             raise ApiError(
-                ApiCode.TOO_MANY_FAILED_AUTH,
+                ErrorCode.TOO_MANY_FAILED_AUTH,
                 "too many failed API key checks from this address; wait a minute",
                 retry_after_s=60,
             )
         self._failures.record(client, now)
-        raise ApiError(ApiCode.INVALID_API_KEY, "invalid API key")
+        raise ApiError(ErrorCode.INVALID_API_KEY, "invalid API key")
 
     def _match(self, authorization: bytes | None, now: float) -> Caller | None:
         token = bearer_token(authorization)
