@@ -1,4 +1,6 @@
-"""The one error tree. Every error carries a stable code; one place maps codes to HTTP status.
+"""The one error tree. Every error carries a stable code from the one list of codes
+(gpuplex/error_codes.py), and the code says its HTTP status, CLI exit code and whether a retry can
+help; nothing else maps errors to statuses.
 
     GpuplexError
     ├── SpecError            the spec file is unreadable or invalid (a list of problems)
@@ -15,7 +17,16 @@
     ├── LimiterUnavailable   the shared rate-limit state (Redis) is unreachable or failed
     ├── GatewayError         the gateway cannot start as asked (as root, a setting missing)
     ├── MeterInputError      a metering or chargeback input is malformed (naive time, empty window)
-    └── TraceInputError      a cluster trace (node or pod CSV) given to `simulate` is malformed
+    ├── KubeRenderError      the plan cannot be expressed as Kubernetes objects as it stands
+    ├── KubeApiError         the Kubernetes API refused or failed a request
+    │   ├── KubeUnreachable      no Kubernetes API answered
+    │   ├── KubeForbidden        RBAC forbids what gpuplex tried
+    │   └── KubeRetryLater       the cluster refused for now, not for good
+    ├── DcgmInputError       dcgm-exporter text that cannot be read
+    ├── TraceInputError      a cluster trace (node or pod CSV) given to `simulate` is malformed
+    └── RequestRefused       an API refuses a request, with the code given at the refusal:
+        ├── ApiProblem           raised by the control plane's routes (server/problems.py)
+        └── ApiError             raised by the gateway (gateway/api_errors.py)
 
 Errors say what to do next. "Does not fit" is never an error: the planner returns it as a value.
 """
@@ -23,36 +34,8 @@ Errors say what to do next. "Does not fit" is never an error: the planner return
 from __future__ import annotations
 
 from dataclasses import dataclass
-from enum import StrEnum
 
-
-class ErrorCode(StrEnum):
-    SPEC_INVALID = "spec_invalid"
-    PLAN_INVALID = "plan_invalid"
-    NOT_FOUND = "not_found"
-    HOST_STATE = "host_state_invalid"
-    HOST_BUSY = "host_busy"
-    HOST_ACTION = "host_action_failed"
-    HOST_CGROUP = "host_cgroup_unavailable"
-    HOST_GPU_DRIVER = "host_gpu_driver"
-    STORE_UNAVAILABLE = "store_unavailable"
-    STORE_VALUE_REFUSED = "store_value_refused"
-    SPEC_STALE = "spec_stale"
-    LIMITER_UNAVAILABLE = "limiter_unavailable"
-    GATEWAY_INVALID = "gateway_invalid"
-    METER_INPUT_INVALID = "meter_input_invalid"
-    KUBE_RENDER = "kube_render_refused"
-    KUBE_UNREACHABLE = "kube_unreachable"
-    KUBE_FORBIDDEN = "kube_forbidden"
-    KUBE_API = "kube_api_failed"
-    KUBE_RETRY_LATER = "kube_retry_later"
-    DCGM_INPUT_INVALID = "dcgm_input_invalid"
-    TRACE_INVALID = "trace_invalid"
-
-
-#: CLI exit code for input the user must fix (bad spec, bad plan file, unknown name).
-EXIT_BAD_INPUT = 2
-
+from gpuplex.error_codes import EXIT_BAD_INPUT as EXIT_BAD_INPUT, ErrorCode as ErrorCode
 
 #: Where a value sits in a spec: ("tenants", 0, "workloads", 1, "gpu").
 FieldPath = tuple[str | int, ...]
@@ -80,17 +63,32 @@ class SpecProblem:
 
 
 class GpuplexError(Exception):
-    code: ErrorCode = ErrorCode.SPEC_INVALID
-    exit_code: int = 1
+    """The root of the tree. `code` says what went wrong, and with it the HTTP status, the CLI exit
+    code and whether a retry can help (gpuplex/error_codes.py); a subclass sets its code."""
+
+    code: ErrorCode = ErrorCode.INTERNAL
 
     def __init__(self, message: str) -> None:
         super().__init__(message)
         self.message = message
 
+    @property
+    def exit_code(self) -> int:
+        return self.code.exit_code
+
+    @property
+    def status(self) -> int:
+        """The HTTP status an API answers this error with."""
+        return self.code.status
+
+    @property
+    def retryable(self) -> bool:
+        """Whether the same request, unchanged, can succeed later."""
+        return self.code.retryable
+
 
 class SpecError(GpuplexError):
     code = ErrorCode.SPEC_INVALID
-    exit_code = EXIT_BAD_INPUT
 
     def __init__(self, source: str, problems: list[SpecProblem]) -> None:
         self.source = source
@@ -109,12 +107,10 @@ class SpecError(GpuplexError):
 
 class PlanFileError(GpuplexError):
     code = ErrorCode.PLAN_INVALID
-    exit_code = EXIT_BAD_INPUT
 
 
 class NotFoundError(GpuplexError):
     code = ErrorCode.NOT_FOUND
-    exit_code = EXIT_BAD_INPUT
 
 
 class HostStateError(GpuplexError):
@@ -161,7 +157,6 @@ class StoreValueRefused(StoreError):
     one): the input is at fault, not the store, so retrying the same value will not help."""
 
     code = ErrorCode.STORE_VALUE_REFUSED
-    exit_code = EXIT_BAD_INPUT
 
 
 class StaleRevisionError(GpuplexError):
@@ -187,7 +182,6 @@ class GatewayError(GpuplexError):
     """The gateway cannot start as asked (run as root, settings missing); the message says how."""
 
     code = ErrorCode.GATEWAY_INVALID
-    exit_code = EXIT_BAD_INPUT
 
 
 class MeterInputError(GpuplexError):
@@ -195,7 +189,6 @@ class MeterInputError(GpuplexError):
     starts, plan revisions that overlap. The message names the value and the rule it breaks."""
 
     code = ErrorCode.METER_INPUT_INVALID
-    exit_code = EXIT_BAD_INPUT
 
 
 class KubeRenderError(GpuplexError):
@@ -204,28 +197,24 @@ class KubeRenderError(GpuplexError):
     tenant, what clashes, and what to change in the spec."""
 
     code = ErrorCode.KUBE_RENDER
-    exit_code = EXIT_BAD_INPUT
 
 
 class KubeApiError(GpuplexError):
     """The Kubernetes API refused or failed a request. The message names the object and the verb."""
 
     code = ErrorCode.KUBE_API
-    exit_code = 1
 
 
 class KubeUnreachable(KubeApiError):
     """No Kubernetes API answered: no kubeconfig, a wrong address, a cluster that is down."""
 
     code = ErrorCode.KUBE_UNREACHABLE
-    exit_code = 3
 
 
 class KubeForbidden(KubeApiError):
     """RBAC forbids what gpuplex tried: the message names the verb, the resource and the namespace."""
 
     code = ErrorCode.KUBE_FORBIDDEN
-    exit_code = 4
 
 
 class KubeRetryLater(KubeApiError):
@@ -233,14 +222,12 @@ class KubeRetryLater(KubeApiError):
     same command succeeds once the cluster has finished; the message says what it is waiting for."""
 
     code = ErrorCode.KUBE_RETRY_LATER
-    exit_code = 5
 
 
 class DcgmInputError(GpuplexError):
     """dcgm-exporter text that cannot be read: the message names the line and what is wrong."""
 
     code = ErrorCode.DCGM_INPUT_INVALID
-    exit_code = EXIT_BAD_INPUT
 
 
 class TraceInputError(GpuplexError):
@@ -248,4 +235,12 @@ class TraceInputError(GpuplexError):
     line and the column, and what is wrong with the value there."""
 
     code = ErrorCode.TRACE_INVALID
-    exit_code = EXIT_BAD_INPUT
+
+
+class RequestRefused(GpuplexError):
+    """An API refuses a request; unlike the errors above, each refusal names its own code (which
+    gives its status). The control plane raises ApiProblem, the gateway ApiError."""
+
+    def __init__(self, code: ErrorCode, message: str) -> None:
+        super().__init__(message)
+        self.code = code

@@ -23,7 +23,8 @@ process's memory, file descriptors or connections.
 uvicorn's own options do not cover this: `limit_concurrency` answers 503 only after reading a
 whole head, httptools keeps every header (and appends a long one to itself, quadratically), and
 the keep-alive timer only starts after a first answer. Error bodies are JSON in the caller's own
-format (`ErrorBody`), with the stable codes of `GuardCode` (both in gpuplex/http_limits.py).
+format (`ErrorBody`, in gpuplex/http_limits.py), each with a code from gpuplex/error_codes.py and
+the status that code carries.
 
 A head's bytes are counted as they are read; a pipelined head that begins in the same read as the
 end of the previous request is counted from the next read on (at most one read, 256 KiB, more).
@@ -42,9 +43,9 @@ from uvicorn.config import Config
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol, RequestResponseCycle
 from uvicorn.server import ServerState
 
+from gpuplex.errors import ErrorCode
 from gpuplex.http_limits import (
     ErrorBody,
-    GuardCode,
     HttpLimits,
     client_key,
     plain_error_body,
@@ -122,7 +123,7 @@ def registry_of(server_state: ServerState) -> ConnectionRegistry:
 class _Refused(Exception):
     """Raised from a parser callback: the head broke a limit."""
 
-    def __init__(self, code: GuardCode, message: str) -> None:
+    def __init__(self, code: ErrorCode, message: str) -> None:
         super().__init__(message)
         self.code = code
         self.message = message
@@ -164,7 +165,7 @@ class GuardedHttpProtocol(HttpToolsProtocol):
         self.client_key = client_key(self.client)
         why_not = self.registry.admit(self, self.limits)
         if why_not is not None:
-            transport.write(reply_bytes(self.error_body, GuardCode.TOO_MANY_CONNECTIONS, why_not))
+            transport.write(reply_bytes(self.error_body, ErrorCode.TOO_MANY_CONNECTIONS, why_not))
             transport.close()
             return
         self.registry.waiting[self] = None
@@ -206,7 +207,7 @@ class GuardedHttpProtocol(HttpToolsProtocol):
         answering = self.cycle is not None and not self.cycle.response_complete
         if (self.head_bytes or self.url_bytes) and not answering:
             message = f"the request head did not arrive within {self.limits.header_timeout_s:g} s"
-            self.transport.write(reply_bytes(self.error_body, GuardCode.HEADER_TIMEOUT, message))
+            self.transport.write(reply_bytes(self.error_body, ErrorCode.HEADER_TIMEOUT, message))
         self.transport.close()
 
     # reading: the head bounded in bytes, then the parser
@@ -237,7 +238,7 @@ class GuardedHttpProtocol(HttpToolsProtocol):
             if not self._feed(part):
                 return
             if view and self.head_open and self.head_bytes >= most:
-                self._refuse(GuardCode.HEADERS_TOO_LARGE, f"the request head is over {most} bytes")
+                self._refuse(ErrorCode.HEADERS_TOO_LARGE, f"the request head is over {most} bytes")
                 return
 
     def _feed(self, data: bytes | memoryview) -> bool:
@@ -248,10 +249,10 @@ class GuardedHttpProtocol(HttpToolsProtocol):
             if isinstance(error.__context__, _Refused):
                 self._refuse(error.__context__.code, error.__context__.message)
             else:
-                self._refuse(GuardCode.INVALID_HTTP, "invalid HTTP request", linger=False)
+                self._refuse(ErrorCode.INVALID_HTTP, "invalid HTTP request", linger=False)
             return False
         except httptools.HttpParserError:
-            self._refuse(GuardCode.INVALID_HTTP, "invalid HTTP request", linger=False)
+            self._refuse(ErrorCode.INVALID_HTTP, "invalid HTTP request", linger=False)
             return False
         except httptools.HttpParserUpgrade:
             if self._should_upgrade():
@@ -260,7 +261,7 @@ class GuardedHttpProtocol(HttpToolsProtocol):
             return False
         return not self.transport.is_closing()
 
-    def _refuse(self, code: GuardCode, message: str, *, linger: bool = True) -> None:
+    def _refuse(self, code: ErrorCode, message: str, *, linger: bool = True) -> None:
         self._cancel_timers()
         self.registry.waiting.pop(self, None)
         if self.transport.is_closing():
@@ -299,7 +300,7 @@ class GuardedHttpProtocol(HttpToolsProtocol):
         if self.url_bytes > self.limits.max_request_line_bytes:
             most = self.limits.max_request_line_bytes
             raise _Refused(
-                GuardCode.REQUEST_LINE_TOO_LONG, f"the request target is over {most} bytes"
+                ErrorCode.REQUEST_LINE_TOO_LONG, f"the request target is over {most} bytes"
             )
         super().on_url(url)
 
@@ -307,7 +308,7 @@ class GuardedHttpProtocol(HttpToolsProtocol):
         self.header_count += 1
         if self.header_count > self.limits.max_headers:
             most = self.limits.max_headers
-            raise _Refused(GuardCode.TOO_MANY_HEADERS, f"a request may have at most {most} headers")
+            raise _Refused(ErrorCode.TOO_MANY_HEADERS, f"a request may have at most {most} headers")
         super().on_header(name, value)
 
     def on_headers_complete(self) -> None:

@@ -12,9 +12,10 @@ import logging
 import resource
 from collections.abc import Callable
 from dataclasses import dataclass, replace
-from enum import StrEnum
 
 import orjson
+
+from gpuplex.errors import ErrorCode
 
 log = logging.getLogger(__name__)
 
@@ -22,32 +23,23 @@ log = logging.getLogger(__name__)
 RESERVED_FDS = 256
 
 
-class GuardCode(StrEnum):
-    REQUEST_LINE_TOO_LONG = "request_line_too_long"
-    HEADERS_TOO_LARGE = "headers_too_large"
-    TOO_MANY_HEADERS = "too_many_headers"
-    HEADER_TIMEOUT = "header_timeout"
-    TOO_MANY_CONNECTIONS = "too_many_connections"
-    INVALID_HTTP = "invalid_http"
+#: The codes the front door refuses with (their statuses come with them, gpuplex/error_codes.py).
+FRONT_DOOR_CODES: tuple[ErrorCode, ...] = (
+    ErrorCode.REQUEST_LINE_TOO_LONG,
+    ErrorCode.HEADERS_TOO_LARGE,
+    ErrorCode.TOO_MANY_HEADERS,
+    ErrorCode.HEADER_TIMEOUT,
+    ErrorCode.TOO_MANY_CONNECTIONS,
+    ErrorCode.INVALID_HTTP,
+)
+
+#: (code, message) -> the JSON error body, in the server's own format.
+ErrorBody = Callable[[ErrorCode, str], bytes]
 
 
-#: The one place a front-door code becomes an HTTP status.
-GUARD_STATUS: dict[GuardCode, int] = {
-    GuardCode.REQUEST_LINE_TOO_LONG: 414,
-    GuardCode.HEADERS_TOO_LARGE: 431,
-    GuardCode.TOO_MANY_HEADERS: 431,
-    GuardCode.HEADER_TIMEOUT: 408,
-    GuardCode.TOO_MANY_CONNECTIONS: 503,
-    GuardCode.INVALID_HTTP: 400,
-}
-
-#: (status, code, message) -> the JSON error body, in the server's own format.
-ErrorBody = Callable[[int, str, str], bytes]
-
-
-def plain_error_body(status: int, code: str, message: str) -> bytes:
+def plain_error_body(code: ErrorCode, message: str) -> bytes:
     """`{"error": {"code", "message"}}`: the control plane's problem format."""
-    return orjson.dumps({"error": {"code": code, "message": message}})
+    return orjson.dumps({"error": {"code": str(code), "message": message}})
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,9 +109,9 @@ def client_key(client: tuple[str, int] | None) -> str:
     return address.exploded[:19]  # the first four groups: the /64
 
 
-def reply_bytes(error_body: ErrorBody, code: GuardCode, message: str) -> bytes:
-    status = GUARD_STATUS[code]
-    body = error_body(status, str(code), message)
+def reply_bytes(error_body: ErrorBody, code: ErrorCode, message: str) -> bytes:
+    status = code.status
+    body = error_body(code, message)
     phrase = http.HTTPStatus(status).phrase
     head = (
         f"HTTP/1.1 {status} {phrase}\r\ncontent-type: application/json\r\n"

@@ -1,82 +1,88 @@
-"""Errors the gateway answers with: an OpenAI-style JSON body, a stable `code`, and one table that
-maps each code to its HTTP status. The `openai` client turns these into its typed exceptions
-(AuthenticationError for 401, NotFoundError for 404, RateLimitError for 429, ...)."""
+"""The gateway's renderer of the one error model: an error is `ApiError` with a code from
+gpuplex/error_codes.py, and reaches the client as OpenAI sends errors,
+
+    {"error": {"message": "...", "type": "<OpenAI error type>", "param": null, "code": "<code>"}}
+
+with the HTTP status its code carries, so the `openai` client raises its typed exceptions
+(AuthenticationError for 401, NotFoundError for 404, RateLimitError for 429, ...). The OpenAI type
+follows from the status. One rule differs from the control plane: OpenAI answers every invalid
+request with 400 (the client's BadRequestError), never 422, so a code whose status is 422 is
+answered with 400 here."""
 
 from __future__ import annotations
 
-from enum import StrEnum
-
 import orjson
 
+from gpuplex.errors import ErrorCode, RequestRefused
 
-class ApiCode(StrEnum):
-    INVALID_JSON = "invalid_json"
-    INVALID_REQUEST = "invalid_request"
-    BODY_TOO_LARGE = "request_too_large"
-    BODY_TIMEOUT = "request_timeout"
-    INVALID_API_KEY = "invalid_api_key"
-    METRICS_TOKEN_REQUIRED = "metrics_token_required"  # noqa: S105 - a code, not a secret
-    MODEL_NOT_FOUND = "model_not_found"
-    NOT_FOUND = "not_found"
-    METHOD_NOT_ALLOWED = "method_not_allowed"
-    RATE_LIMITED = "rate_limit_exceeded"
-    TOO_MANY_FAILED_AUTH = "too_many_failed_auth"
-    QUEUE_FULL = "queue_full"
-    QUEUE_TIMEOUT = "queue_timeout"
-    OVER_LIMIT_ALWAYS = "request_exceeds_limit"
-    BACKEND_UNAVAILABLE = "backend_unavailable"
-    UPSTREAM_TIMEOUT = "upstream_timeout"
-    UPSTREAM_REPLY_TOO_LARGE = "upstream_reply_too_large"  # past gateway.max_reply_mib
-    UPSTREAM_EVENT_TOO_LARGE = "upstream_event_too_large"  # an SSE event past max_event_kib
-    LIMITER_UNAVAILABLE = "limiter_unavailable"
-    USAGE_UNAVAILABLE = "usage_unavailable"  # the usage spool cannot take a record: not served
-    INTERNAL = "internal_error"
+#: Every code the gateway's app answers with (the front door's are in gpuplex/http_guard.py);
+#: docs/gateway.md lists each with its status.
+GATEWAY_CODES: tuple[ErrorCode, ...] = (
+    ErrorCode.INVALID_JSON,
+    ErrorCode.INVALID_REQUEST,
+    ErrorCode.OVER_LIMIT_ALWAYS,
+    ErrorCode.INVALID_API_KEY,
+    ErrorCode.METRICS_TOKEN_REQUIRED,
+    ErrorCode.MODEL_NOT_FOUND,
+    ErrorCode.NOT_FOUND,
+    ErrorCode.METHOD_NOT_ALLOWED,
+    ErrorCode.REQUEST_TIMEOUT,
+    ErrorCode.REQUEST_TOO_LARGE,
+    ErrorCode.RATE_LIMITED,
+    ErrorCode.QUEUE_FULL,
+    ErrorCode.QUEUE_TIMEOUT,
+    ErrorCode.TOO_MANY_FAILED_AUTH,
+    ErrorCode.UPSTREAM_REPLY_TOO_LARGE,
+    ErrorCode.UPSTREAM_EVENT_TOO_LARGE,
+    ErrorCode.BACKEND_UNAVAILABLE,
+    ErrorCode.LIMITER_UNAVAILABLE,
+    ErrorCode.USAGE_UNAVAILABLE,
+    ErrorCode.UPSTREAM_TIMEOUT,
+    ErrorCode.INTERNAL,
+)
 
 
-#: code -> (HTTP status, OpenAI error type)
-API_STATUS: dict[ApiCode, tuple[int, str]] = {
-    ApiCode.INVALID_JSON: (400, "invalid_request_error"),
-    ApiCode.INVALID_REQUEST: (400, "invalid_request_error"),
-    ApiCode.OVER_LIMIT_ALWAYS: (400, "invalid_request_error"),
-    ApiCode.BODY_TOO_LARGE: (413, "invalid_request_error"),
-    ApiCode.BODY_TIMEOUT: (408, "invalid_request_error"),
-    ApiCode.INVALID_API_KEY: (401, "authentication_error"),
-    ApiCode.METRICS_TOKEN_REQUIRED: (401, "authentication_error"),
-    ApiCode.MODEL_NOT_FOUND: (404, "invalid_request_error"),
-    ApiCode.NOT_FOUND: (404, "invalid_request_error"),
-    ApiCode.METHOD_NOT_ALLOWED: (405, "invalid_request_error"),
-    ApiCode.RATE_LIMITED: (429, "rate_limit_error"),
-    ApiCode.TOO_MANY_FAILED_AUTH: (429, "rate_limit_error"),
-    ApiCode.QUEUE_FULL: (429, "rate_limit_error"),
-    ApiCode.QUEUE_TIMEOUT: (429, "rate_limit_error"),
-    ApiCode.BACKEND_UNAVAILABLE: (503, "server_error"),
-    ApiCode.LIMITER_UNAVAILABLE: (503, "server_error"),
-    ApiCode.USAGE_UNAVAILABLE: (503, "server_error"),
-    ApiCode.UPSTREAM_TIMEOUT: (504, "server_error"),
-    ApiCode.UPSTREAM_REPLY_TOO_LARGE: (502, "server_error"),
-    ApiCode.UPSTREAM_EVENT_TOO_LARGE: (502, "server_error"),
-    ApiCode.INTERNAL: (500, "server_error"),
+def openai_status(code: ErrorCode) -> int:
+    """The status the gateway answers `code` with: the code's own, but 400 for a 422."""
+    return 400 if code.status == 422 else code.status
+
+
+def openai_type(status: int) -> str:
+    """The OpenAI error type of a status, as OpenAI and its clients pair them."""
+    if status == 401:
+        return "authentication_error"
+    if status == 403:
+        return "permission_error"
+    if status == 429:
+        return "rate_limit_error"
+    return "server_error" if status >= 500 else "invalid_request_error"
+
+
+#: Per code, worked out once: (status, OpenAI type); nothing is computed per request.
+_RENDERED: dict[ErrorCode, tuple[int, str]] = {
+    code: (openai_status(code), openai_type(openai_status(code))) for code in ErrorCode
 }
 
 
-class ApiError(Exception):
+class ApiError(RequestRefused):
+    """An error the gateway answers with. `param` names the request field at fault;
+    `retry_after_s` becomes a Retry-After header."""
+
     def __init__(
         self,
-        code: ApiCode,
+        code: ErrorCode,
         message: str,
         *,
         param: str | None = None,
         retry_after_s: int | None = None,
     ) -> None:
-        super().__init__(message)
-        self.code = code
-        self.message = message
+        super().__init__(code, message)
         self.param = param
         self.retry_after_s = retry_after_s
 
     @property
     def status(self) -> int:
-        return API_STATUS[self.code][0]
+        return _RENDERED[self.code][0]
 
     def body(self) -> bytes:
         return error_body(self.code, self.message, self.param)
@@ -88,8 +94,9 @@ class ApiError(Exception):
         return headers
 
 
-def error_body(code: ApiCode, message: str, param: str | None = None) -> bytes:
-    kind = API_STATUS[code][1]
+def error_body(code: ErrorCode, message: str, param: str | None = None) -> bytes:
+    """The OpenAI-style body of an error (also the gateway's front door's, gpuplex/http_guard.py)."""
+    kind = _RENDERED[code][1]
     return orjson.dumps(
         {"error": {"message": message, "type": kind, "param": param, "code": str(code)}}
     )

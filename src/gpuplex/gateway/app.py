@@ -13,7 +13,8 @@ import ipaddress
 import logging
 
 from gpuplex.core.serve.inference import ENDPOINT_PATHS
-from gpuplex.gateway.api_errors import ApiCode, ApiError
+from gpuplex.errors import ErrorCode
+from gpuplex.gateway.api_errors import ApiError
 from gpuplex.gateway.asgi_io import (
     Receive,
     Scope,
@@ -102,19 +103,19 @@ class GatewayApp:
                 _metrics_allowed(rt, scope)
                 await send_reply(send, 200, metrics.exposition(), METRICS_HEADERS)
             else:
-                raise ApiError(ApiCode.NOT_FOUND, f"no such endpoint: {method} {path}")
+                raise ApiError(ErrorCode.NOT_FOUND, f"no such endpoint: {method} {path}")
         except ApiError as error:
-            if error.code in (ApiCode.INVALID_API_KEY, ApiCode.TOO_MANY_FAILED_AUTH):
+            if error.code in (ErrorCode.INVALID_API_KEY, ErrorCode.TOO_MANY_FAILED_AUTH):
                 metrics.REJECTIONS.labels(metrics.UNKNOWN_TENANT, str(error.code)).inc()
             await send_error(send, error)
         except Exception:
             log.exception("request %s %s failed inside the gateway", method, path)
-            await send_error(send, ApiError(ApiCode.INTERNAL, "internal error in the gateway"))
+            await send_error(send, ApiError(ErrorCode.INTERNAL, "internal error in the gateway"))
 
 
 def _require(method: str, wanted: str) -> None:
     if method != wanted:
-        raise ApiError(ApiCode.METHOD_NOT_ALLOWED, f"use {wanted} here, not {method}")
+        raise ApiError(ErrorCode.METHOD_NOT_ALLOWED, f"use {wanted} here, not {method}")
 
 
 async def _models(rt: GatewayRuntime, scope: Scope, send: Send, model_id: str) -> None:
@@ -134,7 +135,7 @@ async def _models(rt: GatewayRuntime, scope: Scope, send: Send, model_id: str) -
             await send_json(send, 200, card)
             return
     raise ApiError(
-        ApiCode.MODEL_NOT_FOUND,
+        ErrorCode.MODEL_NOT_FOUND,
         f"The model `{model_id}` does not exist or you do not have access to it.",
         param="model",
     )
@@ -157,7 +158,7 @@ def _metrics_allowed(rt: GatewayRuntime, scope: Scope) -> None:
         ):
             return
         raise ApiError(
-            ApiCode.METRICS_TOKEN_REQUIRED,
+            ErrorCode.METRICS_TOKEN_REQUIRED,
             "/metrics: that is not this gateway's metrics token ($GPUPLEX_METRICS_TOKEN)",
         )
     client = scope.get("client")
@@ -167,7 +168,7 @@ def _metrics_allowed(rt: GatewayRuntime, scope: Scope) -> None:
         address = None
     if address is None or not any(address in net for net in rt.live.metrics_networks):
         raise ApiError(
-            ApiCode.METRICS_TOKEN_REQUIRED,
+            ErrorCode.METRICS_TOKEN_REQUIRED,
             "/metrics names every tenant: send `Authorization: Bearer <metrics token>` (the "
             "gateway's $GPUPLEX_METRICS_TOKEN), or scrape from a network in gateway.metrics_from",
         )

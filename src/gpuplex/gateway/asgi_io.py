@@ -9,7 +9,8 @@ from typing import Any
 
 import orjson
 
-from gpuplex.gateway.api_errors import ApiCode, ApiError
+from gpuplex.errors import ErrorCode
+from gpuplex.gateway.api_errors import ApiError
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -39,7 +40,7 @@ async def read_body(scope: Scope, receive: Receive, max_bytes: int, timeout_s: f
             while True:
                 message = await receive()
                 if message["type"] == "http.disconnect":
-                    raise ApiError(ApiCode.BODY_TIMEOUT, "the client went away mid-request")
+                    raise ApiError(ErrorCode.REQUEST_TIMEOUT, "the client went away mid-request")
                 chunk = message.get("body", b"")
                 size += len(chunk)
                 if size > max_bytes:
@@ -49,14 +50,14 @@ async def read_body(scope: Scope, receive: Receive, max_bytes: int, timeout_s: f
                     break
     except TimeoutError:
         raise ApiError(
-            ApiCode.BODY_TIMEOUT, f"the request body did not arrive within {timeout_s:g} s"
+            ErrorCode.REQUEST_TIMEOUT, f"the request body did not arrive within {timeout_s:g} s"
         ) from None
     return b"".join(chunks)
 
 
 def _too_large(max_bytes: int) -> ApiError:
     return ApiError(
-        ApiCode.BODY_TOO_LARGE, f"the request body is larger than {max_bytes // 1024} KiB"
+        ErrorCode.REQUEST_TOO_LARGE, f"the request body is larger than {max_bytes // 1024} KiB"
     )
 
 

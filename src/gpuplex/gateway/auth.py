@@ -20,7 +20,9 @@ from gpuplex.clock import monotonic_s, now_s, utc_now
 from gpuplex.core.serve.failed_auth import FailedAttempts
 from gpuplex.core.serve.keys import bearer_token, key_matches, key_prefix
 from gpuplex.core.serve.limits import Limit, LimitKind, scope_limits
-from gpuplex.gateway.api_errors import ApiCode, ApiError
+from gpuplex.errors import ErrorCode
+from gpuplex.gateway.api_errors import ApiError
+from gpuplex.retry import run_pass
 from gpuplex.store.keys import KeyRecord, KeyRepository
 
 log = logging.getLogger(__name__)
@@ -90,14 +92,17 @@ class KeyCache:
             r.key.prefix: (r.key_hash, caller_of(r, self._tenant_limits)) for r in self._records
         }
 
+    def _refresh(self) -> bool | None:
+        """`_fetch` as a background pass: whether the keys changed; None when it failed (logged)."""
+        job = "refreshing the API keys from the store"
+        return run_pass(self._fetch, job=job, retry_in_s=self._refresh_s, log=log)
+
     async def run(self, stop: asyncio.Event) -> None:
         loop = asyncio.get_running_loop()
         while not stop.is_set():
-            try:
-                if await loop.run_in_executor(None, self._fetch):
-                    self.rebuild()
-            except Exception as error:  # a store outage must not stop serving known keys
-                log.warning("cannot refresh API keys from the store: %s", error)
+            # a store outage must not stop serving the keys known already
+            if await loop.run_in_executor(None, self._refresh):
+                self.rebuild()  # here, on the loop: never racing a rebuild for a new revision
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), self._refresh_s)
 
@@ -108,12 +113,12 @@ class KeyCache:
         now = monotonic_s()
         if self._failures.throttled(client, now):
             raise ApiError(
-                ApiCode.TOO_MANY_FAILED_AUTH,
+                ErrorCode.TOO_MANY_FAILED_AUTH,
                 "too many failed API key checks from this address; wait a minute",
                 retry_after_s=60,
             )
         self._failures.record(client, now)
-        raise ApiError(ApiCode.INVALID_API_KEY, "invalid API key")
+        raise ApiError(ErrorCode.INVALID_API_KEY, "invalid API key")
 
     def _match(self, authorization: bytes | None, now: float) -> Caller | None:
         token = bearer_token(authorization)

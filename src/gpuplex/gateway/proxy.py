@@ -31,8 +31,8 @@ from gpuplex.core.serve.limits import Refused, retry_after_header
 from gpuplex.core.serve.routing import ReplicaState
 from gpuplex.core.serve.usage import UsageRecord
 from gpuplex.core.spec import TenantSpec
-from gpuplex.errors import LimiterUnavailable
-from gpuplex.gateway.api_errors import ApiCode, ApiError
+from gpuplex.errors import ErrorCode, LimiterUnavailable
+from gpuplex.gateway.api_errors import ApiError
 from gpuplex.gateway.asgi_io import Receive, Scope, Send, header, read_body
 from gpuplex.gateway.backends import BackendPool
 from gpuplex.gateway.relay import CLIENT_GONE, Exchange, relay_stream, relay_whole
@@ -56,22 +56,22 @@ async def handle_inference(
         body = orjson.loads(raw)
     except orjson.JSONDecodeError as error:
         raise ApiError(
-            ApiCode.INVALID_JSON, f"the request body is not valid JSON: {error}"
+            ErrorCode.INVALID_JSON, f"the request body is not valid JSON: {error}"
         ) from None
     request = read_request(endpoint, body, config.default_max_tokens, caller.token_cap)
     if isinstance(request, BadRequest):
-        raise ApiError(ApiCode.INVALID_REQUEST, request.message, param=request.param)
+        raise ApiError(ErrorCode.INVALID_REQUEST, request.message, param=request.param)
     route = live.routes.route(caller.tenant, request.model)
     if route is None or (caller.models and request.model not in caller.models):
         raise ApiError(
-            ApiCode.MODEL_NOT_FOUND,
+            ErrorCode.MODEL_NOT_FOUND,
             f"The model `{request.model}` does not exist or you do not have access to it.",
             param="model",
         )
     pool = live.pools[route.backend_id]
     if not pool.any_available():
         raise ApiError(
-            ApiCode.BACKEND_UNAVAILABLE,
+            ErrorCode.BACKEND_UNAVAILABLE,
             f"model `{request.model}` is unavailable: its servers are down; try again later",
             retry_after_s=5,
         )
@@ -79,7 +79,7 @@ async def handle_inference(
     if spool_problem is not None:
         log.error("refusing requests: %s", spool_problem)
         raise ApiError(
-            ApiCode.USAGE_UNAVAILABLE,
+            ErrorCode.USAGE_UNAVAILABLE,
             "usage cannot be recorded right now, so the request was not served; try again later",
             retry_after_s=5,
         )
@@ -124,13 +124,14 @@ async def _admitted(
     except LimiterUnavailable as error:
         log.error("%s", error.message)
         raise ApiError(
-            ApiCode.LIMITER_UNAVAILABLE,
+            ErrorCode.LIMITER_UNAVAILABLE,
             "rate limits cannot be checked right now; try again shortly",
             retry_after_s=5,
         ) from None
     if isinstance(decision, Refused):
-        ex.status = 429 if not decision.never else 400
-        raise _refusal(decision)
+        refusal = _refusal(decision)
+        ex.status = refusal.status
+        raise refusal
     ex.cancellable = True
     queued = QueuedRequest(
         ex.request_id, ex.caller.tenant, ex.request.reserved_tokens, policy.weight, policy.priority
@@ -167,7 +168,7 @@ async def _queued(
         replica = pool.choose()
         if replica is None:
             raise ApiError(
-                ApiCode.BACKEND_UNAVAILABLE,
+                ErrorCode.BACKEND_UNAVAILABLE,
                 f"model `{ex.request.model}` is unavailable: its servers are down",
                 retry_after_s=5,
             )
@@ -202,7 +203,7 @@ async def _forward(
             ok = reply.status < 500 and not ex.upstream_broke
     except TimeoutError:
         raise ApiError(
-            ApiCode.UPSTREAM_TIMEOUT,
+            ErrorCode.UPSTREAM_TIMEOUT,
             f"the model server did not answer within {rt.config.upstream_timeout_s} s",
         ) from None
     except (aiohttp.ClientError, OSError) as error:
@@ -210,7 +211,7 @@ async def _forward(
             return
         log.warning("request %s to %s failed: %s", ex.request_id, replica.url, error)
         raise ApiError(
-            ApiCode.BACKEND_UNAVAILABLE,
+            ErrorCode.BACKEND_UNAVAILABLE,
             f"model `{ex.request.model}` is unavailable: its server did not answer",
             retry_after_s=5,
         ) from None
@@ -227,14 +228,14 @@ def _refusal(refusal: Refused) -> ApiError:
     who = "this API key" if limit.scope.startswith("key:") else "your organization"
     if refusal.never:
         return ApiError(
-            ApiCode.OVER_LIMIT_ALWAYS,
+            ErrorCode.OVER_LIMIT_ALWAYS,
             f"this request needs more than {who}'s whole {limit.kind} limit ({limit.amount}); "
             "lower max_completion_tokens (or max_tokens), n, or the prompt",
             param="max_completion_tokens",
         )
     retry_after = retry_after_header(refusal)
     return ApiError(
-        ApiCode.RATE_LIMITED,
+        ErrorCode.RATE_LIMITED,
         f"rate limit reached for {who}: {limit.kind} {limit.amount}; retry after {retry_after} s",
         retry_after_s=int(retry_after),
     )

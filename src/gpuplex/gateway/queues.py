@@ -7,7 +7,8 @@ from __future__ import annotations
 import asyncio
 
 from gpuplex.core.serve.fair_queue import FairQueue, QueuedRequest
-from gpuplex.gateway.api_errors import ApiCode, ApiError
+from gpuplex.errors import ErrorCode
+from gpuplex.gateway.api_errors import ApiError
 
 
 class BackendQueue:
@@ -23,7 +24,7 @@ class BackendQueue:
         full or the wait is over; a cancelled caller never keeps a slot."""
         if not self.fair.offer(request):
             raise ApiError(
-                ApiCode.QUEUE_FULL,
+                ErrorCode.QUEUE_FULL,
                 f"too many requests waiting for this model ({self.fair.max_waiting_per_tenant})",
                 retry_after_s=1,
             )
@@ -38,7 +39,7 @@ class BackendQueue:
             if self.fair.cancel(request):
                 self._waiters.pop(request.request_id, None)
                 raise ApiError(
-                    ApiCode.QUEUE_TIMEOUT,
+                    ErrorCode.QUEUE_TIMEOUT,
                     f"waited {self.max_wait_s:g} s for a turn on this model; try again later",
                     retry_after_s=max(1, round(self.max_wait_s / 2)),
                 ) from None

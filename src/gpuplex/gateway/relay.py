@@ -18,7 +18,8 @@ import aiohttp
 from gpuplex.core.serve.inference import InferenceRequest
 from gpuplex.core.serve.sse import EventSplitter, EventTooLong, model_renamer, rename_model
 from gpuplex.core.serve.stream_usage import StreamUsage, read_reply
-from gpuplex.gateway.api_errors import ApiCode, ApiError, error_body
+from gpuplex.errors import ErrorCode
+from gpuplex.gateway.api_errors import ApiError, error_body
 from gpuplex.gateway.asgi_io import Receive, Send
 from gpuplex.gateway.auth import Caller
 
@@ -160,7 +161,7 @@ async def relay_whole(
     ex.status = reply.status
     if not record(rt, ex):
         raise ApiError(
-            ApiCode.USAGE_UNAVAILABLE,
+            ErrorCode.USAGE_UNAVAILABLE,
             "usage could not be recorded, so the reply was withheld; try again later",
             retry_after_s=5,
         )
@@ -191,7 +192,7 @@ async def _read_capped(reply: aiohttp.ClientResponse, max_bytes: int, ex: Exchan
     ex.upstream_broke = True
     log.warning("request %s: the model server's reply is over %d bytes", ex.request_id, max_bytes)
     raise ApiError(
-        ApiCode.UPSTREAM_REPLY_TOO_LARGE,
+        ErrorCode.UPSTREAM_REPLY_TOO_LARGE,
         f"the model server's reply is larger than the gateway takes ({max_bytes // 2**20} MiB)",
     )
 
@@ -243,9 +244,9 @@ async def relay_stream(
         ex.upstream_broke = True
         log.warning("request %s: the model server broke off its stream: %r", ex.request_id, broken)
         code = (
-            ApiCode.UPSTREAM_TIMEOUT
+            ErrorCode.UPSTREAM_TIMEOUT
             if isinstance(broken, TimeoutError)
-            else ApiCode.BACKEND_UNAVAILABLE
+            else ErrorCode.BACKEND_UNAVAILABLE
         )
         message = "the model server broke off its reply; what arrived is billed"
         await _end_with_error(rt, ex, ApiError(code, message), send, record)
@@ -281,7 +282,7 @@ async def _pass_on(
         body = out[0] if len(out) == 1 else b"".join(out)
         await send({"type": "http.response.body", "body": body, "more_body": True})
     if not going:
-        error = ApiError(ApiCode.USAGE_UNAVAILABLE, "usage could not be recorded")
+        error = ApiError(ErrorCode.USAGE_UNAVAILABLE, "usage could not be recorded")
         await _end_with_error(rt, ex, error, send, record)
     return going
 
@@ -301,6 +302,6 @@ def _event_too_long(rt: GatewayRuntime, ex: Exchange) -> ApiError:
     limit_kib = rt.config.max_event_kib
     log.warning("request %s: the model server sent an event over %d KiB", ex.request_id, limit_kib)
     return ApiError(
-        ApiCode.UPSTREAM_EVENT_TOO_LARGE,
+        ErrorCode.UPSTREAM_EVENT_TOO_LARGE,
         f"the model server sent a stream event longer than the gateway takes ({limit_kib} KiB)",
     )

@@ -13,10 +13,9 @@ from __future__ import annotations
 
 from enum import StrEnum
 
-import orjson
-
 from gpuplex.core.spec.gateway import GatewaySpec
 from gpuplex.errors import GatewayError
+from gpuplex.gateway.api_errors import error_body
 from gpuplex.http_limits import HttpLimits, fitted_to_file_limit
 from gpuplex.settings import GatewaySettings, export_for_workers
 
@@ -62,12 +61,6 @@ def http_limits(config: GatewaySpec) -> HttpLimits:
     )
 
 
-def openai_error_body(status: int, code: str, message: str) -> bytes:
-    """A front-door refusal in the gateway's OpenAI-style error format."""
-    kind = "server_error" if status >= 500 else "invalid_request_error"
-    return orjson.dumps({"error": {"message": message, "type": kind, "param": None, "code": code}})
-
-
 def _run_server(config: GatewaySpec, server: HttpServer) -> None:
     limits = fitted_to_file_limit(http_limits(config), FDS_PER_CONNECTION)  # workers inherit it
     if server is HttpServer.UVICORN:
@@ -87,7 +80,7 @@ def _run_server(config: GatewaySpec, server: HttpServer) -> None:
             proxy_headers=False,  # the client address is the peer's, never a header's claim
             server_header=False,
             date_header=False,
-            **uvicorn_options(limits, openai_error_body),
+            **uvicorn_options(limits, error_body),
         )
         return
     try:

@@ -38,6 +38,7 @@ import orjson
 
 from gpuplex.core.serve.usage import UsageRecord
 from gpuplex.gateway.spool import OPEN_SUFFIX, SEALED_SUFFIX, names_inode
+from gpuplex.retry import run_pass
 
 log = logging.getLogger(__name__)
 
@@ -89,21 +90,16 @@ class SpoolMover:
         """Move segments every `interval_s` until `stop` is set or `keep_going()` says no, then make
         one last pass (for what the workers sealed as they stopped)."""
         while not stop.is_set() and keep_going():
-            self._pass()
+            self._pass(interval_s)
             stop.wait(interval_s)
-        self._pass()
+        self._pass(interval_s)
 
-    def _pass(self) -> None:
+    def _pass(self, interval_s: float) -> None:
         """One `move_once`; a failure is logged, and its segments wait for the next pass."""
-        try:
-            report = self.move_once()
-        except Exception as exc:
-            log.warning(
-                "usage spool %s: moving to the store failed, will retry: %s", self.directory, exc
-            )
-        else:
-            if report.segments_moved:
-                log.debug("usage spool %s: moved %s", self.directory, report)
+        job = f"usage spool {self.directory}: moving to the store"
+        report = run_pass(self.move_once, job=job, retry_in_s=interval_s, log=log)
+        if report is not None and report.segments_moved:
+            log.debug("usage spool %s: moved %s", self.directory, report)
 
     def _candidates(self) -> list[Path]:
         try:

@@ -11,7 +11,7 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from gpuplex.core.access import Action, Principal, Role, Verdict, decide
 from gpuplex.errors import ErrorCode
 from gpuplex.server.context import ServerContext, server_context
-from gpuplex.server.problems import FORBIDDEN, UNAUTHENTICATED, ApiProblem
+from gpuplex.server.problems import ApiProblem
 
 _bearer = HTTPBearer(auto_error=False, description="A control-plane token: gpt_<prefix>_<secret>")
 
@@ -23,13 +23,13 @@ def current_principal(
 ) -> Principal:
     if credentials is None or credentials.scheme.lower() != "bearer":
         raise ApiProblem(
-            UNAUTHENTICATED,
+            ErrorCode.UNAUTHENTICATED,
             "send `Authorization: Bearer <token>`; an admin creates tokens with "
             "`gpuplex token create` or POST /api/v1/tokens",
         )
     identity = ctx.tokens.authenticate(credentials.credentials, ctx.now())
     if identity is None:
-        raise ApiProblem(UNAUTHENTICATED, "the token is unknown, revoked or expired")
+        raise ApiProblem(ErrorCode.UNAUTHENTICATED, "the token is unknown, revoked or expired")
     principal = Principal(
         name=identity.name,
         role=Role(identity.role),
@@ -49,7 +49,8 @@ def require(principal: Principal, action: Action, tenant: str | None = None) -> 
         raise no_such_tenant(tenant or "")
     if verdict is Verdict.FORBIDDEN:
         raise ApiProblem(
-            FORBIDDEN, f"the {principal.role} role may not {action.value.replace('.', ' ')}"
+            ErrorCode.FORBIDDEN,
+            f"the {principal.role} role may not {action.value.replace('.', ' ')}",
         )
 
 

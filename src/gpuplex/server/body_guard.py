@@ -27,14 +27,9 @@ import anyio.to_thread
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from gpuplex.core.serve.keys import bearer_token
+from gpuplex.errors import ErrorCode, StoreError
 from gpuplex.server.context import ServerContext
-from gpuplex.server.problems import (
-    REQUEST_TIMEOUT,
-    REQUEST_TOO_LARGE,
-    UNAUTHENTICATED,
-    ApiProblem,
-    problem_response,
-)
+from gpuplex.server.problems import ApiProblem, problem_response
 
 #: The largest body the API takes: a whole spec (1,000,000 characters) as JSON, with room.
 MAX_BODY_BYTES = 8 * 1024 * 1024
@@ -85,8 +80,7 @@ class BodyGuard:
             return
         refusal = await self._refusal(scope, declared)
         if refusal is not None:
-            headers = {"www-authenticate": "Bearer"} if refusal.code == UNAUTHENTICATED else None
-            await problem_response(refusal, headers)(scope, receive, send)
+            await problem_response(refusal)(scope, receive, send)
             return
         body = BoundedBody(scope, receive, send, self.max_body_bytes, self.body_timeout_s)
         try:
@@ -99,9 +93,9 @@ class BodyGuard:
         if str(scope["path"]).startswith(API_PREFIX):
             token = bearer_token(_header(scope, b"authorization"))
             if token is None:
-                return ApiProblem(UNAUTHENTICATED, NO_CREDENTIALS)
+                return ApiProblem(ErrorCode.UNAUTHENTICATED, NO_CREDENTIALS)
             if self.authenticate is not None and not await _known(self.authenticate, token):
-                return ApiProblem(UNAUTHENTICATED, UNKNOWN_CREDENTIALS)
+                return ApiProblem(ErrorCode.UNAUTHENTICATED, UNKNOWN_CREDENTIALS)
         size = declared.strip() if declared is not None else b""
         if size.isdigit() and int(size) > self.max_body_bytes:
             return too_large(self.max_body_bytes)
@@ -111,12 +105,14 @@ class BodyGuard:
 async def _known(authenticate: Authenticate, token: str) -> bool:
     try:
         return await anyio.to_thread.run_sync(authenticate, token)
-    except Exception:  # the store is unavailable: the route answers for that (503)
+    except StoreError:  # the store is unavailable: the route answers for that (503)
         return True
 
 
 def too_large(max_bytes: int) -> ApiProblem:
-    return ApiProblem(REQUEST_TOO_LARGE, f"the request body is larger than {max_bytes} bytes")
+    return ApiProblem(
+        ErrorCode.REQUEST_TOO_LARGE, f"the request body is larger than {max_bytes} bytes"
+    )
 
 
 class BoundedBody:
@@ -150,7 +146,7 @@ class BoundedBody:
                 message = await self._receive()
         except TimeoutError:
             message_text = f"the request body did not arrive within {self.timeout_s:g} s"
-            await self._answer(ApiProblem(REQUEST_TIMEOUT, message_text))
+            await self._answer(ApiProblem(ErrorCode.REQUEST_TIMEOUT, message_text))
             return {"type": "http.disconnect"}
         if message["type"] == "http.request":
             self.size += len(message.get("body", b""))

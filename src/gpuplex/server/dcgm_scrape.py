@@ -24,6 +24,7 @@ from urllib.parse import urlsplit, urlunsplit
 from gpuplex.errors import DcgmInputError
 from gpuplex.observe.dcgm import DcgmReading, SkipReason, attribute, parse_exposition
 from gpuplex.observe.dcgm_metrics import DCGM_STATS, DcgmScrapeStats
+from gpuplex.retry import run_pass
 from gpuplex.server.context import ServerContext
 
 log = logging.getLogger("gpuplex.server.dcgm")
@@ -150,11 +151,8 @@ class DcgmScraper(threading.Thread):
     def pass_once(self) -> int:
         """Read, attribute and store once; the samples stored. Never raises: the server goes on
         serving and the next interval tries again."""
-        try:
-            return self._pass()
-        except Exception:
-            log.exception("DCGM scrape failed; retrying in %ss", self.interval_s)
-            return 0
+        stored = run_pass(self._pass, job="DCGM scrape", retry_in_s=self.interval_s, log=log)
+        return stored or 0
 
     def _pass(self) -> int:
         applied = self.ctx.current.get()

@@ -74,6 +74,8 @@ class Metering:
     def plan_intervals(self, start: datetime, end: datetime) -> list[PlanInterval]:
         """The plans in force during [start, end), each with the time it was in force."""
         revisions = self._revisions.in_force(start, end)
+        if not revisions:  # an empty range before the first revision (its first window)
+            return []
         intervals = []
         for this, following in zip(revisions, [*revisions[1:], None], strict=True):
             plan = self._plans.get(this.revision)

@@ -13,7 +13,8 @@ from typing import Annotated, Generic, TypeVar
 from fastapi import Query
 from pydantic import BaseModel
 
-from gpuplex.server.problems import INVALID_REQUEST, ApiProblem
+from gpuplex.errors import ErrorCode
+from gpuplex.server.problems import ApiProblem
 
 T = TypeVar("T")
 DEFAULT_LIMIT = 100
@@ -47,7 +48,9 @@ def decode_cursor(cursor: str | None) -> int:
         text = ""
     found = _POSITION.fullmatch(text)
     if found is None or encode_cursor(int(found[1])) != cursor:
-        raise ApiProblem(INVALID_REQUEST, "cursor: not a cursor this API gave out", field="cursor")
+        raise ApiProblem(
+            ErrorCode.INVALID_REQUEST, "cursor: not a cursor this API gave out", field="cursor"
+        )
     return int(found[1])
 
 

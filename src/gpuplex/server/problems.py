@@ -1,17 +1,18 @@
-"""The control plane's one error body and the one table from error codes to HTTP status.
-
-Every error, whatever raised it, reaches the client as
+"""The control plane's renderer of the one error model: every error, whatever raised it, reaches
+the client as
 
     {"error": {"code": "<stable code>", "message": "<what and what to do>", "field": "<optional>"}}
 
-with extra keys only where they help (`problems` for an invalid spec, `current_revision` for a stale
-apply). Unexpected exceptions become `internal_error` with no detail: the traceback goes to the log.
+with the HTTP status its code carries (gpuplex/error_codes.py), and extra keys only where they
+help (`problems` for an invalid spec, `current_revision` for a stale apply). Unexpected exceptions
+become `internal_error` with no detail: the traceback goes to the log.
 """
 
 from __future__ import annotations
 
+import http
 import logging
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -20,45 +21,60 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from gpuplex.errors import ErrorCode, GpuplexError, SpecError, StaleRevisionError
+from gpuplex.errors import ErrorCode, GpuplexError, RequestRefused, SpecError, StaleRevisionError
 from gpuplex.server.request_model import UNKNOWN_FIELD
 
 log = logging.getLogger("gpuplex.server")
 
-#: Codes of the control plane's own, besides gpuplex.errors.ErrorCode.
-UNAUTHENTICATED = "unauthenticated"
-FORBIDDEN = "forbidden"
-INVALID_REQUEST = "invalid_request"
-CONFLICT = "conflict"
-METHOD_NOT_ALLOWED = "method_not_allowed"
-REQUEST_TOO_LARGE = "request_too_large"  # the body is over the limit (server/body_guard.py)
-REQUEST_TIMEOUT = "request_timeout"  # the body did not all come in time
-INTERNAL = "internal_error"
+#: The code gpuplex.observe.metrics_endpoint answers /metrics without credentials with.
+UNAUTHENTICATED = ErrorCode.UNAUTHENTICATED
+
+#: Every code the REST API answers with; the OpenAPI document and docs/control-plane.md list each.
+API_CODES: tuple[ErrorCode, ...] = (
+    ErrorCode.UNAUTHENTICATED,
+    ErrorCode.FORBIDDEN,
+    ErrorCode.NOT_FOUND,
+    ErrorCode.METHOD_NOT_ALLOWED,
+    ErrorCode.REQUEST_TIMEOUT,
+    ErrorCode.SPEC_STALE,
+    ErrorCode.CONFLICT,
+    ErrorCode.REQUEST_TOO_LARGE,
+    ErrorCode.INVALID_REQUEST,
+    ErrorCode.SPEC_INVALID,
+    ErrorCode.PLAN_INVALID,
+    ErrorCode.METER_INPUT_INVALID,
+    ErrorCode.STORE_VALUE_REFUSED,
+    ErrorCode.INTERNAL,
+    ErrorCode.STORE_UNAVAILABLE,
+)
 
 #: Names and labels: no control characters (PostgreSQL refuses NUL; none belongs in a name).
 PRINTABLE = r"^[^\x00-\x1f\x7f]*$"
 
-#: The one place an error code becomes an HTTP status.
-HTTP_STATUS: dict[str, int] = {
-    UNAUTHENTICATED: 401,
-    FORBIDDEN: 403,
-    ErrorCode.NOT_FOUND: 404,
-    METHOD_NOT_ALLOWED: 405,
-    REQUEST_TIMEOUT: 408,
-    CONFLICT: 409,
-    REQUEST_TOO_LARGE: 413,
-    ErrorCode.SPEC_STALE: 409,
-    INVALID_REQUEST: 422,
-    ErrorCode.SPEC_INVALID: 422,
-    ErrorCode.PLAN_INVALID: 422,
-    ErrorCode.METER_INPUT_INVALID: 422,
-    ErrorCode.STORE_UNAVAILABLE: 503,
-    ErrorCode.STORE_VALUE_REFUSED: 422,
-    INTERNAL: 500,
+#: What an error status means on this API, for the OpenAPI document (which adds its codes).
+_MEANING = {
+    401: "No token, or an unknown, revoked or expired one.",
+    403: "The caller's role may not do this.",
+    404: "No such object, or another tenant's.",
+    405: "The path does not take this method.",
+    408: "The request body did not all arrive in time.",
+    409: "A conflict, such as a spec applied on a stale revision.",
+    413: "The request body is larger than the API takes (8 MiB).",
+    422: "Invalid input; `field` names it.",
+    500: "An unexpected failure; the server log has the details.",
+    503: "The store is unavailable; retry.",
 }
-
-_STARLETTE_CODES = {401: UNAUTHENTICATED, 403: FORBIDDEN, 404: ErrorCode.NOT_FOUND}
-_STARLETTE_CODES |= {405: METHOD_NOT_ALLOWED, 409: CONFLICT}
+#: The codes of the errors Starlette and FastAPI raise themselves, by the status they give.
+_STARLETTE_CODES = {
+    code.status: code
+    for code in (
+        ErrorCode.UNAUTHENTICATED,
+        ErrorCode.FORBIDDEN,
+        ErrorCode.NOT_FOUND,
+        ErrorCode.METHOD_NOT_ALLOWED,
+        ErrorCode.CONFLICT,
+    )
+}
 _LOCATIONS = frozenset({"body", "query", "path", "header", "cookie"})
 
 
@@ -76,61 +92,63 @@ class ErrorReply(BaseModel):
     error: ErrorDetail
 
 
+def error_responses(codes: Sequence[ErrorCode]) -> dict[int | str, dict[str, Any]]:
+    """The routers' `responses=`: each status the codes have, with what it means and its codes."""
+    by_status: dict[int, list[ErrorCode]] = {}
+    for code in codes:
+        by_status.setdefault(code.status, []).append(code)
+    return {
+        status: {
+            "model": ErrorReply,
+            "description": f"{_MEANING[status]} Codes: "
+            + ", ".join(f"`{code}`" for code in by_status[status])
+            + ".",
+        }
+        for status in sorted(by_status)
+    }
+
+
 #: The error statuses every operation may answer with, for the routers' `responses=`.
-ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
-    status: {"model": ErrorReply, "description": description}
-    for status, description in (
-        (401, "No token, or an unknown, revoked or expired one."),
-        (403, "The caller's role may not do this."),
-        (404, "No such object, or another tenant's."),
-        (408, "The request body did not all arrive in time (`request_timeout`)."),
-        (409, "A conflict, such as a spec applied on a stale revision (`spec_stale`)."),
-        (413, "The request body is larger than the API takes (`request_too_large`, 8 MiB)."),
-        (422, "Invalid input; `field` names it."),
-        (503, "The store is unavailable; retry."),
-    )
-}
+ERROR_RESPONSES = error_responses(API_CODES)
 
 
-class ApiProblem(Exception):
-    """An error the API answers with; raise it from a route."""
+class ApiProblem(RequestRefused):
+    """An error the API answers with; raise it from a route. `field` names the input at fault;
+    `extra` adds keys to the body."""
 
-    def __init__(self, code: str, message: str, *, field: str | None = None, **extra: Any) -> None:
-        super().__init__(message)
-        self.code = code
-        self.message = message
+    def __init__(
+        self, code: ErrorCode, message: str, *, field: str | None = None, **extra: Any
+    ) -> None:
+        super().__init__(code, message)
         self.field = field
         self.extra = extra
 
-    @property
-    def status(self) -> int:
-        return HTTP_STATUS.get(self.code, 400)
 
-
-def problem_response(problem: ApiProblem, headers: dict[str, str] | None = None) -> JSONResponse:
-    body: dict[str, Any] = {"code": str(problem.code), "message": problem.message}
-    if problem.field is not None:
-        body["field"] = problem.field
-    body.update(problem.extra)
-    return JSONResponse({"error": body}, status_code=problem.status, headers=headers)
-
-
-def from_gpuplex_error(error: GpuplexError) -> ApiProblem:
+def problem_body(error: GpuplexError) -> dict[str, Any]:
+    """The error as the REST API's JSON body."""
+    body: dict[str, Any] = {"code": str(error.code), "message": error.message}
     if isinstance(error, SpecError):
-        problems = [
+        if error.problems:
+            body["field"] = error.problems[0].dotted_path
+        body["problems"] = [
             {"field": p.dotted_path, "message": p.message, "line": p.line, "column": p.column}
             for p in error.problems
         ]
-        first = error.problems[0].dotted_path if error.problems else None
-        return ApiProblem(error.code, error.message, field=first, problems=problems)
-    if isinstance(error, StaleRevisionError):
-        return ApiProblem(
-            error.code,
-            error.message,
-            field="base_revision",
-            current_revision=error.current_revision or 0,
-        )
-    return ApiProblem(error.code, error.message)
+    elif isinstance(error, StaleRevisionError):
+        body["field"] = "base_revision"
+        body["current_revision"] = error.current_revision or 0
+    elif isinstance(error, ApiProblem):
+        if error.field is not None:
+            body["field"] = error.field
+        body.update(error.extra)
+    return {"error": body}
+
+
+def problem_response(error: GpuplexError, headers: Mapping[str, str] | None = None) -> JSONResponse:
+    """The error as a response, with the status its code carries."""
+    if error.code is ErrorCode.UNAUTHENTICATED:
+        headers = {"www-authenticate": "Bearer", **(headers or {})}
+    return JSONResponse(problem_body(error), status_code=error.status, headers=headers)
 
 
 def validation_field(location: Sequence[object], error_type: str) -> str:
@@ -145,14 +163,9 @@ def validation_field(location: Sequence[object], error_type: str) -> str:
 
 
 def install_handlers(app: FastAPI) -> None:
-    async def on_problem(_: Request, error: Exception) -> JSONResponse:
-        assert isinstance(error, ApiProblem)
-        headers = {"www-authenticate": "Bearer"} if error.code == UNAUTHENTICATED else None
-        return problem_response(error, headers)
-
     async def on_gpuplex(_: Request, error: Exception) -> JSONResponse:
         assert isinstance(error, GpuplexError)
-        return problem_response(from_gpuplex_error(error))
+        return problem_response(error)
 
     async def on_validation(_: Request, error: Exception) -> JSONResponse:
         assert isinstance(error, RequestValidationError)
@@ -164,27 +177,24 @@ def install_handlers(app: FastAPI) -> None:
             location.append(str(context["field"]))  # raised by the object holding the unknown field
         field = validation_field(location, str(first.get("type", "")))
         message = f"{field or 'request'}: {first.get('msg', 'invalid')}"
-        return problem_response(ApiProblem(INVALID_REQUEST, message, field=field or None))
+        return problem_response(ApiProblem(ErrorCode.INVALID_REQUEST, message, field=field or None))
 
     async def on_http(_: Request, error: Exception) -> JSONResponse:
         assert isinstance(error, StarletteHTTPException)
-        if error.status_code == 400:  # FastAPI's "error parsing the body": invalid input, a 422
+        if error.status_code == http.HTTPStatus.BAD_REQUEST:  # FastAPI's "error parsing the body"
             return problem_response(
-                ApiProblem(INVALID_REQUEST, "body: not a JSON document in UTF-8", field="body")
+                ApiProblem(
+                    ErrorCode.INVALID_REQUEST, "body: not a JSON document in UTF-8", field="body"
+                )
             )
-        code = _STARLETTE_CODES.get(error.status_code, INVALID_REQUEST)
-        problem = ApiProblem(code, str(error.detail))
-        return JSONResponse(
-            {"error": {"code": str(code), "message": problem.message}},
-            status_code=error.status_code,
-            headers=error.headers,
-        )
+        code = _STARLETTE_CODES.get(error.status_code, ErrorCode.INVALID_REQUEST)
+        return problem_response(RequestRefused(code, str(error.detail)), error.headers)
 
     async def on_unexpected(request: Request, error: Exception) -> JSONResponse:
         log.exception("unhandled error on %s %s", request.method, request.url.path)
-        return problem_response(ApiProblem(INTERNAL, "internal error; the server log has details"))
+        message = "internal error; the server log has details"
+        return problem_response(RequestRefused(ErrorCode.INTERNAL, message))
 
-    app.add_exception_handler(ApiProblem, on_problem)
     app.add_exception_handler(GpuplexError, on_gpuplex)
     app.add_exception_handler(RequestValidationError, on_validation)
     app.add_exception_handler(StarletteHTTPException, on_http)

@@ -12,6 +12,7 @@ from typing import Any
 from gpuplex.clock import utc_now
 from gpuplex.http_guard import uvicorn_options
 from gpuplex.http_limits import HttpLimits, fitted_to_file_limit, plain_error_body
+from gpuplex.retry import run_pass
 from gpuplex.server.app import create_app
 from gpuplex.server.budget_alerts import check_budgets
 from gpuplex.server.context import ServerContext
@@ -61,17 +62,17 @@ class Reconciler(threading.Thread):
             self.pass_once()
 
     def pass_once(self) -> None:
-        try:
-            now = self.ctx.now()
-            rolled = self.ctx.metering.catch_up(now)
-            applied = self.ctx.current.get()
-            if applied is not None and (rolled.windows or not self.checked_once):
-                self.checked_once = True
-                check_budgets(self.ctx, applied, now, self.settings.budget_webhook_timeout_s)
-        except Exception:  # a failed pass is retried at the next; the server keeps serving
-            log.exception(
-                "roll-up or budget check failed; retrying in %ss", self.settings.rollup_interval_s
-            )
+        """One pass; a failed one is logged and retried at the next, and the server keeps serving."""
+        interval_s = self.settings.rollup_interval_s
+        run_pass(self._pass, job="roll-up or budget check", retry_in_s=interval_s, log=log)
+
+    def _pass(self) -> None:
+        now = self.ctx.now()
+        rolled = self.ctx.metering.catch_up(now)
+        applied = self.ctx.current.get()
+        if applied is not None and (rolled.windows or not self.checked_once):
+            self.checked_once = True
+            check_budgets(self.ctx, applied, now, self.settings.budget_webhook_timeout_s)
 
 
 def run_server(settings: ServerSettings) -> None:

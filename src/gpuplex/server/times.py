@@ -6,7 +6,8 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from gpuplex.server.problems import INVALID_REQUEST, ApiProblem
+from gpuplex.errors import ErrorCode
+from gpuplex.server.problems import ApiProblem
 
 EARLIEST = datetime(1970, 1, 1, tzinfo=UTC)
 LATEST = datetime(9000, 1, 1, tzinfo=UTC)
@@ -20,7 +21,7 @@ def checked_time(at: datetime, field: str) -> datetime:
         utc = None
     if utc is None or not EARLIEST <= utc < LATEST:
         raise ApiProblem(
-            INVALID_REQUEST,
+            ErrorCode.INVALID_REQUEST,
             f"{field}: give a time with a timezone from {EARLIEST.year} to {LATEST.year - 1} (UTC)",
             field=field,
         )

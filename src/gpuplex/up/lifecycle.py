@@ -23,7 +23,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from types import FrameType
 
-from gpuplex.errors import GpuplexError, HostBusyError
+from gpuplex.errors import ErrorCode, GpuplexError, HostBusyError
 from gpuplex.settings import environment_value
 
 PARENT_VARIABLE = "GPUPLEX_PARENT_PID"
@@ -33,7 +33,7 @@ _PR_SET_PDEATHSIG = 1
 class StartInterrupted(GpuplexError):
     """SIGINT or SIGTERM arrived while `up` was starting; what had started was stopped."""
 
-    exit_code = 130  # as the shell reports a program ended by SIGINT
+    code = ErrorCode.INTERRUPTED  # exit code 130, as the shell reports a program ended by SIGINT
 
 
 class StopSignals:

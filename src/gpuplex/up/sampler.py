@@ -3,6 +3,7 @@ simulated driver), written to the store as GPU samples for metering and the GPU 
 
 from __future__ import annotations
 
+import functools
 import logging
 import threading
 from collections.abc import Callable
@@ -11,6 +12,7 @@ from datetime import datetime
 from gpuplex.host.driver import GpuDriver
 from gpuplex.host.observe import snapshot
 from gpuplex.host.state import StateDir
+from gpuplex.retry import run_pass
 from gpuplex.store.samples import GpuSample, SampleRepository, SampleSource
 
 log = logging.getLogger("gpuplex.up.sampler")
@@ -70,10 +72,13 @@ class Sampler(threading.Thread):
 
     def run(self) -> None:
         source: SampleSource = "sim" if self.driver.name == "sim" else "nvml"
-        while not self.stopping.wait(self.interval_s):
-            try:
-                self.samples.append(
-                    take_samples(self.dirs, self.driver, self.node, self.now(), source)
-                )
-            except Exception:  # a missed sample is not worth stopping for; the next one comes
-                log.exception("GPU sampling failed")
+        while not self.stopping.wait(self.interval_s):  # a missed sample: the next one comes
+            run_pass(
+                functools.partial(self.sample_once, source),
+                job="GPU sampling",
+                retry_in_s=self.interval_s,
+                log=log,
+            )
+
+    def sample_once(self, source: SampleSource) -> None:
+        self.samples.append(take_samples(self.dirs, self.driver, self.node, self.now(), source))

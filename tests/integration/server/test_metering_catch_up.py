@@ -123,3 +123,10 @@ def test_a_statement_is_summed_again_only_after_a_rollup_wrote(
 
     assert len(summed) == 2
     assert again is not first
+
+
+def test_a_pass_within_the_first_window_after_the_first_apply_rolls_up_nothing(api: Api) -> None:
+    api.clock.advance(timedelta(seconds=20))  # the spec was applied at T0; no window is whole yet
+    result = api.ctx.metering.catch_up(api.clock())
+    assert result.windows == 0
+    assert api.ctx.metering.plan_intervals(T0, T0) == []

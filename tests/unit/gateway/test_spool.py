@@ -17,6 +17,7 @@ import pytest
 
 from gpuplex.clock import now_s
 from gpuplex.core.serve.usage import UsageRecord
+from gpuplex.errors import StoreError
 from gpuplex.gateway.spool import UsageSpool
 from gpuplex.gateway.spool_mover import MoveReport, SpoolMover, parse_segment
 
@@ -53,7 +54,7 @@ class FakeSink:
         with self._lock:
             if self.fail_next:
                 self.fail_next = False
-                raise ConnectionError("store unreachable")
+                raise StoreError("store unreachable")  # as the store raises it
             known = {r.request_id for r in self.received}
             self.received.extend(records)
             self.batch_sizes.append(len(records))
@@ -289,7 +290,7 @@ def test_a_segment_the_sink_refused_stays_for_the_next_pass(tmp_path: Path) -> N
     (tmp_path / "w1-x-000001.jsonl").write_bytes(line(1) + line(2))
     sink = FakeSink()
     sink.fail_next = True
-    with pytest.raises(ConnectionError):
+    with pytest.raises(StoreError):
         SpoolMover(tmp_path, sink).move_once()
     assert names(tmp_path) == ["w1-x-000001.jsonl"]
     assert not is_locked(tmp_path / "w1-x-000001.jsonl")

@@ -15,7 +15,7 @@ from gpuplex.errors import ErrorCode
 from gpuplex.server.auth import CurrentPrincipal, require
 from gpuplex.server.budget_alerts import BudgetView, budget_view
 from gpuplex.server.context import ServerContext, server_context
-from gpuplex.server.problems import ERROR_RESPONSES, FORBIDDEN, ApiProblem
+from gpuplex.server.problems import ERROR_RESPONSES, ApiProblem
 from gpuplex.server.request_model import RequestModel
 from gpuplex.server.routes.tenants import applied_tenant
 
@@ -97,7 +97,7 @@ def set_budget(
         # aim it at internal addresses, so only platform admins set it; tenants keep it as it is
         if webhook is not None:
             raise ApiProblem(
-                FORBIDDEN,
+                ErrorCode.FORBIDDEN,
                 "webhook_url: only a platform admin sets a budget's webhook; leave it out",
                 field="webhook_url",
             )

@@ -14,7 +14,7 @@ from gpuplex.errors import ErrorCode
 from gpuplex.server.auth import CurrentPrincipal, require
 from gpuplex.server.context import ServerContext, server_context
 from gpuplex.server.pages import Cursor, Limit, Page, page_of
-from gpuplex.server.problems import ERROR_RESPONSES, INVALID_REQUEST, PRINTABLE, ApiProblem
+from gpuplex.server.problems import ERROR_RESPONSES, PRINTABLE, ApiProblem
 from gpuplex.server.request_model import RequestModel
 from gpuplex.server.routes.tenants import applied_tenant
 from gpuplex.server.times import checked_time
@@ -90,7 +90,7 @@ def create_key(
     unknown = [name for name in body.models if name not in served]
     if unknown:
         raise ApiProblem(
-            INVALID_REQUEST,
+            ErrorCode.INVALID_REQUEST,
             f"models: tenant {tenant!r} does not serve {', '.join(unknown)}; "
             f"it serves: {', '.join(sorted(served)) or 'no models'}",
             field="models",
@@ -98,7 +98,7 @@ def create_key(
     now = ctx.now()
     if body.expires_at is not None and checked_time(body.expires_at, "expires_at") <= now:
         raise ApiProblem(
-            INVALID_REQUEST,
+            ErrorCode.INVALID_REQUEST,
             "expires_at: give a future time with a timezone (e.g. 2027-01-01T00:00:00Z)",
             field="expires_at",
         )

@@ -14,13 +14,7 @@ from gpuplex.errors import ErrorCode
 from gpuplex.server.auth import CurrentPrincipal, require
 from gpuplex.server.context import ServerContext, server_context
 from gpuplex.server.pages import Cursor, Limit, Page, page_of
-from gpuplex.server.problems import (
-    ERROR_RESPONSES,
-    FORBIDDEN,
-    INVALID_REQUEST,
-    PRINTABLE,
-    ApiProblem,
-)
+from gpuplex.server.problems import ERROR_RESPONSES, PRINTABLE, ApiProblem
 from gpuplex.server.request_model import RequestModel
 from gpuplex.server.routes.tenants import applied_tenant
 from gpuplex.server.times import checked_time
@@ -88,20 +82,24 @@ def create_token(
 ) -> TokenCreatedReply:
     if (body.role is Role.PLATFORM_ADMIN) != (body.tenant is None):
         raise ApiProblem(
-            INVALID_REQUEST,
+            ErrorCode.INVALID_REQUEST,
             "tenant: a platform-admin token has no tenant; a tenant role needs one",
             field="tenant",
         )
     verdict = may_grant(principal, body.role, body.tenant)
     if verdict is Verdict.FORBIDDEN:
-        raise ApiProblem(FORBIDDEN, f"the {principal.role} role may not grant {body.role}")
+        raise ApiProblem(
+            ErrorCode.FORBIDDEN, f"the {principal.role} role may not grant {body.role}"
+        )
     if body.tenant is not None:
         require(principal, Action.TOKEN_WRITE, body.tenant)
         applied_tenant(ctx, body.tenant)
     now = ctx.now()
     if body.expires_at is not None and checked_time(body.expires_at, "expires_at") <= now:
         raise ApiProblem(
-            INVALID_REQUEST, "expires_at: give a future time with a timezone", field="expires_at"
+            ErrorCode.INVALID_REQUEST,
+            "expires_at: give a future time with a timezone",
+            field="expires_at",
         )
     secret, token = ctx.tokens.create(
         name=body.name,

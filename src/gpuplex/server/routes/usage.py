@@ -21,7 +21,7 @@ from gpuplex.core.report import (
 from gpuplex.errors import ErrorCode, MeterInputError
 from gpuplex.server.auth import CurrentPrincipal, require
 from gpuplex.server.context import ServerContext, server_context
-from gpuplex.server.problems import ERROR_RESPONSES, INVALID_REQUEST, ApiProblem
+from gpuplex.server.problems import ERROR_RESPONSES, ApiProblem
 from gpuplex.server.request_model import RequestModel
 from gpuplex.server.routes.tenants import applied_tenant
 from gpuplex.server.times import checked_time
@@ -68,7 +68,7 @@ def _range(start: datetime, end: datetime) -> MeterWindow:
     start, end = checked_time(start, "start"), checked_time(end, "end")
     if end <= start or end - start > MAX_RANGE:
         raise ApiProblem(
-            INVALID_REQUEST,
+            ErrorCode.INVALID_REQUEST,
             f"end: must be after start and at most {MAX_RANGE.days} days later",
             field="end",
         )
@@ -157,11 +157,11 @@ def roll_up(body: RollupRequest, principal: CurrentPrincipal, ctx: Context) -> R
     require(principal, Action.METER_WRITE)
     window = _range(body.start, body.end)
     if window.end > ctx.now():
-        raise ApiProblem(INVALID_REQUEST, "end: must not be in the future", field="end")
+        raise ApiProblem(ErrorCode.INVALID_REQUEST, "end: must not be in the future", field="end")
     window_s = ctx.metering.window_s
     if (window.end - window.start).total_seconds() > MAX_ROLLUP_WINDOWS * window_s:
         raise ApiProblem(
-            INVALID_REQUEST,
+            ErrorCode.INVALID_REQUEST,
             f"end: one call rolls up at most {MAX_ROLLUP_WINDOWS} windows of {window_s} s; "
             "split the range (the server catches up on its own as time passes)",
             field="end",
@@ -231,4 +231,4 @@ def _month(period: str) -> MeterWindow:
     try:
         return month_window(period)
     except MeterInputError as error:
-        raise ApiProblem(INVALID_REQUEST, f"period: {error}", field="period") from None
+        raise ApiProblem(ErrorCode.INVALID_REQUEST, f"period: {error}", field="period") from None
