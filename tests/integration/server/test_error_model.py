@@ -42,7 +42,7 @@ def test_a_store_outage_reaches_the_client_as_its_code_says(
     def store_down(*_: object) -> None:
         raise StoreError("store sqlite:///x failed: disk I/O error; check that it is up")
 
-    monkeypatch.setattr(api.ctx.revisions, "current", store_down)
+    monkeypatch.setattr(api.ctx.revisions, "newest_number", store_down)
     reply = api.get("/spec")
     assert reply.status_code == ErrorCode.STORE_UNAVAILABLE.status
     assert error_of(reply)["code"] == "store_unavailable"
