@@ -253,9 +253,9 @@ def _render(
         return render_self(spec, self_options(image, settings or [])), SELF_SET
     if current is None:
         return render_plan(spec, make_plan(spec, target=Target.KUBERNETES)), PLAN_SET
-    from gpuplex.cli.main import _load_plan  # the plan file reader `gpuplex plan` uses
+    from gpuplex.planfile import load_plan_file
 
-    plan = make_plan(spec, _load_plan(current), target=Target.KUBERNETES)
+    plan = make_plan(spec, load_plan_file(current), target=Target.KUBERNETES)
     return render_plan(spec, plan), PLAN_SET
 
 

@@ -12,7 +12,6 @@ from typing import Annotated
 
 import typer
 import yaml
-from pydantic import ValidationError
 from rich.markup import escape
 
 from gpuplex.cli.audit import audit_app
@@ -32,12 +31,13 @@ from gpuplex.cli.store import store_app
 from gpuplex.cli.up import up_command
 from gpuplex.consoles import stderr_console, stdout_console
 from gpuplex.core.catalog import gpu_model, gpu_model_names
-from gpuplex.core.plan import Plan, Target, make_plan
+from gpuplex.core.plan import Target, make_plan
 from gpuplex.core.plan.explain import explain as explain_workload
 from gpuplex.core.plan.node_sharing import target_of
 from gpuplex.core.spec import GpuplexSpec
 from gpuplex.core.spec.parse import did_you_mean
-from gpuplex.errors import GpuplexError, NotFoundError, PlanFileError
+from gpuplex.errors import GpuplexError, NotFoundError
+from gpuplex.planfile import load_plan_file
 from gpuplex.specfile import load_spec_file
 
 app = typer.Typer(
@@ -124,7 +124,7 @@ def plan(
     """Decide isolation and placement for every replica, and print the plan."""
     spec = load_spec_file(file)
     warn_root_tenants(spec)
-    result = make_plan(spec, _load_plan(current) if current else None, target=target)
+    result = make_plan(spec, load_plan_file(current) if current else None, target=target)
     if (target or target_of(spec)) is Target.HOST:
         warn_port_clashes(spec, result, file)
     if output is OutputFormat.JSON:
@@ -150,7 +150,7 @@ def explain(
     """Why a workload gets this isolation mode and these GPUs, or why it is not placed."""
     spec = load_spec_file(file)
     tenant_name, workload_name = _find_workload(spec, workload)
-    result = make_plan(spec, _load_plan(current) if current else None, target=target)
+    result = make_plan(spec, load_plan_file(current) if current else None, target=target)
     for line in explain_workload(spec, result, tenant_name, workload_name, target=target):
         out.print(line, highlight=False)
 
@@ -195,20 +195,6 @@ def _find_workload(spec: GpuplexSpec, name: str) -> tuple[str, str]:
         options = ", ".join(f"{t}/{w}" for t, w in matches)
         raise NotFoundError(f"{name!r} is in several tenants: write one of {options}")
     raise NotFoundError(f"no workload {name!r}; workloads: {known or 'none'}")
-
-
-def _load_plan(path: Path) -> Plan:
-    try:
-        return Plan.model_validate_json(path.read_bytes())
-    except OSError as error:
-        raise PlanFileError(f"{path}: cannot read the plan: {error.strerror}") from None
-    except ValidationError as error:
-        first = error.errors(include_url=False)[0]
-        where = ".".join(str(part) for part in first["loc"]) or "(document)"
-        raise PlanFileError(
-            f"{path}: not a gpuplex plan ({error.error_count()} problem(s); first at {where}: "
-            f"{first['msg']}); write one with `gpuplex plan FILE -o json`"
-        ) from None
 
 
 def run() -> None:
