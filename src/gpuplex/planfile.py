@@ -1,5 +1,6 @@
-"""Read a plan JSON file (`gpuplex plan FILE -o json`) given with --current: the plan to plan a
-spec against, so that what still fits stays where it is. Errors name the file and the field."""
+"""Read a plan file from disk: the JSON `gpuplex plan FILE -o json` writes, read back as a `Plan`
+for `--current` (`gpuplex plan`, `gpuplex explain`, `gpuplex kube`). A file that cannot be read or
+is not a plan is a PlanFileError saying where the first problem is and how to write a good one."""
 
 from __future__ import annotations
 

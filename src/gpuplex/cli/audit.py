@@ -23,8 +23,7 @@ from gpuplex.consoles import stdout_console
 from gpuplex.settings import default_store_url
 
 if TYPE_CHECKING:
-    from sqlalchemy import Engine
-
+    from gpuplex.store import Engine
     from gpuplex.store.audit import AuditEntry
 
 audit_app = typer.Typer(

@@ -29,9 +29,8 @@ from gpuplex.settings import default_store_url
 from gpuplex.specfile import load_spec_file, load_spec_text
 
 if TYPE_CHECKING:
-    from sqlalchemy import Engine
-
     from gpuplex.core.spec import GpuplexSpec
+    from gpuplex.store import Engine
     from gpuplex.store.keys import ApiKey, KeyRepository
 
 keys_app = typer.Typer(

@@ -27,9 +27,9 @@ from rich.text import Text
 
 from gpuplex.cli.conventions import reported
 from gpuplex.consoles import stdout_console
-from gpuplex.core.plan.cluster.drf import Resources
-from gpuplex.core.plan.cluster.pending import PendingAnswer
-from gpuplex.core.plan.cluster.queue_file import (
+from gpuplex.core.queues.drf import Resources
+from gpuplex.core.queues.pending import PendingAnswer
+from gpuplex.core.queues.queue_file import (
     PendingRow,
     QueueReport,
     QueueRow,

@@ -86,9 +86,9 @@ def server_command(
     ] = 15.0,
 ) -> None:
     """Run the control plane: REST API under /api/v1, the dashboard, /metrics."""
-    from gpuplex.observe.metrics_endpoint import parse_networks
     from gpuplex.observe.metrics_token import metrics_token_sha256
     from gpuplex.server.dcgm_scrape import check_dcgm_url
+    from gpuplex.server.metrics.endpoint import parse_networks
     from gpuplex.server.run import run_server
 
     try:

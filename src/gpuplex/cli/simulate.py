@@ -40,7 +40,7 @@ from gpuplex.errors import NotFoundError, TraceInputError
 from gpuplex.sim.replay_report import TABLE_POINTS, ReportRow, aggregate, csv_text, means_at
 
 if TYPE_CHECKING:
-    from gpuplex.core.plan.cluster.model import TraceNode, TracePod
+    from gpuplex.core.trace import TraceNode, TracePod
     from gpuplex.sim.isolation_compare import ModeSummary
     from gpuplex.sim.replay import ReplayResult
 

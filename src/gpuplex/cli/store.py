@@ -18,7 +18,7 @@ from gpuplex.consoles import stdout_console
 from gpuplex.settings import default_store_url
 
 if TYPE_CHECKING:
-    from sqlalchemy import Engine
+    from gpuplex.store import Engine
 
 store_app = typer.Typer(
     help="The store's schema: its revision, upgrade, downgrade.", no_args_is_help=True

@@ -11,9 +11,9 @@ from fastapi.responses import RedirectResponse
 from fastapi.staticfiles import StaticFiles
 
 from gpuplex import __version__
-from gpuplex.observe.metrics_endpoint import mount_metrics
 from gpuplex.server.body_guard import BodyGuard, active_token_check
 from gpuplex.server.context import ServerContext
+from gpuplex.server.metrics.endpoint import mount_metrics
 from gpuplex.server.problems import install_handlers
 from gpuplex.server.routes import audit, budgets, keys, nodes, spec, tenants, tokens, usage
 
@@ -27,7 +27,7 @@ def create_app(
     metrics_token_sha256: str | None = None,
 ) -> FastAPI:
     """`metrics_from`: networks that read /metrics without a token; `metrics_token_sha256`: the
-    hash of the metrics token (see `gpuplex.observe.metrics_endpoint`)."""
+    hash of the metrics token (see `gpuplex.server.metrics.endpoint`)."""
     app = FastAPI(
         title="gpuplex control plane",
         version=__version__,

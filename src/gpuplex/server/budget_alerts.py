@@ -13,9 +13,9 @@ from decimal import Decimal
 
 from gpuplex.core.meter import month_of, month_window
 from gpuplex.core.report import DEFAULT_THRESHOLDS_PERCENT, budget_crossings, projected_spend
-from gpuplex.observe.server_metrics import count_fired_alert
 from gpuplex.revision import AppliedRevision
 from gpuplex.server.context import ServerContext
+from gpuplex.server.metrics.collector import count_fired_alert
 from gpuplex.store.budgets import BudgetAlert
 
 log = logging.getLogger("gpuplex.server.budgets")

@@ -8,11 +8,10 @@ from datetime import datetime
 from pathlib import Path
 
 from fastapi import Request
-from sqlalchemy import Engine
 
 from gpuplex.revision import AppliedRevisions
 from gpuplex.server.metering import Metering
-from gpuplex.store import AuditLog, KeyRepository, UsageRepository
+from gpuplex.store import AuditLog, Engine, KeyRepository, UsageRepository
 from gpuplex.store.budgets import BudgetRepository
 from gpuplex.store.rollups import RollupRepository
 from gpuplex.store.samples import SampleRepository

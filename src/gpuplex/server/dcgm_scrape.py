@@ -22,10 +22,11 @@ from dataclasses import dataclass
 from urllib.parse import urlsplit, urlunsplit
 
 from gpuplex.errors import DcgmInputError
-from gpuplex.observe.dcgm import DcgmReading, SkipReason, attribute, parse_exposition
-from gpuplex.observe.dcgm_metrics import DCGM_STATS, DcgmScrapeStats
+from gpuplex.observe.dcgm import DcgmReading, parse_exposition
 from gpuplex.retry import run_pass
 from gpuplex.server.context import ServerContext
+from gpuplex.server.dcgm_attribution import SkipReason, attribute
+from gpuplex.server.metrics.dcgm_metrics import DCGM_STATS, DcgmScrapeStats
 
 log = logging.getLogger("gpuplex.server.dcgm")
 DEFAULT_INTERVAL_S = 15.0  # dcgm-exporter itself collects every 30 s by default

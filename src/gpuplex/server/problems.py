@@ -26,7 +26,7 @@ from gpuplex.server.request_model import UNKNOWN_FIELD
 
 log = logging.getLogger("gpuplex.server")
 
-#: The code gpuplex.observe.metrics_endpoint answers /metrics without credentials with.
+#: The code gpuplex.server.metrics.endpoint answers /metrics without credentials with.
 UNAUTHENTICATED = ErrorCode.UNAUTHENTICATED
 
 #: Every code the REST API answers with; the OpenAPI document and docs/control-plane.md list each.

@@ -42,7 +42,9 @@ from typing import Protocol
 import numpy as np
 
 from gpuplex.core.catalog import MPS_CLIENT_LIMIT, MigGeometry, MigProfile, gpu_model
-from gpuplex.core.plan.cluster import (
+from gpuplex.core.fragmentation.model import BoolArray, IntArray
+from gpuplex.core.plan.mig_fit import free_starts, room_left, slot_mask
+from gpuplex.core.trace import (
     MILLI,
     ClusterState,
     TraceNode,
@@ -50,8 +52,6 @@ from gpuplex.core.plan.cluster import (
     choose,
     policy_named,
 )
-from gpuplex.core.plan.cluster.model import BoolArray, IntArray
-from gpuplex.core.plan.mig_fit import free_starts, room_left, slot_mask
 from gpuplex.sim.replay import ProgressCallback, start_replay
 
 

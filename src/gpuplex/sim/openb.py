@@ -13,7 +13,7 @@ import csv
 from collections.abc import Iterator
 from pathlib import Path
 
-from gpuplex.core.plan.cluster import MILLI, TraceNode, TracePod
+from gpuplex.core.trace import MILLI, TraceNode, TracePod
 from gpuplex.errors import TraceInputError
 
 NODE_COLUMNS = ("sn", "cpu_milli", "memory_mib", "gpu", "model")

@@ -22,7 +22,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from gpuplex.core.plan.cluster import (
+from gpuplex.core.fragmentation.model import IntArray
+from gpuplex.core.trace import (
     POLICY_NAMES as _POLICY_NAMES,
     ClusterState,
     TraceNode,
@@ -30,7 +31,6 @@ from gpuplex.core.plan.cluster import (
     choose,
     policy_named,
 )
-from gpuplex.core.plan.cluster.model import IntArray
 
 #: the policies `replay` knows, in the order reports show them
 POLICY_NAMES: tuple[str, ...] = _POLICY_NAMES

@@ -2,6 +2,8 @@
 the hash-chained audit log, spec revisions, control-plane tokens, GPU samples, usage roll-ups and
 budgets, on SQLite (the embedded default) or PostgreSQL. Nothing in gpuplex.core imports it."""
 
+from sqlalchemy import Engine
+
 from gpuplex.store.audit import AuditEntry, AuditLog, AuditVerdict, verify_audit
 from gpuplex.store.budgets import Budget, BudgetAlert, BudgetRepository
 from gpuplex.store.db import open_store, safe_url
@@ -21,6 +23,7 @@ __all__ = [
     "Budget",
     "BudgetAlert",
     "BudgetRepository",
+    "Engine",
     "GpuSample",
     "KeyLimits",
     "KeyRecord",

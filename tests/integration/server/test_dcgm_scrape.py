@@ -21,9 +21,9 @@ import pytest
 from sqlalchemy import Engine
 
 from gpuplex.core.meter import BUSY_GPU_SECONDS, MEMORY_MIB_SECONDS, MeterWindow
-from gpuplex.observe.dcgm_metrics import DcgmScrapeStats
 from gpuplex.server.context import ServerContext
 from gpuplex.server.dcgm_scrape import DcgmScraper, Target, check_dcgm_url, targets
+from gpuplex.server.metrics.dcgm_metrics import DcgmScrapeStats
 from gpuplex.server.spec_apply import apply
 from tests.integration.server.conftest import T0, Clock
 from tests.unit.observe.dcgm_spec import SPEC_YAML

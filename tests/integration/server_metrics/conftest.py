@@ -17,11 +17,11 @@ from sqlalchemy import Engine
 
 from gpuplex.core.plan import Placement
 from gpuplex.core.serve.usage import UsageRecord
-from gpuplex.observe.metrics_endpoint import LOOPBACK_NETWORKS
-from gpuplex.observe.server_metrics import SPEND_THREAD
 from gpuplex.revision import AppliedRevision
 from gpuplex.server.app import create_app
 from gpuplex.server.context import ServerContext
+from gpuplex.server.metrics.collector import SPEND_THREAD
+from gpuplex.server.metrics.endpoint import LOOPBACK_NETWORKS
 from gpuplex.server.spec_apply import apply
 from gpuplex.store.db import open_store
 from gpuplex.store.samples import GpuSample

@@ -9,9 +9,9 @@ from collections.abc import Sequence
 import pytest
 from fastapi.testclient import TestClient
 
-from gpuplex.observe.metrics_endpoint import parse_networks
 from gpuplex.observe.metrics_token import metrics_token_sha256
 from gpuplex.server.app import create_app
+from gpuplex.server.metrics.endpoint import parse_networks
 from gpuplex.store.tokens import TokenRole
 from tests.integration.server_metrics.conftest import NOW, Stack
 

@@ -11,8 +11,8 @@ from fastapi.testclient import TestClient
 from sqlalchemy import Engine
 
 from gpuplex.core.serve.usage import UsageRecord
-from gpuplex.observe.metrics_endpoint import LOOPBACK_NETWORKS, mount_metrics
-from gpuplex.observe.tenant_labels import OTHER, TENANT_LABEL_CAP
+from gpuplex.server.metrics.endpoint import LOOPBACK_NETWORKS, mount_metrics
+from gpuplex.server.metrics.tenant_labels import OTHER, TENANT_LABEL_CAP
 from gpuplex.server.problems import install_handlers
 from tests.integration.server_metrics.conftest import (
     APPLIED_AT,

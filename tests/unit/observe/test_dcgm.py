@@ -20,14 +20,13 @@ from gpuplex.core.catalog import gpu_model
 from gpuplex.errors import DcgmInputError
 from gpuplex.observe.dcgm import (
     DcgmReading,
-    attribute,
     gpu_model_of,
     mig_share,
     parse_exposition,
     utilization_percent,
-    workload_of_pod,
 )
-from gpuplex.observe.dcgm_metrics import DcgmScrapeStats
+from gpuplex.server.dcgm_attribution import attribute, workload_of_pod
+from gpuplex.server.metrics.dcgm_metrics import DcgmScrapeStats
 from gpuplex.settings import ServerSettings
 from gpuplex.specfile import load_spec_text
 from gpuplex.store.samples import GpuSample

@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from gpuplex.core.plan.cluster import TraceNode, TracePod
+from gpuplex.core.trace import TraceNode, TracePod
 from gpuplex.sim.isolation_compare import (
     CSV_HEADER,
     MODES,

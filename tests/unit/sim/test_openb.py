@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from gpuplex.core.plan.cluster import TraceNode, TracePod
+from gpuplex.core.trace import TraceNode, TracePod
 from gpuplex.errors import EXIT_BAD_INPUT, ErrorCode, TraceInputError
 from gpuplex.sim.openb import load_nodes, load_pods
 

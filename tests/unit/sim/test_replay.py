@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from gpuplex.core.plan.cluster import TraceNode, TracePod
+from gpuplex.core.trace import TraceNode, TracePod
 from gpuplex.sim.openb import load_nodes, load_pods
 from gpuplex.sim.replay import POLICY_NAMES, allocation_curve, arrival_order, replay
 

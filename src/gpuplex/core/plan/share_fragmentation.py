@@ -1,4 +1,4 @@
-"""Fractional shares placed by the cluster policy `fgd-balanced` (see `cluster.balanced`). Pure.
+"""Fractional shares placed by the cluster policy `fgd-balanced` (see `core.trace.balanced`). Pure.
 
 Under `policy.placement: fragmentation` the live planner scores MPS and time-slice shares the way
 `fgd-balanced` scores pods, reading each GPU as a node with one GPU slot:
@@ -15,9 +15,10 @@ Under `policy.placement: fragmentation` the live planner scores MPS and time-sli
   of the spec, placed yet or not.
 
 A share goes where the GPU's fragmentation F against that workload grows least, scored
-100 * sigmoid(decrease / 1000) in whole points (`fgd.sigmoid_score`), ties to the least growth of
-GPU milli stranded by compute (`balanced.balance_keys`, rho: the workload's thread percent per
-milli). The MPS client limit is not modelled here: `fit_on` enforces it.
+100 * sigmoid(decrease / 1000) in whole points (`fragmentation.scores.sigmoid_score`), ties to the
+least growth of GPU milli stranded by compute (`fragmentation.scores.balance_keys`, rho: the
+workload's thread percent per milli). The MPS client limit is not modelled here: `fit_on` enforces
+it.
 """
 
 from __future__ import annotations
@@ -29,14 +30,14 @@ from dataclasses import dataclass
 import numpy as np
 
 from gpuplex.core.catalog import GpuModel
-from gpuplex.core.plan.cluster.balanced import (
+from gpuplex.core.fragmentation.measure import FragmentationModel, typical_pods
+from gpuplex.core.fragmentation.model import MILLI, IntArray, TracePod
+from gpuplex.core.fragmentation.scores import (
     balance_keys,
     cpu_per_gpu_milli,
+    sigmoid_score,
     stranded_gpu_milli,
 )
-from gpuplex.core.plan.cluster.fgd import sigmoid_score
-from gpuplex.core.plan.cluster.fragmentation import FragmentationModel, typical_pods
-from gpuplex.core.plan.cluster.model import MILLI, IntArray, TracePod
 from gpuplex.core.plan.demand import Sized, Unit, size_on
 from gpuplex.core.plan.inventory import GpuSlot
 from gpuplex.core.plan.model import Mode

@@ -7,8 +7,8 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, assume, given, settings
 
+from gpuplex.core.fragmentation.scores import STRANDED_BOUND
 from gpuplex.core.plan import Plan, make_plan
-from gpuplex.core.plan.cluster.balanced import STRANDED_BOUND
 from gpuplex.core.plan.demand import size_on
 from gpuplex.core.plan.index import FleetIndex
 from gpuplex.core.plan.inventory import build_inventory

@@ -25,9 +25,7 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from gpuplex.core.plan.cluster.model import IntArray, TracePod
-
-FloatArray = npt.NDArray[np.float64]
+from gpuplex.core.fragmentation.model import FloatArray, IntArray, TracePod
 
 #: the share of pods the typical pods cover in the paper's runs
 DEFAULT_POPULARITY = 0.95

@@ -1,9 +1,10 @@
 """FGD, Fragmentation Gradient Descent (Weng et al., USENIX ATC '23): the paper's own policy. Pure.
 
 The node, and for a shared pod the GPU on it, where the node's fragmentation against the workload's
-typical pods (see `fragmentation`) grows least, scored 100 * sigmoid((F before - F after) / 1000),
-truncated to whole points as kube-scheduler scores are; equal scores go to the tie-break order. A
-shared pod takes the first GPU with the best score, whole GPUs the lowest-numbered free ones.
+typical pods (see `gpuplex.core.fragmentation`) grows least, scored
+100 * sigmoid((F before - F after) / 1000), truncated to whole points as kube-scheduler scores are
+(`fragmentation.scores.sigmoid_score`); equal scores go to the tie-break order. A shared pod takes
+the first GPU with the best score, whole GPUs the lowest-numbered free ones.
 """
 
 from __future__ import annotations
@@ -12,9 +13,11 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from gpuplex.core.plan.cluster.fragmentation import FloatArray, FragmentationModel, typical_pods
-from gpuplex.core.plan.cluster.model import ClusterState, IntArray, TracePod
-from gpuplex.core.plan.cluster.policies import MAX_SCORE, Policy, pick_best_gpu
+from gpuplex.core.fragmentation.measure import FragmentationModel, typical_pods
+from gpuplex.core.fragmentation.model import FloatArray, IntArray, TracePod
+from gpuplex.core.fragmentation.scores import sigmoid_score
+from gpuplex.core.trace.model import ClusterState
+from gpuplex.core.trace.policies import Policy, pick_best_gpu
 
 
 class FgdScorer:
@@ -108,12 +111,6 @@ class FgdScorer:
             return pick_best_gpu(state, node, pod, rng)
         _, slot = self.scores(state, pod, np.array([node], dtype=np.int64))
         return (int(slot[0]),)
-
-
-def sigmoid_score(decrease: FloatArray) -> IntArray:
-    """100 * sigmoid(decrease / 1000), truncated: 50 when F does not change."""
-    out: IntArray = np.trunc(MAX_SCORE / (1.0 + np.exp(-decrease / 1000.0))).astype(np.int64)
-    return out
 
 
 def fgd_policy(workload: Sequence[TracePod]) -> Policy:

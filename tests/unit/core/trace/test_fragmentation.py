@@ -6,14 +6,14 @@ import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from gpuplex.core.plan.cluster import ClusterState, TraceNode, TracePod, choose, policy_named
-from gpuplex.core.plan.cluster.fragmentation import (
+from gpuplex.core.fragmentation.measure import (
     FragmentationModel,
     TypicalPod,
     node_fragmentation,
     typical_pods,
 )
-from gpuplex.core.plan.cluster.registry import POLICY_NAMES
+from gpuplex.core.trace import ClusterState, TraceNode, TracePod, choose, policy_named
+from gpuplex.core.trace.registry import POLICY_NAMES
 
 # The typical-pod lists of the original's pkg/utils/frag_test.go (TestingGenerateGetTypicalPods and
 # TestingGenerateGetTypicalPodsWithNonGpu): (CPU milli, GPU milli per GPU, GPUs, model, percent).

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from gpuplex.core.plan.cluster import (
+from gpuplex.core.trace import (
     POLICIES,
     ClusterState,
     TraceNode,
@@ -14,7 +14,7 @@ from gpuplex.core.plan.cluster import (
     choose,
     policy_named,
 )
-from gpuplex.core.plan.cluster.policies import (
+from gpuplex.core.trace.policies import (
     pick_best_gpu,
     pick_random_gpu,
     score_best_fit,

@@ -20,21 +20,21 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import GaugeMetricFamily, Metric
 
 from gpuplex.core.meter import month_of, month_window
-from gpuplex.observe.dcgm_metrics import DCGM_STATS, DcgmScrapeStats
-from gpuplex.observe.plan_metrics import per_gpu, tenant_allocation, tenant_held
-from gpuplex.observe.server_metric_queries import RollupTotals, latest_samples
-from gpuplex.observe.tenant_labels import TENANT_LABEL_CAP, TenantLabels
-from gpuplex.observe.usage_metrics import (
+from gpuplex.revision import AppliedRevision
+from gpuplex.server.context import ServerContext
+from gpuplex.server.metering import Metering
+from gpuplex.server.metrics.dcgm_metrics import DCGM_STATS, DcgmScrapeStats
+from gpuplex.server.metrics.plan_metrics import per_gpu, tenant_allocation, tenant_held
+from gpuplex.server.metrics.tenant_labels import TENANT_LABEL_CAP, TenantLabels
+from gpuplex.server.metrics.usage_metrics import (
     CounterFloor,
     FiredAlerts,
     alert_counter,
     money_gauges,
     usage_counters,
 )
-from gpuplex.revision import AppliedRevision
-from gpuplex.server.context import ServerContext
-from gpuplex.server.metering import Metering
 from gpuplex.store.budgets import BudgetAlert
+from gpuplex.store.metric_queries import RollupTotals, latest_samples
 
 #: A replica whose newest GPU sample is older than this is not reported as holding anything.
 SAMPLE_FRESH_S = 300

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-from gpuplex.core.plan.cluster.balanced import balanced_fgd_policy
-from gpuplex.core.plan.cluster.fgd import fgd_policy
-from gpuplex.core.plan.cluster.model import TracePod
-from gpuplex.core.plan.cluster.policies import POLICIES, Policy
+from gpuplex.core.fragmentation.model import TracePod
+from gpuplex.core.trace.balanced import balanced_fgd_policy
+from gpuplex.core.trace.fgd import fgd_policy
+from gpuplex.core.trace.policies import POLICIES, Policy
 
 #: policies built from the run's workload (the trace's pods)
 WORKLOAD_POLICIES: dict[str, Callable[[Sequence[TracePod]], Policy]] = {

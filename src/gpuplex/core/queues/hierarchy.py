@@ -20,7 +20,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 
-from gpuplex.core.plan.cluster.drf import (
+from gpuplex.core.queues.drf import (
     EPSILON,
     Resources,
     add,

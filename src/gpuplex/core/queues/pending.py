@@ -23,8 +23,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Final
 
-from gpuplex.core.plan.cluster.drf import EPSILON, Resources, add, fits, subtract
-from gpuplex.core.plan.cluster.queues import (
+from gpuplex.core.queues.drf import EPSILON, Resources, add, fits, subtract
+from gpuplex.core.queues.hierarchy import (
     Queue,
     ReclaimPlan,
     RunningWorkload,

@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
-from gpuplex.core.plan.cluster.model import MILLI, ClusterState, TraceNode, TracePod
-from gpuplex.core.plan.cluster.policies import (
+from gpuplex.core.fragmentation.model import MILLI, TracePod
+from gpuplex.core.trace.model import ClusterState, TraceNode
+from gpuplex.core.trace.policies import (
     POLICIES,
     Choice,
     Policy,
     choose,
 )
-from gpuplex.core.plan.cluster.registry import POLICY_NAMES, policy_named
+from gpuplex.core.trace.registry import POLICY_NAMES, policy_named
 
 __all__ = [
     "MILLI",

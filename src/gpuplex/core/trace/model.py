@@ -1,8 +1,5 @@
-"""Trace values (nodes and pods of a cluster trace) and the mutable cluster state a replay fills.
-
-GPU amounts are in milli-GPUs: 1000 is one whole GPU. A pod asks for `num_gpu` GPUs of `gpu_milli`
-each: a fractional (shared) pod asks for one GPU with `gpu_milli` < 1000, a whole-GPU pod for one or
-more GPUs of 1000. `gpu_models` empty means any GPU model will do.
+"""Trace values (the nodes of a cluster trace; its pods are `fragmentation.model.TracePod`) and the
+mutable cluster state a replay fills. GPU amounts are in milli-GPUs: 1000 is one whole GPU.
 """
 
 from __future__ import annotations
@@ -10,13 +7,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-import numpy.typing as npt
 
-#: one whole GPU, in milli-GPUs
-MILLI = 1000
-
-IntArray = npt.NDArray[np.int64]
-BoolArray = npt.NDArray[np.bool_]
+from gpuplex.core.fragmentation.model import MILLI, BoolArray, IntArray, TracePod
 
 
 @dataclass(frozen=True, slots=True)
@@ -28,32 +20,6 @@ class TraceNode:
     memory_mib: int
     gpus: int
     model: str
-
-
-@dataclass(frozen=True, slots=True)
-class TracePod:
-    """A pod of a cluster trace: what it asks for, and the GPU models it accepts (empty: any)."""
-
-    name: str
-    cpu_milli: int
-    memory_mib: int
-    num_gpu: int
-    gpu_milli: int
-    gpu_models: tuple[str, ...] = ()
-
-    @property
-    def total_gpu_milli(self) -> int:
-        """The pod's whole GPU request: 2 GPUs of 1000 is 2000, one share of 300 is 300."""
-        return self.num_gpu * self.gpu_milli
-
-    @property
-    def wants_gpu(self) -> bool:
-        return self.total_gpu_milli > 0
-
-    @property
-    def is_shared(self) -> bool:
-        """A fractional pod: part of one GPU, the rest of which others may use."""
-        return self.num_gpu == 1 and 0 < self.gpu_milli < MILLI
 
 
 @dataclass(slots=True)

@@ -14,7 +14,7 @@ from datetime import datetime
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
-from gpuplex.observe.dcgm import SKIP_REASONS, SkipReason
+from gpuplex.server.dcgm_attribution import SKIP_REASONS, SkipReason
 
 
 class DcgmScrapeStats:

@@ -6,16 +6,16 @@ import numpy as np
 import pytest
 from hypothesis import example, given, settings, strategies as st
 
-from gpuplex.core.plan.cluster import ClusterState, TraceNode, TracePod, choose, policy_named
-from gpuplex.core.plan.cluster.balanced import (
+from gpuplex.core.fragmentation.scores import (
     STRANDED_BOUND,
-    BalancedFgdScorer,
     balance_keys,
     cpu_per_gpu_milli,
     stranded_gpu_milli,
 )
-from gpuplex.core.plan.cluster.fgd import FgdScorer
-from gpuplex.core.plan.cluster.registry import POLICY_NAMES
+from gpuplex.core.trace import ClusterState, TraceNode, TracePod, choose, policy_named
+from gpuplex.core.trace.balanced import BalancedFgdScorer
+from gpuplex.core.trace.fgd import FgdScorer
+from gpuplex.core.trace.registry import POLICY_NAMES
 
 
 def node(name: str, cpu: int, gpus: int = 2) -> TraceNode:

@@ -14,7 +14,8 @@ first in the tie-break order. So a CPU-hungry pod (or a CPU-only one) lands wher
 and a CPU-light one where CPU is short, and fewer GPUs end up with no CPU to use them. The GPUs on
 the chosen node are FGD's. Measured on openb in docs/benchmarks.md.
 
-The same two keys, one after the other, place shares in the live planner (`balance_keys`).
+The same two keys, one after the other, place shares in the live planner
+(`gpuplex.core.fragmentation.scores`, where they are defined).
 """
 
 from __future__ import annotations
@@ -23,38 +24,11 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from gpuplex.core.plan.cluster.fgd import FgdScorer
-from gpuplex.core.plan.cluster.fragmentation import FloatArray
-from gpuplex.core.plan.cluster.model import ClusterState, IntArray, TracePod
-from gpuplex.core.plan.cluster.policies import Policy
-
-#: |change of stranded GPU milli| is clipped to this before it joins the key (no node has more)
-STRANDED_BOUND = 10_000_000
-_SPAN = 2 * STRANDED_BOUND + 1
-
-
-def cpu_per_gpu_milli(workload: Sequence[TracePod]) -> float | None:
-    """rho: the workload's GPU pods' CPU milli per milli-GPU they ask; None without GPU pods or
-    when they ask no CPU (then CPU strands nothing and the tie-break is FGD's own)."""
-    gpu_milli = sum(p.total_gpu_milli for p in workload if p.wants_gpu)
-    cpu_milli = sum(p.cpu_milli for p in workload if p.wants_gpu)
-    if gpu_milli <= 0 or cpu_milli <= 0:
-        return None
-    return cpu_milli / gpu_milli
-
-
-def stranded_gpu_milli(cpu_left: IntArray, gpu_free: IntArray, rho: float) -> FloatArray:
-    """Per node: free GPU milli beyond what its free CPU can feed at `rho` CPU per milli-GPU."""
-    out: FloatArray = np.maximum(0.0, gpu_free - cpu_left / rho)
-    return out
-
-
-def balance_keys(primary: IntArray, stranded_growth: FloatArray) -> IntArray:
-    """One integer key per candidate, higher is better: `primary` first (FGD's whole-point
-    score), then the least growth of stranded GPU milli (rounded to whole milli)."""
-    growth = np.clip(np.rint(stranded_growth), -STRANDED_BOUND, STRANDED_BOUND).astype(np.int64)
-    out: IntArray = primary.astype(np.int64) * _SPAN + (STRANDED_BOUND - growth)
-    return out
+from gpuplex.core.fragmentation.model import IntArray, TracePod
+from gpuplex.core.fragmentation.scores import balance_keys, cpu_per_gpu_milli, stranded_gpu_milli
+from gpuplex.core.trace.fgd import FgdScorer
+from gpuplex.core.trace.model import ClusterState
+from gpuplex.core.trace.policies import Policy
 
 
 class BalancedFgdScorer(FgdScorer):

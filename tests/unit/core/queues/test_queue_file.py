@@ -8,14 +8,14 @@ from typing import Any
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from gpuplex.core.plan.cluster.queue_file import (
+from gpuplex.core.queues.hierarchy import Queue, check_tree
+from gpuplex.core.queues.queue_file import (
     ROOT_NAME,
     QueueReport,
     QueueScenario,
     evaluate,
     parse_queue_file,
 )
-from gpuplex.core.plan.cluster.queues import Queue, check_tree
 from gpuplex.errors import SpecProblem
 
 

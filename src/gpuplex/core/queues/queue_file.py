@@ -24,15 +24,15 @@ from typing import Annotated, Any, Final
 from pydantic import BaseModel, BeforeValidator, Field, StrictInt, ValidationError
 from pydantic_core import ErrorDetails
 
-from gpuplex.core.plan.cluster.drf import EPSILON, Resources, add
-from gpuplex.core.plan.cluster.pending import PendingAnswer, PendingWorkload, why_pending
-from gpuplex.core.plan.cluster.queues import (
+from gpuplex.core.queues.drf import EPSILON, Resources, add
+from gpuplex.core.queues.hierarchy import (
     Queue,
     RunningWorkload,
     check_tree,
     fair_shares,
     usage_by_tenant,
 )
+from gpuplex.core.queues.pending import PendingAnswer, PendingWorkload, why_pending
 from gpuplex.core.spec.fields import DnsLabel, SpecModel
 from gpuplex.core.spec.parse import did_you_mean
 from gpuplex.errors import FieldPath, SpecProblem

@@ -31,13 +31,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from gpuplex.core.plan.cluster.model import MILLI, ClusterState, IntArray, TracePod
+from gpuplex.core.fragmentation.model import MILLI, IntArray, TracePod
+from gpuplex.core.fragmentation.scores import MAX_SCORE
+from gpuplex.core.trace.model import ClusterState
 
 #: the largest node spec the original normalises by: 128 cores and 8 GPUs
 MAX_SPEC_CPU_MILLI = 128_000
 MAX_SPEC_GPU_MILLI = 8 * MILLI
-#: kube-scheduler's score range
-MAX_SCORE = 100
 
 NodeScorer = Callable[[ClusterState, TracePod, IntArray], IntArray]
 GpuPicker = Callable[[ClusterState, int, TracePod, np.random.Generator], tuple[int, ...]]

@@ -26,9 +26,9 @@ from gpuplex.core.meter import (
     PROMPT_TOKENS,
     REQUESTS,
 )
-from gpuplex.observe.plan_metrics import Values, gauge_family
-from gpuplex.observe.server_metric_queries import RollupKey
-from gpuplex.observe.tenant_labels import TenantLabels
+from gpuplex.server.metrics.plan_metrics import Values, gauge_family
+from gpuplex.server.metrics.tenant_labels import TenantLabels
+from gpuplex.store.metric_queries import RollupKey
 
 #: (source, metric) of a roll-up -> the `source` label of gpuplex_tenant_gpu_seconds_total.
 _GPU_SECONDS = {

@@ -8,20 +8,20 @@ from dataclasses import dataclass
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from gpuplex.core.plan.cluster.drf import Resources, add, fits, subtract
-from gpuplex.core.plan.cluster.pending import (
-    CODES,
-    STARTS,
-    PendingAnswer,
-    PendingWorkload,
-    why_pending,
-)
-from gpuplex.core.plan.cluster.queues import (
+from gpuplex.core.queues.drf import Resources, add, fits, subtract
+from gpuplex.core.queues.hierarchy import (
     Queue,
     RunningWorkload,
     check_tree,
     reclaim,
     usage_by_tenant,
+)
+from gpuplex.core.queues.pending import (
+    CODES,
+    STARTS,
+    PendingAnswer,
+    PendingWorkload,
+    why_pending,
 )
 
 CAPACITY = {"gpu": 16, "cpu": 64}

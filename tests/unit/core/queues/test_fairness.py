@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from gpuplex.core.plan.cluster.drf import (
+from gpuplex.core.queues.drf import (
     DrfTenant,
     add,
     clamp,
@@ -15,7 +15,7 @@ from gpuplex.core.plan.cluster.drf import (
     split_by_drf,
     subtract,
 )
-from gpuplex.core.plan.cluster.queues import (
+from gpuplex.core.queues.hierarchy import (
     Queue,
     ReclaimPlan,
     RunningWorkload,

@@ -16,10 +16,10 @@ from fastapi import FastAPI, Request, Response
 from gpuplex.core.access import Action, Principal, Role
 from gpuplex.core.serve.keys import bearer_token
 from gpuplex.observe.metrics_token import presents_metrics_token
-from gpuplex.observe.server_metrics import exposition, metrics_registry
-from gpuplex.observe.tenant_labels import TENANT_LABEL_CAP
 from gpuplex.server.auth import require
 from gpuplex.server.context import ServerContext
+from gpuplex.server.metrics.collector import exposition, metrics_registry
+from gpuplex.server.metrics.tenant_labels import TENANT_LABEL_CAP
 from gpuplex.server.problems import UNAUTHENTICATED, ApiProblem
 
 Network = ipaddress.IPv4Network | ipaddress.IPv6Network

@@ -18,8 +18,8 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 
 from gpuplex.core.meter import gpu_share
 from gpuplex.core.plan import Plan
-from gpuplex.observe.server_metric_queries import HeldSample
-from gpuplex.observe.tenant_labels import TenantLabels
+from gpuplex.server.metrics.tenant_labels import TenantLabels
+from gpuplex.store.metric_queries import HeldSample
 
 GPU_LABELS = ("node", "gpu", "uuid", "gpu_model")
 #: Label values -> the series' value.
