@@ -25,15 +25,11 @@ from gpuplex.core.catalog import gpu_model
 from gpuplex.core.catalog.device_check import catalog_verdict
 from gpuplex.errors import NotFoundError
 from gpuplex.host import session
-from gpuplex.host.follow import RevisionFollower
 from gpuplex.host.state import StateDir
 from gpuplex.host.status import host_status
 from gpuplex.host.wiring import open_driver
-from gpuplex.revision import AppliedRevisions
 from gpuplex.settings import HostSettings, default_state_dir
 from gpuplex.specfile import load_spec_file
-from gpuplex.store.db import open_store
-from gpuplex.store.spec_revisions import SpecRevisions
 from gpuplex.up.lifecycle import exit_with_parent
 from gpuplex.up.simulate import with_stand_ins
 
@@ -189,6 +185,11 @@ def run_command(
     if follow_store is None:
         session.run(settings)
         return
+    from gpuplex.host.follow import RevisionFollower  # SQLAlchemy only for this command
+    from gpuplex.revision import AppliedRevisions
+    from gpuplex.store.db import open_store
+    from gpuplex.store.spec_revisions import SpecRevisions
+
     engine = open_store(follow_store)
     try:
         follower = RevisionFollower(AppliedRevisions(SpecRevisions(engine)), settings, transform)
