@@ -5,7 +5,7 @@ budgets, on SQLite (the embedded default) or PostgreSQL. Nothing in gpuplex.core
 from gpuplex.store.audit import AuditEntry, AuditLog, AuditVerdict, verify_audit
 from gpuplex.store.budgets import Budget, BudgetAlert, BudgetRepository
 from gpuplex.store.db import open_store, safe_url
-from gpuplex.store.keys import ApiKey, KeyLimits, KeyRecord, KeyRepository
+from gpuplex.store.keys import ApiKey, KeyRecord, KeyRepository
 from gpuplex.store.rollups import RollupRepository, UsageRollup
 from gpuplex.store.samples import GpuSample, SampleRepository
 from gpuplex.store.spec_revisions import SpecRevision, SpecRevisions
@@ -22,7 +22,6 @@ __all__ = [
     "BudgetAlert",
     "BudgetRepository",
     "GpuSample",
-    "KeyLimits",
     "KeyRecord",
     "KeyRepository",
     "RollupRepository",

@@ -17,8 +17,9 @@ from typing import Any
 import httpx2
 import pytest
 
+from gpuplex.core.spec import RateLimits
 from gpuplex.host.state import Event, StateDir
-from gpuplex.store import GpuSample, KeyLimits
+from gpuplex.store import GpuSample
 from tests.integration.server.conftest import (
     NO_TENANT,
     SPEC_YAML,
@@ -64,7 +65,7 @@ def fleet(admin: int, a_admin: int, a_viewer: int) -> dict[tuple[str, str], int]
 
 
 def _key_of(api: Api, tenant: str) -> str:
-    _, key = api.ctx.keys.create(tenant, "victim", [], None, KeyLimits(), api.clock(), "suite")
+    _, key = api.ctx.keys.create(tenant, "victim", [], None, RateLimits(), api.clock(), "suite")
     return key.prefix
 
 
