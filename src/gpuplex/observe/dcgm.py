@@ -32,10 +32,10 @@ from prometheus_client.parser import text_fd_to_metric_families
 from prometheus_client.samples import Sample
 
 from gpuplex.core.catalog import GPU_MODELS, GpuModel, gpu_model_for_nvml_name
+from gpuplex.core.meter import GpuSample
 from gpuplex.core.spec import GpuplexSpec
 from gpuplex.errors import DcgmInputError
 from gpuplex.kube.naming import tenant_of_namespace
-from gpuplex.store.samples import GpuSample
 
 FB_USED = "DCGM_FI_DEV_FB_USED"
 GPU_UTIL = "DCGM_FI_DEV_GPU_UTIL"

@@ -7,7 +7,7 @@ from gpuplex.store.budgets import Budget, BudgetAlert, BudgetRepository
 from gpuplex.store.db import open_store, safe_url
 from gpuplex.store.keys import ApiKey, KeyRecord, KeyRepository
 from gpuplex.store.rollups import RollupRepository, UsageRollup
-from gpuplex.store.samples import GpuSample, SampleRepository
+from gpuplex.store.samples import SampleRepository
 from gpuplex.store.spec_revisions import SpecRevision, SpecRevisions
 from gpuplex.store.tokens import ApiToken, TokenIdentity, TokenRepository
 from gpuplex.store.usage import UsageRepository
@@ -21,7 +21,6 @@ __all__ = [
     "Budget",
     "BudgetAlert",
     "BudgetRepository",
-    "GpuSample",
     "KeyRecord",
     "KeyRepository",
     "RollupRepository",

@@ -13,11 +13,11 @@ from fastapi import APIRouter, Depends
 from pydantic import BaseModel
 
 from gpuplex.core.access import Action, Principal
+from gpuplex.core.meter import GpuSample
 from gpuplex.core.plan import GpuView, Occupant
 from gpuplex.server.auth import CurrentPrincipal, require
 from gpuplex.server.context import ServerContext, server_context
 from gpuplex.server.problems import ERROR_RESPONSES
-from gpuplex.store.samples import GpuSample
 
 router = APIRouter(tags=["nodes"], responses=ERROR_RESPONSES)
 Context = Annotated[ServerContext, Depends(server_context)]
