@@ -8,7 +8,7 @@ from typing import Annotated
 from fastapi import APIRouter, Depends
 from pydantic import BaseModel, Field
 
-from gpuplex.core.access import Action
+from gpuplex.core.access import Permission
 from gpuplex.core.serve.routes import route_table
 from gpuplex.core.spec.rate_limits import RateLimits
 from gpuplex.errors import ErrorCode
@@ -75,7 +75,7 @@ def list_keys(
     limit: Limit = 100,
     cursor: Cursor = None,
 ) -> Page[KeyReply]:
-    require(principal, Action.KEY_READ, tenant)
+    require(principal, Permission.KEY_READ, tenant)
     applied_tenant(ctx, tenant)
     now = ctx.now()
     return page_of([key_reply(k, now) for k in ctx.keys.list(tenant)], limit, cursor)
@@ -85,7 +85,7 @@ def list_keys(
 def create_key(
     tenant: str, body: KeyCreateRequest, principal: CurrentPrincipal, ctx: Context
 ) -> KeyCreatedReply:
-    require(principal, Action.KEY_WRITE, tenant)
+    require(principal, Permission.KEY_WRITE, tenant)
     applied, _ = applied_tenant(ctx, tenant)
     spec = applied.spec
     served = set(
@@ -114,7 +114,7 @@ def create_key(
 
 @router.delete("/tenants/{tenant}/keys/{prefix}", response_model=KeyReply)
 def revoke_key(tenant: str, prefix: str, principal: CurrentPrincipal, ctx: Context) -> KeyReply:
-    require(principal, Action.KEY_WRITE, tenant)
+    require(principal, Permission.KEY_WRITE, tenant)
     applied_tenant(ctx, tenant)
     if not any(k.prefix == prefix for k in ctx.keys.list(tenant)):
         raise ApiProblem(ErrorCode.NOT_FOUND, f"tenant {tenant!r} has no key {prefix!r}")

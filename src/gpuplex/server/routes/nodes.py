@@ -12,7 +12,7 @@ from typing import Annotated
 from fastapi import APIRouter, Depends
 from pydantic import BaseModel
 
-from gpuplex.core.access import Action, Principal
+from gpuplex.core.access import Permission, Principal
 from gpuplex.core.meter import GpuSample
 from gpuplex.core.plan import GpuView, Occupant
 from gpuplex.server.auth import CurrentPrincipal, require
@@ -86,7 +86,7 @@ def _visible_gpu(gpu: GpuView, principal: Principal) -> GpuView | None:
 
 @router.get("/nodes", response_model=NodesReply)
 def list_nodes(principal: CurrentPrincipal, ctx: Context) -> NodesReply:
-    require(principal, Action.NODE_READ, principal.tenant)
+    require(principal, Permission.NODE_READ, principal.tenant)
     applied = ctx.current.get()
     if applied is None:
         return NodesReply(revision=None, sampled_at=None, nodes=[])
