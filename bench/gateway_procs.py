@@ -26,7 +26,7 @@ import sys
 import tempfile
 from collections import Counter
 from collections.abc import Iterator
-from dataclasses import astuple, dataclass
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from types import TracebackType
@@ -44,14 +44,17 @@ from tests.e2e.gateway.stack import (
 )
 
 from bench.gateway_load import MODEL, find_tool
+from gpuplex.core.spec.rate_limits import RateLimits
 from gpuplex.store.db import open_store
-from gpuplex.store.keys import KeyLimits, KeyRepository
+from gpuplex.store.keys import KeyRepository
 
 #: High enough never to refuse a request in a 10 s run at any rate this machine reaches.
 TENANT_LIMITS = (
     "{requests_per_min: 10000000, tokens_per_min: 10000000000, concurrent_requests: 100000}"
 )
-KEY_LIMITS = KeyLimits(10_000_000, 10_000_000_000, 100_000)
+KEY_LIMITS = RateLimits(
+    requests_per_min=10_000_000, tokens_per_min=10_000_000_000, concurrent_requests=100_000
+)
 
 
 @dataclass(frozen=True)
@@ -191,7 +194,7 @@ class Processes:
         """An API key per tenant: "plain" without limits, "full" with high limits of its own."""
         repository = KeyRepository(open_store(self.store_url))
         made = {}
-        for tenant, limits in (("plain", KeyLimits()), ("full", KEY_LIMITS)):
+        for tenant, limits in (("plain", RateLimits()), ("full", KEY_LIMITS)):
             secret, _ = repository.create(
                 tenant=tenant,
                 name="bench",
@@ -262,7 +265,7 @@ class Processes:
         _, environment = gateway_command([])
         environment = on_source(environment, source)
         command = [sys.executable, "-c", _KEYS_SCRIPT, self.source_store(source)]
-        command.append(json.dumps(astuple(KEY_LIMITS)))
+        command.append(json.dumps(KEY_LIMITS.model_dump()))
         done = subprocess.run(  # noqa: S603 - our own script, arguments built here
             command, capture_output=True, text=True, env=environment, cwd=source.root, check=False
         )
@@ -328,15 +331,20 @@ def redis_reachable(url: str) -> str | None:
 
 
 #: Run by `Processes.keys_for` under a tree's own src/: argv[1] the store URL, argv[2] the "full"
-#: key's limits as a JSON list; prints {tenant: key} as JSON.
+#: key's limits as a JSON object of `RateLimits` fields; prints {tenant: key} as JSON. (Trees from
+#: before `RateLimits` had `store.keys.KeyLimits`, with the same fields.)
 _KEYS_SCRIPT = """\
 import json, sys
 from datetime import UTC, datetime
 from gpuplex.store.db import open_store
-from gpuplex.store.keys import KeyLimits, KeyRepository
+from gpuplex.store.keys import KeyRepository
+try:
+    from gpuplex.core.spec.rate_limits import RateLimits as Limits
+except ImportError:
+    from gpuplex.store.keys import KeyLimits as Limits
 repository = KeyRepository(open_store(sys.argv[1]))
 made = {}
-for tenant, limits in (("plain", KeyLimits()), ("full", KeyLimits(*json.loads(sys.argv[2])))):
+for tenant, limits in (("plain", Limits()), ("full", Limits(**json.loads(sys.argv[2])))):
     secret, _ = repository.create(tenant=tenant, name="bench", models=[], expires_at=None,
                                   limits=limits, now=datetime.now(UTC), actor="bench")
     made[tenant] = secret

@@ -10,7 +10,7 @@ import pytest
 from gpuplex.errors import KubeApiError
 from gpuplex.kube.api import KubeApi
 from gpuplex.kube.apply import ClientTransport
-from gpuplex.kube.diff import Action
+from gpuplex.kube.diff import ObjectAction
 from gpuplex.kube.foreign import foreign_fields
 from gpuplex.kube.naming import PLAN_SET
 from gpuplex.kube.resources import kind_of
@@ -62,7 +62,7 @@ def test_a_gpu_in_an_added_init_container_and_an_odd_resource_name_are_removed_e
 
     changes = apply_set(transport, wanted, PLAN_SET)
 
-    assert [c.action for c in changes] == [Action.UNCHANGED, Action.CHANGE]
+    assert [c.action for c in changes] == [ObjectAction.UNCHANGED, ObjectAction.CHANGE]
     pod = _deployment(api)["spec"]["template"]["spec"]
     assert pod["containers"][0]["resources"]["limits"] == {"nvidia.com/mig-3g.40gb": "1"}
     assert pod["initContainers"] == [{"name": "warm", "image": "x", "resources": {"limits": {}}}]

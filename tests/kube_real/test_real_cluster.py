@@ -27,7 +27,7 @@ from gpuplex.core.spec import GpuplexSpec
 from gpuplex.errors import KubeApiError
 from gpuplex.kube.api import Reply
 from gpuplex.kube.apply import ClientTransport, connect
-from gpuplex.kube.diff import Action, ObjectChange
+from gpuplex.kube.diff import ObjectAction, ObjectChange
 from gpuplex.kube.naming import PLAN_SET, TENANT_LABEL, WORKLOAD_LABEL, Manifest
 from gpuplex.kube.render import render_plan
 from gpuplex.kube.sync import apply_set, diff_set
@@ -324,20 +324,20 @@ def test_a_gpu_resource_another_manager_added_shows_in_diff_and_apply_removes_it
 
     changes = diff_set(cluster.admin, cluster.manifests, PLAN_SET)
 
-    [change] = [c for c in changes if c.action is not Action.UNCHANGED]
+    [change] = [c for c in changes if c.action is not ObjectAction.UNCHANGED]
     assert change.object_id == f"Deployment/{namespace}/support-bot"
     assert any('"nvidia.com/mig-7g.80gb"' in f and "kubectl-patch" in f for f in change.fields)
     assert any('nodeSelector["example.com/rack"]' in f for f in change.fields)
 
     applied = apply_set(cluster.admin, cluster.manifests, PLAN_SET)
 
-    assert [c.object_id for c in applied if c.action is Action.CHANGE] == [change.object_id]
+    assert [c.object_id for c in applied if c.action is ObjectAction.CHANGE] == [change.object_id]
     live = cluster.send("GET", path).body
     [container] = live["spec"]["template"]["spec"]["containers"]
     assert "nvidia.com/mig-7g.80gb" not in container["resources"]["limits"]
     assert "example.com/rack" not in live["spec"]["template"]["spec"]["nodeSelector"]
     assert {c.action for c in diff_set(cluster.admin, cluster.manifests, PLAN_SET)} == {
-        Action.UNCHANGED
+        ObjectAction.UNCHANGED
     }
 
 
@@ -351,7 +351,7 @@ def test_a_changed_job_template_is_a_recreate_in_diff_and_a_one_line_refusal_in_
 
     changes = {c.object_id: c for c in diff_set(cluster.admin, changed, PLAN_SET)}
 
-    assert changes[job_id].action is Action.RECREATE
+    assert changes[job_id].action is ObjectAction.RECREATE
     assert "needs delete and re-create" in changes[job_id].note
     assert any(f.startswith("spec.template.spec.containers") for f in changes[job_id].fields)
     with pytest.raises(KubeApiError) as caught:
@@ -389,12 +389,12 @@ def test_the_reconciler_account_can_diff_apply_and_prune(cluster: Cluster, tmp_p
 
     with connect(config) as reconciler:
         assert {c.action for c in diff_set(reconciler, cluster.manifests, PLAN_SET)} == {
-            Action.UNCHANGED
+            ObjectAction.UNCHANGED
         }
         pruned = apply_set(reconciler, without_embed, PLAN_SET)
-        assert sum(c.action is Action.PRUNE for c in pruned) == removed
+        assert sum(c.action is ObjectAction.PRUNE for c in pruned) == removed
         again = apply_set(reconciler, cluster.manifests, PLAN_SET)  # created anew: needs create
-        assert sum(c.action is Action.CREATE for c in again) == removed
+        assert sum(c.action is ObjectAction.CREATE for c in again) == removed
 
 
 def test_prune_removes_exactly_what_diff_predicts_and_a_terminating_namespace_says_retry_later(
@@ -410,12 +410,12 @@ def test_prune_removes_exactly_what_diff_predicts_and_a_terminating_namespace_sa
     predicted = {
         c.object_id
         for c in diff_set(cluster.admin, manifests, PLAN_SET)
-        if c.action is Action.PRUNE
+        if c.action is ObjectAction.PRUNE
     }
     pruned = {
         c.object_id
         for c in apply_set(cluster.admin, manifests, PLAN_SET)
-        if c.action is Action.PRUNE
+        if c.action is ObjectAction.PRUNE
     }
 
     assert predicted == pruned
@@ -427,5 +427,5 @@ def test_prune_removes_exactly_what_diff_predicts_and_a_terminating_namespace_sa
     assert "forbidden" not in back.stderr.lower()
 
 
-def _changes(changes: list[ObjectChange], action: Action) -> set[str]:
+def _changes(changes: list[ObjectChange], action: ObjectAction) -> set[str]:
     return {c.object_id for c in changes if c.action is action}

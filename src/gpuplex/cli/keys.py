@@ -24,6 +24,12 @@ from gpuplex.clock import utc_now
 from gpuplex.consoles import stderr_console, stdout_console
 from gpuplex.core.serve.routes import route_table
 from gpuplex.core.spec.parse import did_you_mean
+from gpuplex.core.spec.rate_limits import (
+    MAX_CONCURRENT_REQUESTS,
+    MAX_REQUESTS_PER_MIN,
+    MAX_TOKENS_PER_MIN,
+    RateLimits,
+)
 from gpuplex.errors import NotFoundError
 from gpuplex.settings import default_store_url
 from gpuplex.specfile import load_spec_file, load_spec_text
@@ -61,11 +67,18 @@ def create_command(
         str | None, typer.Option(help="Lifetime: 30d, 12h or 90m [default: never expires]")
     ] = None,
     rpm: Annotated[
-        int | None, typer.Option(min=1, help="Requests per minute for this key.")
+        int | None,
+        typer.Option(min=1, max=MAX_REQUESTS_PER_MIN, help="Requests per minute for this key."),
     ] = None,
-    tpm: Annotated[int | None, typer.Option(min=1, help="Tokens per minute for this key.")] = None,
+    tpm: Annotated[
+        int | None,
+        typer.Option(min=1, max=MAX_TOKENS_PER_MIN, help="Tokens per minute for this key."),
+    ] = None,
     concurrency: Annotated[
-        int | None, typer.Option(min=1, help="Requests in flight at once for this key.")
+        int | None,
+        typer.Option(
+            min=1, max=MAX_CONCURRENT_REQUESTS, help="Requests in flight at once for this key."
+        ),
     ] = None,
     spec: Annotated[
         Path | None,
@@ -82,7 +95,7 @@ def create_command(
         lifetime = parse_duration(expires_in) if expires_in is not None else None
         if spec is not None:
             check_against_spec(load_spec_file(spec), str(spec), tenant, models)
-        from gpuplex.store.keys import KeyLimits, KeyRepository
+        from gpuplex.store.keys import KeyRepository
 
         now = utc_now()
         with _store_engine(store) as engine:
@@ -93,7 +106,9 @@ def create_command(
                 name,
                 models,
                 now + lifetime if lifetime is not None else None,
-                KeyLimits(rpm, tpm, concurrency),
+                RateLimits(
+                    requests_per_min=rpm, tokens_per_min=tpm, concurrent_requests=concurrency
+                ),
                 now,
                 actor=os_user_name(),
             )
@@ -215,9 +230,7 @@ def key_json(key: ApiKey, now: datetime) -> dict[str, Any]:
         "created_at": key.created_at.isoformat(),
         "expires_at": key.expires_at.isoformat() if key.expires_at else None,
         "revoked_at": key.revoked_at.isoformat() if key.revoked_at else None,
-        "requests_per_min": key.requests_per_min,
-        "tokens_per_min": key.tokens_per_min,
-        "concurrent_requests": key.concurrent_requests,
+        **key.limits.model_dump(),
         "state": key.state(now),
     }
 

@@ -28,7 +28,7 @@ from rich.table import Table
 
 from gpuplex.cli.conventions import reported
 from gpuplex.consoles import stderr_console, stdout_console
-from gpuplex.kube.diff import Action, ObjectChange, summary
+from gpuplex.kube.diff import ObjectAction, ObjectChange, summary
 from gpuplex.kube.naming import PLAN_SET, SELF_SET
 
 if TYPE_CHECKING:
@@ -96,18 +96,18 @@ KubeconfigOption = Annotated[
 ]
 
 _STYLES = {
-    Action.CREATE: "green",
-    Action.CHANGE: "yellow",
-    Action.PRUNE: "red",
-    Action.SKIP: "magenta",
-    Action.UNCHANGED: "dim",
-    Action.RECREATE: "bold red",
+    ObjectAction.CREATE: "green",
+    ObjectAction.CHANGE: "yellow",
+    ObjectAction.PRUNE: "red",
+    ObjectAction.SKIP: "magenta",
+    ObjectAction.UNCHANGED: "dim",
+    ObjectAction.RECREATE: "bold red",
 }
 _DONE = {
-    Action.CREATE: "created",
-    Action.CHANGE: "changed",
-    Action.PRUNE: "pruned",
-    Action.SKIP: "skipped",
+    ObjectAction.CREATE: "created",
+    ObjectAction.CHANGE: "changed",
+    ObjectAction.PRUNE: "pruned",
+    ObjectAction.SKIP: "skipped",
 }
 _SHOWN_FIELDS = 4
 
@@ -239,7 +239,7 @@ def diff_table(changes: list[ObjectChange]) -> Table:
     table.add_column("object", overflow="fold")
     table.add_column("fields or note", overflow="fold")
     for change in changes:
-        if change.action is Action.UNCHANGED:
+        if change.action is ObjectAction.UNCHANGED:
             continue
         shown = list(change.fields[:_SHOWN_FIELDS])
         if len(change.fields) > _SHOWN_FIELDS:
@@ -379,7 +379,7 @@ def _progress(verb: str, total: int) -> Iterator[Callable[[ObjectChange], None]]
         task = progress.add_task("", total=total)
 
         def step(change: ObjectChange) -> None:
-            if change.action is not Action.PRUNE:
+            if change.action is not ObjectAction.PRUNE:
                 progress.update(task, advance=1, description=change.object_id)
 
         yield step

@@ -45,9 +45,7 @@ class Caller:
 
 def caller_of(record: KeyRecord, tenant_limits: Callable[[str], tuple[Limit, ...]]) -> Caller:
     key = record.key
-    own = scope_limits(
-        f"key:{key.prefix}", key.requests_per_min, key.tokens_per_min, key.concurrent_requests
-    )
+    own = scope_limits(f"key:{key.prefix}", key.limits)
     expires = key.expires_at.timestamp() if key.expires_at is not None else None
     return Caller(
         key.tenant, key.prefix, frozenset(key.models), expires, (*own, *tenant_limits(key.tenant))

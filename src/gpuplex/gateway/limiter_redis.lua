@@ -2,12 +2,16 @@
 -- The same rules as gpuplex.core.serve.limits (admit, settle, SlidingWindow, Leases); the tests
 -- check that the two agree. The time is Redis TIME: one clock for every gateway process.
 --
+-- A template: `lua_source()` in limiter_redis.py fills in the two placeholders below with the names
+-- of limit kinds (core.serve.limits.LimitKind) before Redis sees the script, so the names it compares
+-- kinds with are always the names the gateway sends.
+--
 -- KEYS, in the order of the limits (ARGV below):
---   window limit (requests_per_min, tokens_per_min): 3 keys
+--   window limit (requests or tokens per minute): 3 keys
 --     <zset>  ZSET   member request_id, score admitted-at (s)
 --     <amt>   HASH   request_id -> what it takes (1 request, or its tokens)
 --     <sum>   STRING the total of <amt>
---   concurrency limit (concurrent_requests): 1 key
+--   concurrency limit (requests in flight): 1 key
 --     <zset>  ZSET   member request_id, score lease end (s)
 -- ARGV: op ("admit" | "settle"), request_id, tokens (reserved at admit, actual at settle),
 --       lease_s, window_s, concurrency_retry_s, window_ttl_s, then kind, amount per limit.
@@ -28,8 +32,8 @@ local FIRST_LIMIT_ARG = 8
 -- Bounds how many values one call passes to Lua's unpack (its C stack holds about 8000).
 local PAGE = 500
 
-local CONCURRENT = 'concurrent_requests'
-local TOKENS = 'tokens_per_min'
+local CONCURRENT = '$CONCURRENT'
+local TOKENS = '$TOKENS'
 
 -- Scores and times as exact decimal strings (tostring keeps only 14 digits: 10 us at today's epoch).
 local function real(x)

@@ -32,6 +32,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cache
 from importlib.resources import files
+from string import Template
 from typing import TypeGuard
 from urllib.parse import urlsplit, urlunsplit
 
@@ -76,10 +77,21 @@ _WHAT_TO_CHECK = (
 )
 
 
+#: What `limiter_redis.lua` calls the limit kinds it treats apart, by the script's placeholder.
+SCRIPT_KIND_NAMES = {"CONCURRENT": LimitKind.CONCURRENT.value, "TOKENS": LimitKind.TOKENS.value}
+
+
+def lua_template() -> Template:
+    """The decision script as shipped next to this module, its kind names still placeholders."""
+    text = files("gpuplex.gateway").joinpath("limiter_redis.lua").read_text(encoding="utf-8")
+    return Template(text)
+
+
 @cache
 def lua_source() -> str:
-    """The decision script, shipped next to this module."""
-    return files("gpuplex.gateway").joinpath("limiter_redis.lua").read_text(encoding="utf-8")
+    """The decision script with the kinds' names filled in from `LimitKind`, so that renaming a
+    kind cannot leave the script comparing against the old name."""
+    return lua_template().substitute(SCRIPT_KIND_NAMES)
 
 
 def redacted_url(url: str) -> str:

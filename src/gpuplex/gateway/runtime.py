@@ -48,10 +48,7 @@ def tenant_limits(table: RouteTable, tenant: str) -> tuple[Limit, ...]:
     policy = table.tenants.get(tenant)
     if policy is None:
         return ()
-    spec = policy.rate_limits
-    return scope_limits(
-        f"tenant:{tenant}", spec.requests_per_min, spec.tokens_per_min, spec.concurrent_requests
-    )
+    return scope_limits(f"tenant:{tenant}", policy.rate_limits)
 
 
 class GatewayRuntime:

@@ -114,7 +114,7 @@ class HostRuntime:
             self._event("leftovers_remain", record.label, f"could not stop pids {pid_list(left)}")
 
     # --- one pass -------------------------------------------------------------------------------
-    def tick(self, desired: DesiredHost, *, dry_run: bool = False) -> list[act.Action]:
+    def tick(self, desired: DesiredHost, *, dry_run: bool = False) -> list[act.HostAction]:
         now = now_s()
         records = self._notice_exits(self.state.records, now)
         records = self._check_health(records, now)
@@ -185,7 +185,7 @@ class HostRuntime:
         return updated
 
     # --- acting -----------------------------------------------------------------------------------
-    def _act(self, action: act.Action, gpu: GpuSnapshot) -> None:
+    def _act(self, action: act.HostAction, gpu: GpuSnapshot) -> None:
         try:
             match action:
                 case act.StopWorkload():
@@ -401,7 +401,7 @@ class HostRuntime:
         self.prober.close()
 
 
-def _target(action: act.Action) -> str:
+def _target(action: act.HostAction) -> str:
     match action:
         case act.StartWorkload(desired=wanted):
             return wanted.label

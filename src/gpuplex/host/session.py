@@ -50,7 +50,7 @@ def choose_node(spec: GpuplexSpec, wanted: str | None) -> NodeSpec:
 class Applied:
     plan: Plan
     desired: DesiredHost
-    actions: list[act.Action]
+    actions: list[act.HostAction]
     events: list[Event] = field(default_factory=list)
     supervisor_pid: int | None = None  # set when a running supervisor will do the work
     note: str | None = None

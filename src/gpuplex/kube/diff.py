@@ -31,7 +31,9 @@ VOLATILE_METADATA = (
 )
 
 
-class Action(StrEnum):
+class ObjectAction(StrEnum):
+    """What applying a rendered set does to one Kubernetes object."""
+
     CREATE = "create"
     CHANGE = "change"
     UNCHANGED = "unchanged"
@@ -47,7 +49,7 @@ class Action(StrEnum):
 @dataclass(frozen=True, slots=True)
 class ObjectChange:
     object_id: str
-    action: Action
+    action: ObjectAction
     #: Fields that differ, as paths (`spec.replicas`, `metadata.labels["gpuplex.dev/set"]`).
     fields: tuple[str, ...] = ()
     #: Why an object is skipped, or what a dry run could not check.
@@ -96,13 +98,13 @@ def compare(object_id: str, live: Manifest | None, would_be: Manifest | None) ->
     """The change applying one object makes: CREATE when it is not live, else CHANGE with the
     fields that differ between the live object and the server's dry-run result, or UNCHANGED."""
     if live is None:
-        return ObjectChange(object_id, Action.CREATE)
+        return ObjectChange(object_id, ObjectAction.CREATE)
     if would_be is None:
-        return ObjectChange(object_id, Action.UNCHANGED)
+        return ObjectChange(object_id, ObjectAction.UNCHANGED)
     fields = changed_fields(comparable(live), comparable(would_be))
     if not fields:
-        return ObjectChange(object_id, Action.UNCHANGED)
-    return ObjectChange(object_id, Action.CHANGE, tuple(fields))
+        return ObjectChange(object_id, ObjectAction.UNCHANGED)
+    return ObjectChange(object_id, ObjectAction.CHANGE, tuple(fields))
 
 
 def owned_by_set(item: Manifest, set_name: str) -> bool:
@@ -132,12 +134,12 @@ def prune_candidates(
 
 #: How a summary names each action: before (a diff, a dry run) and after an apply.
 _SUMMARY_WORDS = (
-    (Action.CREATE, "to create", "created"),
-    (Action.CHANGE, "to change", "changed"),
-    (Action.RECREATE, "to re-create", "to re-create"),
-    (Action.PRUNE, "to prune", "pruned"),
-    (Action.SKIP, "skipped", "skipped"),
-    (Action.UNCHANGED, "unchanged", "unchanged"),
+    (ObjectAction.CREATE, "to create", "created"),
+    (ObjectAction.CHANGE, "to change", "changed"),
+    (ObjectAction.RECREATE, "to re-create", "to re-create"),
+    (ObjectAction.PRUNE, "to prune", "pruned"),
+    (ObjectAction.SKIP, "skipped", "skipped"),
+    (ObjectAction.UNCHANGED, "unchanged", "unchanged"),
 )
 
 

@@ -30,7 +30,7 @@ from gpuplex.kube.api import (
     Transport,
 )
 from gpuplex.kube.diff import (
-    Action,
+    ObjectAction,
     ObjectChange,
     changed_fields,
     comparable,
@@ -120,19 +120,19 @@ def apply_set(
             live = api.get(kind, manifest)
             to_apply = _node_taints_kept(manifest, live) if kind.kind == "Node" else manifest
             if to_apply is None:
-                record(ObjectChange(key_id(key), Action.SKIP, note=NODE_MISSING))
+                record(ObjectChange(key_id(key), ObjectAction.SKIP, note=NODE_MISSING))
                 continue
             reply = api.apply(kind, to_apply, dry_run=dry_run)
         except NotServed as error:
             if not kind.custom:  # a built-in kind this Kubernetes lacks: too old for gpuplex
                 raise
-            record(ObjectChange(key_id(key), Action.SKIP, note=error.message))
+            record(ObjectChange(key_id(key), ObjectAction.SKIP, note=error.message))
             continue
         except NamespaceMissing as error:
             # a dry run creates no namespace, so objects in the set's new ones are refused
             if not (dry_run and error.namespace in new_namespaces):
                 raise
-            record(ObjectChange(key_id(key), Action.CREATE, note=NEW_NAMESPACE))
+            record(ObjectChange(key_id(key), ObjectAction.CREATE, note=NEW_NAMESPACE))
             continue
         after = reply.body
         foreign = foreign_fields(after, FIELD_MANAGER)
@@ -141,13 +141,13 @@ def apply_set(
         if live is None:
             if kind.kind == "Namespace":
                 new_namespaces.add(key[3])
-            record(ObjectChange(key_id(key), Action.CREATE))
+            record(ObjectChange(key_id(key), ObjectAction.CREATE))
             continue
         record(_applied(key_id(key), live, after, foreign, dry_run=dry_run))
     if prune:
         for kind, item in _prune_candidates(api, desired, set_name):
             api.delete(kind, item, dry_run=dry_run)
-            record(ObjectChange(key_id(object_key(kind, item)), Action.PRUNE))
+            record(ObjectChange(key_id(object_key(kind, item)), ObjectAction.PRUNE))
     return record.changes
 
 
@@ -159,11 +159,11 @@ def _applied(
     written the object's status between the read and the apply, so the contents decide then
     (and always in a dry run, which never takes a new resourceVersion)."""
     if not dry_run and _version(after) == _version(live):
-        return ObjectChange(object_id, Action.UNCHANGED)
+        return ObjectChange(object_id, ObjectAction.UNCHANGED)
     fields = tuple(changed_fields(comparable(live), comparable(after)))
     if not fields:
-        return ObjectChange(object_id, Action.UNCHANGED)
-    return ObjectChange(object_id, Action.CHANGE, fields, note=_foreign_note(foreign))
+        return ObjectChange(object_id, ObjectAction.UNCHANGED)
+    return ObjectChange(object_id, ObjectAction.CHANGE, fields, note=_foreign_note(foreign))
 
 
 def _version(obj: Manifest) -> str:
@@ -209,13 +209,13 @@ def diff_set(
             live = api.get(kind, manifest)
             to_apply = _node_taints_kept(manifest, live) if kind.kind == "Node" else manifest
             if to_apply is None:
-                record(ObjectChange(key_id(key), Action.SKIP, note=NODE_MISSING))
+                record(ObjectChange(key_id(key), ObjectAction.SKIP, note=NODE_MISSING))
                 continue
             would_be = api.apply(kind, to_apply, dry_run=True).body if live else None
         except NotServed as error:
             if not kind.custom:
                 raise
-            record(ObjectChange(key_id(key), Action.SKIP, note=error.message))
+            record(ObjectChange(key_id(key), ObjectAction.SKIP, note=error.message))
             continue
         except Immutable as error:
             assert live is not None  # only a change of a live object is refused
@@ -223,7 +223,7 @@ def diff_set(
             continue
         record(_with_foreign(compare(key_id(key), live, would_be), would_be))
     for kind, item in _prune_candidates(api, desired, set_name):
-        record(ObjectChange(key_id(object_key(kind, item)), Action.PRUNE))
+        record(ObjectChange(key_id(object_key(kind, item)), ObjectAction.PRUNE))
     return record.changes
 
 
@@ -235,7 +235,7 @@ def _with_foreign(change: ObjectChange, would_be: Manifest | None) -> ObjectChan
     fields = change.fields + tuple(
         f"{field.path} (set by {', '.join(field.managers)})" for field in foreign
     )
-    return ObjectChange(change.object_id, Action.CHANGE, fields, note=_foreign_note(foreign))
+    return ObjectChange(change.object_id, ObjectAction.CHANGE, fields, note=_foreign_note(foreign))
 
 
 def _recreate(
@@ -251,7 +251,7 @@ def _recreate(
             for field in changed_fields(_only(current, wanted), wanted)
         ]
     note = RECREATE.format(fields=", ".join(immutable))
-    return ObjectChange(object_id, Action.RECREATE, tuple(fields or immutable), note=note)
+    return ObjectChange(object_id, ObjectAction.RECREATE, tuple(fields or immutable), note=note)
 
 
 def _at(obj: Any, path: str) -> Any:

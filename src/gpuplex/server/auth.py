@@ -8,7 +8,7 @@ from typing import Annotated
 from fastapi import Depends, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
-from gpuplex.core.access import Action, Principal, Role, Verdict, decide
+from gpuplex.core.access import Permission, Principal, Role, Verdict, decide
 from gpuplex.errors import ErrorCode
 from gpuplex.server.context import ServerContext, server_context
 from gpuplex.server.problems import ApiProblem
@@ -43,14 +43,14 @@ def current_principal(
 CurrentPrincipal = Annotated[Principal, Depends(current_principal)]
 
 
-def require(principal: Principal, action: Action, tenant: str | None = None) -> None:
-    verdict = decide(principal, action, tenant)
+def require(principal: Principal, permission: Permission, tenant: str | None = None) -> None:
+    verdict = decide(principal, permission, tenant)
     if verdict is Verdict.NOT_FOUND:
         raise no_such_tenant(tenant or "")
     if verdict is Verdict.FORBIDDEN:
         raise ApiProblem(
             ErrorCode.FORBIDDEN,
-            f"the {principal.role} role may not {action.value.replace('.', ' ')}",
+            f"the {principal.role} role may not {permission.value.replace('.', ' ')}",
         )
 
 

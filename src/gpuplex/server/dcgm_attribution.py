@@ -15,10 +15,10 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Literal
 
+from gpuplex.core.meter import GpuSample
 from gpuplex.core.spec import GpuplexSpec
 from gpuplex.kube.naming import tenant_of_namespace
 from gpuplex.observe.dcgm import DcgmReading, utilization_percent
-from gpuplex.store.samples import GpuSample
 
 SkipReason = Literal["no_node", "no_pod", "not_tenant_namespace", "unknown_workload"]
 SKIP_REASONS: tuple[SkipReason, ...] = (

@@ -5,13 +5,12 @@ alerts once per threshold and period. The arithmetic is gpuplex.core.meter and c
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from decimal import Decimal
 
 from gpuplex.core.meter import (
     DEFAULT_MAX_GAP_S,
-    GpuSample,
     MeterLine,
     MeterWindow,
     PlanInterval,
@@ -95,17 +94,7 @@ class Metering:
         """Recompute one window from its inputs and replace what the store had for it."""
         gpu_models = _gpu_models(intervals)
         samples = [
-            GpuSample(
-                tenant=s.tenant,
-                workload=s.workload,
-                replica=s.replica,
-                node=s.node,
-                gpu_index=s.gpu_index,
-                at=s.at,
-                memory_used_mib=s.memory_used_mib,
-                utilization_percent=s.utilization_percent,
-                gpu_model=gpu_models.get((s.node, s.gpu_index)),
-            )
+            replace(s, gpu_model=gpu_models.get((s.node, s.gpu_index)))
             for s in self._samples.window(
                 window.start - timedelta(seconds=DEFAULT_MAX_GAP_S), window.end
             )

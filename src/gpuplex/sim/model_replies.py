@@ -16,7 +16,8 @@ from dataclasses import dataclass
 
 import orjson
 
-from gpuplex.sim.model_requests import Endpoint, GenerationRequest
+from gpuplex.core.serve.inference import Endpoint
+from gpuplex.sim.model_requests import GenerationRequest
 
 #: One generated token: four characters, so `text_tokens` counts it as exactly one.
 WORD = "tok "
@@ -28,7 +29,7 @@ def generated_text(completion_tokens: int) -> str:
     return WORD * completion_tokens
 
 
-_ID_PREFIX = {Endpoint.CHAT: "chatcmpl", Endpoint.COMPLETION: "cmpl", Endpoint.EMBEDDING: "embd"}
+_ID_PREFIX = {Endpoint.CHAT: "chatcmpl", Endpoint.COMPLETIONS: "cmpl", Endpoint.EMBEDDINGS: "embd"}
 
 
 def reply_id(endpoint: Endpoint, suffix: str) -> str:
@@ -37,7 +38,7 @@ def reply_id(endpoint: Endpoint, suffix: str) -> str:
 
 
 def usage(request: GenerationRequest) -> dict[str, int]:
-    if request.endpoint is Endpoint.EMBEDDING:
+    if request.endpoint is Endpoint.EMBEDDINGS:
         return {"prompt_tokens": request.prompt_tokens, "total_tokens": request.prompt_tokens}
     return {
         "prompt_tokens": request.prompt_tokens,

@@ -10,6 +10,7 @@ from enum import StrEnum
 
 import orjson
 
+from gpuplex.core.serve.inference import Endpoint
 from gpuplex.core.serve.tokens import UnknownContent, is_token_array, prompt_tokens, text_tokens
 
 #: Limits that keep one request from costing the server gigabytes (vLLM's max_model_len does the
@@ -17,12 +18,6 @@ from gpuplex.core.serve.tokens import UnknownContent, is_token_array, prompt_tok
 MAX_COMPLETION_TOKENS = 1_000_000
 MAX_DIMENSIONS = 65_536
 MAX_CHOICES = 128
-
-
-class Endpoint(StrEnum):
-    CHAT = "chat"
-    COMPLETION = "completion"
-    EMBEDDING = "embedding"
 
 
 class FinishReason(StrEnum):
@@ -106,7 +101,7 @@ def parse_request(
         return bad("`model` is required and must be a string.", "model")
     if model not in served:
         return unknown_model(model)
-    if endpoint is Endpoint.EMBEDDING:
+    if endpoint is Endpoint.EMBEDDINGS:
         return _embedding(body, model, embedding_dim)
     if endpoint is Endpoint.CHAT:
         messages = body.get("messages")
@@ -181,7 +176,7 @@ def _choices(endpoint: Endpoint, body: dict[str, object]) -> tuple[int, int] | E
     if n is None or n > MAX_CHOICES:
         return bad(f"`n` must be a positive integer, at most {MAX_CHOICES}.", "n")
     best_of = body.get("best_of")
-    if best_of is None or endpoint is not Endpoint.COMPLETION:
+    if best_of is None or endpoint is not Endpoint.COMPLETIONS:
         return n, n
     sequences = _positive_int(best_of)
     if sequences is None or not n <= sequences <= MAX_CHOICES:
@@ -206,7 +201,7 @@ def _embedding(
         return bad("`encoding_format` must be `float` or `base64`.", "encoding_format")
     n_prompt, inputs = counted
     return GenerationRequest(
-        endpoint=Endpoint.EMBEDDING,
+        endpoint=Endpoint.EMBEDDINGS,
         model=model,
         prompt_tokens=n_prompt,
         completion_tokens=0,

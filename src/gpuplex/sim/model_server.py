@@ -27,6 +27,7 @@ from typing import Any
 import orjson
 
 from gpuplex.clock import now_s
+from gpuplex.core.serve.inference import ENDPOINT_PATHS, Endpoint
 from gpuplex.ids import random_hex
 from gpuplex.sim.model_latency import LatencyModel
 from gpuplex.sim.model_replies import (
@@ -36,7 +37,6 @@ from gpuplex.sim.model_replies import (
     stream_events,
 )
 from gpuplex.sim.model_requests import (
-    Endpoint,
     ErrorReply,
     GenerationRequest,
     invalid_json,
@@ -104,9 +104,10 @@ class ModelServer:
         self._ids = 0
         self._models_body = models_reply(settings.models, settings.adapters, started_s)
         self._routes: dict[str, tuple[str, Handler]] = {
-            "/v1/chat/completions": ("POST", partial(self._generate, Endpoint.CHAT)),
-            "/v1/completions": ("POST", partial(self._generate, Endpoint.COMPLETION)),
-            "/v1/embeddings": ("POST", partial(self._generate, Endpoint.EMBEDDING)),
+            **{
+                path: ("POST", partial(self._generate, endpoint))
+                for path, endpoint in ENDPOINT_PATHS.items()
+            },
             "/v1/models": ("GET", self._models),
             "/health": ("GET", self._health),
             "/sim/last-request": ("GET", self._last_request),
@@ -183,7 +184,7 @@ class ModelServer:
     ) -> None:
         if self.paced:
             decoding = (
-                request.endpoint is not Endpoint.EMBEDDING and self.latency.decode_s_per_token > 0
+                request.endpoint is not Endpoint.EMBEDDINGS and self.latency.decode_s_per_token > 0
             )
             async with _Turn(self, receive) as turn:
                 for index in range(request.completion_tokens if decoding else 1):
@@ -197,7 +198,7 @@ class ModelServer:
                 self.generated_tokens[request.model] += request.generated_tokens
         else:
             self.generated_tokens[request.model] += request.generated_tokens
-        if request.endpoint is Endpoint.EMBEDDING:
+        if request.endpoint is Endpoint.EMBEDDINGS:
             body = embeddings_reply(request)
         else:
             body = completion_reply(request, suffix, int(now_s()))

@@ -7,9 +7,9 @@ from sqlalchemy import Engine
 from gpuplex.store.audit import AuditEntry, AuditLog, AuditVerdict, verify_audit
 from gpuplex.store.budgets import Budget, BudgetAlert, BudgetRepository
 from gpuplex.store.db import open_store, safe_url
-from gpuplex.store.keys import ApiKey, KeyLimits, KeyRecord, KeyRepository
+from gpuplex.store.keys import ApiKey, KeyRecord, KeyRepository
 from gpuplex.store.rollups import RollupRepository, UsageRollup
-from gpuplex.store.samples import GpuSample, SampleRepository
+from gpuplex.store.samples import SampleRepository
 from gpuplex.store.spec_revisions import SpecRevision, SpecRevisions
 from gpuplex.store.tokens import ApiToken, TokenIdentity, TokenRepository
 from gpuplex.store.usage import UsageRepository
@@ -24,8 +24,6 @@ __all__ = [
     "BudgetAlert",
     "BudgetRepository",
     "Engine",
-    "GpuSample",
-    "KeyLimits",
     "KeyRecord",
     "KeyRepository",
     "RollupRepository",

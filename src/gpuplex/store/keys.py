@@ -17,6 +17,7 @@ from sqlalchemy import Engine, func, or_, select
 from sqlalchemy.orm import Session
 
 from gpuplex.core.serve.keys import KEY_SCHEME, key_hash
+from gpuplex.core.spec.rate_limits import RateLimits
 from gpuplex.errors import NotFoundError
 from gpuplex.store import credentials
 from gpuplex.store.audit import append_audit
@@ -35,15 +36,6 @@ KeyState = CredentialState
 
 
 @dataclass(frozen=True, slots=True)
-class KeyLimits:
-    """A key's own limits, on top of its tenant's; None: no limit of that kind on the key."""
-
-    requests_per_min: int | None = None
-    tokens_per_min: int | None = None
-    concurrent_requests: int | None = None
-
-
-@dataclass(frozen=True, slots=True)
 class ApiKey:
     """What may be shown about a key: everything but the secret and its hash."""
 
@@ -54,13 +46,7 @@ class ApiKey:
     created_at: datetime  # timezone-aware UTC, as are the others
     expires_at: datetime | None
     revoked_at: datetime | None
-    requests_per_min: int | None = None
-    tokens_per_min: int | None = None
-    concurrent_requests: int | None = None
-
-    @property
-    def limits(self) -> KeyLimits:
-        return KeyLimits(self.requests_per_min, self.tokens_per_min, self.concurrent_requests)
+    limits: RateLimits  # the key's own, on top of its tenant's
 
     def state(self, now: datetime) -> KeyState:
         return credential_state(self.revoked_at, self.expires_at, now)
@@ -92,7 +78,7 @@ class KeyRepository:
         name: str,
         models: Sequence[str],
         expires_at: datetime | None,
-        limits: KeyLimits,
+        limits: RateLimits,
         now: datetime,
         actor: str,
     ) -> tuple[str, ApiKey]:
@@ -110,9 +96,7 @@ class KeyRepository:
                 created_at=now,
                 expires_at=expires_at,
                 revoked_at=None,
-                requests_per_min=limits.requests_per_min,
-                tokens_per_min=limits.tokens_per_min,
-                concurrent_requests=limits.concurrent_requests,
+                **limit_columns(limits),
             )
             session.add(row)
             session.flush()  # the insert first: it takes the write lock
@@ -192,9 +176,20 @@ def _api_key(row: ApiKeyRow) -> ApiKey:
         created_at=row.created_at,
         expires_at=row.expires_at,
         revoked_at=row.revoked_at,
-        requests_per_min=row.requests_per_min,
-        tokens_per_min=row.tokens_per_min,
-        concurrent_requests=row.concurrent_requests,
+        limits=row_limits(row),
+    )
+
+
+def limit_columns(limits: RateLimits) -> dict[str, int | None]:
+    """The `api_keys` columns that hold a key's limits: one per `RateLimits` field, same name."""
+    return limits.model_dump()
+
+
+def row_limits(row: ApiKeyRow) -> RateLimits:
+    """A key's limits from its row; not checked again (a key made before a bound existed still
+    loads, and the gateway reads every key at every change)."""
+    return RateLimits.model_construct(
+        **{name: getattr(row, name) for name in RateLimits.model_fields}
     )
 
 
@@ -204,7 +199,5 @@ def _audit_detail(key: ApiKey) -> dict[str, Any]:
         "name": key.name,
         "models": list(key.models),
         "expires_at": iso_or_none(key.expires_at),
-        "requests_per_min": key.requests_per_min,
-        "tokens_per_min": key.tokens_per_min,
-        "concurrent_requests": key.concurrent_requests,
+        **limit_columns(key.limits),
     }

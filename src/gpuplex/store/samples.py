@@ -4,36 +4,19 @@ sampler (or the simulator) saw it. Appended in batches; read back by time window
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
 from datetime import datetime
-from typing import Literal, get_args
 
 from sqlalchemy import Engine, delete, func, insert, select
 from sqlalchemy.orm import Session
 
+from gpuplex.core.meter import SAMPLE_SOURCES, GpuSample, SampleSource
 from gpuplex.errors import StoreError
 from gpuplex.store.columns import aware_utc
 from gpuplex.store.db import store_errors
 from gpuplex.store.tables import GpuSampleRow
 
-SampleSource = Literal["nvml", "sim", "dcgm"]
-SAMPLE_SOURCES: tuple[SampleSource, ...] = get_args(SampleSource)
 ReplicaKey = tuple[str, str, int]  # tenant, workload, replica
 ReplicaUsage = tuple[int, float | None]  # memory used (MiB), utilization (%)
-
-
-@dataclass(frozen=True, slots=True)
-class GpuSample:
-    at: datetime  # timezone-aware UTC
-    node: str
-    gpu_index: int
-    tenant: str
-    workload: str
-    replica: int
-    memory_used_mib: int
-    utilization_percent: float | None  # None where the source cannot attribute it
-    source: SampleSource
-    gpu_uuid: str | None = None
 
 
 class SampleRepository:
@@ -42,10 +25,7 @@ class SampleRepository:
 
     def append(self, samples: Sequence[GpuSample]) -> int:
         """Store a batch in one transaction; returns how many were stored."""
-        for sample in samples:
-            if sample.source not in SAMPLE_SOURCES:
-                raise ValueError(f"unknown sample source {sample.source!r}: use nvml, sim or dcgm")
-        rows = [asdict(sample) | {"at": aware_utc(sample.at)} for sample in samples]
+        rows = [_row_values(sample) for sample in samples]
         if not rows:
             return 0
         with store_errors(self._engine), self._engine.begin() as connection:
@@ -112,6 +92,22 @@ def _source(value: str) -> SampleSource:
         if value == source:
             return source
     raise StoreError(f"a GPU sample has the unknown source {value!r}")
+
+
+def _row_values(sample: GpuSample) -> dict[str, object]:
+    """A sample as its gpu_samples row (every field but `gpu_model`, which metering fills in)."""
+    return {
+        "at": aware_utc(sample.at),
+        "node": sample.node,
+        "gpu_index": sample.gpu_index,
+        "gpu_uuid": sample.gpu_uuid,
+        "tenant": sample.tenant,
+        "workload": sample.workload,
+        "replica": sample.replica,
+        "memory_used_mib": sample.memory_used_mib,
+        "utilization_percent": sample.utilization_percent,
+        "source": sample.source,
+    }
 
 
 def _sample(row: GpuSampleRow) -> GpuSample:

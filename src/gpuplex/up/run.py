@@ -21,7 +21,7 @@ from gpuplex.clock import now_s, sleep_s, utc_now
 from gpuplex.consoles import stderr_console
 from gpuplex.core.access import Role
 from gpuplex.core.serve.routes import route_table
-from gpuplex.core.spec import GpuplexSpec
+from gpuplex.core.spec import GpuplexSpec, RateLimits
 from gpuplex.errors import GatewayError, GpuplexError, HostActionError, HostBusyError
 from gpuplex.host import session
 from gpuplex.host.driver import GpuDriver
@@ -40,7 +40,6 @@ from gpuplex.settings import (
     take_metrics_token,
 )
 from gpuplex.specfile import load_spec_file
-from gpuplex.store import KeyLimits
 from gpuplex.store.db import open_store
 from gpuplex.up import children, lifecycle, readiness
 from gpuplex.up.banner import DemoKey, UpBanner, print_banner
@@ -226,7 +225,7 @@ def _demo_credentials(
         if not models:
             continue
         secret, _ = ctx.keys.create(
-            tenant.name, DEMO_NAME, [], None, KeyLimits(), now, actor="gpuplex up"
+            tenant.name, DEMO_NAME, [], None, RateLimits(), now, actor="gpuplex up"
         )
         keys.append(DemoKey(tenant.name, models, secret))
     viewer_tenant = keys[0].tenant if keys else None

@@ -9,11 +9,12 @@ import threading
 from collections.abc import Callable
 from datetime import datetime
 
+from gpuplex.core.meter import GpuSample, SampleSource
 from gpuplex.host.driver import GpuDriver
 from gpuplex.host.observe import snapshot
 from gpuplex.host.state import StateDir
 from gpuplex.retry import run_pass
-from gpuplex.store.samples import GpuSample, SampleRepository, SampleSource
+from gpuplex.store.samples import SampleRepository
 
 log = logging.getLogger("gpuplex.up.sampler")
 

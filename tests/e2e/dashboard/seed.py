@@ -16,6 +16,7 @@ from gpuplex.core.meter import (
     GPU_SECONDS,
     PROMPT_TOKENS,
     REQUESTS,
+    GpuSample,
     MeterLine,
     MeterWindow,
     PlanInterval,
@@ -27,7 +28,7 @@ from gpuplex.host.state import Event, StateDir
 from gpuplex.specfile import load_spec_file
 from gpuplex.store.db import open_store
 from gpuplex.store.rollups import RollupRepository
-from gpuplex.store.samples import GpuSample, SampleRepository
+from gpuplex.store.samples import SampleRepository
 
 HOURS = 24
 SERVING = {"northwind": 900, "contoso": 400, "hobbyists": 45}  # requests per hour at the peak

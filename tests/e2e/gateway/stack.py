@@ -21,8 +21,9 @@ from pathlib import Path
 import httpx
 import pytest
 
+from gpuplex.core.spec import RateLimits
 from gpuplex.store.db import open_store
-from gpuplex.store.keys import KeyLimits, KeyRepository
+from gpuplex.store.keys import KeyRepository
 from gpuplex.store.usage import UsageRepository
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -215,7 +216,11 @@ class Stack:
             name="test",
             models=list(models),
             expires_at=expires_at,
-            limits=KeyLimits(limits.get("rpm"), limits.get("tpm"), limits.get("concurrency")),
+            limits=RateLimits(
+                requests_per_min=limits.get("rpm"),
+                tokens_per_min=limits.get("tpm"),
+                concurrent_requests=limits.get("concurrency"),
+            ),
             now=datetime.now(UTC),
             actor="test",
         )

@@ -11,7 +11,7 @@ import pytest
 
 from gpuplex.errors import KubeApiError, KubeForbidden, KubeRenderError, KubeUnreachable
 from gpuplex.kube.apply import ClientTransport, connect
-from gpuplex.kube.diff import Action, ObjectChange
+from gpuplex.kube.diff import ObjectAction, ObjectChange
 from gpuplex.kube.naming import PLAN_SET, SELF_SET, metadata
 from gpuplex.kube.sync import NODE_MISSING, apply_set, diff_set
 from tests.integration.kube import objects
@@ -29,7 +29,7 @@ PATCHES = [
 ]
 
 
-def actions(changes: list[ObjectChange]) -> dict[str, Action]:
+def actions(changes: list[ObjectChange]) -> dict[str, ObjectAction]:
     return {change.object_id: change.action for change in changes}
 
 
@@ -55,11 +55,11 @@ def test_server_side_apply_sends_each_object_in_order_as_field_manager_gpuplex(
         assert request.body == manifest  # the whole object, sent as written
     assert seen == changes
     assert actions(changes) == {
-        "Namespace/gpuplex-acme": Action.CREATE,
-        "PriorityClass/gpuplex-priority-100": Action.CREATE,
-        "Node/gpu-a": Action.CHANGE,  # the node exists: only labelled and tainted
-        "ConfigMap/gpuplex-acme/gpuplex-settings": Action.CREATE,
-        "Deployment/gpuplex-acme/chat": Action.CREATE,
+        "Namespace/gpuplex-acme": ObjectAction.CREATE,
+        "PriorityClass/gpuplex-priority-100": ObjectAction.CREATE,
+        "Node/gpu-a": ObjectAction.CHANGE,  # the node exists: only labelled and tainted
+        "ConfigMap/gpuplex-acme/gpuplex-settings": ObjectAction.CREATE,
+        "Deployment/gpuplex-acme/chat": ObjectAction.CREATE,
     }
     live_node = api.get("v1", "Node", "gpu-a")
     assert live_node["metadata"]["labels"]["pool.gpuplex.dev/serve"] == "true"
@@ -82,7 +82,7 @@ def test_a_second_apply_reports_every_object_unchanged_and_prunes_nothing(
 
     changes = apply_set(transport, objects.plan_set(), PLAN_SET)
 
-    assert set(actions(changes).values()) == {Action.UNCHANGED}
+    assert set(actions(changes).values()) == {ObjectAction.UNCHANGED}
     assert not [r for r in api.requests if r.method == "DELETE"]
     after = {key: obj["metadata"]["resourceVersion"] for key, obj in api.objects.items()}
     assert after == before  # nothing changed, so the server wrote nothing
@@ -117,7 +117,7 @@ def test_prune_lists_every_kind_by_the_sets_labels_and_deletes_only_what_is_no_l
         "/apis/apps/v1/namespaces/gpuplex-acme/deployments/chat",
     ]
     assert all(r.query == {"propagationPolicy": ["Background"]} for r in deletes)
-    pruned = {c.object_id for c in changes if c.action is Action.PRUNE}
+    pruned = {c.object_id for c in changes if c.action is ObjectAction.PRUNE}
     assert pruned == {
         "ConfigMap/gpuplex-acme/gpuplex-old",
         "Deployment/gpuplex-acme/chat",
@@ -132,7 +132,7 @@ def test_no_prune_deletes_nothing_and_lists_nothing(
 ) -> None:
     api.put(objects.config_map("gpuplex-old", {"a": "1"}))
     changes = apply_set(transport, [objects.namespace()], PLAN_SET, prune=False)
-    assert actions(changes) == {"Namespace/gpuplex-acme": Action.CREATE}
+    assert actions(changes) == {"Namespace/gpuplex-acme": ObjectAction.CREATE}
     assert [r.method for r in api.requests] == ["GET", "PATCH"]  # read, then applied
 
 
@@ -151,9 +151,9 @@ def test_server_dry_run_sends_dry_run_all_everywhere_and_changes_nothing(
     assert api.objects == before
     by_id = {change.object_id: change for change in changes}
     # the namespace is not really created, so the server refuses what goes in it: not an error
-    assert by_id["ConfigMap/gpuplex-acme/gpuplex-settings"].action is Action.CREATE
+    assert by_id["ConfigMap/gpuplex-acme/gpuplex-settings"].action is ObjectAction.CREATE
     assert "dry run could not check" in by_id["ConfigMap/gpuplex-acme/gpuplex-settings"].note
-    assert by_id["ConfigMap/default/gpuplex-old"].action is Action.PRUNE
+    assert by_id["ConfigMap/default/gpuplex-old"].action is ObjectAction.PRUNE
 
 
 def test_a_node_not_in_the_cluster_is_skipped_never_created(
@@ -161,7 +161,7 @@ def test_a_node_not_in_the_cluster_is_skipped_never_created(
 ) -> None:
     changes = apply_set(transport, [objects.node("gpu-missing")], PLAN_SET, prune=False)
 
-    assert changes == [ObjectChange("Node/gpu-missing", Action.SKIP, note=NODE_MISSING)]
+    assert changes == [ObjectChange("Node/gpu-missing", ObjectAction.SKIP, note=NODE_MISSING)]
     assert [(r.method, r.path) for r in api.requests] == [("GET", "/api/v1/nodes/gpu-missing")]
 
 
@@ -173,9 +173,9 @@ def test_custom_resources_without_their_definition_are_skipped(
         changes = apply_set(t, self_set, SELF_SET)
         assert diff_set(t, self_set, SELF_SET)[1] == changes[1]
     by_id = {change.object_id: change for change in changes}
-    assert by_id["Namespace/gpuplex-acme"].action is Action.CREATE
+    assert by_id["Namespace/gpuplex-acme"].action is ObjectAction.CREATE
     skipped = by_id["ServiceMonitor/gpuplex-acme/gpuplex-server"]
-    assert skipped.action is Action.SKIP
+    assert skipped.action is ObjectAction.SKIP
     assert "does not serve monitoring.coreos.com/v1 servicemonitors" in skipped.note
     assert "Prometheus operator" in skipped.note
 
@@ -310,13 +310,15 @@ def test_diff_reads_each_object_dry_runs_its_apply_and_writes_nothing(
     assert all(r.query.get("dryRun") == ["All"] for r in api.writes())
     assert not [r for r in api.requests if r.method == "DELETE"]
     by_id = {change.object_id: change for change in changes}
-    assert by_id["Namespace/gpuplex-acme"].action is Action.UNCHANGED  # server defaults ignored
-    assert by_id["PriorityClass/gpuplex-priority-100"].action is Action.UNCHANGED
+    assert (
+        by_id["Namespace/gpuplex-acme"].action is ObjectAction.UNCHANGED
+    )  # server defaults ignored
+    assert by_id["PriorityClass/gpuplex-priority-100"].action is ObjectAction.UNCHANGED
     assert by_id["ConfigMap/gpuplex-acme/gpuplex-settings"].fields == ("data.mode",)
     assert by_id["Deployment/gpuplex-acme/chat"].fields == ("spec.replicas",)
     assert by_id["Node/gpu-a"].fields == ('metadata.labels["pool.gpuplex.dev/train"]',)
-    assert by_id["ConfigMap/gpuplex-acme/gpuplex-new"].action is Action.CREATE
-    assert by_id["ConfigMap/gpuplex-acme/gpuplex-old"].action is Action.PRUNE
+    assert by_id["ConfigMap/gpuplex-acme/gpuplex-new"].action is ObjectAction.CREATE
+    assert by_id["ConfigMap/gpuplex-acme/gpuplex-old"].action is ObjectAction.PRUNE
     # a created object is not dry-run applied: there is nothing live to compare it with
     new_path = "/api/v1/namespaces/gpuplex-acme/configmaps/gpuplex-new"
     assert [r.method for r in api.requests if r.path == new_path] == ["GET"]
@@ -324,7 +326,7 @@ def test_diff_reads_each_object_dry_runs_its_apply_and_writes_nothing(
 
 def test_diff_of_a_missing_node_skips_it(api: FakeKubeApi, transport: ClientTransport) -> None:
     changes = diff_set(transport, [objects.node("gpu-z")], PLAN_SET)
-    assert changes == [ObjectChange("Node/gpu-z", Action.SKIP, note=NODE_MISSING)]
+    assert changes == [ObjectChange("Node/gpu-z", ObjectAction.SKIP, note=NODE_MISSING)]
 
 
 def test_a_closed_port_is_unreachable_with_the_address(tmp_path: Path) -> None:

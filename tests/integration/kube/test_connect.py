@@ -12,7 +12,7 @@ import pytest
 
 from gpuplex.errors import KubeUnreachable
 from gpuplex.kube.apply import connect
-from gpuplex.kube.diff import Action
+from gpuplex.kube.diff import ObjectAction
 from gpuplex.kube.naming import PLAN_SET
 from gpuplex.kube.sync import apply_set
 from tests.integration.kube import objects
@@ -69,7 +69,7 @@ def test_the_clusters_ca_in_the_kubeconfig_is_trusted(
         config = write_kubeconfig(tmp_path / "kc", api.url, ca=certificate[0])
         with connect(config) as client:
             changes = apply_set(client, [objects.namespace()], PLAN_SET, prune=False)
-    assert [change.action for change in changes] == [Action.CREATE]
+    assert [change.action for change in changes] == [ObjectAction.CREATE]
     assert api.requests[0].authorization == f"Bearer {TOKEN}"
 
 
@@ -91,5 +91,5 @@ def test_inside_a_pod_the_service_account_is_used(
             assert client.source == "the pod's service account"
             assert client.address == api.url
             changes = apply_set(client, [objects.namespace()], PLAN_SET, prune=False)
-    assert [change.action for change in changes] == [Action.CREATE]
+    assert [change.action for change in changes] == [ObjectAction.CREATE]
     assert api.requests[0].authorization == "bearer pod-token"  # as the client writes it

@@ -24,7 +24,7 @@ from gpuplex.core.plan import make_plan
 from gpuplex.errors import KubeApiError, KubeForbidden, KubeRetryLater
 from gpuplex.kube.api import JSON_PATCH
 from gpuplex.kube.apply import ClientTransport, connect
-from gpuplex.kube.diff import Action
+from gpuplex.kube.diff import ObjectAction
 from gpuplex.kube.naming import PLAN_SET, SELF_SET, Manifest, metadata
 from gpuplex.kube.render import render_plan, render_self
 from gpuplex.kube.self_manifests import SelfOptions, reconciler_rules
@@ -152,7 +152,7 @@ def test_without_the_prometheus_operator_self_apply_diff_and_dry_run_skip_with_t
             apply_set(client, self_set, SELF_SET),
             diff_set(client, self_set, SELF_SET),
         ):
-            skipped = [c for c in changes if c.action is Action.SKIP]
+            skipped = [c for c in changes if c.action is ObjectAction.SKIP]
             assert {c.object_id.split("/")[0] for c in skipped} == {"ServiceMonitor"}
             assert all("Prometheus operator" in c.note for c in skipped)
 
@@ -174,7 +174,7 @@ def test_re_adding_a_tenant_whose_namespace_is_terminating_says_retry_later(
     assert f"namespace {NS} is still being deleted" in caught.value.message
     assert "forbidden" not in caught.value.message
     api.finish_deletions()
-    assert {c.action for c in apply_set(transport, tenant, PLAN_SET)} == {Action.CREATE}
+    assert {c.action for c in apply_set(transport, tenant, PLAN_SET)} == {ObjectAction.CREATE}
 
 
 # --- 3. a Job's template ------------------------------------------------------------------------
@@ -188,9 +188,9 @@ def test_a_changed_job_template_is_a_recreate_in_diff_and_one_line_in_apply(
     [change] = [
         c
         for c in diff_set(transport, [objects.namespace(), job("2")], PLAN_SET)
-        if c.action is not Action.UNCHANGED
+        if c.action is not ObjectAction.UNCHANGED
     ]
-    assert change.action is Action.RECREATE
+    assert change.action is ObjectAction.RECREATE
     assert change.fields == ("spec.template.spec.containers[0].env[0].value",)
     assert "needs delete and re-create" in change.note
     with pytest.raises(KubeApiError) as caught:
@@ -292,7 +292,7 @@ def test_gpu_fields_another_manager_added_show_in_diff_and_apply_removes_them(
     apply_set(transport, wanted, PLAN_SET)
     _patch_gpu(api)
 
-    [change] = [c for c in diff_set(transport, wanted, PLAN_SET) if c.action is Action.CHANGE]
+    [change] = [c for c in diff_set(transport, wanted, PLAN_SET) if c.action is ObjectAction.CHANGE]
 
     prefix = "spec.template.spec"
     assert change.fields == (
@@ -304,7 +304,7 @@ def test_gpu_fields_another_manager_added_show_in_diff_and_apply_removes_them(
 
     applied = {c.object_id: c for c in apply_set(transport, wanted, PLAN_SET)}
 
-    assert applied["Deployment/gpuplex-acme/chat"].action is Action.CHANGE
+    assert applied["Deployment/gpuplex-acme/chat"].action is ObjectAction.CHANGE
     [removal] = [r for r in api.requests if r.content_type == JSON_PATCH]
     assert removal.query == {"fieldManager": ["gpuplex"]}
     assert removal.body[0] == {
@@ -317,7 +317,7 @@ def test_gpu_fields_another_manager_added_show_in_diff_and_apply_removes_them(
     assert pod["containers"][0]["resources"]["limits"] == {"nvidia.com/mig-3g.40gb": "1"}
     assert "nodeSelector" not in pod or not pod["nodeSelector"]
     assert "tolerations" not in pod
-    assert {c.action for c in diff_set(transport, wanted, PLAN_SET)} == {Action.UNCHANGED}
+    assert {c.action for c in diff_set(transport, wanted, PLAN_SET)} == {ObjectAction.UNCHANGED}
 
 
 def test_a_dry_run_apply_removes_nothing(api: FakeKubeApi, transport: ClientTransport) -> None:
@@ -327,7 +327,7 @@ def test_a_dry_run_apply_removes_nothing(api: FakeKubeApi, transport: ClientTran
     before = copy.deepcopy(api.objects)
     changes = apply_set(transport, wanted, PLAN_SET, dry_run=True)
     assert api.objects == before
-    assert [c.action for c in changes] == [Action.UNCHANGED, Action.CHANGE]
+    assert [c.action for c in changes] == [ObjectAction.UNCHANGED, ObjectAction.CHANGE]
 
 
 # --- 6. a second apply ------------------------------------------------------------------------
@@ -339,8 +339,8 @@ def test_an_apply_reports_changed_with_the_fields_and_unchanged_from_the_server(
     apply_set(transport, [objects.namespace(), objects.deployment()], PLAN_SET)
     changes = apply_set(transport, [objects.namespace(), objects.deployment(replicas=3)], PLAN_SET)
     assert [(c.action, c.fields) for c in changes] == [
-        (Action.UNCHANGED, ()),
-        (Action.CHANGE, ("spec.replicas",)),
+        (ObjectAction.UNCHANGED, ()),
+        (ObjectAction.CHANGE, ("spec.replicas",)),
     ]
 
 

@@ -11,7 +11,7 @@ from typer.testing import CliRunner
 from gpuplex.cli.main import app
 from gpuplex.core.plan import make_plan
 from gpuplex.kube.apply import ClientTransport
-from gpuplex.kube.diff import Action
+from gpuplex.kube.diff import ObjectAction
 from gpuplex.kube.naming import PLAN_SET, SELF_SET
 from gpuplex.kube.render import render_plan, render_self
 from gpuplex.kube.self_manifests import SelfOptions
@@ -39,12 +39,14 @@ def test_both_sets_apply_then_diff_clean_and_never_prune_each_other(
     applied = apply_set(transport, plan_set, PLAN_SET)
     applied_self = apply_set(transport, self_set, SELF_SET)
 
-    assert {c.action for c in applied} <= {Action.CREATE, Action.CHANGE}
-    assert {c.action for c in applied_self} == {Action.CREATE}
-    nodes = {c.object_id for c in applied if c.action is Action.CHANGE}  # labelled and tainted
+    assert {c.action for c in applied} <= {ObjectAction.CREATE, ObjectAction.CHANGE}
+    assert {c.action for c in applied_self} == {ObjectAction.CREATE}
+    nodes = {
+        c.object_id for c in applied if c.action is ObjectAction.CHANGE
+    }  # labelled and tainted
     assert nodes == {f"Node/{node.name}" for node in spec.fleet.nodes}
-    assert {c.action for c in diff_set(transport, plan_set, PLAN_SET)} == {Action.UNCHANGED}
-    assert {c.action for c in diff_set(transport, self_set, SELF_SET)} == {Action.UNCHANGED}
+    assert {c.action for c in diff_set(transport, plan_set, PLAN_SET)} == {ObjectAction.UNCHANGED}
+    assert {c.action for c in diff_set(transport, self_set, SELF_SET)} == {ObjectAction.UNCHANGED}
     assert not [r for r in api.requests if r.method == "DELETE"]
 
 

@@ -8,8 +8,9 @@ from datetime import UTC, datetime
 import pytest
 from sqlalchemy import Engine
 
+from gpuplex.core.spec import RateLimits
 from gpuplex.errors import StoreValueRefused
-from gpuplex.store.keys import KeyLimits, KeyRepository
+from gpuplex.store.keys import KeyRepository
 from tests.integration.server.conftest import TENANT_A, Api, error_of
 
 
@@ -42,9 +43,9 @@ def test_a_value_the_store_refuses_is_an_input_error_where_the_database_refuses_
     keys = KeyRepository(engine)
     now = datetime(2026, 3, 1, tzinfo=UTC)
     if engine.dialect.name != "postgresql":
-        keys.create(TENANT_A, "nul\x00ok here", [], None, KeyLimits(), now, "suite")
+        keys.create(TENANT_A, "nul\x00ok here", [], None, RateLimits(), now, "suite")
         return
     with pytest.raises(StoreValueRefused) as refused:
-        keys.create(TENANT_A, "nul\x00", [], None, KeyLimits(), now, "suite")
+        keys.create(TENANT_A, "nul\x00", [], None, RateLimits(), now, "suite")
     assert refused.value.code.value == "store_value_refused"
     assert "NUL" in refused.value.message

@@ -6,7 +6,10 @@ from __future__ import annotations
 
 from datetime import timedelta
 
+import pytest
+
 from gpuplex.core.serve.keys import key_matches
+from gpuplex.core.spec import RateLimits
 from tests.integration.server.conftest import TENANT_A, TENANT_B, Api, error_of
 
 
@@ -36,6 +39,31 @@ def test_a_created_key_is_shown_once_and_authenticates_against_the_active_record
     assert record.key.tenant == TENANT_A
     assert key_matches(record.key_hash, secret)
     assert not key_matches(record.key_hash, secret[:-1] + ("x" if secret[-1] != "x" else "y"))
+
+
+def test_a_keys_own_limits_reach_the_store_as_given(api: Api) -> None:
+    limits = {"requests_per_min": 60, "tokens_per_min": 10**12, "concurrent_requests": 3}
+    reply = api.post(f"/tenants/{TENANT_A}/keys", "a-admin", json={"name": "ci", **limits})
+    assert reply.status_code == 201, reply.text
+    [key] = api.ctx.keys.list(TENANT_A)
+    assert key.limits == RateLimits.model_validate(limits)
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("requests_per_min", 0),
+        ("tokens_per_min", 10**12 + 1),
+        ("concurrent_requests", True),
+        ("requests_per_min", "60"),
+        ("tokens_per_min", 1.5),
+    ],
+)
+def test_a_limit_rate_limits_refuses_is_422_naming_it(api: Api, field: str, value: object) -> None:
+    reply = api.post(f"/tenants/{TENANT_A}/keys", "a-admin", json={field: value})
+    assert reply.status_code == 422, reply.text
+    assert error_of(reply)["field"] == field
+    assert api.ctx.keys.list(TENANT_A) == []
 
 
 def test_a_key_for_a_model_the_tenant_does_not_serve_is_422_naming_models(api: Api) -> None:

@@ -17,8 +17,9 @@ from typing import Any
 import httpx2
 import pytest
 
+from gpuplex.core.meter import GpuSample
+from gpuplex.core.spec import RateLimits
 from gpuplex.host.state import Event, StateDir
-from gpuplex.store import GpuSample, KeyLimits
 from tests.integration.server.conftest import (
     NO_TENANT,
     SPEC_YAML,
@@ -64,7 +65,7 @@ def fleet(admin: int, a_admin: int, a_viewer: int) -> dict[tuple[str, str], int]
 
 
 def _key_of(api: Api, tenant: str) -> str:
-    _, key = api.ctx.keys.create(tenant, "victim", [], None, KeyLimits(), api.clock(), "suite")
+    _, key = api.ctx.keys.create(tenant, "victim", [], None, RateLimits(), api.clock(), "suite")
     return key.prefix
 
 
@@ -234,7 +235,17 @@ def _seed_other_tenants(api: Api) -> None:
     host.append_event(Event(at=T0, kind="started", target=f"{TENANT_A}/chat#0", message="ok"))
     api.ctx.samples.append(
         [
-            GpuSample(T0, "node-one", 0, tenant, workload, 0, 1000, 50.0, "sim")
+            GpuSample(
+                at=T0,
+                node="node-one",
+                gpu_index=0,
+                tenant=tenant,
+                workload=workload,
+                replica=0,
+                memory_used_mib=1000,
+                utilization_percent=50.0,
+                source="sim",
+            )
             for tenant, workload in ((TENANT_A, "chat"), (TENANT_B, "embed"))
         ]
     )

@@ -9,8 +9,8 @@ from datetime import timedelta
 
 import pytest
 
+from gpuplex.core.meter import GpuSample
 from gpuplex.host.state import Event, StateDir
-from gpuplex.store import GpuSample
 from tests.integration.server.conftest import (
     NO_TENANT,
     SPEC_YAML,

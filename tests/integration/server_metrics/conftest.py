@@ -15,6 +15,7 @@ from fastapi.testclient import TestClient
 from prometheus_client.parser import text_string_to_metric_families
 from sqlalchemy import Engine
 
+from gpuplex.core.meter import GpuSample
 from gpuplex.core.plan import Placement
 from gpuplex.core.serve.usage import UsageRecord
 from gpuplex.revision import AppliedRevision
@@ -24,7 +25,6 @@ from gpuplex.server.metrics.collector import SPEND_THREAD
 from gpuplex.server.metrics.endpoint import LOOPBACK_NETWORKS
 from gpuplex.server.spec_apply import apply
 from gpuplex.store.db import open_store
-from gpuplex.store.samples import GpuSample
 from tests.integration.store.conftest import postgres_dsn, store_url  # noqa: F401 (fixtures)
 
 EXAMPLE = Path(__file__).parents[3] / "examples" / "saas-single-server.yaml"

@@ -12,11 +12,12 @@ from decimal import Decimal
 import pytest
 from sqlalchemy import Engine, text
 
+from gpuplex.core.spec import RateLimits
 from gpuplex.store.audit import AuditLog, verify_audit
 from gpuplex.store.audit_chain import GENESIS_HASH
 from gpuplex.store.budgets import BudgetRepository
 from gpuplex.store.db import open_store
-from gpuplex.store.keys import KeyLimits, KeyRepository
+from gpuplex.store.keys import KeyRepository
 from gpuplex.store.spec_revisions import SpecRevisions
 from gpuplex.store.tokens import TokenRepository
 
@@ -29,7 +30,9 @@ def scripted_changes(engine: Engine) -> list[str]:
     keys, tokens = KeyRepository(engine), TokenRepository(engine)
     specs, budgets = SpecRevisions(engine), BudgetRepository(engine)
     at = iter(T0 + timedelta(seconds=n) for n in range(100))
-    key, api_key = keys.create("acme", "ci", ["chat"], None, KeyLimits(60), next(at), "alice")
+    key, api_key = keys.create(
+        "acme", "ci", ["chat"], None, RateLimits(requests_per_min=60), next(at), "alice"
+    )
     keys.revoke(api_key.prefix, next(at), "alice")
     token, admin = tokens.create("ops", "platform-admin", None, None, next(at), "root")
     viewer_token, viewer = tokens.create("acme-ro", "tenant-viewer", "acme", None, next(at), "ops")
@@ -160,7 +163,7 @@ def test_an_empty_log_verifies(engine: Engine) -> None:
 
 def test_a_rolled_back_append_leaves_the_chain_intact(engine: Engine) -> None:
     keys = KeyRepository(engine)
-    _, key = keys.create("acme", "", [], None, KeyLimits(), T0, "tester")
+    _, key = keys.create("acme", "", [], None, RateLimits(), T0, "tester")
     with pytest.raises(ValueError, match="naive"):
         keys.revoke(key.prefix, T0.replace(tzinfo=None), "tester")
     keys.revoke(key.prefix, T0, "tester")
@@ -175,7 +178,7 @@ def test_concurrent_writers_on_separate_engines_keep_one_chain(store_url: str) -
         try:
             keys, tokens = KeyRepository(engine), TokenRepository(engine)
             for n in range(8):
-                _, key = keys.create(f"t{index}", "", [], None, KeyLimits(), T0, "w")
+                _, key = keys.create(f"t{index}", "", [], None, RateLimits(), T0, "w")
                 tokens.create(f"tok{n}", "tenant-admin", f"t{index}", None, T0, "w")
                 keys.revoke(key.prefix, T0, "w")
         except BaseException as error:  # re-raised in the test's thread

@@ -15,8 +15,9 @@ from sqlalchemy import text
 from typer.testing import CliRunner, Result
 
 from gpuplex.cli.audit import audit_app
+from gpuplex.core.spec import RateLimits
 from gpuplex.store.db import open_store
-from gpuplex.store.keys import KeyLimits, KeyRepository
+from gpuplex.store.keys import KeyRepository
 from gpuplex.store.tokens import TokenRepository
 
 T0 = datetime(2025, 3, 1, 12, 0, tzinfo=UTC)
@@ -36,9 +37,9 @@ def some_changes(store_url: str) -> list[int]:
     engine = open_store(store_url)
     try:
         keys, tokens = KeyRepository(engine), TokenRepository(engine)
-        _, key = keys.create("acme", "ci", [], None, KeyLimits(), T0, "alice")
+        _, key = keys.create("acme", "ci", [], None, RateLimits(), T0, "alice")
         keys.revoke(key.prefix, T0 + timedelta(minutes=1), "alice")
-        keys.create("globex", "", [], None, KeyLimits(), T0 + timedelta(minutes=2), "bob")
+        keys.create("globex", "", [], None, RateLimits(), T0 + timedelta(minutes=2), "bob")
         _, token = tokens.create("ro", "tenant-viewer", "acme", None, T0, "root")
         tokens.revoke(token.prefix, T0 + timedelta(minutes=3), "root")
         with engine.connect() as connection:

@@ -85,7 +85,11 @@ def test_create_prints_a_working_key_once_with_a_warning(store_url: str) -> None
     (record,) = active(store_url)
     assert record.key.prefix == key_prefix(token)
     assert key_matches(record.key_hash, token)
-    assert (record.key.tenant, record.key.name, record.key.requests_per_min) == ("bob", "ci", 60)
+    assert (record.key.tenant, record.key.name, record.key.limits.requests_per_min) == (
+        "bob",
+        "ci",
+        60,
+    )
 
 
 def test_create_json_for_scripts(store_url: str) -> None:

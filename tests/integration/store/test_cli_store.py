@@ -10,8 +10,9 @@ import typer
 from typer.testing import CliRunner, Result
 
 from gpuplex.cli.store import store_app
+from gpuplex.core.spec import RateLimits
 from gpuplex.store.db import open_store
-from gpuplex.store.keys import KeyLimits, KeyRepository
+from gpuplex.store.keys import KeyRepository
 from gpuplex.store.migrate import HEAD_REVISION, store_revision
 
 T0 = datetime(2025, 3, 1, 12, 0, tzinfo=UTC)
@@ -36,7 +37,7 @@ def revision_of(store_url: str) -> str | None:
 def test_down_to_the_first_revision_and_up_again_keeps_the_keys(store_url: str) -> None:
     engine = open_store(store_url)
     try:
-        KeyRepository(engine).create("acme", "ci", [], None, KeyLimits(), T0, "alice")
+        KeyRepository(engine).create("acme", "ci", [], None, RateLimits(), T0, "alice")
     finally:
         engine.dispose()
 

@@ -11,9 +11,10 @@ import pytest
 from sqlalchemy import Engine, create_engine, inspect
 
 from gpuplex.core.serve.usage import UsageRecord
+from gpuplex.core.spec import RateLimits
 from gpuplex.errors import ErrorCode, StoreError
 from gpuplex.store.db import open_store
-from gpuplex.store.keys import KeyLimits, KeyRepository
+from gpuplex.store.keys import KeyRepository
 from gpuplex.store.tables import metadata
 from gpuplex.store.usage import UsageRepository
 
@@ -29,7 +30,7 @@ def test_every_table_is_created(engine: Engine) -> None:
 def test_reopening_keeps_what_is_stored(store_url: str) -> None:
     first = open_store(store_url)
     try:
-        KeyRepository(first).create("acme", "", [], None, KeyLimits(), T0, "tester")
+        KeyRepository(first).create("acme", "", [], None, RateLimits(), T0, "tester")
     finally:
         first.dispose()
     second = open_store(store_url)
@@ -102,7 +103,7 @@ def test_writers_in_parallel_on_separate_engines_all_succeed(store_url: str) -> 
         try:
             keys, usage = KeyRepository(engine), UsageRepository(engine)
             for n in range(15):
-                _, key = keys.create(f"t{index}", "", [], None, KeyLimits(), T0, "tester")
+                _, key = keys.create(f"t{index}", "", [], None, RateLimits(), T0, "tester")
                 usage.insert_many([_usage(f"{index}-{n}-{m}", key.prefix) for m in range(5)])
                 if n % 3 == 0:
                     keys.revoke(key.prefix, T0, "tester")

@@ -10,12 +10,14 @@ import pytest
 from sqlalchemy import Engine, text
 
 from gpuplex.core.serve.keys import key_hash, key_matches, key_prefix
+from gpuplex.core.spec import RateLimits
+from gpuplex.core.spec.rate_limits import MAX_TOKENS_PER_MIN
 from gpuplex.errors import NotFoundError, StoreError
 from gpuplex.store.audit import AuditLog
-from gpuplex.store.keys import ApiKey, KeyLimits, KeyRepository
+from gpuplex.store.keys import ApiKey, KeyRepository
 
 T0 = datetime(2025, 3, 1, 12, 0, 0, 123456, tzinfo=UTC)
-NO_LIMITS = KeyLimits()
+NO_LIMITS = RateLimits()
 
 
 def make_key(
@@ -24,7 +26,7 @@ def make_key(
     *,
     models: tuple[str, ...] = (),
     expires_at: datetime | None = None,
-    limits: KeyLimits = NO_LIMITS,
+    limits: RateLimits = NO_LIMITS,
     now: datetime = T0,
 ) -> tuple[str, ApiKey]:
     return keys.create(tenant, f"{tenant}-key", models, expires_at, limits, now, actor="tester")
@@ -32,11 +34,17 @@ def make_key(
 
 def test_create_returns_a_well_formed_key_that_matches_the_stored_hash(engine: Engine) -> None:
     keys = KeyRepository(engine)
-    token, key = make_key(keys, models=("chat", "embed", "chat"), limits=KeyLimits(60, 10_000, 4))
+    token, key = make_key(
+        keys,
+        models=("chat", "embed", "chat"),
+        limits=RateLimits(requests_per_min=60, tokens_per_min=10_000, concurrent_requests=4),
+    )
     assert key_prefix(token) == key.prefix
     assert key.tenant == "acme"
     assert key.models == ("chat", "embed")  # duplicates dropped, order kept
-    assert key.limits == KeyLimits(60, 10_000, 4)
+    assert key.limits == RateLimits(
+        requests_per_min=60, tokens_per_min=10_000, concurrent_requests=4
+    )
     assert key.created_at == T0
     assert key.expires_at is None
     assert key.revoked_at is None
@@ -44,6 +52,28 @@ def test_create_returns_a_well_formed_key_that_matches_the_stored_hash(engine: E
     assert record.key == key
     assert key_matches(record.key_hash, token)
     assert not key_matches(record.key_hash, token[:-1] + ("A" if token[-1] != "A" else "B"))
+
+
+def test_a_keys_limits_are_its_rows_columns_and_come_back_as_given(engine: Engine) -> None:
+    keys = KeyRepository(engine)
+    limits = RateLimits(tokens_per_min=MAX_TOKENS_PER_MIN, concurrent_requests=1)
+    make_key(keys, limits=limits)
+    make_key(keys, "globex")
+    columns = ", ".join(RateLimits.model_fields)
+    with engine.connect() as connection:
+        rows = connection.execute(text(f"SELECT {columns} FROM api_keys ORDER BY id")).all()  # noqa: S608
+    assert [tuple(row) for row in rows] == [(None, MAX_TOKENS_PER_MIN, 1), (None, None, None)]
+    assert [key.limits for key in keys.list()] == [limits, RateLimits()]
+    assert [record.key.limits for record in keys.active_records(T0)] == [limits, RateLimits()]
+
+
+def test_a_key_stored_with_a_limit_past_todays_bound_still_loads(engine: Engine) -> None:
+    keys = KeyRepository(engine)
+    make_key(keys)
+    with engine.begin() as connection:
+        connection.execute(text("UPDATE api_keys SET requests_per_min = :big"), {"big": 10**13})
+    [record] = keys.active_records(T0)
+    assert record.key.limits.requests_per_min == 10**13
 
 
 def test_only_the_hash_is_stored_never_the_secret(engine: Engine) -> None:

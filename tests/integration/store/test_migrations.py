@@ -17,10 +17,11 @@ from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from sqlalchemy import Engine, MetaData, create_engine, inspect, make_url, text
 
+from gpuplex.core.spec import RateLimits
 from gpuplex.errors import StoreError
 from gpuplex.store.audit import AuditLog, verify_audit
 from gpuplex.store.db import open_store
-from gpuplex.store.keys import KeyLimits, KeyRepository
+from gpuplex.store.keys import KeyRepository
 from gpuplex.store.migrate import (
     HEAD_REVISION,
     ISSUE4_REVISION,
@@ -63,7 +64,7 @@ def test_a_new_store_is_migrated_to_head_and_equals_the_orm_tables(engine: Engin
 
 
 def test_upgrade_downgrade_to_base_and_upgrade_again(engine: Engine) -> None:
-    KeyRepository(engine).create("acme", "", [], None, KeyLimits(), T0, "tester")
+    KeyRepository(engine).create("acme", "", [], None, RateLimits(), T0, "tester")
     downgrade_store(engine, ISSUE4_REVISION)
     assert store_revision(engine) == ISSUE4_REVISION
     assert schema_diff(engine, issue4_metadata) == []
@@ -75,7 +76,7 @@ def test_upgrade_downgrade_to_base_and_upgrade_again(engine: Engine) -> None:
     upgrade_store(engine)
     assert store_revision(engine) == HEAD_REVISION
     assert schema_diff(engine, metadata) == []
-    KeyRepository(engine).create("acme", "", [], None, KeyLimits(), T0, "tester")
+    KeyRepository(engine).create("acme", "", [], None, RateLimits(), T0, "tester")
     assert verify_audit(engine).ok
 
 
@@ -122,7 +123,7 @@ def test_an_issue_4_store_is_stamped_upgraded_and_its_audit_log_chained(store_ur
         entries = AuditLog(engine).entries()
         assert [e.tenant for e in entries] == ["acme", "acme", None]
         assert entries[0].at == T0
-        KeyRepository(engine).create("acme", "", [], None, KeyLimits(), T0, "tester")
+        KeyRepository(engine).create("acme", "", [], None, RateLimits(), T0, "tester")
         assert verify_audit(engine).entries_checked == 4
         assert verify_audit(engine).ok
     finally:
@@ -161,10 +162,11 @@ def test_many_processes_open_a_store_at_once(store_url: str, issue4: bool) -> No
     probe = (
         "import sys\n"
         "from gpuplex.store.db import open_store\n"
-        "from gpuplex.store.keys import KeyLimits, KeyRepository\n"
+        "from gpuplex.core.spec import RateLimits\n"
+        "from gpuplex.store.keys import KeyRepository\n"
         "from gpuplex.clock import utc_now\n"
         "engine = open_store(sys.argv[1])\n"
-        "KeyRepository(engine).create('acme', '', [], None, KeyLimits(), utc_now(), 'probe')\n"
+        "KeyRepository(engine).create('acme', '', [], None, RateLimits(), utc_now(), 'probe')\n"
         "engine.dispose()\n"
     )
     openers = [
@@ -196,7 +198,7 @@ def _open_and_write(url: str, start: Any, errors: Any) -> None:
     start.wait()
     try:
         engine = open_store(url)
-        KeyRepository(engine).create("acme", "", [], None, KeyLimits(), T0, "probe")
+        KeyRepository(engine).create("acme", "", [], None, RateLimits(), T0, "probe")
         engine.dispose()
     except Exception as error:  # the round's assertion shows it
         errors.put(f"{type(error).__name__}: {error}")

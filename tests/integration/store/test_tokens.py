@@ -11,9 +11,10 @@ import pytest
 from sqlalchemy import Engine, text
 
 from gpuplex.core.serve.keys import key_hash, key_prefix
+from gpuplex.core.spec import RateLimits
 from gpuplex.errors import NotFoundError, StoreError
 from gpuplex.store.audit import AuditLog
-from gpuplex.store.keys import KeyLimits, KeyRepository
+from gpuplex.store.keys import KeyRepository
 from gpuplex.store.tokens import TokenIdentity, TokenRepository
 
 T0 = datetime(2025, 3, 1, 12, 0, tzinfo=UTC)
@@ -36,7 +37,7 @@ def test_a_new_token_authenticates_as_its_role_and_tenant(engine: Engine) -> Non
 def test_wrong_malformed_and_gateway_tokens_are_refused(engine: Engine) -> None:
     tokens = TokenRepository(engine)
     token, created = tokens.create("ops", "platform-admin", None, None, T0, "root")
-    gateway_key, _ = KeyRepository(engine).create("acme", "", [], None, KeyLimits(), T0, "root")
+    gateway_key, _ = KeyRepository(engine).create("acme", "", [], None, RateLimits(), T0, "root")
     last = token[-1]
     wrong_secret = token[:-1] + ("A" if last != "A" else "B")
     unknown_prefix = token.replace(

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, strategies as st
 
 from gpuplex.kube.diff import (
-    Action,
+    ObjectAction,
     ObjectChange,
     changed_fields,
     comparable,
@@ -99,9 +99,11 @@ def test_compare_against_the_servers_dry_run() -> None:
     changed = live_config_map({"k": "w"})
     object_id = "ConfigMap/gpuplex-acme/settings"
 
-    assert compare(object_id, None, None) == ObjectChange(object_id, Action.CREATE)
-    assert compare(object_id, live, same) == ObjectChange(object_id, Action.UNCHANGED)
-    assert compare(object_id, live, changed) == ObjectChange(object_id, Action.CHANGE, ("data.k",))
+    assert compare(object_id, None, None) == ObjectChange(object_id, ObjectAction.CREATE)
+    assert compare(object_id, live, same) == ObjectChange(object_id, ObjectAction.UNCHANGED)
+    assert compare(object_id, live, changed) == ObjectChange(
+        object_id, ObjectAction.CHANGE, ("data.k",)
+    )
 
 
 def listed(name: str, *, set_name: str | None = PLAN_SET, **meta: Any) -> dict[str, Any]:
@@ -136,21 +138,21 @@ def test_object_keys_of_cluster_scoped_kinds_ignore_a_namespace() -> None:
 
 def test_summary_before_and_after() -> None:
     changes = [
-        ObjectChange("a", Action.CREATE),
-        ObjectChange("b", Action.CREATE),
-        ObjectChange("c", Action.CHANGE, ("data.k",)),
-        ObjectChange("d", Action.UNCHANGED),
-        ObjectChange("e", Action.PRUNE),
-        ObjectChange("f", Action.SKIP, note="not in the cluster"),
+        ObjectChange("a", ObjectAction.CREATE),
+        ObjectChange("b", ObjectAction.CREATE),
+        ObjectChange("c", ObjectAction.CHANGE, ("data.k",)),
+        ObjectChange("d", ObjectAction.UNCHANGED),
+        ObjectChange("e", ObjectAction.PRUNE),
+        ObjectChange("f", ObjectAction.SKIP, note="not in the cluster"),
     ]
     assert summary(changes) == "2 to create, 1 to change, 1 to prune, 1 skipped, 1 unchanged"
     applied = [
-        ObjectChange("a", Action.CREATE),
-        ObjectChange("b", Action.CHANGE),
-        ObjectChange("c", Action.UNCHANGED),
+        ObjectChange("a", ObjectAction.CREATE),
+        ObjectChange("b", ObjectAction.CHANGE),
+        ObjectChange("c", ObjectAction.UNCHANGED),
     ]
     assert summary(applied, done=True) == "1 created, 1 changed, 1 unchanged"
-    assert summary([ObjectChange("j", Action.RECREATE)]) == "1 to re-create"
+    assert summary([ObjectChange("j", ObjectAction.RECREATE)]) == "1 to re-create"
     assert summary([]) == "nothing to apply"
 
 

@@ -17,6 +17,7 @@ from typer.testing import CliRunner
 
 from gpuplex.cli.server import server_command
 from gpuplex.core.catalog import gpu_model
+from gpuplex.core.meter import GpuSample
 from gpuplex.errors import DcgmInputError
 from gpuplex.observe.dcgm import (
     DcgmReading,
@@ -29,7 +30,6 @@ from gpuplex.server.dcgm_attribution import attribute, workload_of_pod
 from gpuplex.server.metrics.dcgm_metrics import DcgmScrapeStats
 from gpuplex.settings import ServerSettings
 from gpuplex.specfile import load_spec_text
-from gpuplex.store.samples import GpuSample
 from tests.unit.observe.dcgm_spec import SPEC_YAML
 
 FIXTURES = Path(__file__).parent / "fixtures"

@@ -12,6 +12,7 @@ import pytest
 from openai.types import Completion, CreateEmbeddingResponse, Model
 from openai.types.chat import ChatCompletion, ChatCompletionChunk
 
+from gpuplex.core.serve.inference import Endpoint
 from gpuplex.core.serve.stream_usage import StreamUsage
 from gpuplex.core.serve.tokens import text_tokens
 from gpuplex.sim.model_replies import (
@@ -22,7 +23,6 @@ from gpuplex.sim.model_replies import (
     stream_events,
 )
 from gpuplex.sim.model_requests import (
-    Endpoint,
     ErrorReply,
     FinishReason,
     GenerationRequest,
@@ -64,15 +64,15 @@ def ok(endpoint: Endpoint, body: object) -> GenerationRequest:
         (Endpoint.CHAT, {**CHAT, "max_completion_tokens": 0}, 400, "max_completion_tokens"),
         (Endpoint.CHAT, {**CHAT, "stream": "yes"}, 400, "stream"),
         (Endpoint.CHAT, {**CHAT, "stream_options": True}, 400, "stream_options"),
-        (Endpoint.COMPLETION, {"model": "base"}, 400, "prompt"),
-        (Endpoint.COMPLETION, {"model": "base", "prompt": ""}, 400, "prompt"),
-        (Endpoint.COMPLETION, {"model": "base", "prompt": [1, "a"]}, 400, "prompt"),
-        (Endpoint.COMPLETION, {"model": "base", "prompt": {"a": 1}}, 400, "prompt"),
-        (Endpoint.EMBEDDING, {"model": "base"}, 400, "input"),
-        (Endpoint.EMBEDDING, {"model": "base", "input": []}, 400, "input"),
-        (Endpoint.EMBEDDING, {"model": "base", "input": "a", "dimensions": 0}, 400, "dimensions"),
+        (Endpoint.COMPLETIONS, {"model": "base"}, 400, "prompt"),
+        (Endpoint.COMPLETIONS, {"model": "base", "prompt": ""}, 400, "prompt"),
+        (Endpoint.COMPLETIONS, {"model": "base", "prompt": [1, "a"]}, 400, "prompt"),
+        (Endpoint.COMPLETIONS, {"model": "base", "prompt": {"a": 1}}, 400, "prompt"),
+        (Endpoint.EMBEDDINGS, {"model": "base"}, 400, "input"),
+        (Endpoint.EMBEDDINGS, {"model": "base", "input": []}, 400, "input"),
+        (Endpoint.EMBEDDINGS, {"model": "base", "input": "a", "dimensions": 0}, 400, "dimensions"),
         (
-            Endpoint.EMBEDDING,
+            Endpoint.EMBEDDINGS,
             {"model": "base", "input": "a", "encoding_format": "hex"},
             400,
             "encoding_format",
@@ -101,30 +101,30 @@ def test_bad_requests_get_openai_errors(
         (Endpoint.CHAT, {**CHAT, "max_completion_tokens": 9, "max_tokens": 4}, 3, 9, "length"),
         # vLLM's completions read max_tokens only: max_completion_tokens is not a field there
         (
-            Endpoint.COMPLETION,
+            Endpoint.COMPLETIONS,
             {"model": "base", "prompt": "abcd", "max_completion_tokens": 2, "max_tokens": 7},
             1,
             7,
             "length",
         ),
         (
-            Endpoint.COMPLETION,
+            Endpoint.COMPLETIONS,
             {"model": "base", "prompt": "abcd", "max_completion_tokens": 2},
             1,
             16,
             "stop",
         ),
-        (Endpoint.COMPLETION, {"model": "base", "prompt": "abcdefgh"}, 2, 16, "stop"),
-        (Endpoint.COMPLETION, {"model": "base", "prompt": ["abcde", "abc"]}, 3, 16, "stop"),
+        (Endpoint.COMPLETIONS, {"model": "base", "prompt": "abcdefgh"}, 2, 16, "stop"),
+        (Endpoint.COMPLETIONS, {"model": "base", "prompt": ["abcde", "abc"]}, 3, 16, "stop"),
         (
-            Endpoint.COMPLETION,
+            Endpoint.COMPLETIONS,
             {"model": "base", "prompt": [5, 6, 7], "max_tokens": 1},
             3,
             1,
             "length",
         ),
-        (Endpoint.COMPLETION, {"model": "base", "prompt": [[5, 6], [7]]}, 3, 16, "stop"),
-        (Endpoint.EMBEDDING, {"model": "base", "input": ["one", "two"]}, 2, 0, "stop"),
+        (Endpoint.COMPLETIONS, {"model": "base", "prompt": [[5, 6], [7]]}, 3, 16, "stop"),
+        (Endpoint.EMBEDDINGS, {"model": "base", "input": ["one", "two"]}, 2, 0, "stop"),
     ],
 )
 def test_token_counts(
@@ -145,10 +145,10 @@ def test_n_and_best_of_generate_that_many_sequences_and_usage_counts_them_all() 
     reply = orjson.loads(completion_reply(chat, "x", 0))
     assert len(reply["choices"]) == 3
     assert reply["usage"]["completion_tokens"] == 15
-    best = ok(Endpoint.COMPLETION, {"model": "base", "prompt": "a", "n": 2, "best_of": 4})
+    best = ok(Endpoint.COMPLETIONS, {"model": "base", "prompt": "a", "n": 2, "best_of": 4})
     assert (best.choices, best.sequences, best.generated_tokens) == (2, 4, 64)
     assert isinstance(
-        parse(Endpoint.COMPLETION, {"model": "base", "prompt": "a", "n": 3, "best_of": 2}),
+        parse(Endpoint.COMPLETIONS, {"model": "base", "prompt": "a", "n": 3, "best_of": 2}),
         ErrorReply,
     )
     assert isinstance(parse(Endpoint.CHAT, {**CHAT, "n": 0}), ErrorReply)
@@ -173,14 +173,14 @@ def test_chat_reply_parses_and_its_text_counts_as_its_usage() -> None:
 
 
 def test_text_completion_reply_parses() -> None:
-    request = ok(Endpoint.COMPLETION, {"model": "base", "prompt": "abcd"})
+    request = ok(Endpoint.COMPLETIONS, {"model": "base", "prompt": "abcd"})
     reply = Completion.model_validate(orjson.loads(completion_reply(request, "x", 1)))
     assert reply.id == "cmpl-x"
     assert text_tokens(reply.choices[0].text) == 16
     assert reply.choices[0].finish_reason == "stop"
 
 
-@pytest.mark.parametrize("endpoint", [Endpoint.CHAT, Endpoint.COMPLETION])
+@pytest.mark.parametrize("endpoint", [Endpoint.CHAT, Endpoint.COMPLETIONS])
 @pytest.mark.parametrize("include_usage", [False, True])
 def test_stream_events_parse_and_count(endpoint: Endpoint, include_usage: bool) -> None:
     body: dict[str, object] = {"model": "base", "max_tokens": 3, "stream": True}
@@ -219,7 +219,7 @@ def test_stream_events_parse_and_count(endpoint: Endpoint, include_usage: bool) 
 
 
 def test_embeddings_are_deterministic_unit_vectors() -> None:
-    request = ok(Endpoint.EMBEDDING, {"model": "base", "input": ["one", "two"], "dimensions": 4})
+    request = ok(Endpoint.EMBEDDINGS, {"model": "base", "input": ["one", "two"], "dimensions": 4})
     reply = CreateEmbeddingResponse.model_validate(orjson.loads(embeddings_reply(request)))
     assert [d.index for d in reply.data] == [0, 1]
     one, two = (d.embedding for d in reply.data)
@@ -231,7 +231,9 @@ def test_embeddings_are_deterministic_unit_vectors() -> None:
 
 
 def test_embeddings_in_base64_are_float32_of_the_same_vector() -> None:
-    request = ok(Endpoint.EMBEDDING, {"model": "base", "input": "one", "encoding_format": "base64"})
+    request = ok(
+        Endpoint.EMBEDDINGS, {"model": "base", "input": "one", "encoding_format": "base64"}
+    )
     data = orjson.loads(embeddings_reply(request))["data"][0]["embedding"]
     decoded = struct.unpack("<8f", base64.b64decode(data))
     assert decoded == pytest.approx(embedding_vector("one", 8), abs=1e-6)

@@ -9,9 +9,10 @@ from sqlalchemy import Dialect
 from sqlalchemy.dialects import sqlite
 from sqlalchemy.dialects.postgresql import psycopg
 
+from gpuplex.core.spec import RateLimits
 from gpuplex.errors import StoreError
 from gpuplex.store.db import open_store, safe_url
-from gpuplex.store.keys import ApiKey, KeyLimits
+from gpuplex.store.keys import ApiKey
 from gpuplex.store.tables import UtcDateTime
 
 T0 = datetime(2025, 3, 1, 12, 0, tzinfo=UTC)
@@ -49,7 +50,16 @@ def test_utc_datetime_comes_back_aware_utc(stored: datetime) -> None:
 
 
 def _key(expires_at: datetime | None = None, revoked_at: datetime | None = None) -> ApiKey:
-    return ApiKey("1a2b3c4d", "acme", "", (), T0, expires_at, revoked_at, 60, None, 2)
+    return ApiKey(
+        "1a2b3c4d",
+        "acme",
+        "",
+        (),
+        T0,
+        expires_at,
+        revoked_at,
+        RateLimits(requests_per_min=60, concurrent_requests=2),
+    )
 
 
 def test_key_state() -> None:
@@ -58,7 +68,7 @@ def test_key_state() -> None:
     assert expiring.state(T0 + timedelta(minutes=59)) == "active"
     assert expiring.state(T0 + timedelta(hours=1)) == "expired"
     assert _key(expires_at=T0 + timedelta(hours=1), revoked_at=T0).state(T0) == "revoked"
-    assert _key().limits == KeyLimits(60, None, 2)
+    assert _key().limits == RateLimits(requests_per_min=60, concurrent_requests=2)
 
 
 def test_safe_url_hides_the_password() -> None:

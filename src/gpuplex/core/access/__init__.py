@@ -1,9 +1,9 @@
-"""Who may do what on the control plane: roles, actions and one decision function. Pure."""
+"""Who may do what on the control plane: roles, permissions and one decision function. Pure."""
 
 from __future__ import annotations
 
 from gpuplex.core.access.policy import (
-    Action,
+    Permission,
     Principal,
     Role,
     Verdict,
@@ -12,4 +12,4 @@ from gpuplex.core.access.policy import (
     visible_tenants,
 )
 
-__all__ = ["Action", "Principal", "Role", "Verdict", "decide", "may_grant", "visible_tenants"]
+__all__ = ["Permission", "Principal", "Role", "Verdict", "decide", "may_grant", "visible_tenants"]

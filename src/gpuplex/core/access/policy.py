@@ -18,11 +18,11 @@ class Role(StrEnum):
     TENANT_VIEWER = "tenant-viewer"
 
 
-class Action(StrEnum):
+class Permission(StrEnum):
     TENANT_READ = "tenant.read"  # tenants, workloads, quota
     KEY_READ = "key.read"
     KEY_WRITE = "key.write"
-    TOKEN_READ = "token.read"  # noqa: S105 (an action name, not a secret)
+    TOKEN_READ = "token.read"  # noqa: S105 (a permission's name, not a secret)
     TOKEN_WRITE = "token.write"  # noqa: S105
     USAGE_READ = "usage.read"
     STATEMENT_READ = "statement.read"
@@ -65,50 +65,52 @@ class Principal:
 
 
 #: What each tenant-scoped role may do on its own tenant. Platform admins may do everything.
-TENANT_ROLE_ACTIONS: dict[Role, frozenset[Action]] = {
+TENANT_ROLE_PERMISSIONS: dict[Role, frozenset[Permission]] = {
     Role.TENANT_ADMIN: frozenset(
         {
-            Action.TENANT_READ,
-            Action.KEY_READ,
-            Action.KEY_WRITE,
-            Action.TOKEN_READ,
-            Action.TOKEN_WRITE,
-            Action.USAGE_READ,
-            Action.STATEMENT_READ,
-            Action.BUDGET_READ,
-            Action.BUDGET_WRITE,
-            Action.AUDIT_READ,
-            Action.NODE_READ,
-            Action.EVENT_READ,
+            Permission.TENANT_READ,
+            Permission.KEY_READ,
+            Permission.KEY_WRITE,
+            Permission.TOKEN_READ,
+            Permission.TOKEN_WRITE,
+            Permission.USAGE_READ,
+            Permission.STATEMENT_READ,
+            Permission.BUDGET_READ,
+            Permission.BUDGET_WRITE,
+            Permission.AUDIT_READ,
+            Permission.NODE_READ,
+            Permission.EVENT_READ,
         }
     ),
     Role.TENANT_VIEWER: frozenset(
         {
-            Action.TENANT_READ,
-            Action.KEY_READ,
-            Action.USAGE_READ,
-            Action.STATEMENT_READ,
-            Action.BUDGET_READ,
-            Action.NODE_READ,
-            Action.EVENT_READ,
+            Permission.TENANT_READ,
+            Permission.KEY_READ,
+            Permission.USAGE_READ,
+            Permission.STATEMENT_READ,
+            Permission.BUDGET_READ,
+            Permission.NODE_READ,
+            Permission.EVENT_READ,
         }
     ),
 }
 
-#: Actions about the fleet as a whole, not about one tenant.
-FLEET_ACTIONS = frozenset({Action.FLEET_READ, Action.SPEC_WRITE, Action.METER_WRITE})
+#: Permissions about the fleet as a whole, not about one tenant.
+FLEET_PERMISSIONS = frozenset(
+    {Permission.FLEET_READ, Permission.SPEC_WRITE, Permission.METER_WRITE}
+)
 
 
-def decide(principal: Principal, action: Action, tenant: str | None = None) -> Verdict:
-    """May `principal` do `action` on `tenant`'s objects (or, with tenant None, fleet-wide)?"""
+def decide(principal: Principal, permission: Permission, tenant: str | None = None) -> Verdict:
+    """Does `principal` hold `permission` on `tenant`'s objects (or, with tenant None, fleet-wide)?"""
     if principal.is_platform:
         return Verdict.ALLOW
     if tenant is not None and tenant != principal.tenant:
         return Verdict.NOT_FOUND
-    if action in FLEET_ACTIONS:
+    if permission in FLEET_PERMISSIONS:
         return Verdict.FORBIDDEN
-    allowed = TENANT_ROLE_ACTIONS.get(principal.role, frozenset())
-    return Verdict.ALLOW if action in allowed else Verdict.FORBIDDEN
+    allowed = TENANT_ROLE_PERMISSIONS.get(principal.role, frozenset())
+    return Verdict.ALLOW if permission in allowed else Verdict.FORBIDDEN
 
 
 def visible_tenants(principal: Principal, tenants: list[str]) -> list[str]:
@@ -125,4 +127,4 @@ def may_grant(principal: Principal, role: Role, tenant: str | None) -> Verdict:
         return Verdict.ALLOW
     if role is Role.PLATFORM_ADMIN or tenant is None:
         return Verdict.FORBIDDEN
-    return decide(principal, Action.TOKEN_WRITE, tenant)
+    return decide(principal, Permission.TOKEN_WRITE, tenant)

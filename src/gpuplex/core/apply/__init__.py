@@ -3,7 +3,7 @@ restart policy, the VRAM watchdog's rule and the commands that launch a replica.
 
 from __future__ import annotations
 
-from gpuplex.core.apply.actions import Action, describe
+from gpuplex.core.apply.actions import HostAction, describe
 from gpuplex.core.apply.desired import desired_host, port_clashes
 from gpuplex.core.apply.diff import HostObservation, diff, forget_removed, mig_key
 from gpuplex.core.apply.model import (
@@ -22,13 +22,13 @@ from gpuplex.core.apply.model import (
 from gpuplex.core.apply.restart import after_exit, after_health_check
 
 __all__ = [
-    "Action",
     "Binding",
     "DesiredHost",
     "ExitStatus",
     "GpuDesired",
     "GpuProcessStatus",
     "GpuStatus",
+    "HostAction",
     "HostObservation",
     "MigInstanceStatus",
     "MpsDaemonRecord",

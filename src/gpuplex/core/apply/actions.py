@@ -71,7 +71,9 @@ class Blocked(ApplyModel):
     reason: str
 
 
-Action = (
+#: One thing the reconcile loop does to a host (not a control-plane Permission, nor a Kubernetes
+#: object's ObjectAction).
+HostAction = (
     StopWorkload
     | VramStop
     | DestroyMigInstance
@@ -83,7 +85,7 @@ Action = (
 )
 
 
-def describe(action: Action) -> str:
+def describe(action: HostAction) -> str:
     """One line a person reads in `--dry-run` output and the event log."""
     match action:
         case StopWorkload(label=label, reason=reason):

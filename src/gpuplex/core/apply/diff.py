@@ -10,10 +10,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from gpuplex.core.apply.actions import (
-    Action,
     Blocked,
     CreateMigInstance,
     DestroyMigInstance,
+    HostAction,
     StartMpsDaemon,
     StartWorkload,
     StopMpsDaemon,
@@ -58,13 +58,13 @@ class _Diff:
     desired: DesiredHost
     seen: HostObservation
     now_s: float
-    actions: list[Action] = field(default_factory=list)
+    actions: list[HostAction] = field(default_factory=list)
     stopped: dict[str, str] = field(default_factory=dict)  # label -> why, stopped cleanly here
     blocked_gpus: dict[int, str] = field(default_factory=dict)
     blocked_slices: dict[tuple[int, str], str] = field(default_factory=dict)
     dead_mps: set[int] = field(default_factory=set)
 
-    def run(self) -> list[Action]:
+    def run(self) -> list[HostAction]:
         gpus = {gpu.index: gpu for gpu in self.seen.gpus}
         for wanted_gpu in self.desired.gpus:
             self._check_gpu(wanted_gpu, gpus.get(wanted_gpu.index))
@@ -258,7 +258,7 @@ def _overlaps(instance: MigInstanceStatus, planned: MigSlicePlan) -> bool:
     )
 
 
-def diff(desired: DesiredHost, observed: HostObservation, now_s: float) -> list[Action]:
+def diff(desired: DesiredHost, observed: HostObservation, now_s: float) -> list[HostAction]:
     """The actions that bring this host from `observed` to `desired` at time `now_s`."""
     return _Diff(desired, observed, now_s).run()
 

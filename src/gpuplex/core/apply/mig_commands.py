@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from gpuplex.core.apply.actions import Action, CreateMigInstance, DestroyMigInstance
+from gpuplex.core.apply.actions import CreateMigInstance, DestroyMigInstance, HostAction
 
 
-def nvidia_smi_commands(actions: list[Action]) -> list[str]:
+def nvidia_smi_commands(actions: list[HostAction]) -> list[str]:
     lines: list[str] = []
     for action in actions:
         if isinstance(action, DestroyMigInstance):

@@ -16,7 +16,7 @@ from gpuplex.core.meter.allocation import (
     parse_allocation_dimension,
 )
 from gpuplex.core.meter.gateway import gateway_lines
-from gpuplex.core.meter.measured import DEFAULT_MAX_GAP_S, GpuSample, measured_lines
+from gpuplex.core.meter.measured import DEFAULT_MAX_GAP_S, measured_lines
 from gpuplex.core.meter.model import (
     BUSY_GPU_SECONDS,
     COMPLETION_TOKENS,
@@ -35,6 +35,7 @@ from gpuplex.core.meter.model import (
     month_window,
     seconds_of,
 )
+from gpuplex.core.meter.samples import SAMPLE_SOURCES, GpuSample, SampleSource
 
 __all__ = [
     "BUSY_GPU_SECONDS",
@@ -48,10 +49,12 @@ __all__ = [
     "MEMORY_MIB_SECONDS",
     "PROMPT_TOKENS",
     "REQUESTS",
+    "SAMPLE_SOURCES",
     "GpuSample",
     "MeterLine",
     "MeterWindow",
     "PlanInterval",
+    "SampleSource",
     "Source",
     "allocation_dimension",
     "allocation_lines",

@@ -17,8 +17,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Sequence
-from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import timedelta
 from decimal import Decimal
 from itertools import groupby
 
@@ -28,42 +27,14 @@ from gpuplex.core.meter.model import (
     MeterLine,
     MeterWindow,
     lines_from_totals,
-    require_utc,
 )
+from gpuplex.core.meter.samples import GpuSample
 from gpuplex.errors import MeterInputError
 
 #: How long one sample counts when no later sample of its replica follows.
 DEFAULT_MAX_GAP_S = 60.0
 
 _HUNDRED = Decimal(100)
-
-
-@dataclass(frozen=True, slots=True)
-class GpuSample:
-    """What one replica held on one GPU at one moment (a gpu_samples row)."""
-
-    tenant: str
-    workload: str
-    replica: int
-    node: str
-    gpu_index: int
-    at: datetime  # timezone-aware
-    memory_used_mib: int
-    utilization_percent: float | None = None
-    gpu_model: str | None = None  # the catalog name, e.g. "H100-80GB", where known
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "at", require_utc(self.at, "sample time"))
-        if self.memory_used_mib < 0:
-            raise MeterInputError(f"sample memory_used_mib {self.memory_used_mib} is negative")
-        utilization = self.utilization_percent
-        if utilization is not None and not 0 <= utilization <= 100:
-            raise MeterInputError(f"sample utilization_percent {utilization} is not within 0-100")
-
-    @property
-    def series(self) -> tuple[str, str, int, str, int]:
-        """The samples that follow each other: one replica on one GPU."""
-        return (self.tenant, self.workload, self.replica, self.node, self.gpu_index)
 
 
 def _sort_key(sample: GpuSample) -> tuple[object, ...]:

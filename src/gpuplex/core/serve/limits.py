@@ -22,10 +22,15 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 
+from gpuplex.core.spec.rate_limits import RateLimits
+
 WINDOW_S = 60.0
 
 
 class LimitKind(StrEnum):
+    """A kind of limit, named by its `RateLimits` field (a test holds them equal). The names are
+    also in the limiter's Redis keys, and `limiter_redis.lua` is given them when it is loaded."""
+
     REQUESTS = "requests_per_min"
     TOKENS = "tokens_per_min"
     CONCURRENT = "concurrent_requests"
@@ -48,19 +53,14 @@ class Limit:
         return tokens if self.kind is LimitKind.TOKENS else 1
 
 
-def scope_limits(
-    scope: str,
-    requests_per_min: int | None,
-    tokens_per_min: int | None,
-    concurrent_requests: int | None,
-) -> tuple[Limit, ...]:
+def scope_limits(scope: str, limits: RateLimits) -> tuple[Limit, ...]:
     """The limits one scope sets (`key:<prefix>` or `tenant:<name>`); None is no limit of that kind."""
     return tuple(
         Limit(scope, kind, amount)
         for kind, amount in (
-            (LimitKind.REQUESTS, requests_per_min),
-            (LimitKind.TOKENS, tokens_per_min),
-            (LimitKind.CONCURRENT, concurrent_requests),
+            (LimitKind.REQUESTS, limits.requests_per_min),
+            (LimitKind.TOKENS, limits.tokens_per_min),
+            (LimitKind.CONCURRENT, limits.concurrent_requests),
         )
         if amount is not None
     )

@@ -12,11 +12,11 @@ from gpuplex.core.spec.fleet import (
     runs_whole,
 )
 from gpuplex.core.spec.parse import parse_spec
+from gpuplex.core.spec.rate_limits import RateLimits
 from gpuplex.core.spec.rules import check_spec
 from gpuplex.core.spec.tenants import (
     Isolation,
     QuotaSpec,
-    RateLimitSpec,
     Requirement,
     TenantSpec,
     Tier,
@@ -55,7 +55,7 @@ __all__ = [
     "PolicySpec",
     "PricingSpec",
     "QuotaSpec",
-    "RateLimitSpec",
+    "RateLimits",
     "Requirement",
     "ServeSpec",
     "TenantSpec",

@@ -9,6 +9,7 @@ from pydantic import Field, StrictFloat, StrictInt
 
 from gpuplex.core.spec.fields import DnsLabel, Money, SpecModel
 from gpuplex.core.spec.kubernetes import NamespaceQuotaSpec
+from gpuplex.core.spec.rate_limits import RateLimits
 from gpuplex.core.spec.workloads import WorkloadSpec
 
 
@@ -46,12 +47,6 @@ class QuotaSpec(SpecModel):
     )
 
 
-class RateLimitSpec(SpecModel):
-    requests_per_min: StrictInt | None = Field(default=None, ge=1)
-    tokens_per_min: StrictInt | None = Field(default=None, ge=1)
-    concurrent_requests: StrictInt | None = Field(default=None, ge=1)
-
-
 class TenantSpec(SpecModel):
     name: DnsLabel
     isolation: Isolation = Isolation.AUTO
@@ -65,7 +60,7 @@ class TenantSpec(SpecModel):
         default=1, ge=1, le=1000, description="Fair-share weight in the gateway."
     )
     quota: QuotaSpec = Field(default_factory=QuotaSpec)
-    rate_limits: RateLimitSpec = Field(default_factory=RateLimitSpec)
+    rate_limits: RateLimits = Field(default_factory=RateLimits)
     monthly_budget: Money | None = Field(default=None, ge=0)
     never_share_with: list[DnsLabel] = Field(
         default_factory=list, description="Tenants never placed on the same physical GPU."

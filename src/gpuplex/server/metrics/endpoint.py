@@ -13,7 +13,7 @@ from collections.abc import Sequence
 
 from fastapi import FastAPI, Request, Response
 
-from gpuplex.core.access import Action, Principal, Role
+from gpuplex.core.access import Permission, Principal, Role
 from gpuplex.core.serve.keys import bearer_token
 from gpuplex.observe.metrics_token import presents_metrics_token
 from gpuplex.server.auth import require
@@ -90,4 +90,4 @@ def _require_platform_token(authorization: str, ctx: ServerContext) -> None:
             "the token is not the metrics token, nor a known, unrevoked, unexpired token",
         )
     principal = Principal(name=identity.name, role=Role(identity.role), tenant=identity.tenant)
-    require(principal, Action.FLEET_READ)
+    require(principal, Permission.FLEET_READ)

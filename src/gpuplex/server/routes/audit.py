@@ -9,7 +9,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Depends, Query
 from pydantic import BaseModel
 
-from gpuplex.core.access import Action
+from gpuplex.core.access import Permission
 from gpuplex.host.state import StateDir
 from gpuplex.server.auth import CurrentPrincipal, require
 from gpuplex.server.context import ServerContext, server_context
@@ -71,10 +71,10 @@ def list_audit(
     """Newest first. A tenant-scoped caller gets their own tenant's entries whatever `tenant` says
     (another tenant: 404)."""
     if not principal.is_platform:
-        require(principal, Action.AUDIT_READ, tenant or principal.tenant)
+        require(principal, Permission.AUDIT_READ, tenant or principal.tenant)
         tenant = principal.tenant
     else:
-        require(principal, Action.AUDIT_READ)
+        require(principal, Permission.AUDIT_READ)
     before_id = decode_cursor(cursor) or None
     entries = ctx.audit.entries(action=action, tenant=tenant, before_id=before_id, limit=limit + 1)
     newest_first = sorted(entries, key=lambda e: e.id, reverse=True)
@@ -98,7 +98,7 @@ def recent_events(
     limit: Annotated[int, Query(ge=1, le=500)] = 50,
 ) -> list[EventReply]:
     """The newest events of both kinds, merged by time."""
-    require(principal, Action.EVENT_READ, principal.tenant)
+    require(principal, Permission.EVENT_READ, principal.tenant)
     tenant = None if principal.is_platform else principal.tenant
     events = [
         EventReply(

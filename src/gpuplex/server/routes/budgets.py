@@ -10,7 +10,7 @@ from typing import Annotated
 from fastapi import APIRouter, Depends
 from pydantic import BaseModel, Field, HttpUrl
 
-from gpuplex.core.access import Action
+from gpuplex.core.access import Permission
 from gpuplex.errors import ErrorCode
 from gpuplex.server.auth import CurrentPrincipal, require
 from gpuplex.server.budget_alerts import BudgetView, budget_view
@@ -80,7 +80,7 @@ def _reply(view: BudgetView) -> BudgetReply:
 
 @router.get("/tenants/{tenant}/budget", response_model=BudgetReply)
 def get_budget(tenant: str, principal: CurrentPrincipal, ctx: Context) -> BudgetReply:
-    require(principal, Action.BUDGET_READ, tenant)
+    require(principal, Permission.BUDGET_READ, tenant)
     applied, _ = applied_tenant(ctx, tenant)
     return _reply(budget_view(ctx, applied, tenant, ctx.now()))
 
@@ -89,7 +89,7 @@ def get_budget(tenant: str, principal: CurrentPrincipal, ctx: Context) -> Budget
 def set_budget(
     tenant: str, body: BudgetRequest, principal: CurrentPrincipal, ctx: Context
 ) -> BudgetReply:
-    require(principal, Action.BUDGET_WRITE, tenant)
+    require(principal, Permission.BUDGET_WRITE, tenant)
     applied, _ = applied_tenant(ctx, tenant)
     webhook = str(body.webhook_url) if body.webhook_url is not None else None
     if not principal.is_platform:
@@ -118,7 +118,7 @@ def set_budget(
 @router.delete("/tenants/{tenant}/budget", response_model=BudgetReply)
 def delete_budget(tenant: str, principal: CurrentPrincipal, ctx: Context) -> BudgetReply:
     """Remove the budget set here (the spec's monthly_budget, if any, applies again)."""
-    require(principal, Action.BUDGET_WRITE, tenant)
+    require(principal, Permission.BUDGET_WRITE, tenant)
     applied, _ = applied_tenant(ctx, tenant)
     if ctx.budgets.get(tenant) is None:
         raise ApiProblem(

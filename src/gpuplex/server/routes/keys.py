@@ -8,8 +8,9 @@ from typing import Annotated
 from fastapi import APIRouter, Depends
 from pydantic import BaseModel, Field
 
-from gpuplex.core.access import Action
+from gpuplex.core.access import Permission
 from gpuplex.core.serve.routes import route_table
+from gpuplex.core.spec.rate_limits import RateLimits
 from gpuplex.errors import ErrorCode
 from gpuplex.server.auth import CurrentPrincipal, require
 from gpuplex.server.context import ServerContext, server_context
@@ -18,21 +19,24 @@ from gpuplex.server.problems import ERROR_RESPONSES, PRINTABLE, ApiProblem
 from gpuplex.server.request_model import RequestModel
 from gpuplex.server.routes.tenants import applied_tenant
 from gpuplex.server.times import checked_time
-from gpuplex.store import ApiKey, KeyLimits
+from gpuplex.store import ApiKey
 
 router = APIRouter(tags=["keys"], responses=ERROR_RESPONSES)
 Context = Annotated[ServerContext, Depends(server_context)]
 
 
-class KeyCreateRequest(RequestModel):
+class KeyCreateRequest(RequestModel, RateLimits):
+    """A new key; its own rate limits are `RateLimits`' fields, at the top level of the body."""
+
     name: str = Field(default="", max_length=200, pattern=PRINTABLE)
     models: list[str] = Field(
         default_factory=list, max_length=100, description="Empty: every model of the tenant."
     )
     expires_at: datetime | None = None
-    requests_per_min: int | None = Field(default=None, ge=1, le=10**9)
-    tokens_per_min: int | None = Field(default=None, ge=1, le=10**12)
-    concurrent_requests: int | None = Field(default=None, ge=1, le=10**6)
+
+    @property
+    def limits(self) -> RateLimits:
+        return RateLimits.model_validate(self.model_dump(include=set(RateLimits.model_fields)))
 
 
 class KeyReply(BaseModel):
@@ -71,7 +75,7 @@ def list_keys(
     limit: Limit = 100,
     cursor: Cursor = None,
 ) -> Page[KeyReply]:
-    require(principal, Action.KEY_READ, tenant)
+    require(principal, Permission.KEY_READ, tenant)
     applied_tenant(ctx, tenant)
     now = ctx.now()
     return page_of([key_reply(k, now) for k in ctx.keys.list(tenant)], limit, cursor)
@@ -81,7 +85,7 @@ def list_keys(
 def create_key(
     tenant: str, body: KeyCreateRequest, principal: CurrentPrincipal, ctx: Context
 ) -> KeyCreatedReply:
-    require(principal, Action.KEY_WRITE, tenant)
+    require(principal, Permission.KEY_WRITE, tenant)
     applied, _ = applied_tenant(ctx, tenant)
     spec = applied.spec
     served = set(
@@ -102,16 +106,15 @@ def create_key(
             "expires_at: give a future time with a timezone (e.g. 2027-01-01T00:00:00Z)",
             field="expires_at",
         )
-    limits = KeyLimits(body.requests_per_min, body.tokens_per_min, body.concurrent_requests)
     secret, key = ctx.keys.create(
-        tenant, body.name, body.models, body.expires_at, limits, now, principal.actor
+        tenant, body.name, body.models, body.expires_at, body.limits, now, principal.actor
     )
     return KeyCreatedReply(**key_reply(key, now).model_dump(), key=secret)
 
 
 @router.delete("/tenants/{tenant}/keys/{prefix}", response_model=KeyReply)
 def revoke_key(tenant: str, prefix: str, principal: CurrentPrincipal, ctx: Context) -> KeyReply:
-    require(principal, Action.KEY_WRITE, tenant)
+    require(principal, Permission.KEY_WRITE, tenant)
     applied_tenant(ctx, tenant)
     if not any(k.prefix == prefix for k in ctx.keys.list(tenant)):
         raise ApiProblem(ErrorCode.NOT_FOUND, f"tenant {tenant!r} has no key {prefix!r}")

@@ -12,12 +12,12 @@ from typing import Annotated
 from fastapi import APIRouter, Depends
 from pydantic import BaseModel
 
-from gpuplex.core.access import Action, Principal
+from gpuplex.core.access import Permission, Principal
+from gpuplex.core.meter import GpuSample
 from gpuplex.core.plan import GpuView, Occupant
 from gpuplex.server.auth import CurrentPrincipal, require
 from gpuplex.server.context import ServerContext, server_context
 from gpuplex.server.problems import ERROR_RESPONSES
-from gpuplex.store.samples import GpuSample
 
 router = APIRouter(tags=["nodes"], responses=ERROR_RESPONSES)
 Context = Annotated[ServerContext, Depends(server_context)]
@@ -86,7 +86,7 @@ def _visible_gpu(gpu: GpuView, principal: Principal) -> GpuView | None:
 
 @router.get("/nodes", response_model=NodesReply)
 def list_nodes(principal: CurrentPrincipal, ctx: Context) -> NodesReply:
-    require(principal, Action.NODE_READ, principal.tenant)
+    require(principal, Permission.NODE_READ, principal.tenant)
     applied = ctx.current.get()
     if applied is None:
         return NodesReply(revision=None, sampled_at=None, nodes=[])

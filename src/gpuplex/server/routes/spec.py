@@ -13,7 +13,7 @@ from typing import Annotated
 from fastapi import APIRouter, Depends
 from pydantic import BaseModel, Field
 
-from gpuplex.core.access import Action
+from gpuplex.core.access import Permission
 from gpuplex.core.plan import Plan, Summary
 from gpuplex.errors import ErrorCode
 from gpuplex.server.auth import CurrentPrincipal, require
@@ -59,7 +59,7 @@ class AppliedReply(RevisionReply):
 @router.get("/spec", response_model=AppliedReply)
 def get_spec(principal: CurrentPrincipal, ctx: Context) -> AppliedReply:
     """The applied spec and its plan (platform admins: it names every tenant)."""
-    require(principal, Action.FLEET_READ)
+    require(principal, Permission.FLEET_READ)
     applied = ctx.current.get()
     if applied is None:
         raise ApiProblem(ErrorCode.NOT_FOUND, "no spec applied yet; POST /api/v1/spec/apply")
@@ -78,7 +78,7 @@ def get_spec(principal: CurrentPrincipal, ctx: Context) -> AppliedReply:
 def preview_spec(body: SpecRequest, principal: CurrentPrincipal, ctx: Context) -> PreviewReply:
     """The plan this spec would get, re-planned against the applied plan (what stays, moves, or
     is preempted). Changes nothing."""
-    require(principal, Action.SPEC_WRITE)
+    require(principal, Permission.SPEC_WRITE)
     planned = preview(ctx, body.spec_yaml)
     return PreviewReply(
         base_revision=planned.base_revision, spec_sha256=planned.spec_sha256, plan=planned.plan
@@ -89,7 +89,7 @@ def preview_spec(body: SpecRequest, principal: CurrentPrincipal, ctx: Context) -
 def apply_spec(body: ApplyRequest, principal: CurrentPrincipal, ctx: Context) -> RevisionReply:
     """Store the spec and its plan as the next revision; 409 `spec_stale` when `base_revision`
     is not the applied revision."""
-    require(principal, Action.SPEC_WRITE)
+    require(principal, Permission.SPEC_WRITE)
     revision, plan = apply(ctx, body.spec_yaml, body.base_revision, principal.actor)
     return RevisionReply(
         revision=revision.revision,

@@ -8,7 +8,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Depends
 from pydantic import BaseModel
 
-from gpuplex.core.access import Action, Principal, visible_tenants
+from gpuplex.core.access import Permission, Principal, visible_tenants
 from gpuplex.core.plan import Plan
 from gpuplex.core.spec import TenantSpec
 from gpuplex.revision import AppliedRevision
@@ -123,7 +123,7 @@ def list_tenants(
 
 @router.get("/tenants/{tenant}", response_model=TenantReply)
 def get_tenant(tenant: str, principal: CurrentPrincipal, ctx: Context) -> TenantReply:
-    require(principal, Action.TENANT_READ, tenant)
+    require(principal, Permission.TENANT_READ, tenant)
     applied, found = applied_tenant(ctx, tenant)
     return tenant_reply(found, applied.plan)
 
@@ -136,7 +136,7 @@ def list_workloads(
     limit: Limit = 100,
     cursor: Cursor = None,
 ) -> Page[WorkloadReply]:
-    require(principal, Action.TENANT_READ, tenant)
+    require(principal, Permission.TENANT_READ, tenant)
     applied, found = applied_tenant(ctx, tenant)
     plan = applied.plan
     items = []

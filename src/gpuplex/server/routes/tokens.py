@@ -9,7 +9,7 @@ from typing import Annotated
 from fastapi import APIRouter, Depends
 from pydantic import BaseModel, Field
 
-from gpuplex.core.access import Action, Principal, Role, Verdict, may_grant
+from gpuplex.core.access import Permission, Principal, Role, Verdict, may_grant
 from gpuplex.errors import ErrorCode
 from gpuplex.server.auth import CurrentPrincipal, require
 from gpuplex.server.context import ServerContext, server_context
@@ -72,7 +72,7 @@ def list_tokens(
     principal: CurrentPrincipal, ctx: Context, limit: Limit = 100, cursor: Cursor = None
 ) -> Page[TokenReply]:
     """Platform admins see every token; tenant admins their tenant's."""
-    require(principal, Action.TOKEN_READ, principal.tenant)
+    require(principal, Permission.TOKEN_READ, principal.tenant)
     return page_of([token_reply(t) for t in _visible(principal, ctx)], limit, cursor)
 
 
@@ -92,7 +92,7 @@ def create_token(
             ErrorCode.FORBIDDEN, f"the {principal.role} role may not grant {body.role}"
         )
     if body.tenant is not None:
-        require(principal, Action.TOKEN_WRITE, body.tenant)
+        require(principal, Permission.TOKEN_WRITE, body.tenant)
         applied_tenant(ctx, body.tenant)
     now = ctx.now()
     if body.expires_at is not None and checked_time(body.expires_at, "expires_at") <= now:
@@ -114,7 +114,7 @@ def create_token(
 
 @router.delete("/tokens/{prefix}", response_model=TokenReply)
 def revoke_token(prefix: str, principal: CurrentPrincipal, ctx: Context) -> TokenReply:
-    require(principal, Action.TOKEN_WRITE, principal.tenant)
+    require(principal, Permission.TOKEN_WRITE, principal.tenant)
     if not any(t.prefix == prefix for t in _visible(principal, ctx)):
         raise ApiProblem(ErrorCode.NOT_FOUND, f"no token {prefix!r}")
     return token_reply(ctx.tokens.revoke(prefix, ctx.now(), principal.actor))

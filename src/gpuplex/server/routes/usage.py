@@ -10,7 +10,7 @@ from fastapi import APIRouter, Depends, Query
 from fastapi.responses import PlainTextResponse
 from pydantic import AwareDatetime, BaseModel
 
-from gpuplex.core.access import Action
+from gpuplex.core.access import Permission
 from gpuplex.core.meter import MeterWindow, month_window
 from gpuplex.core.report import (
     fleet_statement_csv,
@@ -126,7 +126,7 @@ def tenant_usage(
 ) -> UsageReply:
     """One tenant's metered usage in [start, end): GPU-seconds allocated and busy, memory,
     requests and tokens, summed per bucket."""
-    require(principal, Action.USAGE_READ, tenant)
+    require(principal, Permission.USAGE_READ, tenant)
     applied_tenant(ctx, tenant)
     window = _range(start, end)
     points = _points(ctx, tenant, window, bucket_s, source, metric)
@@ -144,7 +144,7 @@ def fleet_usage(
     metric: MetricFilter = None,
 ) -> UsageReply:
     """Every tenant's usage, and the fleet's capacity (tenant \"\"), per bucket."""
-    require(principal, Action.FLEET_READ)
+    require(principal, Permission.FLEET_READ)
     window = _range(start, end)
     points = _points(ctx, None, window, bucket_s, source, metric)
     return UsageReply(tenant=None, start=start, end=end, bucket_s=bucket_s, points=points)
@@ -154,7 +154,7 @@ def fleet_usage(
 def roll_up(body: RollupRequest, principal: CurrentPrincipal, ctx: Context) -> RollupReply:
     """Recompute the roll-up windows that [start, end) touches. Idempotent: a window's rows are
     replaced, so rerunning never double-counts."""
-    require(principal, Action.METER_WRITE)
+    require(principal, Permission.METER_WRITE)
     window = _range(body.start, body.end)
     if window.end > ctx.now():
         raise ApiProblem(ErrorCode.INVALID_REQUEST, "end: must not be in the future", field="end")
@@ -194,7 +194,7 @@ def tenant_statement(
 ) -> Any:
     """One tenant's chargeback statement for a month (YYYY-MM), from the roll-ups so far; its line
     items add up to its total."""
-    require(principal, Action.STATEMENT_READ, tenant)
+    require(principal, Permission.STATEMENT_READ, tenant)
     applied, _ = applied_tenant(ctx, tenant)
     fleet = ctx.metering.fleet_statement(_month(period), applied)
     statement = fleet.statement_for(tenant)
@@ -217,7 +217,7 @@ def fleet_statement(
 ) -> Any:
     """Every tenant's statement for a month, the idle capacity and the fleet's cost: the tenants'
     totals plus idle equal the fleet's cost."""
-    require(principal, Action.FLEET_READ)
+    require(principal, Permission.FLEET_READ)
     applied = ctx.current.get()
     if applied is None:
         raise ApiProblem(ErrorCode.NOT_FOUND, "no spec applied yet: nothing to charge")

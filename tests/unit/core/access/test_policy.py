@@ -6,8 +6,16 @@ from __future__ import annotations
 import pytest
 from hypothesis import given, strategies as st
 
-from gpuplex.core.access import Action, Principal, Role, Verdict, decide, may_grant, visible_tenants
-from gpuplex.core.access.policy import FLEET_ACTIONS
+from gpuplex.core.access import (
+    Permission,
+    Principal,
+    Role,
+    Verdict,
+    decide,
+    may_grant,
+    visible_tenants,
+)
+from gpuplex.core.access.policy import FLEET_PERMISSIONS
 
 OPS = Principal("ops", Role.PLATFORM_ADMIN)
 ADMIN = Principal("acme-admin", Role.TENANT_ADMIN, "acme")
@@ -15,53 +23,53 @@ VIEWER = Principal("acme-viewer", Role.TENANT_VIEWER, "acme")
 
 A, F, N = Verdict.ALLOW, Verdict.FORBIDDEN, Verdict.NOT_FOUND
 
-#: action -> verdicts for (tenant admin on own tenant, viewer on own tenant).
+#: permission -> verdicts for (tenant admin on own tenant, viewer on own tenant).
 OWN_TENANT = {
-    Action.TENANT_READ: (A, A),
-    Action.KEY_READ: (A, A),
-    Action.KEY_WRITE: (A, F),
-    Action.TOKEN_READ: (A, F),
-    Action.TOKEN_WRITE: (A, F),
-    Action.USAGE_READ: (A, A),
-    Action.STATEMENT_READ: (A, A),
-    Action.BUDGET_READ: (A, A),
-    Action.BUDGET_WRITE: (A, F),
-    Action.AUDIT_READ: (A, F),
-    Action.NODE_READ: (A, A),
-    Action.EVENT_READ: (A, A),
-    Action.FLEET_READ: (F, F),
-    Action.SPEC_WRITE: (F, F),
-    Action.METER_WRITE: (F, F),
+    Permission.TENANT_READ: (A, A),
+    Permission.KEY_READ: (A, A),
+    Permission.KEY_WRITE: (A, F),
+    Permission.TOKEN_READ: (A, F),
+    Permission.TOKEN_WRITE: (A, F),
+    Permission.USAGE_READ: (A, A),
+    Permission.STATEMENT_READ: (A, A),
+    Permission.BUDGET_READ: (A, A),
+    Permission.BUDGET_WRITE: (A, F),
+    Permission.AUDIT_READ: (A, F),
+    Permission.NODE_READ: (A, A),
+    Permission.EVENT_READ: (A, A),
+    Permission.FLEET_READ: (F, F),
+    Permission.SPEC_WRITE: (F, F),
+    Permission.METER_WRITE: (F, F),
 }
 
 
-def test_the_table_covers_every_action() -> None:
-    assert set(OWN_TENANT) == set(Action)
+def test_the_table_covers_every_permission() -> None:
+    assert set(OWN_TENANT) == set(Permission)
 
 
-@pytest.mark.parametrize("action", list(Action))
-def test_decisions_on_the_own_tenant(action: Action) -> None:
-    admin, viewer = OWN_TENANT[action]
-    assert decide(ADMIN, action, "acme") is admin
-    assert decide(VIEWER, action, "acme") is viewer
-    assert decide(OPS, action, "acme") is A
-    assert decide(OPS, action) is A
+@pytest.mark.parametrize("permission", list(Permission))
+def test_decisions_on_the_own_tenant(permission: Permission) -> None:
+    admin, viewer = OWN_TENANT[permission]
+    assert decide(ADMIN, permission, "acme") is admin
+    assert decide(VIEWER, permission, "acme") is viewer
+    assert decide(OPS, permission, "acme") is A
+    assert decide(OPS, permission) is A
 
 
-@pytest.mark.parametrize("action", list(Action))
+@pytest.mark.parametrize("permission", list(Permission))
 def test_fleet_wide_questions_are_answered_like_the_own_tenant_or_forbidden(
-    action: Action,
+    permission: Permission,
 ) -> None:
-    expected = (F, F) if action in FLEET_ACTIONS else OWN_TENANT[action]
-    assert (decide(ADMIN, action), decide(VIEWER, action)) == expected
+    expected = (F, F) if permission in FLEET_PERMISSIONS else OWN_TENANT[permission]
+    assert (decide(ADMIN, permission), decide(VIEWER, permission)) == expected
 
 
-@pytest.mark.parametrize("action", list(Action))
-def test_another_tenant_is_not_found_for_tenant_roles(action: Action) -> None:
-    assert decide(ADMIN, action, "globex") is N
-    assert decide(VIEWER, action, "globex") is N
-    assert decide(ADMIN, action, "acme ") is N  # no near matches
-    assert decide(ADMIN, action, "ACME") is N
+@pytest.mark.parametrize("permission", list(Permission))
+def test_another_tenant_is_not_found_for_tenant_roles(permission: Permission) -> None:
+    assert decide(ADMIN, permission, "globex") is N
+    assert decide(VIEWER, permission, "globex") is N
+    assert decide(ADMIN, permission, "acme ") is N  # no near matches
+    assert decide(ADMIN, permission, "ACME") is N
 
 
 @pytest.mark.parametrize(
@@ -101,11 +109,13 @@ tenant_principals = st.builds(
 )
 
 
-@given(principal=tenant_principals, action=st.sampled_from(list(Action)), other=tenant_names)
+@given(
+    principal=tenant_principals, permission=st.sampled_from(list(Permission)), other=tenant_names
+)
 def test_a_tenant_principal_is_never_allowed_anything_on_another_tenant(
-    principal: Principal, action: Action, other: str
+    principal: Principal, permission: Permission, other: str
 ) -> None:
-    verdict = decide(principal, action, other)
+    verdict = decide(principal, permission, other)
     if other == principal.tenant:
         assert verdict in (A, F)
     else:
@@ -114,11 +124,13 @@ def test_a_tenant_principal_is_never_allowed_anything_on_another_tenant(
         assert may_grant(principal, Role.TENANT_ADMIN, other) is not A
 
 
-@given(principal=tenant_principals, action=st.sampled_from(list(Action)))
-def test_a_tenant_principal_never_holds_a_fleet_power(principal: Principal, action: Action) -> None:
-    if action in FLEET_ACTIONS:
-        assert decide(principal, action) is F
-        assert decide(principal, action, principal.tenant) is F
+@given(principal=tenant_principals, permission=st.sampled_from(list(Permission)))
+def test_a_tenant_principal_never_holds_a_fleet_power(
+    principal: Principal, permission: Permission
+) -> None:
+    if permission in FLEET_PERMISSIONS:
+        assert decide(principal, permission) is F
+        assert decide(principal, permission, principal.tenant) is F
     assert may_grant(principal, Role.PLATFORM_ADMIN, None) is F
 
 

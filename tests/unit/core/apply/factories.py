@@ -7,10 +7,10 @@ from collections.abc import Iterable
 from typing import Any
 
 from gpuplex.core.apply.actions import (
-    Action,
     Blocked,
     CreateMigInstance,
     DestroyMigInstance,
+    HostAction,
     StartMpsDaemon,
     StartWorkload,
     StopMpsDaemon,
@@ -196,7 +196,7 @@ def settled(desired: DesiredHost, records: Iterable[WorkloadRecord] = ()) -> Hos
     )
 
 
-def summary(actions: Iterable[Action]) -> list[tuple[object, ...]]:
+def summary(actions: Iterable[HostAction]) -> list[tuple[object, ...]]:
     """Each action as a short tuple, in order: what a table of expectations compares."""
     out: list[tuple[object, ...]] = []
     for action in actions:

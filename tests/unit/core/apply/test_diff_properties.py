@@ -8,9 +8,9 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from gpuplex.core.apply.actions import (
-    Action,
     CreateMigInstance,
     DestroyMigInstance,
+    HostAction,
     StartMpsDaemon,
     StartWorkload,
     StopMpsDaemon,
@@ -60,11 +60,11 @@ def desired_hosts(draw: st.DrawFn) -> DesiredHost:
     return desired
 
 
-def is_start(action: Action) -> bool:
+def is_start(action: HostAction) -> bool:
     return isinstance(action, StartWorkload)
 
 
-def stopped_labels(actions: list[Action]) -> set[str]:
+def stopped_labels(actions: list[HostAction]) -> set[str]:
     return {a.label for a in actions if isinstance(a, StopWorkload | VramStop)}
 
 

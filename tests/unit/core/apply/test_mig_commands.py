@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 from gpuplex.core.apply.actions import (
-    Action,
     Blocked,
     CreateMigInstance,
     DestroyMigInstance,
+    HostAction,
     StartWorkload,
 )
 from gpuplex.core.apply.mig_commands import mig_mode_commands, nvidia_smi_commands
@@ -15,7 +15,7 @@ from tests.unit.core.apply.factories import binding, mig_slice, wanted
 
 
 def test_create_names_profile_id_and_start_slot() -> None:
-    actions: list[Action] = [
+    actions: list[HostAction] = [
         CreateMigInstance(gpu_index=3, slice=mig_slice("3g.40gb", 4)),
         CreateMigInstance(gpu_index=0, slice=mig_slice("1g.10gb", 6)),
     ]
@@ -36,7 +36,7 @@ def test_destroy_removes_compute_instances_then_the_gpu_instance() -> None:
 
 
 def test_other_actions_have_no_command_and_order_is_kept() -> None:
-    actions: list[Action] = [
+    actions: list[HostAction] = [
         Blocked(target="GPU 1", reason="lost"),
         DestroyMigInstance(gpu_index=1, gi_id=2, profile="1g.10gb", start_slot=0, reason="x"),
         StartWorkload(desired=wanted("w", binding(Mode.DEDICATED, 0)), reason="planned here"),

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections import Counter
+from dataclasses import replace
 from datetime import timedelta
 from decimal import Decimal
 
@@ -43,6 +44,7 @@ def sample(
         memory_used_mib=memory_mib,
         utilization_percent=utilization,
         gpu_model=model,
+        source="sim",
     )
 
 
@@ -99,6 +101,10 @@ def test_no_samples_meter_nothing_and_bad_samples_are_refused() -> None:
         sample(0, utilization=101.0)
     with pytest.raises(MeterInputError, match="negative"):
         sample(0, memory_mib=-1)
+    with pytest.raises(MeterInputError, match="unknown sample source 'guess'"):
+        replace(sample(0), source="guess")  # type: ignore[arg-type]
+    with pytest.raises(MeterInputError, match="no timezone"):
+        replace(sample(0), at=T0.replace(tzinfo=None))
     with pytest.raises(MeterInputError, match="max_gap_s"):
         measured_lines([sample(0)], WINDOW, max_gap_s=0)
 

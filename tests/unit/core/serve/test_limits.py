@@ -21,6 +21,7 @@ from gpuplex.core.serve.limits import (
     scope_limits,
     settle,
 )
+from gpuplex.core.spec import RateLimits
 
 TOKENS = Limit("tenant:a", LimitKind.TOKENS, 1000)
 REQUESTS = Limit("tenant:a", LimitKind.REQUESTS, 3)
@@ -184,7 +185,10 @@ REQUESTS_BIG = Limit("tenant:big", LimitKind.REQUESTS, 10**9)
 def test_a_scope_sets_only_the_limits_it_names(
     rpm: int | None, tpm: int | None, concurrent: int | None, kinds: list[LimitKind]
 ) -> None:
-    limits = scope_limits("key:abcd1234", rpm, tpm, concurrent)
+    limits = scope_limits(
+        "key:abcd1234",
+        RateLimits(requests_per_min=rpm, tokens_per_min=tpm, concurrent_requests=concurrent),
+    )
     assert [limit.kind for limit in limits] == kinds
     assert {limit.scope for limit in limits} <= {"key:abcd1234"}
     amounts = {LimitKind.REQUESTS: rpm, LimitKind.TOKENS: tpm, LimitKind.CONCURRENT: concurrent}

@@ -14,7 +14,7 @@ from gpuplex.core.serve.inference import (
     read_request,
 )
 from gpuplex.core.serve.tokens import IMAGE_PART_TOKENS, prompt_tokens, text_tokens
-from gpuplex.sim.model_requests import Endpoint as SimEndpoint, GenerationRequest, parse_request
+from gpuplex.sim.model_requests import GenerationRequest, parse_request
 
 USER = [{"role": "user", "content": "abcd"}]
 
@@ -112,7 +112,7 @@ def test_the_simulated_vllm_generates_exactly_the_budget_the_gateway_reserved(
 ) -> None:
     request = ok(Endpoint.CHAT, body, cap)
     forwarded = forwarded_body(body, request, "m") or body
-    generated = parse_request(SimEndpoint.CHAT, forwarded, {"m"}, 16, 8)
+    generated = parse_request(Endpoint.CHAT, forwarded, {"m"}, 16, 8)
     assert isinstance(generated, GenerationRequest)
     assert generated.generated_tokens == request.completion_budget
     assert generated.prompt_tokens == request.prompt_tokens
