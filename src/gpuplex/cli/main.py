@@ -20,6 +20,7 @@ from gpuplex.cli.bench import bench_app
 from gpuplex.cli.catalog_view import models_table, profiles_table
 from gpuplex.cli.conventions import warn_port_clashes, warn_root_tenants
 from gpuplex.cli.gateway import gateway_command
+from gpuplex.cli.help_pages import command_group
 from gpuplex.cli.host import host_app
 from gpuplex.cli.keys import keys_app
 from gpuplex.cli.kube import kube_app
@@ -40,11 +41,8 @@ from gpuplex.core.spec.parse import did_you_mean
 from gpuplex.errors import GpuplexError, NotFoundError, PlanFileError
 from gpuplex.specfile import load_spec_file
 
-app = typer.Typer(
-    help="gpuplex: share GPUs between tenants safely, fairly and with the bill to match.",
-    no_args_is_help=True,
-    pretty_exceptions_enable=False,
-    add_completion=False,
+app = command_group(
+    "gpuplex: share GPUs between tenants safely, fairly and with the bill to match."
 )
 
 

@@ -37,6 +37,7 @@ from gpuplex.server.context import ServerContext
 from gpuplex.server.run import ROLLUP_WINDOW_S, Reconciler, apply_spec_file, http_options
 from gpuplex.settings import (
     METRICS_TOKEN_VARIABLE,
+    GpuplexHome,
     HostSettings,
     ServerSettings,
     UpSettings,
@@ -115,7 +116,7 @@ def _start_and_serve(
     python, extra_env = children.python_command(run_as)  # refuses before any change, too
     stop.checkpoint()
 
-    store_url = f"sqlite:///{root / 'store' / 'gpuplex.db'}"
+    store_url = GpuplexHome(root).store_url  # where the CLI finds it with GPUPLEX_HOME=root
     engine = open_store(store_url)
     cleanup.callback(engine.dispose)
     ctx = ServerContext.open(engine, utc_now, dirs.root, ROLLUP_WINDOW_S)
@@ -127,7 +128,7 @@ def _start_and_serve(
     except ValueError as error:
         raise GatewayError(f"{METRICS_TOKEN_VARIABLE}: {error}") from None
     banner = _demo_credentials(ctx, spec, settings, simulated, opened.note)
-    banner = replace(banner, metrics_token=metrics_token)
+    banner = replace(banner, metrics_token=metrics_token, home=root)
 
     gateway_spec = root / "gateway" / "spec.yaml"
     shutil.copyfile(settings.spec_path, gateway_spec)
