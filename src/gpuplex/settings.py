@@ -26,12 +26,56 @@ def environment_value(name: str) -> str | None:
     return os.environ.get(name)
 
 
+HOME_VARIABLE = "GPUPLEX_HOME"
+STORE_URL_VARIABLE = "GPUPLEX_STORE_URL"
+
+
 def default_state_dir() -> Path:
     """/var/lib/gpuplex for root; else $XDG_STATE_HOME/gpuplex (~/.local/state/gpuplex)."""
     if os.geteuid() == 0:
         return Path("/var/lib/gpuplex")
     base = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
     return Path(base) / "gpuplex"
+
+
+@dataclass(frozen=True, slots=True)
+class GpuplexHome:
+    """Where one gpuplex instance keeps its state, laid out the way `gpuplex up` makes it. Naming
+    a path creates nothing: whoever writes there makes its folder."""
+
+    root: Path
+
+    @property
+    def store_path(self) -> Path:
+        return self.root / "store" / "gpuplex.db"
+
+    @property
+    def store_url(self) -> str:
+        return f"sqlite:///{self.store_path}"
+
+    @property
+    def host_dir(self) -> Path:
+        """The host runtime's state directory (`gpuplex host --state-dir`)."""
+        return self.root / "host"
+
+    @property
+    def gateway_dir(self) -> Path:
+        return self.root / "gateway"
+
+    @property
+    def spool_dir(self) -> Path:
+        return self.gateway_dir / "spool"
+
+    @property
+    def logs_dir(self) -> Path:
+        return self.root / "logs"
+
+
+def gpuplex_home(root: Path | None = None) -> GpuplexHome:
+    """The instance every command works on: `root` when given (an explicit --state-dir), else
+    $GPUPLEX_HOME, else the default state directory. Always absolute."""
+    chosen = root or Path(os.environ.get(HOME_VARIABLE) or default_state_dir())
+    return GpuplexHome(chosen.expanduser().absolute())
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,8 +90,13 @@ class HostSettings:
 
 
 def default_store_url() -> str:
-    """$GPUPLEX_STORE_URL, else SQLite in the default state directory."""
-    return os.environ.get("GPUPLEX_STORE_URL") or f"sqlite:///{default_state_dir() / 'gpuplex.db'}"
+    """$GPUPLEX_STORE_URL, else the home's SQLite store (HOME/store/gpuplex.db)."""
+    return os.environ.get(STORE_URL_VARIABLE) or gpuplex_home().store_url
+
+
+def store_url_is_explicit() -> bool:
+    """$GPUPLEX_STORE_URL is set: the store is not the home's."""
+    return bool(os.environ.get(STORE_URL_VARIABLE))
 
 
 def prometheus_multiproc_dir() -> str | None:

@@ -78,6 +78,13 @@ EXPECTED: dict[str, Expected] = {
     "mig-on-without-mig-support.yaml": Expected(
         8, "fleet.nodes[0].gpus[0].mig", "L40S has no MIG; use mig: off"
     ),
+    "gpu-models-redefines-built-in.yaml": Expected(
+        4, "fleet.gpu_models[0].name", "L40S is a built-in model"
+    ),
+    "gpu-models-declares-mig.yaml": Expected(
+        7, "fleet.gpu_models[0].mig", "an added GPU model has no MIG"
+    ),
+    "gpu-models-mig-on.yaml": Expected(11, "fleet.nodes[0].gpus[0].mig", "A40 has no MIG"),
     # quotas
     "quota-gpus-exceeded.yaml": Expected(
         10, "tenants[0].quota.gpus", "6 whole GPUs, over the quota of 4"

@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Iterator
-from contextlib import contextmanager
 from enum import StrEnum
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -18,18 +16,14 @@ from rich import box
 from rich.markup import escape
 from rich.table import Table
 
-from gpuplex.cli.conventions import StoreOption, reported
+from gpuplex.cli.conventions import StoreOption, opened_store, reported
+from gpuplex.cli.help_pages import command_group
 from gpuplex.consoles import stdout_console
-from gpuplex.settings import default_store_url
 
 if TYPE_CHECKING:
-    from gpuplex.store import Engine
     from gpuplex.store.audit import AuditEntry
 
-audit_app = typer.Typer(
-    help="The audit log: verify its hash chain, list its entries.",
-    no_args_is_help=True,
-)
+audit_app = command_group("The audit log: verify its hash chain, list its entries.")
 out = stdout_console()
 EXIT_DAMAGED = 1
 
@@ -42,7 +36,7 @@ class AuditOutput(StrEnum):
 @audit_app.command("verify")
 def verify_command(store: StoreOption = None) -> None:
     """Check that no entry was changed, removed or moved: exit 0 when intact, 1 when not."""
-    with reported(), _opened(store) as engine:
+    with reported(), opened_store(store, must_exist=True) as engine:
         from gpuplex.store.audit import verify_audit
 
         verdict = verify_audit(engine)
@@ -72,7 +66,7 @@ def list_command(
     output: Annotated[AuditOutput, typer.Option("--output", "-o")] = AuditOutput.TABLE,
 ) -> None:
     """The newest entries, oldest first (times in UTC)."""
-    with reported(), _opened(store) as engine:
+    with reported(), opened_store(store, must_exist=True) as engine:
         from gpuplex.store.audit import AuditLog
 
         entries = AuditLog(engine).entries(action, limit, tenant=tenant, before_id=before)
@@ -146,16 +140,3 @@ def _fields(values: dict[str, Any]) -> str:
 
 def _compact(value: Any) -> str:
     return value if isinstance(value, str) else json.dumps(value, separators=(",", ":"))
-
-
-@contextmanager
-def _opened(store: str | None) -> Iterator[Engine]:
-    """The store at `store` (default: $GPUPLEX_STORE_URL or SQLite), closed after. Imported here:
-    every other `gpuplex` command starts without SQLAlchemy."""
-    from gpuplex.store.db import open_store
-
-    engine = open_store(store or default_store_url())
-    try:
-        yield engine
-    finally:
-        engine.dispose()

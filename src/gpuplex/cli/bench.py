@@ -22,6 +22,7 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from gpuplex.cli.conventions import reported
+from gpuplex.cli.help_pages import command_group
 from gpuplex.consoles import stderr_console, stdout_console
 from gpuplex.host.interpreter import python_for_others
 from gpuplex.isolation_bench.report import json_records, markdown_report, tables
@@ -32,12 +33,7 @@ from gpuplex.isolation_bench.scenarios import LoopProgram, scenarios
 out = stdout_console()
 err = stderr_console()
 
-bench_app = typer.Typer(
-    help="Measure gpuplex on this host.",
-    no_args_is_help=True,
-    pretty_exceptions_enable=False,
-    add_completion=False,
-)
+bench_app = command_group("Measure gpuplex on this host.")
 
 
 class BenchDriver(StrEnum):
@@ -88,9 +84,11 @@ def isolation_command(
         typer.Option(help="From apply to the common start (default: 25 on torch, 3 on numpy)."),
     ] = None,
 ) -> None:
-    """Run N copies of a GPU loop under exclusive use, time-slicing, MPS with equal and with
-    30/70 thread shares, and a steady tenant beside a heavy one; report throughput, p50/p99
-    latency, aggregate against exclusive, and interference."""
+    """Measure how isolation modes share a GPU: throughput, latency and interference.
+
+    Runs N copies of a GPU loop under exclusive use, time-slicing, MPS with equal and with 30/70
+    thread shares, and a steady tenant beside a heavy one; reports throughput, p50/p99 latency,
+    aggregate against exclusive, and interference."""
     if batch is not None and min(batch) < 1:
         raise typer.BadParameter(
             f"{min(batch)} is not a batch size: use 1 or more", param_hint="--batch"

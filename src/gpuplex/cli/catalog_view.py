@@ -4,21 +4,23 @@ from __future__ import annotations
 
 from rich.table import Table
 
-from gpuplex.core.catalog import GPU_MODELS, MPS_CLIENT_LIMIT, GpuModel
+from gpuplex.core.catalog import MPS_CLIENT_LIMIT, GpuModel, Provenance
 
 
-def models_table() -> Table:
+def models_table(models: tuple[GpuModel, ...]) -> Table:
     table = Table(
         title="GPU models (gpuplex catalog MODEL lists its MIG profiles)", title_justify="left"
     )
     for column in ("model", "memory GiB", "SMs", "MIG", "facts from"):
         table.add_column(column)
-    for model in GPU_MODELS:
+    for model in models:
         mig = f"{len(model.mig.profiles)} profiles" if model.mig else "no"
         table.add_row(
             model.name, f"{model.memory_gib:.1f}", str(model.sm_count), mig, model.provenance
         )
     table.caption = f"MPS: at most {MPS_CLIENT_LIMIT} clients per GPU are planned."
+    if any(model.provenance is Provenance.SPEC for model in models):
+        table.caption += " Facts from spec: added by the spec's fleet.gpu_models."
     return table
 
 

@@ -9,6 +9,7 @@ from typing import Annotated
 
 import typer
 
+from gpuplex.cli.conventions import StoreOption
 from gpuplex.consoles import stderr_console
 from gpuplex.core.spec import GpuplexSpec
 from gpuplex.core.spec.gateway import LimiterBackend
@@ -17,8 +18,8 @@ from gpuplex.gateway.serve import HttpServer, serve
 from gpuplex.settings import (
     METRICS_TOKEN_VARIABLE,
     GatewaySettings,
-    default_state_dir,
     default_store_url,
+    gpuplex_home,
     redis_url_from_environment,
     take_metrics_token,
 )
@@ -39,16 +40,14 @@ def gateway_command(
             show_default=False,
         ),
     ] = None,
-    store: Annotated[
-        str | None,
-        typer.Option(help="Store URL for keys and usage (default: $GPUPLEX_STORE_URL or SQLite)."),
-    ] = None,
+    store: StoreOption = None,
     redis_url: Annotated[
         str | None,
         typer.Option(help="Redis for shared rate limits (default: $GPUPLEX_REDIS_URL)."),
     ] = None,
     spool_dir: Annotated[
-        Path | None, typer.Option(help="Durable usage spool (default: in the state directory).")
+        Path | None,
+        typer.Option(help="Durable usage spool.", show_default="$GPUPLEX_HOME/gateway/spool"),
     ] = None,
     server: Annotated[
         HttpServer,
@@ -62,6 +61,7 @@ def gateway_command(
     ] = HttpServer.UVICORN,
 ) -> None:
     """Serve the OpenAI-compatible API: keys, rate limits, fair queues, routing, metering.
+
     /metrics needs the bearer token in $GPUPLEX_METRICS_TOKEN (the process keeps only its hash)."""
     exit_with_parent()  # under `gpuplex up`: stop when up dies, even by kill -9
     if os.geteuid() == 0:
@@ -73,7 +73,7 @@ def gateway_command(
     settings = GatewaySettings(
         spec_path=config.resolve() if config is not None else None,
         store_url=store or default_store_url(),
-        spool_dir=(spool_dir or default_state_dir() / "gateway-spool").resolve(),
+        spool_dir=(spool_dir or gpuplex_home().spool_dir).resolve(),
         redis_url=redis_url or redis_url_from_environment(),
         metrics_token_sha256=_metrics_token_sha256(metrics_token),
     )

@@ -11,6 +11,7 @@ import typer
 from rich.markup import escape
 
 from gpuplex.cli.conventions import warn_root_tenants
+from gpuplex.cli.help_pages import command_group
 from gpuplex.cli.host_view import (
     disagreements_table,
     events_table,
@@ -28,14 +29,13 @@ from gpuplex.host import session
 from gpuplex.host.state import StateDir
 from gpuplex.host.status import host_status
 from gpuplex.host.wiring import open_driver
-from gpuplex.settings import HostSettings, default_state_dir
+from gpuplex.settings import HostSettings, gpuplex_home
 from gpuplex.specfile import load_spec_file
 from gpuplex.up.lifecycle import exit_with_parent
 from gpuplex.up.simulate import with_stand_ins
 
-host_app = typer.Typer(
-    help="Run a plan on this GPU server: MIG, MPS, cgroups, supervised tenant processes.",
-    no_args_is_help=True,
+host_app = command_group(
+    "Run a plan on this GPU server: MIG, MPS, cgroups, supervised tenant processes."
 )
 out = stdout_console()
 
@@ -55,7 +55,8 @@ StateDirOption = Annotated[
     Path | None,
     typer.Option(
         "--state-dir",
-        help="Where gpuplex keeps this host's state [default: /var/lib/gpuplex as root]",
+        help="Where the host runtime keeps this host's state.",
+        show_default="$GPUPLEX_HOME/host",
     ),
 ]
 NodeOption = Annotated[
@@ -73,7 +74,7 @@ def _settings(
     interval_s: float = 1.0,
 ) -> HostSettings:
     return HostSettings(
-        state_dir=(state_dir or default_state_dir()).absolute(),
+        state_dir=(state_dir or gpuplex_home().host_dir).absolute(),
         node=node,
         driver=driver.value,
         interval_s=interval_s,
@@ -170,6 +171,7 @@ def run_command(
     ] = False,
 ) -> None:
     """Supervise this host: restart crashed replicas, health checks, VRAM watchdog, MPS daemons.
+
     Stopping it (or a crash) leaves every tenant running; starting it again re-adopts them."""
     exit_with_parent()  # under `gpuplex up`: stop when up dies, even by kill -9
     settings = _settings(state_dir, node, driver, interval)
@@ -243,9 +245,10 @@ def down_command(
         ),
     ] = False,
 ) -> None:
-    """Stop every replica and MPS daemon of this state directory's instance, and anything left in
-    its replicas' cgroups, and forget the applied spec. Exits 1 naming any process it could not
-    stop."""
+    """Stop everything this state directory's instance runs, and forget the applied spec.
+
+    Stops every replica and MPS daemon, and anything left in the replicas' cgroups. Exits 1
+    naming any process it could not stop."""
     result = session.down(_settings(state_dir), forget_users=forget_users)
     if result.users_removed:
         out.print(f"removed users: {', '.join(result.users_removed)}", highlight=False)
@@ -294,8 +297,9 @@ def check_catalog_command(
     driver: DriverOption = Driver.AUTO,
     gpu: Annotated[int | None, typer.Option(help="Only this GPU index.", min=0)] = None,
 ) -> None:
-    """Compare the catalog's MIG profiles, placements and memory with what NVML reports for each
-    GPU (read-only: MIG mode is not touched). Exit status 1 where they disagree."""
+    """Compare the catalog's MIG profiles, placements and memory with what NVML reports.
+
+    Read-only: MIG mode is not touched. Exit status 1 where they disagree for any GPU."""
     settings = _settings(state_dir, driver=driver)
     opened = open_driver(settings, StateDir(settings.state_dir), None)
     try:

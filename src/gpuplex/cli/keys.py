@@ -19,7 +19,14 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from gpuplex.cli.conventions import StoreOption, os_user_name, parse_duration, reported
+from gpuplex.cli.conventions import (
+    StoreOption,
+    opened_store,
+    os_user_name,
+    parse_duration,
+    reported,
+)
+from gpuplex.cli.help_pages import command_group
 from gpuplex.clock import utc_now
 from gpuplex.consoles import stderr_console, stdout_console
 from gpuplex.core.serve.routes import route_table
@@ -31,7 +38,6 @@ from gpuplex.core.spec.rate_limits import (
     RateLimits,
 )
 from gpuplex.errors import NotFoundError
-from gpuplex.settings import default_store_url
 from gpuplex.specfile import load_spec_file, load_spec_text
 
 if TYPE_CHECKING:
@@ -39,10 +45,7 @@ if TYPE_CHECKING:
     from gpuplex.store import Engine
     from gpuplex.store.keys import ApiKey, KeyRepository
 
-keys_app = typer.Typer(
-    help="API keys for the gateway: create (shown once), list, revoke.",
-    no_args_is_help=True,
-)
+keys_app = command_group("API keys for the gateway: create (shown once), list, revoke.")
 out = stdout_console()
 err = stderr_console()
 
@@ -98,7 +101,7 @@ def create_command(
         from gpuplex.store.keys import KeyRepository
 
         now = utc_now()
-        with _store_engine(store) as engine:
+        with opened_store(store) as engine:
             if spec is None:
                 _check_against_the_applied_spec(engine, tenant, models)
             token, key = KeyRepository(engine).create(
@@ -162,25 +165,12 @@ def revoke_command(
 
 
 @contextmanager
-def _key_store(store: str | None) -> Iterator[KeyRepository]:
-    """The keys in the store at `store` (default: $GPUPLEX_STORE_URL or SQLite), closed after."""
+def _key_store(store: str | None, *, must_exist: bool = True) -> Iterator[KeyRepository]:
+    """The keys in the store at `store` (default: $GPUPLEX_STORE_URL, else the home's)."""
     from gpuplex.store.keys import KeyRepository
 
-    with _store_engine(store) as engine:
+    with opened_store(store, must_exist=must_exist) as engine:
         yield KeyRepository(engine)
-
-
-@contextmanager
-def _store_engine(store: str | None) -> Iterator[Engine]:
-    """The store at `store`, closed after. Imported here, not at the top: every other `gpuplex`
-    command starts without SQLAlchemy."""
-    from gpuplex.store.db import open_store
-
-    engine = open_store(store or default_store_url())
-    try:
-        yield engine
-    finally:
-        engine.dispose()
 
 
 def _check_against_the_applied_spec(engine: Engine, tenant: str, models: list[str]) -> None:

@@ -27,6 +27,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn
 from rich.table import Table
 
 from gpuplex.cli.conventions import reported
+from gpuplex.cli.help_pages import command_group
 from gpuplex.consoles import stderr_console, stdout_console
 from gpuplex.kube.diff import ObjectAction, ObjectChange, summary
 from gpuplex.kube.naming import PLAN_SET, SELF_SET
@@ -36,9 +37,8 @@ if TYPE_CHECKING:
     from gpuplex.kube.self_manifests import SelfOptions
     from gpuplex.revision import AppliedRevision
 
-kube_app = typer.Typer(
-    help="Kubernetes: render the spec and plan as objects, diff them against a cluster, apply them.",
-    no_args_is_help=True,
+kube_app = command_group(
+    "Kubernetes: render the spec and plan as objects, diff them against a cluster, apply them."
 )
 out = stdout_console()
 err = stderr_console()

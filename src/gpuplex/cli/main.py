@@ -19,6 +19,7 @@ from gpuplex.cli.bench import bench_app
 from gpuplex.cli.catalog_view import models_table, profiles_table
 from gpuplex.cli.conventions import warn_port_clashes, warn_root_tenants
 from gpuplex.cli.gateway import gateway_command
+from gpuplex.cli.help_pages import command_group
 from gpuplex.cli.host import host_app
 from gpuplex.cli.keys import keys_app
 from gpuplex.cli.kube import kube_app
@@ -30,7 +31,7 @@ from gpuplex.cli.simulate import simulate_command
 from gpuplex.cli.store import store_app
 from gpuplex.cli.up import up_command
 from gpuplex.consoles import stderr_console, stdout_console
-from gpuplex.core.catalog import gpu_model, gpu_model_names
+from gpuplex.core.catalog import Catalog
 from gpuplex.core.plan import Plan, Target, make_plan
 from gpuplex.core.plan.explain import explain as explain_workload
 from gpuplex.core.plan.node_sharing import target_of
@@ -40,11 +41,8 @@ from gpuplex.errors import GpuplexError, NotFoundError
 from gpuplex.planfile import load_plan_file
 from gpuplex.specfile import load_spec_file
 
-app = typer.Typer(
-    help="gpuplex: share GPUs between tenants safely, fairly and with the bill to match.",
-    no_args_is_help=True,
-    pretty_exceptions_enable=False,
-    add_completion=False,
+app = command_group(
+    "gpuplex: share GPUs between tenants safely, fairly and with the bill to match."
 )
 
 
@@ -167,16 +165,22 @@ def catalog(
     model: Annotated[
         str | None, typer.Argument(help="A GPU model: list its MIG profiles.", show_default=False)
     ] = None,
+    spec: Annotated[
+        Path | None,
+        typer.Option(help="A gpuplex.yaml: list the models its fleet.gpu_models adds, too."),
+    ] = None,
 ) -> None:
     """The GPU models a spec may name, or one model's MIG profiles and placements."""
+    known = load_spec_file(spec).fleet.catalog if spec is not None else Catalog()
     if model is None:
-        out.print(models_table())
+        out.print(models_table(known.models))
         return
-    found = gpu_model(model)
+    found = known.model(model)
     if found is None:
-        hint = did_you_mean(model, gpu_model_names())
+        hint = did_you_mean(model, known.names())
         raise NotFoundError(
             f"unknown GPU model {model!r}{hint}; run `gpuplex catalog` for the list"
+            + ("" if spec else " (with --spec FILE, the spec's fleet.gpu_models too)")
         )
     out.print(profiles_table(found))
 

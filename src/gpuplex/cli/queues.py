@@ -50,8 +50,7 @@ def queues_command(
         bool, typer.Option("--json", help="Print the answers as JSON (stable keys).")
     ] = False,
 ) -> None:
-    """What-if over quota queues: guarantees, limits, fair shares, and why each pending
-    workload waits."""
+    """What-if over quota queues: guarantees, limits, fair shares, and why work waits."""
     with reported():
         report = evaluate(load_queue_file(file))
     if as_json:

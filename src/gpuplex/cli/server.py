@@ -19,7 +19,14 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from gpuplex.cli.conventions import os_user_name, parse_duration, reported
+from gpuplex.cli.conventions import (
+    StoreOption,
+    opened_store,
+    os_user_name,
+    parse_duration,
+    reported,
+)
+from gpuplex.cli.help_pages import command_group
 from gpuplex.clock import utc_now
 from gpuplex.consoles import stderr_console, stdout_console
 from gpuplex.core.access import Role
@@ -29,6 +36,7 @@ from gpuplex.settings import (
     ServerSettings,
     dcgm_urls_from_environment,
     default_store_url,
+    gpuplex_home,
     take_metrics_token,
 )
 
@@ -37,13 +45,9 @@ if TYPE_CHECKING:
 
 out = stdout_console()
 err = stderr_console()
-token_app = typer.Typer(
-    help="Control-plane tokens: who may use the REST API and dashboard, with which role.",
-    no_args_is_help=True,
+token_app = command_group(
+    "Control-plane tokens: who may use the REST API and dashboard, with which role."
 )
-StoreOption = Annotated[
-    str | None, typer.Option(help="Store URL (default: $GPUPLEX_STORE_URL or SQLite).")
-]
 
 
 class TokenOutput(StrEnum):
@@ -59,7 +63,11 @@ def server_command(
     host: Annotated[str, typer.Option(help="Address to listen on.")] = "127.0.0.1",
     port: Annotated[int, typer.Option(min=1, max=65535, help="Port to listen on.")] = 8090,
     state_dir: Annotated[
-        Path | None, typer.Option(help="The host runtime's state directory, for its events.")
+        Path | None,
+        typer.Option(
+            help="The host runtime's state directory, for its events.",
+            show_default="$GPUPLEX_HOME/host when it exists, else no host events",
+        ),
     ] = None,
     rollup_interval_s: Annotated[
         float, typer.Option(min=1.0, help="Seconds between usage roll-ups and budget checks.")
@@ -114,7 +122,7 @@ def server_command(
                 listen_host=host,
                 listen_port=port,
                 spec_path=spec,
-                state_dir=state_dir,
+                state_dir=state_dir or _home_host_dir(),
                 rollup_interval_s=rollup_interval_s,
                 metrics_from=tuple(metrics_from or ()),
                 metrics_token_sha256=token_sha256,
@@ -125,15 +133,11 @@ def server_command(
 
 
 @contextmanager
-def _tokens(store: str | None) -> Iterator[TokenRepository]:
-    from gpuplex.store.db import open_store
+def _tokens(store: str | None, *, must_exist: bool = True) -> Iterator[TokenRepository]:
     from gpuplex.store.tokens import TokenRepository
 
-    engine = open_store(store or default_store_url())
-    try:
+    with opened_store(store, must_exist=must_exist) as engine:
         yield TokenRepository(engine)
-    finally:
-        engine.dispose()
 
 
 @token_app.command("create")
@@ -157,7 +161,7 @@ def create_command(
             )
         lifetime = parse_duration(expires_in) if expires_in is not None else None
         now = utc_now()
-        with _tokens(store) as tokens:
+        with _tokens(store, must_exist=False) as tokens:
             secret, token = tokens.create(
                 name=name,
                 role=role.value,
@@ -212,6 +216,12 @@ def revoke_command(
     with reported(), _tokens(store) as tokens:
         token = tokens.revoke(prefix, utc_now(), os_user_name())
     out.print(f"revoked token {token.prefix} ({escape(token.name)})", highlight=False)
+
+
+def _home_host_dir() -> Path | None:
+    """The home's host runtime state, where one runs here (never created by the server)."""
+    host_dir = gpuplex_home().host_dir
+    return host_dir if host_dir.is_dir() else None
 
 
 def _expiry_state(expires_at: datetime | None, now: datetime) -> str:

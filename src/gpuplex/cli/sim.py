@@ -11,16 +11,12 @@ from typing import Annotated
 
 import typer
 
+from gpuplex.cli.help_pages import command_group
 from gpuplex.sim.model_server import ModelServerSettings, make_app
 
 DEFAULT_MODEL = "sim-model"
 
-sim_app = typer.Typer(
-    help="Simulated stand-ins for tests, benchmarks and demos.",
-    no_args_is_help=True,
-    pretty_exceptions_enable=False,
-    add_completion=False,
-)
+sim_app = command_group("Simulated stand-ins for tests, benchmarks and demos.")
 
 
 @sim_app.callback()
@@ -81,8 +77,9 @@ def model_command(
         ),
     ] = 0,
 ) -> None:
-    """Serve a simulated OpenAI-compatible model server (vLLM-like) until SIGINT or SIGTERM,
-    which end the requests in progress at once."""
+    """Serve a simulated OpenAI-compatible model server (vLLM-like).
+
+    It serves until SIGINT or SIGTERM, which end the requests in progress at once."""
     try:
         import uvicorn  # a test and demo tool: the rest of the CLI does not need it
     except ImportError:

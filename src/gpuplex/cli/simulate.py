@@ -118,9 +118,10 @@ def simulate_command(
         ),
     ] = None,
 ) -> None:
-    """Replay a cluster trace under placement policies; print the GPU allocation ratio as demand
-    arrives and write simulate.csv and simulate.png. With --compare-isolation, compare isolation
-    modes instead and write isolation.csv."""
+    """Replay a cluster trace under placement policies and compare them.
+
+    Prints the GPU allocation ratio as demand arrives and writes simulate.csv and simulate.png.
+    With --compare-isolation, compares isolation modes instead and writes isolation.csv."""
     from gpuplex.sim.openb import load_nodes, load_pods
     from gpuplex.sim.replay import POLICY_NAMES
 

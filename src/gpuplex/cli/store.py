@@ -6,35 +6,17 @@ before running an older gpuplex (which refuses a store newer than it knows)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
-from typing import TYPE_CHECKING, Annotated
+from typing import Annotated
 
 import typer
 from rich.markup import escape
 
-from gpuplex.cli.conventions import StoreOption, reported
+from gpuplex.cli.conventions import StoreOption, opened_store, reported
+from gpuplex.cli.help_pages import command_group
 from gpuplex.consoles import stdout_console
-from gpuplex.settings import default_store_url
 
-if TYPE_CHECKING:
-    from gpuplex.store import Engine
-
-store_app = typer.Typer(
-    help="The store's schema: its revision, upgrade, downgrade.", no_args_is_help=True
-)
+store_app = command_group("The store's schema: its revision, upgrade, downgrade.")
 out = stdout_console()
-
-
-@contextmanager
-def _unmigrated(store: str | None) -> Iterator[Engine]:
-    from gpuplex.store.db import open_store
-
-    engine = open_store(store or default_store_url(), migrate=False)
-    try:
-        yield engine
-    finally:
-        engine.dispose()
 
 
 @store_app.command("current")
@@ -42,7 +24,7 @@ def current_command(store: StoreOption = None) -> None:
     """The store's schema revision, and the newest this gpuplex knows."""
     from gpuplex.store.migrate import HEAD_REVISION, store_revision
 
-    with reported(), _unmigrated(store) as engine:
+    with reported(), opened_store(store, must_exist=True, migrate=False) as engine:
         revision = store_revision(engine)
     shown = revision or "none (empty, or made before migrations)"
     note = "up to date" if revision == HEAD_REVISION else f"newest: {HEAD_REVISION}"
@@ -57,7 +39,7 @@ def upgrade_command(
     """Upgrade the store's schema (default: to the newest revision)."""
     from gpuplex.store.migrate import store_revision, upgrade_store
 
-    with reported(), _unmigrated(store) as engine:
+    with reported(), opened_store(store, must_exist=True, migrate=False) as engine:
         upgrade_store(engine, revision)
         now = store_revision(engine)
     out.print(f"[green]store at revision {escape(now or 'base')}[/]", highlight=False)
@@ -82,7 +64,7 @@ def downgrade_command(
             "add --yes to go ahead",
             param_hint="--yes",
         )
-    with reported(), _unmigrated(store) as engine:
+    with reported(), opened_store(store, must_exist=True, migrate=False) as engine:
         downgrade_store(engine, revision)
         now = store_revision(engine)
     out.print(f"[green]store at revision {escape(now or 'base')}[/]", highlight=False)

@@ -8,7 +8,7 @@ from typing import Annotated
 import typer
 
 from gpuplex.consoles import stdout_console
-from gpuplex.settings import UpSettings, default_state_dir
+from gpuplex.settings import UpSettings, gpuplex_home
 from gpuplex.up.lifecycle import StopSignals
 
 out = stdout_console()
@@ -20,7 +20,10 @@ def up_command(
     ] = Path("gpuplex.yaml"),
     state_dir: Annotated[
         Path | None,
-        typer.Option(help="Where the store, logs and host state live [default: STATE/up]."),
+        typer.Option(
+            help="This instance's home: its store, logs and host state.",
+            show_default="$GPUPLEX_HOME, else /var/lib/gpuplex as root, else ~/.local/state/gpuplex",
+        ),
     ] = None,
     driver: Annotated[
         str, typer.Option(help="auto: real GPUs when NVML finds any, else simulated; nvml; sim.")
@@ -33,9 +36,11 @@ def up_command(
         typer.Option("--check", help="Start, send one request through the gateway, then stop."),
     ] = False,
 ) -> None:
-    """Run the control plane, the gateway and the host runtime for FILE's tenants, on the real
-    GPUs if NVML finds any, else on simulated GPUs with simulated model servers. Prints the
-    dashboard link, demo API keys and an `openai` client example; Ctrl-C stops everything."""
+    """Run the control plane, the gateway and the host runtime for FILE's tenants, in one command.
+
+    Runs on the real GPUs if NVML finds any, else on simulated GPUs with simulated model servers.
+    Prints the dashboard link, demo API keys, an `openai` client example and the GPUPLEX_HOME
+    line that points the other commands at this instance; Ctrl-C stops everything."""
     if driver not in ("auto", "nvml", "sim"):
         raise typer.BadParameter("use auto, nvml or sim", param_hint="--driver")
     # From here a Ctrl-C only sets a flag that start-up checks (never a half-done import or step)
@@ -47,7 +52,7 @@ def up_command(
         stop,
         UpSettings(
             spec_path=file,
-            state_dir=state_dir or default_state_dir() / "up",
+            state_dir=gpuplex_home(state_dir).root,
             driver=driver,
             server_port=port,
             check=check,

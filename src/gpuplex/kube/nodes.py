@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from gpuplex.core.catalog import gpu_model
+from gpuplex.core.catalog import Catalog
 from gpuplex.core.plan import GpuView, Mode, Plan
 from gpuplex.core.spec import GpuplexSpec, MigModeSpec, NodeSpec
 from gpuplex.core.spec.pools import fleet_pools, gpu_pool
@@ -60,17 +60,17 @@ def node_gpus(spec: GpuplexSpec, plan: Plan) -> list[NodeGpus]:
     out = []
     for node in spec.fleet.nodes:
         views = sorted((g for g in plan.gpus if g.node == node.name), key=lambda g: g.index)
-        out.append(NodeGpus(node, tuple(views), _pinned_mig(node)))
+        out.append(NodeGpus(node, tuple(views), _pinned_mig(node, spec.fleet.catalog)))
     return out
 
 
-def _pinned_mig(node: NodeSpec) -> frozenset[int]:
+def _pinned_mig(node: NodeSpec, catalog: Catalog) -> frozenset[int]:
     """Indices of `mig: "on"` GPUs, numbered as the planner numbers them (groups in order, groups
     of unknown models skipped: validation reports those)."""
     pinned: set[int] = set()
     index = 0
     for group in node.gpus:
-        model = gpu_model(group.model)
+        model = catalog.model(group.model)
         if model is None:
             continue
         for _ in range(group.count):

@@ -94,6 +94,19 @@ def _busy(error: OperationalError) -> bool:
     return "database is locked" in text or "database table is locked" in text or "busy" in text
 
 
+def sqlite_file(url: str) -> Path | None:
+    """The file a `sqlite:///PATH` URL names; None for another store, an in-memory or URI
+    database, or a URL that does not parse (open_store says what is wrong with it)."""
+    try:
+        parsed = make_url(url)
+    except (ArgumentError, ValueError):
+        return None
+    database = parsed.database or ""
+    if parsed.get_backend_name() != "sqlite" or database in ("", ":memory:"):
+        return None
+    return None if database.startswith("file:") else Path(database)
+
+
 def safe_url(url: URL | str) -> str:
     """The URL as it may be shown: the password, if any, is replaced by ***."""
     parsed = url if isinstance(url, URL) else make_url(url)

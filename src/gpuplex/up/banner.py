@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import shlex
 from dataclasses import dataclass
+from pathlib import Path
 
 from rich.console import Console
 from rich.markup import escape
@@ -26,6 +28,8 @@ class UpBanner:
     keys: list[DemoKey]
     #: the bearer token that reads the gateway's and the control plane's /metrics
     metrics_token: str | None = None
+    #: this instance's state directory: the other gpuplex commands find it through GPUPLEX_HOME
+    home: Path | None = None
 
 
 def openai_example(gateway_url: str, key: DemoKey) -> str:
@@ -60,6 +64,11 @@ def print_banner(console: Console, banner: UpBanner) -> None:
         lines.append(
             f"  metrics      {banner.gateway_url}/metrics and {banner.server_url}/metrics with "
             f"`Authorization: Bearer {banner.metrics_token}`"
+        )
+    if banner.home is not None:
+        lines.append(
+            f"  CLI          export GPUPLEX_HOME={escape(shlex.quote(str(banner.home)))}  "
+            "(for gpuplex keys, token, audit, host)"
         )
     lines += [
         "",

@@ -34,6 +34,7 @@ from gpuplex.server.context import ServerContext
 from gpuplex.server.run import ROLLUP_WINDOW_S, Reconciler, apply_spec_file, http_options
 from gpuplex.settings import (
     METRICS_TOKEN_VARIABLE,
+    GpuplexHome,
     HostSettings,
     ServerSettings,
     UpSettings,
@@ -97,7 +98,7 @@ def _start_and_serve(
     host_settings = HostSettings(state_dir=root / "host", driver=settings.driver)
     dirs = StateDir(host_settings.state_dir)
     dirs.create()
-    store_url = f"sqlite:///{root / 'store' / 'gpuplex.db'}"
+    store_url = GpuplexHome(root).store_url  # where the CLI finds it with GPUPLEX_HOME=root
     engine = open_store(store_url)
     cleanup.callback(engine.dispose)
     ctx = ServerContext.open(engine, utc_now, dirs.root, ROLLUP_WINDOW_S)
@@ -121,7 +122,7 @@ def _start_and_serve(
     except ValueError as error:
         raise GatewayError(f"{METRICS_TOKEN_VARIABLE}: {error}") from None
     banner = _demo_credentials(ctx, spec, settings, simulated, opened.note)
-    banner = replace(banner, metrics_token=metrics_token)
+    banner = replace(banner, metrics_token=metrics_token, home=root)
 
     (root / "store").chmod(0o700)  # specs, usage and webhook URLs: the owner's only
     if run_as is not None:

@@ -45,6 +45,7 @@ def discovered_node(name: str, gpus: list[GpuStatus]) -> NodeSpec | list[SpecPro
 
 def with_discovered_fleet(spec: GpuplexSpec, node: NodeSpec) -> GpuplexSpec | list[SpecProblem]:
     """The spec with its fleet filled in, re-checked: requests must fit the GPUs actually found."""
-    filled = spec.model_copy(update={"fleet": FleetSpec(discover=True, nodes=[node])})
+    fleet = FleetSpec(discover=True, nodes=[node], gpu_models=spec.fleet.gpu_models)
+    filled = spec.model_copy(update={"fleet": fleet})
     problems = check_spec(filled)
     return problems if problems else filled

@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 from gpuplex.core.catalog.gpus import GPU_MODELS, MPS_CLIENT_LIMIT
+from gpuplex.core.catalog.lookup import Catalog, built_in_name_like, is_built_in
 from gpuplex.core.catalog.model import GpuModel, MigGeometry, MigProfile, Provenance
 
 _BY_NAME = {model.name: model for model in GPU_MODELS}
 
 
 def gpu_model(name: str) -> GpuModel | None:
-    """The catalog entry for a model name as written in gpuplex.yaml (exact, case-sensitive)."""
+    """The built-in entry for a model name as written in gpuplex.yaml (exact, case-sensitive).
+    A spec's own models too: `spec.fleet.catalog.model(name)`."""
     return _BY_NAME.get(name)
 
 
@@ -28,11 +30,14 @@ def gpu_model_for_nvml_name(nvml_name: str) -> GpuModel | None:
 __all__ = [
     "GPU_MODELS",
     "MPS_CLIENT_LIMIT",
+    "Catalog",
     "GpuModel",
     "MigGeometry",
     "MigProfile",
     "Provenance",
+    "built_in_name_like",
     "gpu_model",
     "gpu_model_for_nvml_name",
     "gpu_model_names",
+    "is_built_in",
 ]

@@ -12,6 +12,7 @@ class Provenance(StrEnum):
     DOCUMENTED = "documented"  # NVIDIA's own documentation states it
     PUBLIC_LISTING = "public_listing"  # seen in real nvidia-smi / NVML output published by others
     INFERRED = "inferred"  # our reading: same silicon, same fractions; verify on hardware
+    SPEC = "spec"  # a model the spec adds (fleet.gpu_models), as its operator wrote it
 
 
 @dataclass(frozen=True, slots=True)

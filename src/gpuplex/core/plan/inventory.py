@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from gpuplex.core.catalog import GpuModel, gpu_model
+from gpuplex.core.catalog import GpuModel
 from gpuplex.core.spec import FleetSpec, MigModeSpec, PlacementPolicy, runs_mig, runs_whole
 from gpuplex.core.spec.pools import gpu_pool
 
@@ -37,10 +37,11 @@ class GpuSlot:
 def build_inventory(fleet: FleetSpec, policy: PlacementPolicy) -> list[GpuSlot]:
     """Binpack fills node by node; spread takes GPU 0 of every node, then GPU 1, and so on."""
     slots: list[GpuSlot] = []
+    catalog = fleet.catalog
     for node_order, node in enumerate(fleet.nodes):
         index = 0
         for group in node.gpus:
-            model = gpu_model(group.model)
+            model = catalog.model(group.model)
             if model is None:  # validation reports it; planning skips the group
                 continue
             for k in range(group.count):

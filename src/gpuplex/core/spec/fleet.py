@@ -6,8 +6,9 @@ from enum import StrEnum
 
 from pydantic import Field, StrictInt
 
-from gpuplex.core.catalog import GpuModel, gpu_model_names
+from gpuplex.core.catalog import Catalog, GpuModel, gpu_model_names
 from gpuplex.core.spec.fields import DnsLabel, SpecModel
+from gpuplex.core.spec.gpu_models import GpuModelSpec
 
 
 class MigModeSpec(StrEnum):
@@ -21,7 +22,9 @@ class MigModeSpec(StrEnum):
 
 class GpuGroupSpec(SpecModel):
     model: str = Field(
-        description="A GPU model from the catalog: " + ", ".join(gpu_model_names()) + ".",
+        description="A GPU model from the catalog ("
+        + ", ".join(gpu_model_names())
+        + "), or one of fleet.gpu_models.",
         examples=gpu_model_names(),
     )
     count: StrictInt = Field(default=1, ge=1, le=64)
@@ -44,6 +47,15 @@ class FleetSpec(SpecModel):
         description="Fill the nodes from NVML on the host (the host runtime does this).",
     )
     nodes: list[NodeSpec] = Field(default_factory=list)
+    gpu_models: list[GpuModelSpec] = Field(
+        default_factory=list,
+        description="Cards the built-in catalog does not list (no MIG): name, memory, SMs.",
+    )
+
+    @property
+    def catalog(self) -> Catalog:
+        """The models this fleet may name: the built-in catalog and its gpu_models."""
+        return Catalog(tuple(entry.to_model() for entry in self.gpu_models))
 
 
 def runs_mig(model: GpuModel, policy: MigModeSpec) -> bool:

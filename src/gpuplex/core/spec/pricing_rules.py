@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from gpuplex.core.catalog import gpu_model, gpu_model_names
 from gpuplex.core.spec.document import ChargebackMethod, GpuplexSpec
 from gpuplex.core.spec.parse import did_you_mean
 from gpuplex.errors import SpecProblem
@@ -13,11 +12,12 @@ from gpuplex.errors import SpecProblem
 
 def check_pricing(spec: GpuplexSpec) -> Iterator[SpecProblem]:
     pricing = spec.pricing
+    catalog = spec.fleet.catalog
     for name in pricing.gpu_hour:
-        if gpu_model(name) is None:
+        if catalog.model(name) is None:
             yield SpecProblem(
                 ("pricing", "gpu_hour", name),
-                f"unknown GPU model {name!r}{did_you_mean(name, gpu_model_names())}",
+                f"unknown GPU model {name!r}{did_you_mean(name, catalog.names())}",
             )
     yield from _check_mig_hour(spec)
     served = {w.serve.model for t in spec.tenants for w in t.workloads if w.serve is not None}
@@ -41,12 +41,13 @@ def check_pricing(spec: GpuplexSpec) -> Iterator[SpecProblem]:
 
 
 def _check_mig_hour(spec: GpuplexSpec) -> Iterator[SpecProblem]:
+    catalog = spec.fleet.catalog
     for name, profiles in spec.pricing.mig_hour.items():
-        model = gpu_model(name)
+        model = catalog.model(name)
         if model is None:
             yield SpecProblem(
                 ("pricing", "mig_hour", name),
-                f"unknown GPU model {name!r}{did_you_mean(name, gpu_model_names())}",
+                f"unknown GPU model {name!r}{did_you_mean(name, catalog.names())}",
             )
             continue
         if model.mig is None:

@@ -7,7 +7,7 @@ from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from gpuplex.core.catalog import GpuModel, gpu_model, gpu_model_names
+from gpuplex.core.catalog import GpuModel
 from gpuplex.core.spec.document import GpuplexSpec
 from gpuplex.core.spec.fleet import runs_mig, runs_whole
 from gpuplex.core.spec.parse import did_you_mean
@@ -32,6 +32,7 @@ class CandidateFinder:
 
     def __init__(self, spec: GpuplexSpec) -> None:
         self.spec = spec
+        self.catalog = spec.fleet.catalog
         self.pools = fleet_pools(spec.fleet)
         self.by_pool: dict[str | None, list[CandidateModel]] = {}
 
@@ -47,7 +48,7 @@ class CandidateFinder:
         for node in self.spec.fleet.nodes:
             whole_here: Counter[GpuModel] = Counter()
             for group in node.gpus:
-                model = gpu_model(group.model)
+                model = self.catalog.model(group.model)
                 if model is None or not pool_accepts(gpu_pool(node, group), wanted):
                     continue
                 mig_ok, whole_ok = seen.get(model, (False, False))
@@ -91,10 +92,11 @@ def check_request(
         return  # the inventory is not known until the host runtime discovers it
     candidates = candidates_for(workload)
     if request.model is not None:
-        if gpu_model(request.model) is None:
+        catalog = candidates_for.catalog
+        if catalog.model(request.model) is None:
             yield SpecProblem(
                 (*where, "model"),
-                f"unknown GPU model {request.model!r}{did_you_mean(request.model, gpu_model_names())}",
+                f"unknown GPU model {request.model!r}{did_you_mean(request.model, catalog.names())}",
             )
             return
         in_pool = sorted({c.model.name for c in candidates})
@@ -175,7 +177,8 @@ def _check_mig_request(
 
 def _fleet_is_known(spec: GpuplexSpec) -> bool:
     models = [group.model for node in spec.fleet.nodes for group in node.gpus]
-    return bool(models) and all(gpu_model(model) is not None for model in models)
+    catalog = spec.fleet.catalog
+    return bool(models) and all(catalog.model(model) is not None for model in models)
 
 
 def _pool_is_unknown(spec: GpuplexSpec, workload: WorkloadSpec) -> bool:

@@ -7,10 +7,11 @@ import ipaddress
 from collections import Counter
 from collections.abc import Iterator
 
-from gpuplex.core.catalog import GPU_MODELS, gpu_model, gpu_model_names
+from gpuplex.core.catalog import GPU_MODELS
 from gpuplex.core.spec.document import GpuplexSpec
 from gpuplex.core.spec.fleet import MigModeSpec
 from gpuplex.core.spec.gateway import LimiterBackend
+from gpuplex.core.spec.gpu_model_rules import check_gpu_models
 from gpuplex.core.spec.parse import did_you_mean
 from gpuplex.core.spec.pools import fleet_pools
 from gpuplex.core.spec.pricing_rules import check_pricing
@@ -23,6 +24,7 @@ from gpuplex.errors import FieldPath, SpecProblem
 
 def check_spec(spec: GpuplexSpec) -> list[SpecProblem]:
     problems: list[SpecProblem] = []
+    problems += check_gpu_models(spec.fleet)
     problems += _check_fleet(spec)
     problems += _check_names(spec)
     problems += _check_references(spec)
@@ -62,15 +64,17 @@ def _check_fleet(spec: GpuplexSpec) -> Iterator[SpecProblem]:
             ("fleet",), "no nodes: list them under fleet.nodes, or set discover: true"
         )
     seen_uuids: set[str] = set()
+    catalog = fleet.catalog
+    known = catalog.names()
     for n, node in enumerate(fleet.nodes):
         for g, group in enumerate(node.gpus):
             path: FieldPath = ("fleet", "nodes", n, "gpus", g)
-            model = gpu_model(group.model)
+            model = catalog.model(group.model)
             if model is None:
                 yield SpecProblem(
                     (*path, "model"),
-                    f"unknown GPU model {group.model!r}{did_you_mean(group.model, gpu_model_names())}"
-                    f"; known models: {', '.join(gpu_model_names())}",
+                    f"unknown GPU model {group.model!r}{did_you_mean(group.model, known)}"
+                    f"; known models: {', '.join(known)} (add others under fleet.gpu_models)",
                 )
             elif group.mig is MigModeSpec.ON and model.mig is None:
                 yield SpecProblem((*path, "mig"), f"{model.name} has no MIG; use mig: off")
