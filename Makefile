@@ -58,7 +58,7 @@ kube-control-plane: $(STAMP)
 	$(BIN)/python -m tests.kube_real.binaries
 
 bench: $(STAMP)
-	$(BIN)/python bench/planner.py
+	$(BIN)/python bench/planner.py $(ARGS)
 
 # The gateway against nginx on the same backend (needs wrk and nginx: apt-get install wrk nginx).
 bench-gateway: $(STAMP)

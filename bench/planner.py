@@ -104,6 +104,8 @@ def parse_options(argv: Sequence[str] | None) -> tuple[Options, argparse.Namespa
     add("--naive-limit-s", type=float, default=defaults.naive_limit_s, help="naive time limit")
     add("--json", action="store_true", help="print the results as JSON")
     add("--profile", type=int, default=0, metavar="N", help="also print cProfile's top N")
+    add("--against", metavar="REF", help="compare with the planner of git ref REF, same run")
+    add("--rounds", type=int, default=5, help="with --against: rounds of before and after")
     args = parser.parse_args(argv)
     if args.nodes < 1 or args.workloads < 1 or args.tenants < len(TENANT_CLASSES):
         parser.error(f"need nodes >= 1, workloads >= 1 and tenants >= {len(TENANT_CLASSES)}")
@@ -115,6 +117,12 @@ def parse_options(argv: Sequence[str] | None) -> tuple[Options, argparse.Namespa
 
 def main(argv: Sequence[str] | None = None) -> int:
     options, args = parse_options(argv)
+    if args.against is not None:
+        from bench.planner_against import compare
+
+        forwarded = _without_against(list(argv) if argv is not None else sys.argv[1:])
+        console = Console() if sys.stdout.isatty() else Console(width=200)
+        return 0 if compare(args.against, args.rounds, forwarded, console) else 1
     results = run(options)
     if args.json:
         print(json.dumps(results.as_json(), indent=2))
@@ -124,6 +132,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.profile:
         profile_make_plan(build_spec(options), args.profile, console)
     return 0
+
+
+def _without_against(argv: Sequence[str]) -> list[str]:
+    """The planner's own flags, for both trees: --against and --rounds taken out."""
+    out: list[str] = []
+    skip = False
+    for arg in argv:
+        if skip:
+            skip = False
+        elif arg in ("--against", "--rounds"):
+            skip = True
+        elif not arg.startswith(("--against=", "--rounds=")) and arg != "--json":
+            out.append(arg)
+    return out
 
 
 if __name__ == "__main__":

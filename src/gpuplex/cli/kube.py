@@ -52,7 +52,7 @@ class DryRun(StrEnum):
 SpecFile = Annotated[
     Path | None,
     typer.Argument(
-        help="The gpuplex.yaml to plan and render (or give --store for the applied revision).",
+        help="The gpuplex.yaml to plan and render; without it, the applied revision in the store.",
         show_default=False,
     ),
 ]
@@ -60,9 +60,9 @@ StoreOption = Annotated[
     str | None,
     typer.Option(
         "--store",
-        help="Render the control plane's applied revision from this store (a SQLAlchemy URL): "
-        "its spec and its plan as stored, never planned again.",
-        show_default=False,
+        help="Without a spec file: render the control plane's applied revision from this store "
+        "(a SQLAlchemy URL), its spec and its plan as stored, never planned again.",
+        show_default="$GPUPLEX_STORE_URL, else sqlite:///$GPUPLEX_HOME/store/gpuplex.db",
     ),
 ]
 SelfFlag = Annotated[
@@ -266,14 +266,16 @@ def _render(
         raise typer.BadParameter("--image and --set are options of --self", param_hint="--set")
     if self_set and current is not None:
         raise typer.BadParameter("--self renders no plan", param_hint="--current")
-    if (file is None) == (store is None):
-        raise typer.BadParameter("give a spec file or --store, one of them", param_hint="FILE")
-    if store is not None:
+    if file is not None and store is not None:
+        raise typer.BadParameter("give a spec file or --store, not both", param_hint="FILE")
+    if file is None:
         if current is not None:
             raise typer.BadParameter(
                 "the applied revision's plan is rendered as stored", param_hint="--current"
             )
-        applied = applied_revision(store)
+        from gpuplex.settings import default_store_url
+
+        applied = applied_revision(store or default_store_url())
         if self_set:
             return render_self(applied.spec, self_options(image, settings or [])), SELF_SET
         return render_plan(applied.spec, applied.plan), PLAN_SET
