@@ -75,7 +75,7 @@ def compare(ref: str, rounds: int, options: Sequence[str], console: Console) -> 
             for side, tree in order:
                 console.print(f"round {number + 1}/{rounds}: {side}", highlight=False)
                 for run in planner_json(tree, options)["runs"]:
-                    row = rows.get(run["name"])
+                    row = rows.get(run["placer"])
                     if row is None:
                         continue
                     (row.before_s if side == "before" else row.after_s).append(run["best_s"])
