@@ -24,6 +24,7 @@ from gpuplex.core.spec import GpuplexSpec
 from gpuplex.core.spec.fleet import NodeSpec
 from gpuplex.errors import HostActionError, HostBusyError, NotFoundError, SpecError, SpecProblem
 from gpuplex.host.preflight import launch_problems
+from gpuplex.host.sim_driver import models_memory
 from gpuplex.host.state import DesiredFile, Event, StateDir
 from gpuplex.host.tenant_users import remove_users
 from gpuplex.host.wiring import open_driver, open_runtime
@@ -184,7 +185,7 @@ def apply(
     dirs = StateDir(settings.state_dir)
     dirs.create()
     mig_on = desired.host.mig_gpus()
-    opened = open_driver(settings, dirs, node, mig_on)
+    opened = open_driver(settings, dirs, node, mig_on, models_memory(desired.plan))
     runtime = open_runtime(settings, dirs, opened.driver, record_events=not dry_run)
     try:
         if dry_run:
@@ -243,7 +244,7 @@ def run(
         if desired is None:
             raise HostActionError(f"nothing to run in {settings.state_dir}: give a spec file")
         mig_on = desired.host.mig_gpus()
-        opened = open_driver(settings, dirs, desired.node, mig_on)
+        opened = open_driver(settings, dirs, desired.node, mig_on, models_memory(desired.plan))
         runtime = open_runtime(settings, dirs, opened.driver)
         try:
             runtime.adopt()

@@ -13,7 +13,7 @@ import fcntl
 import json
 import os
 import uuid as uuid_lib
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -23,6 +23,7 @@ from gpuplex.core.apply.model import GpuProcessStatus, GpuStatus, MigInstanceSta
 from gpuplex.core.catalog import gpu_model
 from gpuplex.core.catalog.device_check import DeviceMigProfile, profiles_of
 from gpuplex.core.catalog.model import MigGeometry, MigProfile
+from gpuplex.core.plan import Plan
 from gpuplex.core.plan.mig_fit import layout_problems
 from gpuplex.core.spec.fleet import MigModeSpec, NodeSpec
 from gpuplex.errors import GpuDriverError
@@ -44,6 +45,7 @@ class _SimGpu(BaseModel):
     index: int
     uuid: str
     model: str
+    memory_mib: int = 0  # 0 in machines built before it was kept: the built-in catalog's
     mig_enabled: bool
     lost: bool = False
     instances: list[_SimInstance] = []
@@ -68,11 +70,17 @@ class SimulatedDriver:
     name = "sim"
 
     def __init__(
-        self, sim_dir: Path, node: NodeSpec | None, mig_on: set[int] | None = None
+        self,
+        sim_dir: Path,
+        node: NodeSpec | None,
+        mig_on: set[int] | None = None,
+        memory_mib: Mapping[str, int] | None = None,
     ) -> None:
         """Open the simulated machine in `sim_dir`, creating it from `node` the first time. GPUs
         start in MIG mode where the spec says `mig: on`, or where `mig_on` (the first plan's MIG
-        GPUs, for `mig: auto`) lists them: the machine as its operator set it up."""
+        GPUs, for `mig: auto`) lists them: the machine as its operator set it up. `memory_mib`
+        gives each model's memory (`models_memory` of the plan): the spec's `fleet.gpu_models`
+        adds models the built-in catalog does not know."""
         self.sim_dir = sim_dir
         self.memory_dir = sim_dir / "memory"
         self._file = sim_dir / "gpus.json"
@@ -85,7 +93,7 @@ class SimulatedDriver:
         # may add a file, only its owner may replace or remove it
         self.memory_dir.chmod(0o1733)
         if node is not None and not self._file.exists():
-            self._save(_initial_state(node, mig_on or set()))
+            self._save(_initial_state(node, mig_on or set(), memory_mib or {}))
 
     # --- the driver interface ---------------------------------------------------------------
     def gpus(self) -> list[GpuStatus]:
@@ -209,7 +217,7 @@ class SimulatedDriver:
             index=gpu.index,
             uuid=gpu.uuid,
             model=gpu.model,
-            memory_mib=model.memory_mib if model else 0,
+            memory_mib=gpu.memory_mib or (model.memory_mib if model else 0),
             mig_enabled=gpu.mig_enabled,
             lost=gpu.lost,
             instances=[self._instance_status(gpu, i) for i in gpu.instances],
@@ -249,10 +257,16 @@ class SimulatedDriver:
         os.replace(tmp, self._file)
 
 
-def _initial_state(node: NodeSpec, mig_on: set[int]) -> _SimState:
+def models_memory(plan: Plan) -> dict[str, int]:
+    """Each GPU model's memory in MiB, as the plan has it (added models included)."""
+    return {gpu.model: gpu.memory_mib for gpu in plan.gpus}
+
+
+def _initial_state(node: NodeSpec, mig_on: set[int], memory_mib: Mapping[str, int]) -> _SimState:
     gpus: list[_SimGpu] = []
     for group in node.gpus:
         model = gpu_model(group.model)
+        memory = memory_mib.get(group.model) or (model.memory_mib if model else 0)
         for k in range(group.count):
             index = len(gpus)
             can_mig = model is not None and model.mig is not None
@@ -264,6 +278,7 @@ def _initial_state(node: NodeSpec, mig_on: set[int]) -> _SimState:
                     index=index,
                     uuid=group.uuids[k] if group.uuids else sim_gpu_uuid(node.name, index),
                     model=group.model,
+                    memory_mib=memory,
                     mig_enabled=can_mig and wanted,
                 )
             )

@@ -3,6 +3,7 @@ no NVIDIA GPU), the MPS control, cgroups and the process runtime."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from gpuplex.core.spec.fleet import NodeSpec
@@ -27,8 +28,14 @@ class OpenedDriver:
 
 
 def open_driver(
-    settings: HostSettings, dirs: StateDir, node: NodeSpec | None, mig_on: set[int] | None = None
+    settings: HostSettings,
+    dirs: StateDir,
+    node: NodeSpec | None,
+    mig_on: set[int] | None = None,
+    memory_mib: Mapping[str, int] | None = None,
 ) -> OpenedDriver:
+    """The NVML driver, or simulated GPUs (built from `node`, `mig_on` and each model's
+    `memory_mib` the first time: see SimulatedDriver)."""
     if settings.driver in ("auto", "nvml"):
         try:
             from gpuplex.host.nvml_driver import NvmlDriver
@@ -38,8 +45,8 @@ def open_driver(
             if settings.driver == "nvml":
                 raise
             note = f"no NVIDIA GPU ({error.message.split(':')[0]}): using simulated GPUs"
-            return OpenedDriver(SimulatedDriver(dirs.sim, node, mig_on), note)
-    return OpenedDriver(SimulatedDriver(dirs.sim, node, mig_on), None)
+            return OpenedDriver(SimulatedDriver(dirs.sim, node, mig_on, memory_mib), note)
+    return OpenedDriver(SimulatedDriver(dirs.sim, node, mig_on, memory_mib), None)
 
 
 def open_runtime(

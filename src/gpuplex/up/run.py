@@ -26,6 +26,7 @@ from gpuplex.errors import GatewayError, GpuplexError, HostActionError, HostBusy
 from gpuplex.host import session
 from gpuplex.host.driver import GpuDriver
 from gpuplex.host.interpreter import reachable_by_others
+from gpuplex.host.sim_driver import models_memory
 from gpuplex.host.state import StateDir
 from gpuplex.host.wiring import open_driver
 from gpuplex.observe.metrics_token import metrics_token_sha256, new_metrics_token
@@ -110,7 +111,7 @@ def _start_and_serve(
     # the first to open the simulated driver builds the simulated machine: with the plan's MIG GPUs
     # in MIG mode, as the host runtime would have built it
     mig_on = {p.gpu_indices[0] for p in applied.plan.placements if p.node == node.name and p.mig}
-    opened = open_driver(host_settings, dirs, node, mig_on)
+    opened = open_driver(host_settings, dirs, node, mig_on, models_memory(applied.plan))
     cleanup.callback(opened.driver.close)
     simulated = opened.driver.name == "sim"
     driver_name = "sim" if simulated else "nvml"

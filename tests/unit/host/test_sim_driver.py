@@ -225,3 +225,11 @@ def test_mig_mode_cannot_be_turned_off_under_instances(tmp_path: Path) -> None:
         driver.set_mig_mode(1, True)
     assert not driver.gpus()[1].mig_enabled
     driver.set_mig_mode(1, False)  # already off: fine
+
+
+def test_a_model_the_spec_adds_gets_the_memory_the_plan_gives_it(tmp_path: Path) -> None:
+    added = node({"model": "L40", "count": 2}, {"model": "H100-80GB", "count": 1, "mig": "off"})
+    driver = SimulatedDriver(tmp_path, added, memory_mib={"L40": 49152})
+    assert [g.memory_mib for g in driver.gpus()] == [49152, 49152, 81559]
+    again = SimulatedDriver(tmp_path, None)  # a reader of the machine built above
+    assert [g.memory_mib for g in again.gpus()] == [49152, 49152, 81559]
