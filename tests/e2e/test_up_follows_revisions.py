@@ -9,31 +9,19 @@ import json
 import re
 import time
 import urllib.request
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 
-from tests.abuse.host.uprun import UpRun, free_port, remove, shared_base, small_spec
-from tests.e2e.gateway.stack import cannot_run_gateway
+from tests.abuse.host.uprun import UpRun, free_port, small_spec, up_base
+
+__all__ = ["up_base"]
 
 pytestmark = pytest.mark.slow
 
 TOKEN = re.compile(r"#token=(gpt_[A-Za-z0-9_-]+)")
-
-
-@pytest.fixture
-def base() -> Iterator[Path]:
-    why_not = cannot_run_gateway()
-    if why_not:
-        pytest.skip(why_not)
-    folder = shared_base()
-    try:
-        yield folder
-    finally:
-        remove(folder)
 
 
 def apply_spec(run: UpRun, token: str, spec: dict[str, Any], base_revision: int) -> int:
@@ -64,10 +52,10 @@ def eventually(check: Any, what: str, timeout_s: float = 30) -> Any:
     raise AssertionError(f"{what}: not within {timeout_s} s")
 
 
-def test_a_spec_applied_through_the_api_reaches_the_host_and_the_gateway(base: Path) -> None:
+def test_a_spec_applied_through_the_api_reaches_the_host_and_the_gateway(up_base: Path) -> None:
     first = small_spec(free_port(), free_port())
     first["fleet"]["nodes"][0]["gpus"][0]["count"] = 2
-    run = UpRun(base, first)
+    run = UpRun(up_base, first)
     try:
         run.start()
         keys = run.wait_for_banner()

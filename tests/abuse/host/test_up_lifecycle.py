@@ -13,7 +13,6 @@ import json
 import random
 import signal
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -25,28 +24,21 @@ from tests.abuse.host.uprun import (
     free_port,
     instance_cgroup_pids,
     instance_processes,
-    remove,
-    shared_base,
     small_spec,
+    up_base,
 )
-from tests.e2e.gateway.stack import cannot_run_gateway
 
 pytestmark = pytest.mark.slow
+
+__all__ = ["up_base"]
 
 MOMENTS = 20
 SEED = 19
 
 
 @pytest.fixture
-def base() -> Iterator[Path]:
-    why_not = cannot_run_gateway()
-    if why_not:
-        pytest.skip(why_not)
-    folder = shared_base()
-    try:
-        yield folder
-    finally:
-        remove(folder)
+def base(up_base: Path) -> Path:
+    return up_base
 
 
 def nothing_left(run: UpRun, timeout_s: float = 15) -> None:

@@ -16,13 +16,15 @@ import tempfile
 import threading
 import time
 import urllib.request
-from collections.abc import Collection
+from collections.abc import Collection, Iterator
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
 
 from gpuplex.host.state import StateDir
+from tests.e2e.gateway.stack import cannot_run_gateway
 
 KEY_LINE = re.compile(r"^  (?P<tenant>[a-z0-9-]+): (?P<key>gpx_\S+)  \((?P<models>[^)]*)\)$")
 
@@ -191,3 +193,17 @@ def shared_base() -> Path:
 
 def remove(base: Path) -> None:
     shutil.rmtree(base, ignore_errors=True)
+
+
+@pytest.fixture
+def up_base() -> Iterator[Path]:
+    """A shared_base for one test's `gpuplex up`, removed after; skipped where the gateway cannot
+    run (as root it needs a Python and setpriv to run as nobody)."""
+    why_not = cannot_run_gateway()
+    if why_not:
+        pytest.skip(why_not)
+    folder = shared_base()
+    try:
+        yield folder
+    finally:
+        remove(folder)

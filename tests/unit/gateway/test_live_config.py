@@ -4,13 +4,17 @@ started with."""
 
 from __future__ import annotations
 
+import asyncio
+import logging
 import os
 from pathlib import Path
 
 import pytest
 
+from gpuplex.core.spec import GpuplexSpec
 from gpuplex.errors import SpecError
 from gpuplex.gateway.live import SpecFileSource, live_config, restart_only_changes
+from gpuplex.gateway.runtime import GatewayRuntime
 from gpuplex.specfile import load_spec_text
 
 SPEC = """
@@ -93,3 +97,49 @@ def test_an_invalid_spec_file_is_refused_and_says_where(tmp_path: Path) -> None:
         SpecFileSource(path).newest()
     assert "gpuplex.yaml:" in raised.value.message
     assert "tokens_per_minute" in raised.value.message
+
+
+class FlakySource:
+    """A source that cannot be read twice (a spec file saved half-written), then can."""
+
+    def __init__(self, good: tuple[str, GpuplexSpec], stop: asyncio.Event) -> None:
+        self.good = good
+        self.stop = stop
+        self.calls = 0
+
+    def newest(self) -> tuple[str, GpuplexSpec] | None:
+        self.calls += 1
+        if self.calls <= 2:
+            raise SpecError("gpuplex.yaml", [])
+        self.stop.set()
+        return self.good
+
+
+class FakeKeys:
+    def __init__(self) -> None:
+        self.rebuilt = 0
+
+    def rebuild(self) -> None:
+        self.rebuilt += 1
+
+
+def test_a_source_that_cannot_be_read_keeps_the_revision_served_and_is_logged_once(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    first = load_spec_text(spec_text(), source="r1")
+    runtime = GatewayRuntime.__new__(GatewayRuntime)  # only what following a source needs
+    runtime.started = first.gateway
+    runtime.live = live_config("revision 1", first, first.gateway)
+    keys = FakeKeys()
+    runtime.keys = keys  # type: ignore[assignment]
+    runtime._stop = asyncio.Event()
+    runtime._source_problem = None
+    newer = ("revision 2", load_spec_text(spec_text(tpm=9), source="r2"))
+    runtime.source = FlakySource(newer, runtime._stop)
+    with caplog.at_level(logging.ERROR):
+        asyncio.run(runtime.follow(interval_s=0.01))
+    refused = [r for r in caplog.records if "cannot take a new revision" in r.getMessage()]
+    assert len(refused) == 1  # the same problem twice is logged once
+    assert runtime.live.source_version == "revision 2"  # taken once it could be read
+    assert runtime.live.routes.tenants["acme"].rate_limits.tokens_per_min == 9
+    assert keys.rebuilt == 1  # the keys' limits follow the tenants'
