@@ -107,3 +107,25 @@ def test_only_platform_admins_aim_webhooks_and_tenant_updates_keep_them(api: Api
     stored = api.ctx.budgets.get(TENANT_A)
     assert stored is not None
     assert (str(stored.amount), stored.webhook_url) == ("7", "https://hooks.example/team-a")
+
+
+def test_a_tenant_admin_cannot_drop_the_webhook_by_deleting_the_budget(api: Api) -> None:
+    api.put(
+        f"/tenants/{TENANT_A}/budget",
+        json={"amount": "5", "webhook_url": "https://hooks.example/team-a"},
+    )
+    refused = api.delete(f"/tenants/{TENANT_A}/budget", "a-admin")
+    assert refused.status_code == 403
+    assert error_of(refused)["code"] == "forbidden"
+    assert "webhook" in error_of(refused)["message"]
+    api.put(f"/tenants/{TENANT_A}/budget", "a-admin", json={"amount": "7"})  # then a fresh PUT
+    stored = api.ctx.budgets.get(TENANT_A)
+    assert stored is not None
+    assert stored.webhook_url == "https://hooks.example/team-a"
+    assert api.delete(f"/tenants/{TENANT_A}/budget").status_code == 200  # a platform admin may
+
+
+def test_a_tenant_admin_deletes_a_budget_without_a_webhook(api: Api) -> None:
+    api.put(f"/tenants/{TENANT_A}/budget", "a-admin", json={"amount": "5"})
+    assert api.delete(f"/tenants/{TENANT_A}/budget", "a-admin").status_code == 200
+    assert api.ctx.budgets.get(TENANT_A) is None

@@ -117,12 +117,21 @@ def set_budget(
 
 @router.delete("/tenants/{tenant}/budget", response_model=BudgetReply)
 def delete_budget(tenant: str, principal: CurrentPrincipal, ctx: Context) -> BudgetReply:
-    """Remove the budget set here (the spec's monthly_budget, if any, applies again)."""
+    """Remove the budget set here (the spec's monthly_budget, if any, applies again). A budget
+    with a webhook is removed by platform admins only."""
     require(principal, Permission.BUDGET_WRITE, tenant)
     applied, _ = applied_tenant(ctx, tenant)
-    if ctx.budgets.get(tenant) is None:
+    stored = ctx.budgets.get(tenant)
+    if stored is None:
         raise ApiProblem(
             ErrorCode.NOT_FOUND, f"tenant {tenant!r} has no budget set through the API"
+        )
+    if stored.webhook_url is not None and not principal.is_platform:
+        # deleting, then putting a new budget, would drop the webhook a tenant may not change
+        raise ApiProblem(
+            ErrorCode.FORBIDDEN,
+            "this budget has a webhook a platform admin set, which only a platform admin "
+            "removes; change the amount or thresholds with PUT instead",
         )
     ctx.budgets.delete(tenant, ctx.now(), principal.actor)
     return _reply(budget_view(ctx, applied, tenant, ctx.now()))
