@@ -130,3 +130,13 @@ def test_a_pass_within_the_first_window_after_the_first_apply_rolls_up_nothing(a
     result = api.ctx.metering.catch_up(api.clock())
     assert result.windows == 0
     assert api.ctx.metering.plan_intervals(T0, T0) == []
+
+
+def test_a_rollup_of_a_range_before_the_first_revision_rolls_up_nothing(api: Api) -> None:
+    before = {
+        "start": (T0 - timedelta(hours=2)).isoformat(),
+        "end": (T0 - timedelta(hours=1)).isoformat(),
+    }
+    reply = api.post("/meter/rollup", json=before)
+    assert reply.status_code == 200, reply.text
+    assert reply.json()["rows"] == 0
