@@ -177,7 +177,18 @@ def instance_processes(state_dir: Path, groups: Collection[int] = ()) -> list[st
 
 
 def instance_cgroup_pids(state_dir: Path) -> list[int]:
+    """The pids in the instance's cgroups. A cgroup removed while the walk passes it (the
+    instance stopping) is walked past: the walk starts again, up to a few times."""
     instance = StateDir(state_dir / "host").instance
+    for _ in range(10):
+        try:
+            return _cgroup_pids(instance)
+        except FileNotFoundError:
+            continue
+    return _cgroup_pids(instance)
+
+
+def _cgroup_pids(instance: str) -> list[int]:
     pids: list[int] = []
     for procs in Path("/sys/fs/cgroup").glob(f"**/gpuplex/{instance}/**/cgroup.procs"):
         pids += [int(pid) for pid in procs.read_text().split()]
