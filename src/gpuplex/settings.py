@@ -190,6 +190,8 @@ class ServerSettings:
     #: dcgm-exporter /metrics URLs read for GPU samples on Kubernetes; none: no DCGM reading
     dcgm_urls: tuple[str, ...] = ()
     dcgm_interval_s: float = 15.0  # how often they are read
+    #: raw GPU samples are deleted once rolled up and older than this (server/sample_retention.py)
+    sample_retention_days: float = 7.0
 
 
 @dataclass(frozen=True, slots=True)

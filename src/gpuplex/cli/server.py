@@ -92,6 +92,13 @@ def server_command(
     dcgm_interval_s: Annotated[
         float, typer.Option(min=1.0, help="Seconds between reads of the DCGM exporters.")
     ] = 15.0,
+    sample_retention_days: Annotated[
+        float,
+        typer.Option(
+            min=1.0,
+            help="Days raw GPU samples are kept once rolled up (roll-ups are kept for good).",
+        ),
+    ] = 7.0,
 ) -> None:
     """Run the control plane: REST API under /api/v1, the dashboard, /metrics."""
     from gpuplex.observe.metrics_token import metrics_token_sha256
@@ -128,6 +135,7 @@ def server_command(
                 metrics_token_sha256=token_sha256,
                 dcgm_urls=dcgm_urls,
                 dcgm_interval_s=dcgm_interval_s,
+                sample_retention_days=sample_retention_days,
             )
         )
 

@@ -106,7 +106,9 @@ def model_command(
     if gpu_memory_mib:
         from gpuplex.sim.workload import SimulatedGpuMemory
 
-        SimulatedGpuMemory().hold(gpu_memory_mib)
+        memory = SimulatedGpuMemory()
+        memory.hold(gpu_memory_mib)
+        memory.report_busy(app.busy_seconds)  # busy while it serves requests
     config = uvicorn.Config(
         app,
         host=host,

@@ -7,6 +7,11 @@ from typing import Protocol
 from gpuplex.core.apply.model import GpuProcessStatus, GpuStatus, MigInstanceStatus
 from gpuplex.core.catalog.device_check import DeviceMigProfile
 
+#: device UUID (a GPU's or a MIG device's) -> pid -> percent of the whole GPU the process kept its
+#: SMs busy since the previous reading. A device listed was measured: a process on it that is not
+#: listed was idle (0 %). A device not listed cannot be measured (its utilization is unknown).
+ProcessUtilization = dict[str, dict[int, float]]
+
 
 class GpuDriver(Protocol):
     name: str
@@ -14,6 +19,10 @@ class GpuDriver(Protocol):
     def gpus(self) -> list[GpuStatus]: ...
 
     def processes(self) -> list[GpuProcessStatus]: ...
+
+    def process_utilization(self) -> ProcessUtilization:
+        """Each process's SM utilization since the previous call (only the sampler calls it)."""
+        ...
 
     def possible_placements(self, gpu_index: int) -> dict[int, list[tuple[int, int]]]: ...
 

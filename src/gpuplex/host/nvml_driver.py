@@ -16,11 +16,13 @@ from typing import Any
 from gpuplex.core.apply.model import GpuProcessStatus, GpuStatus, MigInstanceStatus
 from gpuplex.core.catalog.device_check import DeviceMigProfile
 from gpuplex.errors import GpuDriverError
+from gpuplex.host.driver import ProcessUtilization
 from gpuplex.host.nvml_names import mig_profile_name, model_from_nvml_name
 
 MIB = 1024 * 1024
 
 # NVML return codes (nvml.h); part of the C ABI, so stable across driver versions.
+_SUCCESS = 0
 _INVALID_ARGUMENT = 2
 _NOT_SUPPORTED = 3
 _NO_PERMISSION = 4
@@ -94,6 +96,8 @@ class NvmlDriver:
             raise _unavailable(str(exc)) from None
         self._nvml: Any = pynvml
         self._open = True
+        #: GPU UUID -> the newest utilization sample's timestamp read from it (NVML's µs)
+        self._utilization_seen_us: dict[str, int] = {}
 
     def close(self) -> None:
         if self._open:
@@ -131,6 +135,51 @@ class NvmlDriver:
             GpuProcessStatus(device_uuid=uuid, pid=pid, used_memory_mib=mib)
             for (uuid, pid), mib in used_mib.items()
         ]
+
+    def process_utilization(self) -> ProcessUtilization:
+        """SM utilization per process on each whole GPU, from nvmlDeviceGetProcessUtilization:
+        the mean `smUtil` (% of the GPU) of the samples NVML took since the previous call (it
+        keeps a short buffer; the first call reads all of it). NVML lists only processes that were
+        busy, and answers NOT_FOUND when none was: both read as 0 %. A GPU in MIG mode is left
+        out (unknown): NVML does not report per-process utilization on MIG devices, and GPM
+        (Hopper and newer) measures a GPU instance, not a process, so it is not used."""
+        reading: ProcessUtilization = {}
+        for index in range(self._gpu_count()):
+            try:
+                handle = self._handle(index)
+                if self._mig_enabled(index, handle):
+                    continue
+                uuid = _text(self._call(index, "nvmlDeviceGetUUID", handle))
+                busy = self._utilization_samples(index, uuid, handle)
+            except NvmlCallError as exc:
+                if exc.lost or exc.unsupported:
+                    continue
+                raise
+            if busy is not None:
+                reading[uuid] = {pid: sum(p) / len(p) for pid, p in busy.items()}
+        return reading
+
+    def _utilization_samples(
+        self, index: int, uuid: str, handle: Any
+    ) -> dict[int, list[float]] | None:
+        """pid -> its smUtil samples since the last read; None where the GPU cannot tell."""
+        since_us = self._utilization_seen_us.get(uuid, 0)
+        try:
+            samples = self._call(index, "nvmlDeviceGetProcessUtilization", handle, since_us)
+        except NvmlCallError as exc:
+            if exc.nvml_code in (_NOT_FOUND, _SUCCESS):
+                # no process was busy since `since_us` (pynvml raises SUCCESS for an empty
+                # buffer, as its size query did not ask for more room)
+                return {}
+            if exc.unsupported:
+                return None
+            raise
+        busy: dict[int, list[float]] = {}
+        for sample in samples:
+            if int(sample.timeStamp) > since_us:
+                busy.setdefault(int(sample.pid), []).append(float(min(int(sample.smUtil), 100)))
+        self._utilization_seen_us[uuid] = max([since_us, *(int(s.timeStamp) for s in samples)])
+        return busy
 
     def possible_placements(self, gpu_index: int) -> dict[int, list[tuple[int, int]]]:
         """Profile id -> every (start, size) NVML allows, occupied or not. Read-only."""

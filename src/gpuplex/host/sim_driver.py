@@ -4,8 +4,13 @@ state lives in files under the state directory, so it survives a restart of gpup
 be injected from outside: a process over its memory, a lost GPU (an MPS daemon crash is a real kill
 of the stand-in daemon, see host/mps.py).
 
-A simulated tenant process reports its GPU memory by writing `<device uuid> <MiB>` to
-`<sim dir>/memory/<pid>` (gpuplex.sim.workload does; `GPUPLEX_SIM_DIR` tells it where)."""
+A simulated tenant process reports its GPU memory by writing one `<device uuid> <MiB> [<busy s>]`
+line per device it uses to `<sim dir>/memory/<pid>` (gpuplex.sim.workload does; `GPUPLEX_SIM_DIR`
+tells it where). `<busy s>`, the seconds the process has kept that device busy since it started, is
+how utilization is simulated: between two readings a process was busy (its busy seconds grew) / (the
+time that passed), as NVML averages its utilization samples since the last one read. On a MIG
+device it is scaled by the instance's share of the GPU's compute slices (3/7 for a 3g), since
+utilization is given as the part of the whole GPU."""
 
 from __future__ import annotations
 
@@ -15,10 +20,12 @@ import os
 import uuid as uuid_lib
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict
 
+from gpuplex.clock import monotonic_s
 from gpuplex.core.apply.model import GpuProcessStatus, GpuStatus, MigInstanceStatus
 from gpuplex.core.catalog import gpu_model
 from gpuplex.core.catalog.device_check import DeviceMigProfile, profiles_of
@@ -27,6 +34,7 @@ from gpuplex.core.plan import Plan
 from gpuplex.core.plan.mig_fit import layout_problems
 from gpuplex.core.spec.fleet import MigModeSpec, NodeSpec
 from gpuplex.errors import GpuDriverError
+from gpuplex.host.driver import ProcessUtilization
 from gpuplex.host.proc import start_ticks
 
 SIM_DIR_ENV = "GPUPLEX_SIM_DIR"
@@ -83,6 +91,8 @@ class SimulatedDriver:
         adds models the built-in catalog does not know."""
         self.sim_dir = sim_dir
         self.memory_dir = sim_dir / "memory"
+        #: (device, pid) -> (when, busy seconds) at the previous utilization reading
+        self._busy_seen: dict[tuple[str, int], tuple[float, float]] = {}
         self._file = sim_dir / "gpus.json"
         if node is None and not self._file.exists():  # a reader (host status): create nothing
             raise GpuDriverError(
@@ -107,8 +117,42 @@ class SimulatedDriver:
             }
         return [p for p in self._memory_reports() if p.device_uuid not in lost]
 
+    def process_utilization(self) -> ProcessUtilization:
+        """Every device is measured; a process's first reading (nothing to compare with yet) and
+        a report without busy seconds leave it out, so it reads as idle."""
+        now_s = monotonic_s()
+        with self._locked() as state:
+            shares = {
+                sim_mig_uuid(g.uuid, i.gi_id): self._compute_share(g, i)
+                for g in state.gpus
+                for i in g.instances
+            }
+            reading: ProcessUtilization = {
+                device: {} for g in state.gpus if not g.lost for device in _devices_of(g)
+            }
+        seen: dict[tuple[str, int], tuple[float, float]] = {}
+        for report in self._reports():
+            if report.busy_s is None or report.device_uuid not in reading:
+                continue
+            key = (report.device_uuid, report.pid)
+            seen[key] = (now_s, report.busy_s)
+            before = self._busy_seen.get(key)
+            if before is None or now_s <= before[0]:
+                continue
+            busy = (report.busy_s - before[1]) / (now_s - before[0])
+            share = shares.get(report.device_uuid, 1.0)
+            reading[report.device_uuid][report.pid] = min(max(busy, 0.0), 1.0) * share * 100.0
+        self._busy_seen = seen
+        return reading
+
     def _memory_reports(self) -> list[GpuProcessStatus]:
-        found: list[GpuProcessStatus] = []
+        return [
+            GpuProcessStatus(device_uuid=r.device_uuid, pid=r.pid, used_memory_mib=r.memory_mib)
+            for r in self._reports()
+        ]
+
+    def _reports(self) -> list[_Report]:
+        found: list[_Report] = []
         for report in sorted(self.memory_dir.iterdir()):
             if not report.name.isdigit():
                 continue
@@ -119,11 +163,10 @@ class SimulatedDriver:
             if not _written_by_owner(report, pid):
                 continue  # one tenant reporting memory in another's name: ignored
             try:
-                device, mib = report.read_text().split()
-                used = int(mib)
-            except ValueError:
-                continue  # being written, or not a report
-            found.append(GpuProcessStatus(device_uuid=device, pid=pid, used_memory_mib=used))
+                text = report.read_text()
+            except OSError:
+                continue
+            found.extend(_parse_report(pid, text))
         return found
 
     def possible_placements(self, gpu_index: int) -> dict[int, list[tuple[int, int]]]:
@@ -235,6 +278,11 @@ class SimulatedDriver:
             device_uuid=sim_mig_uuid(gpu.uuid, instance.gi_id),
         )
 
+    def _compute_share(self, gpu: _SimGpu, instance: _SimInstance) -> float:
+        geometry = self._geometry_of(gpu.model)
+        profile = _profile_by_id(geometry, instance.profile_id, gpu.index)
+        return profile.compute_slices / geometry.compute_slices
+
     @staticmethod
     def _geometry_of(model_name: str) -> MigGeometry:
         model = gpu_model(model_name)
@@ -255,6 +303,40 @@ class SimulatedDriver:
         tmp = self._file.with_suffix(".tmp")
         tmp.write_text(json.dumps(state.model_dump(), indent=1))
         os.replace(tmp, self._file)
+
+
+@dataclass(frozen=True, slots=True)
+class _Report:
+    """One line of a process's report: what it holds on one device."""
+
+    pid: int
+    device_uuid: str
+    memory_mib: int
+    busy_s: float | None  # None: the report does not say
+
+
+def _parse_report(pid: int, text: str) -> list[_Report]:
+    """A report's lines; none while it is being written or if any line is not a report."""
+    found = []
+    for line in text.splitlines():
+        fields = line.split()
+        try:
+            if len(fields) == 2:
+                found.append(_Report(pid, fields[0], int(fields[1]), None))
+            elif len(fields) == 3:
+                found.append(_Report(pid, fields[0], int(fields[1]), float(fields[2])))
+            else:
+                return []
+        except ValueError:
+            return []
+    return found
+
+
+def _devices_of(gpu: _SimGpu) -> list[str]:
+    """The devices processes run on: the GPU, or its MIG devices when in MIG mode."""
+    if gpu.mig_enabled:
+        return [sim_mig_uuid(gpu.uuid, i.gi_id) for i in gpu.instances]
+    return [gpu.uuid]
 
 
 def models_memory(plan: Plan) -> dict[str, int]:

@@ -27,6 +27,7 @@ from gpuplex.retry import run_pass
 from gpuplex.server.context import ServerContext
 from gpuplex.server.dcgm_attribution import SkipReason, attribute
 from gpuplex.server.metrics.dcgm_metrics import DCGM_STATS, DcgmScrapeStats
+from gpuplex.server.sample_intake import store_samples
 
 log = logging.getLogger("gpuplex.server.dcgm")
 DEFAULT_INTERVAL_S = 15.0  # dcgm-exporter itself collects every 30 s by default
@@ -162,7 +163,7 @@ class DcgmScraper(threading.Thread):
         at = self.ctx.now()
         readings = self.read_all()
         attributed = attribute(readings, applied.spec, at)
-        stored = self.ctx.samples.append(attributed.samples)
+        stored = store_samples(self.ctx, attributed.samples)
         self.stats.stored(stored, attributed.skipped, at)
         self._log_skipped(attributed.skipped, attributed.examples)
         return stored

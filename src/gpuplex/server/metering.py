@@ -70,6 +70,10 @@ class Metering:
         # budget every 10 s, and a month's statement sums some 100,000 roll-up rows
         self._statement: tuple[tuple[object, ...], FleetStatement] | None = None
 
+    def window_start(self, at: datetime) -> datetime:
+        """The start of the roll-up window `at` falls in."""
+        return _floor(at, self.window_s)
+
     def plan_intervals(self, start: datetime, end: datetime) -> list[PlanInterval]:
         """The plans in force during [start, end), each with the time it was in force."""
         revisions = self._revisions.in_force(start, end)
@@ -90,22 +94,30 @@ class Metering:
             )
         return intervals
 
-    def roll_up_window(self, window: MeterWindow, intervals: list[PlanInterval]) -> int:
-        """Recompute one window from its inputs and replace what the store had for it."""
-        gpu_models = _gpu_models(intervals)
-        samples = [
-            replace(s, gpu_model=gpu_models.get((s.node, s.gpu_index)))
-            for s in self._samples.window(
-                window.start - timedelta(seconds=DEFAULT_MAX_GAP_S), window.end
-            )
-        ]
+    def roll_up_window(
+        self,
+        window: MeterWindow,
+        intervals: list[PlanInterval],
+        samples_pruned_before: datetime | None = None,
+    ) -> int:
+        """Recompute one window from its inputs and replace what the store had for it. A window
+        that starts before `samples_pruned_before` keeps its measured roll-ups: the samples they
+        were computed from are gone (server/sample_retention.py)."""
         records = self._usage.records(since=window.start, until=window.end)
         by_source: dict[str, list[MeterLine]] = {
             "allocation": allocation_lines(intervals, window)
             + fleet_gpu_seconds(intervals, window),
-            "measured": measured_lines(samples, window),
             "gateway": gateway_lines(records, window),
         }
+        if samples_pruned_before is None or window.start >= samples_pruned_before:
+            gpu_models = _gpu_models(intervals)
+            samples = [
+                replace(s, gpu_model=gpu_models.get((s.node, s.gpu_index)))
+                for s in self._samples.window(
+                    window.start - timedelta(seconds=DEFAULT_MAX_GAP_S), window.end
+                )
+            ]
+            by_source["measured"] = measured_lines(samples, window)
         return sum(
             self._rollups.replace_window(window.start, window.end, source, lines)
             for source, lines in by_source.items()
@@ -129,10 +141,11 @@ class Metering:
         """Recompute the whole windows that [start, end) touches (idempotent: rerun at will)."""
         cursor = _floor(start, self.window_s)
         intervals = self.plan_intervals(cursor, max(end, cursor))
+        pruned_before = self._samples.pruned_before() if cursor < end else None
         windows = rows = 0
         while cursor < end:
             window = MeterWindow(cursor, cursor + timedelta(seconds=self.window_s))
-            rows += self.roll_up_window(window, intervals)
+            rows += self.roll_up_window(window, intervals, pruned_before)
             windows += 1
             cursor = window.end
         return RollupResult(windows, rows, cursor)

@@ -17,6 +17,7 @@ from gpuplex.server.app import create_app
 from gpuplex.server.budget_alerts import check_budgets
 from gpuplex.server.context import ServerContext
 from gpuplex.server.dcgm_scrape import DEFAULT_TIMEOUT_S, DcgmScraper
+from gpuplex.server.sample_retention import prune_samples
 from gpuplex.server.spec_apply import apply, spec_sha256
 from gpuplex.settings import ServerSettings
 from gpuplex.specfile import load_spec_file
@@ -69,6 +70,7 @@ class Reconciler(threading.Thread):
     def _pass(self) -> None:
         now = self.ctx.now()
         rolled = self.ctx.metering.catch_up(now)
+        prune_samples(self.ctx, now, self.settings.sample_retention_days * 86400)
         applied = self.ctx.current.get()
         if applied is not None and (rolled.windows or not self.checked_once):
             self.checked_once = True

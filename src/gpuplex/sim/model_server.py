@@ -26,7 +26,7 @@ from typing import Any
 
 import orjson
 
-from gpuplex.clock import now_s
+from gpuplex.clock import monotonic_s, now_s
 from gpuplex.core.serve.inference import ENDPOINT_PATHS, Endpoint
 from gpuplex.ids import random_hex
 from gpuplex.sim.model_latency import LatencyModel
@@ -96,6 +96,10 @@ class ModelServer:
         self.generated_tokens: Counter[str] = Counter()
         self.last_request = b"null"
         self.stopping = False
+        #: the simulated accelerator is busy while any request is in flight: seconds of it ended
+        #: so far, and when the stretch now going on began (None: idle)
+        self._busy_s = 0.0
+        self._busy_since_s: float | None = None
         limit = settings.max_concurrency
         self.slots = asyncio.Semaphore(limit) if limit is not None else None
         #: requests wait (latency) or queue (slots): each watches for its client leaving
@@ -113,6 +117,23 @@ class ModelServer:
             "/sim/last-request": ("GET", self._last_request),
             "/sim/stats": ("GET", self._stats),
         }
+
+    def busy_seconds(self) -> float:
+        """Seconds the simulated accelerator has been busy (some request in flight) since the
+        server started: what it reports as its GPU utilization. Safe to call from another thread."""
+        since_s = self._busy_since_s
+        return self._busy_s + (monotonic_s() - since_s if since_s is not None else 0.0)
+
+    def _turn_started(self) -> None:
+        self.in_flight += 1
+        if self.in_flight == 1:
+            self._busy_since_s = monotonic_s()
+
+    def _turn_ended(self) -> None:
+        self.in_flight -= 1
+        if self.in_flight == 0 and self._busy_since_s is not None:
+            self._busy_s += monotonic_s() - self._busy_since_s
+            self._busy_since_s = None
 
     def stop(self) -> None:
         """Shutting down: streams in progress end at their next token (without `[DONE]`, so
@@ -262,7 +283,7 @@ class _Turn:
             except BaseException:
                 self._stop_watching()
                 raise
-        server.in_flight += 1
+        server._turn_started()
         self._due = self._loop.time()
         return self
 
@@ -273,7 +294,7 @@ class _Turn:
         traceback: TracebackType | None,
     ) -> None:
         server = self._server
-        server.in_flight -= 1
+        server._turn_ended()
         if server.slots is not None:
             server.slots.release()
         self._stop_watching()

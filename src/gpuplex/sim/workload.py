@@ -1,6 +1,7 @@
 """A stand-in tenant workload for tests and demos: a real process that serves `GET /health`, holds
 simulated GPU memory (reported to the simulated driver), and can misbehave on purpose: crash, leak
-GPU memory, or allocate host memory until its cgroup stops it.
+GPU memory, or allocate host memory until its cgroup stops it. Like a training job it keeps its GPUs
+busy the whole time it runs (the simulated driver reads it as 100 % utilization).
 
     python -m gpuplex.sim.workload --port 8000 [--gpu-memory-mib 4096] [--crash-after-s 1]
         [--exit-code 3] [--host-memory-mib 512]
@@ -13,32 +14,70 @@ import argparse
 import os
 import sys
 import threading
+from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from urllib.parse import parse_qs, urlparse
 
-from gpuplex.clock import sleep_s
+from gpuplex.clock import monotonic_s, sleep_s
 from gpuplex.settings import environment_value
 
 
 class SimulatedGpuMemory:
-    """Writes `<device> <MiB>` to <GPUPLEX_SIM_DIR>/memory/<pid>, as the simulated driver expects."""
+    """Writes one `<device> <MiB> <busy seconds>` line per GPU the process was given to
+    <GPUPLEX_SIM_DIR>/memory/<pid>, as the simulated driver expects. A process on several GPUs
+    holds its memory spread evenly over them (as a model split across GPUs does) and works them
+    all together: each line has the process's busy seconds so far."""
 
     def __init__(self) -> None:
         sim_dir = environment_value("GPUPLEX_SIM_DIR")
         devices = (environment_value("GPUPLEX_DEVICE_UUIDS") or "").split(",")
         self.report = Path(sim_dir) / "memory" / str(os.getpid()) if sim_dir else None
-        self.device = devices[0]
+        self.devices = [device for device in devices if device]
+        self.mib = 0
+        self.busy_s = 0.0
+        self._lock = threading.Lock()
 
     def hold(self, mib: int) -> None:
-        if self.report is None or not self.device:
+        with self._lock:
+            self.mib = mib
+            self._write()
+
+    def busy_for(self, busy_s: float) -> None:
+        """The seconds the process has kept its GPUs busy since it started."""
+        with self._lock:
+            self.busy_s = busy_s
+            self._write()
+
+    def report_busy(self, busy_s: Callable[[], float], every_s: float = 1.0) -> None:
+        """From now on, report `busy_s()` every `every_s` seconds (in a daemon thread)."""
+
+        def keep_reporting() -> None:
+            while True:
+                self.busy_for(busy_s())
+                sleep_s(every_s)
+
+        threading.Thread(target=keep_reporting, name="sim-gpu-busy", daemon=True).start()
+
+    def _write(self) -> None:
+        if self.report is None or not self.devices:
             return
         tmp = self.report.with_suffix(".tmp")
+        lines = [
+            f"{device} {mib} {self.busy_s:.3f}\n"
+            for device, mib in zip(self.devices, spread(self.mib, len(self.devices)), strict=True)
+        ]
         try:
-            tmp.write_text(f"{self.device} {mib}\n")
+            tmp.write_text("".join(lines))
             os.replace(tmp, self.report)
         except PermissionError:
             sys.stderr.write(f"cannot report simulated GPU memory in {self.report.parent}\n")
+
+
+def spread(mib: int, devices: int) -> list[int]:
+    """`mib` over `devices` GPUs as evenly as whole MiB allow (the first ones take the rest)."""
+    share, rest = divmod(mib, devices)
+    return [share + (1 if k < rest else 0) for k in range(devices)]
 
 
 def _handler(memory: SimulatedGpuMemory) -> type[BaseHTTPRequestHandler]:
@@ -89,6 +128,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     memory = SimulatedGpuMemory()
     memory.hold(args.gpu_memory_mib)
+    started_s = monotonic_s()
+    memory.report_busy(lambda: monotonic_s() - started_s)  # busy all the time it runs
     sys.stdout.write(f"sim workload {os.getpid()} up on port {args.port}\n")
     sys.stdout.flush()
     if args.host_memory_mib:

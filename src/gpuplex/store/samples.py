@@ -1,20 +1,22 @@
 """GPU samples in the store: what each replica held on each GPU at each moment, as the NVML or DCGM
-sampler (or the simulator) saw it. Appended in batches; read back by time window for metering."""
+sampler (or the simulator) saw it. Appended in batches; read back by time window for metering;
+pruned once rolled up and older than the retention (server/metering.py decides when)."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import datetime
 
-from sqlalchemy import Engine, delete, func, insert, select
+from sqlalchemy import Engine, delete, func, insert, select, update
 from sqlalchemy.orm import Session
 
 from gpuplex.core.meter import SAMPLE_SOURCES, GpuSample, SampleSource
 from gpuplex.errors import StoreError
 from gpuplex.store.columns import aware_utc
 from gpuplex.store.db import store_errors
-from gpuplex.store.tables import GpuSampleRow
+from gpuplex.store.tables import GpuSamplePruningRow, GpuSampleRow
 
+_PRUNING_ID = 1  # the pruning record's one row
 ReplicaKey = tuple[str, str, int]  # tenant, workload, replica
 ReplicaUsage = tuple[int, float | None]  # memory used (MiB), utilization (%)
 
@@ -85,6 +87,30 @@ class SampleRepository:
         query = delete(GpuSampleRow).where(GpuSampleRow.at < aware_utc(before))
         with store_errors(self._engine), self._engine.begin() as connection:
             return connection.execute(query).rowcount
+
+    def prune(self, windows_before: datetime, taken_before: datetime) -> int:
+        """Drop the samples taken before `taken_before` and record that windows starting before
+        `windows_before` can no longer be metered from samples, in one transaction (the record
+        only moves forward); returns how many samples went."""
+        row = GpuSamplePruningRow
+        with store_errors(self._engine), self._engine.begin() as connection:
+            recorded = connection.scalars(
+                select(row.pruned_before).where(row.id == _PRUNING_ID)
+            ).first()
+            if recorded is None:
+                connection.execute(insert(row).values(id=_PRUNING_ID, pruned_before=windows_before))
+            elif aware_utc(windows_before) > aware_utc(recorded):
+                connection.execute(
+                    update(row).where(row.id == _PRUNING_ID).values(pruned_before=windows_before)
+                )
+            query = delete(GpuSampleRow).where(GpuSampleRow.at < aware_utc(taken_before))
+            return connection.execute(query).rowcount
+
+    def pruned_before(self) -> datetime | None:
+        """Windows that start before this were pruned of their samples; None: never pruned."""
+        with store_errors(self._engine), Session(self._engine) as session:
+            row = session.get(GpuSamplePruningRow, _PRUNING_ID)
+            return aware_utc(row.pruned_before) if row is not None else None
 
 
 def _source(value: str) -> SampleSource:

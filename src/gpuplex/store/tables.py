@@ -150,6 +150,16 @@ class GpuSampleRow(Base):
     source: Mapped[str] = mapped_column(String(16))  # nvml | sim | dcgm
 
 
+class GpuSamplePruningRow(Base):
+    """One row (id 1): raw GPU samples of the windows that start before `pruned_before` are gone
+    (kept as roll-ups only)."""
+
+    __tablename__ = "gpu_sample_pruning"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=False)
+    pruned_before: Mapped[datetime] = mapped_column(UtcDateTime())
+
+
 class UsageRollupRow(Base):
     """One metered quantity of one tenant in one window; a window's rows of one source are
     replaced together, so re-running a roll-up never counts twice."""

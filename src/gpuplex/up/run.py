@@ -5,6 +5,7 @@ all, tenants included."""
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import os
 import sys
@@ -33,6 +34,7 @@ from gpuplex.observe.metrics_token import metrics_token_sha256, new_metrics_toke
 from gpuplex.server.app import create_app
 from gpuplex.server.context import ServerContext
 from gpuplex.server.run import ROLLUP_WINDOW_S, Reconciler, apply_spec_file, http_options
+from gpuplex.server.sample_intake import store_samples
 from gpuplex.settings import (
     METRICS_TOKEN_VARIABLE,
     GpuplexHome,
@@ -268,7 +270,14 @@ def _background(
 ) -> list[Reconciler | Sampler]:
     threads: list[Reconciler | Sampler] = [
         Reconciler(ctx, server_settings),
-        Sampler(dirs, driver, node, ctx.samples, utc_now, settings.sample_interval_s),
+        Sampler(
+            dirs,
+            driver,
+            node,
+            functools.partial(store_samples, ctx),
+            utc_now,
+            settings.sample_interval_s,
+        ),
     ]
     for thread in threads:
         thread.start()

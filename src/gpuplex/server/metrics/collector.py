@@ -25,6 +25,7 @@ from gpuplex.server.context import ServerContext
 from gpuplex.server.metering import Metering
 from gpuplex.server.metrics.dcgm_metrics import DCGM_STATS, DcgmScrapeStats
 from gpuplex.server.metrics.plan_metrics import per_gpu, tenant_allocation, tenant_held
+from gpuplex.server.metrics.sample_metrics import SAMPLE_STATS
 from gpuplex.server.metrics.tenant_labels import TENANT_LABEL_CAP, TenantLabels
 from gpuplex.server.metrics.usage_metrics import (
     CounterFloor,
@@ -141,6 +142,7 @@ class ServerCollector:
         )
         yield alert_counter(self._alerts.snapshot(), labels)
         yield from self._dcgm.families()
+        yield from SAMPLE_STATS.families()
         yield from usage_counters(self._totals.totals(now), labels, self._floor)
         if applied is None:
             return

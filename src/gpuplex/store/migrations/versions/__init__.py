@@ -1,1 +1,2 @@
-"""One module per schema revision, oldest first: r0001 (issue 4), r0002 (the control plane)."""
+"""One module per schema revision, oldest first: r0001 (issue 4), r0002 (the control plane),
+r0003 (retention of raw GPU samples)."""
