@@ -70,8 +70,8 @@ class SimulatedGpuMemory:
         try:
             tmp.write_text("".join(lines))
             os.replace(tmp, self.report)
-        except PermissionError:
-            sys.stderr.write(f"cannot report simulated GPU memory in {self.report.parent}\n")
+        except OSError as error:  # not allowed, or no simulated driver there yet
+            sys.stderr.write(f"cannot report simulated GPU memory: {error}\n")
 
 
 def spread(mib: int, devices: int) -> list[int]:

@@ -332,6 +332,19 @@ def test_contention_slows_requests_that_share_the_server() -> None:
     assert sum(shared_s) / len(shared_s) >= 0.25
 
 
+def test_busy_seconds_count_the_time_some_request_is_in_flight_once() -> None:
+    settings = ModelServerSettings(models=("m",), decode_s_per_token=0.01)
+    with serving(settings) as (url, app):
+        assert app.busy_seconds() == 0.0
+        started = time.monotonic()
+        asyncio.run(_timed_posts(url, 4, 11))  # four side by side: 0.1 s busy, not 0.4 s
+        took_s = time.monotonic() - started
+        busy_s = app.busy_seconds()
+        time.sleep(0.1)
+        assert app.busy_seconds() == busy_s  # idle adds nothing
+    assert 0.1 <= busy_s <= took_s
+
+
 def test_max_concurrency_holds_the_rest_waiting() -> None:
     settings = ModelServerSettings(models=("m",), decode_s_per_token=0.01, max_concurrency=2)
     with serving(settings) as (url, app):

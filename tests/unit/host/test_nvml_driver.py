@@ -76,6 +76,8 @@ class FakeGpu:
     procs: list[tuple[int, int | None]] = field(default_factory=list)
     mps_procs: list[tuple[int, int | None]] = field(default_factory=list)
     lost: bool = False
+    #: NVML's buffer of process utilization samples: (pid, timestamp in µs, smUtil %)
+    busy: list[tuple[int, int, int]] = field(default_factory=list)
 
 
 @dataclass
@@ -309,6 +311,19 @@ class FakeNvml:
             raise FakeNVMLError(NOT_SUPPORTED)
         return self._procs(handle, mps=True)
 
+    def nvmlDeviceGetProcessUtilization(self, handle: FakeGpu, since_us: int) -> list[Any]:
+        """As pynvml's: the samples newer than `since_us`; NOT_FOUND when there are none; not
+        supported under MIG."""
+        self.calls.append(("utilization", handle.index, since_us))
+        if isinstance(handle, FakeMigDevice) or handle.mig:
+            raise FakeNVMLError(NOT_SUPPORTED)
+        if handle.lost:
+            raise FakeNVMLError(GPU_IS_LOST)
+        newer = [(pid, at, sm) for pid, at, sm in handle.busy if at > since_us]
+        if not newer:
+            raise FakeNVMLError(NOT_FOUND)
+        return [SimpleNamespace(pid=pid, timeStamp=at, smUtil=sm) for pid, at, sm in newer]
+
 
 def two_gpu_host() -> FakeNvml:
     h100 = FakeGpu(0, "GPU-h100", "NVIDIA H100 80GB HBM3", 81559, mig=True)
@@ -362,6 +377,23 @@ def test_processes_per_gpu_and_per_mig_device_in_mib(driver: NvmlDriver) -> None
         GpuProcessStatus(device_uuid="GPU-a100", pid=301, used_memory_mib=0),
         GpuProcessStatus(device_uuid="MIG-3g", pid=4242, used_memory_mib=2048),
     ]
+
+
+def test_process_utilization_on_whole_gpus_since_the_last_reading(
+    driver: NvmlDriver, host: FakeNvml
+) -> None:
+    a100 = host.gpus[1]
+    a100.busy = [(300, 1_000, 40), (300, 2_000, 60), (301, 2_000, 10)]
+    # the H100 is in MIG mode: NVML measures no process there, so it is not listed (unknown)
+    assert driver.process_utilization() == {"GPU-a100": {300: 50.0, 301: 10.0}}
+    # nothing new since: NOT_FOUND, every process on it idle
+    assert driver.process_utilization() == {"GPU-a100": {}}
+    a100.busy.append((300, 3_000, 90))
+    assert driver.process_utilization() == {"GPU-a100": {300: 90.0}}
+    asked = [c[2] for c in host.calls if c[0] == "utilization"]
+    assert asked == [0, 2_000, 2_000]  # each reading asks for what came after the last one seen
+    a100.lost = True
+    assert driver.process_utilization() == {}
 
 
 def test_possible_placements_by_profile_id(driver: NvmlDriver, host: FakeNvml) -> None:

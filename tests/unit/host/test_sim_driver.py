@@ -233,3 +233,59 @@ def test_a_model_the_spec_adds_gets_the_memory_the_plan_gives_it(tmp_path: Path)
     assert [g.memory_mib for g in driver.gpus()] == [49152, 49152, 81559]
     again = SimulatedDriver(tmp_path, None)  # a reader of the machine built above
     assert [g.memory_mib for g in again.gpus()] == [49152, 49152, 81559]
+
+
+def write_report(tmp_path: Path, lines: list[str]) -> None:
+    (tmp_path / "memory" / str(os.getpid())).write_text("".join(f"{line}\n" for line in lines))
+
+
+def test_a_process_on_two_gpus_reports_memory_on_each(tmp_path: Path) -> None:
+    driver = h100s(tmp_path, mig="off")
+    gpu0, gpu1 = (g.uuid for g in driver.gpus())
+    write_report(tmp_path, [f"{gpu0} 40000 0", f"{gpu1} 39000 0"])
+    assert driver.processes() == [
+        GpuProcessStatus(device_uuid=gpu0, pid=os.getpid(), used_memory_mib=40000),
+        GpuProcessStatus(device_uuid=gpu1, pid=os.getpid(), used_memory_mib=39000),
+    ]
+    write_report(tmp_path, [f"{gpu0} 40000 0", "a broken line"])  # all of it, or nothing
+    assert driver.processes() == []
+
+
+def test_utilization_is_busy_seconds_over_elapsed_seconds(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    clock = [100.0]
+    monkeypatch.setattr("gpuplex.host.sim_driver.monotonic_s", lambda: clock[0])
+    driver = h100s(tmp_path, mig="off")
+    gpu0, gpu1 = (g.uuid for g in driver.gpus())
+    pid = os.getpid()
+    write_report(tmp_path, [f"{gpu0} 1000 5.0", f"{gpu1} 1000 5.0"])
+    # the first reading has nothing to compare with: the devices are measured, the process idle
+    assert driver.process_utilization() == {gpu0: {}, gpu1: {}}
+    clock[0] = 110.0
+    write_report(tmp_path, [f"{gpu0} 1000 7.5", f"{gpu1} 1000 7.5"])
+    assert driver.process_utilization() == {gpu0: {pid: 25.0}, gpu1: {pid: 25.0}}
+    clock[0] = 112.0
+    write_report(tmp_path, [f"{gpu0} 1000 99.0", f"{gpu1} 1000 7.5"])  # never above 100 %
+    assert driver.process_utilization() == {gpu0: {pid: 100.0}, gpu1: {pid: 0.0}}
+    write_report(tmp_path, [f"{gpu0} 1000"])  # a report without busy seconds: idle
+    clock[0] = 114.0
+    assert driver.process_utilization() == {gpu0: {}, gpu1: {}}
+
+
+def test_utilization_on_a_mig_device_is_its_share_of_the_gpu(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    clock = [0.0]
+    monkeypatch.setattr("gpuplex.host.sim_driver.monotonic_s", lambda: clock[0])
+    driver = h100s(tmp_path)
+    device = driver.create_mig_instance(0, P3G, 4).device_uuid
+    write_report(tmp_path, [f"{device} 1000 0"])
+    driver.process_utilization()
+    clock[0] = 10.0
+    write_report(tmp_path, [f"{device} 1000 10"])  # busy all the time: 3 of the 7 slices
+    reading = driver.process_utilization()
+    assert reading[device][os.getpid()] == pytest.approx(100 * 3 / 7)
+    assert set(reading) == {device}  # GPU 1 is in MIG mode without instances: nothing runs there
+    driver.lose_gpu(0)
+    assert driver.process_utilization() == {}  # a lost GPU cannot be measured
