@@ -31,6 +31,7 @@ export function hourlySeries(reply, range) {
       series.measured[slot] = 1;
     } else if (p.metric === "requests") series.requests[slot] += quantity;
     else if (p.metric === "prompt_tokens" || p.metric === "completion_tokens") series.tokens[slot] += quantity;
+    else if (p.source === "measured") series.measured[slot] = 1; // memory samples: measured, busy or idle
   }
   return series;
 }
@@ -84,8 +85,14 @@ function gpuChart(tenant, series, range) {
     if (run.length === 1) chart.append(s("circle", { cx: x(run[0]) + band / 2, cy: y(series.busy[run[0]]), r: "2", fill: colour }));
     else chart.append(s("polyline", { points, fill: "none", stroke: colour, "stroke-width": "2", "stroke-linejoin": "round" }));
   }
-  const measured = sum(series.measured) > 0;
-  return h("figure", { class: "chart" }, chart, h("figcaption", {}, legendKey(colour, "allocated", true), measured ? legendKey(colour, "busy", false) : h("span", { class: "muted" }, "busy: no GPU samples yet")));
+  return h("figure", { class: "chart" }, chart, h("figcaption", {}, legendKey(colour, "allocated", true), busyCaption(colour, series)));
+}
+
+/** What the busy line stands for: samples with busy time, samples without any, or none at all. */
+function busyCaption(colour, series) {
+  if (sum(series.measured) === 0) return h("span", { class: "muted", "data-testid": "busy-caption" }, "busy: no GPU samples yet");
+  if (sum(series.busy) > 0) return legendKey(colour, "busy", false);
+  return h("span", { "data-testid": "busy-caption" }, legendKey(colour, "busy", false), h("span", { class: "muted" }, " (none measured: idle, or MIG slices NVML cannot measure)"));
 }
 
 /** Runs of consecutive hours whose flag is set, as lists of indices. */
