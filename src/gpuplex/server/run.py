@@ -49,7 +49,8 @@ def apply_spec_file(ctx: ServerContext, path: Path, actor: str) -> int | None:
 
 
 class Reconciler(threading.Thread):
-    """Every interval: roll up the whole windows since the last pass, then check budgets."""
+    """Every interval: roll up the whole windows since the last pass, check budgets, then prune
+    the raw GPU samples that are rolled up and past their retention."""
 
     def __init__(self, ctx: ServerContext, settings: ServerSettings) -> None:
         super().__init__(name="gpuplex-reconciler", daemon=True)
@@ -70,11 +71,11 @@ class Reconciler(threading.Thread):
     def _pass(self) -> None:
         now = self.ctx.now()
         rolled = self.ctx.metering.catch_up(now)
-        prune_samples(self.ctx, now, self.settings.sample_retention_days * 86400)
         applied = self.ctx.current.get()
         if applied is not None and (rolled.windows or not self.checked_once):
             self.checked_once = True
             check_budgets(self.ctx, applied, now, self.settings.budget_webhook_timeout_s)
+        prune_samples(self.ctx, now, self.settings.sample_retention_days * 86400)
 
 
 def run_server(settings: ServerSettings) -> None:

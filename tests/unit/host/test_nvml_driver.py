@@ -608,6 +608,14 @@ def test_real_nvml_reports_every_gpu_with_a_uuid_and_memory() -> None:
             assert gpu.memory_mib > 0
             assert not gpu.lost
         driver.processes()  # lists without raising
+        # per-process utilization: every whole GPU is measured (an idle one answers NOT_FOUND,
+        # read as nobody busy), values are percent, and a second reading starts where the first
+        # ended
+        for _ in range(2):
+            reading = driver.process_utilization()
+            assert set(reading) <= {g.uuid for g in gpus}
+            assert {g.uuid for g in gpus if not g.mig_enabled} <= set(reading)
+            assert all(0 <= p <= 100 for busy in reading.values() for p in busy.values())
     finally:
         driver.close()
 
