@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import math
+from fractions import Fraction
+
 import pytest
-from hypothesis import given, strategies as st
+from hypothesis import example, given, strategies as st
 
 from gpuplex.core.apply.actions import VramStop
 from gpuplex.core.apply.watchdog import memory_limit_mib, vram_violation
@@ -51,13 +54,18 @@ def test_exactly_at_the_limit_is_fine_one_mib_over_is_stopped() -> None:
     tolerance=st.integers(0, 100),
     observed=st.integers(0, 500_000),
 )
+@example(
+    mode=Mode.TIMESLICE, memory_mib=1, tolerance=1, observed=2
+)  # limit 1.01 MiB rounds down to 1
 def test_violation_iff_a_timeslice_share_exceeds_planned_plus_tolerance(
     mode: Mode, memory_mib: int, tolerance: int, observed: int
 ) -> None:
     mig = mig_slice("1g.10gb", 0) if mode is Mode.MIG else None
     share = record(wanted("w", binding(mode, 0, mig=mig, memory_mib=memory_mib)))
     stop = vram_violation(share, observed, tolerance)
-    over = observed * 100 > memory_mib * (100 + tolerance) + 99  # observed > floor(limit)
+    over = observed > math.floor(
+        Fraction(memory_mib * (100 + tolerance), 100)
+    )  # over the limit, in whole MiB
     assert (stop is not None) == (mode is Mode.TIMESLICE and over)
     if stop is not None:
         assert (stop.planned_mib, stop.observed_mib) == (memory_mib, observed)
