@@ -14,7 +14,8 @@ from gpuplex.http_guard import uvicorn_options
 from gpuplex.http_limits import HttpLimits, fitted_to_file_limit, plain_error_body
 from gpuplex.retry import run_pass
 from gpuplex.server.app import create_app
-from gpuplex.server.budget_alerts import check_budgets
+from gpuplex.server.budget_alerts import check_budgets, month_figures
+from gpuplex.server.budget_enforcement import enforce_budgets
 from gpuplex.server.context import ServerContext
 from gpuplex.server.dcgm_scrape import DEFAULT_TIMEOUT_S, DcgmScraper
 from gpuplex.server.spec_apply import apply, spec_sha256
@@ -48,7 +49,8 @@ def apply_spec_file(ctx: ServerContext, path: Path, actor: str) -> int | None:
 
 
 class Reconciler(threading.Thread):
-    """Every interval: roll up the whole windows since the last pass, then check budgets."""
+    """Every interval: roll up the whole windows since the last pass, then check budgets (alerts)
+    and store what each budget enforces, for the gateway."""
 
     def __init__(self, ctx: ServerContext, settings: ServerSettings) -> None:
         super().__init__(name="gpuplex-reconciler", daemon=True)
@@ -72,7 +74,9 @@ class Reconciler(threading.Thread):
         applied = self.ctx.current.get()
         if applied is not None and (rolled.windows or not self.checked_once):
             self.checked_once = True
-            check_budgets(self.ctx, applied, now, self.settings.budget_webhook_timeout_s)
+            figures = month_figures(self.ctx, applied, now)
+            check_budgets(self.ctx, applied, now, self.settings.budget_webhook_timeout_s, figures)
+            enforce_budgets(self.ctx, applied, now, figures)
 
 
 def run_server(settings: ServerSettings) -> None:
