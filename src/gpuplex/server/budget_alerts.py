@@ -83,7 +83,7 @@ def month_figures(ctx: ServerContext, applied: AppliedRevision, now: datetime) -
         spend_until=spend_until,
         spend=ctx.metering.spend(window, applied),
         recent_spend=recent_spend,
-        first_spend_at=ctx.rollups.first_window_starts(window.start, window.end),
+        first_spend_at=ctx.metering.first_spend(window),
         key_tokens=key_tokens,
         key_requests=key_requests,
         enforced={e.scope: e for e in ctx.enforcement.current()},

@@ -73,6 +73,7 @@ class Metering:
         # tenant's budget every 10 s, and a month's statement sums some 100,000 roll-up rows; a
         # budget needs two (the month, and the last day for the run rate)
         self._statements: dict[tuple[object, ...], FleetStatement] = {}
+        self._first_spend: tuple[tuple[object, ...], dict[str, datetime]] | None = None
 
     def plan_intervals(self, start: datetime, end: datetime) -> list[PlanInterval]:
         """The plans in force during [start, end), each with the time it was in force."""
@@ -171,6 +172,17 @@ class Metering:
         }
         self._statements[key] = fleet
         return fleet
+
+    def first_spend(self, period: MeterWindow) -> dict[str, datetime]:
+        """Each tenant's first rolled-up window in the period (where its run rate may start);
+        read again only once a roll-up wrote."""
+        key = (period, self._rollups.fingerprint())
+        cached = self._first_spend
+        if cached is not None and cached[0] == key:
+            return cached[1]
+        first = self._rollups.first_window_starts(period.start, period.end)
+        self._first_spend = (key, first)
+        return first
 
     def spend(self, period: MeterWindow, applied: AppliedRevision) -> dict[str, Decimal]:
         """Each tenant's statement total for the period so far."""
