@@ -1,7 +1,8 @@
 """Budgets enforced by the real gateway: a tenant (or a key name) whose budget's action is `block`
 gets 402 budget_exceeded within one roll-up window (plus one roll-up pass and the gateway's refresh)
 of its spend crossing the budget, and is served again as soon as the budget is raised. A key cannot
-escape its key-name budget by being revoked and created again under the same name.
+escape its key-name budget by being revoked and created again under the same name. A throttled
+tenant is held to its budget's rate with 429 budget_throttled and Retry-After.
 
 The control plane's reconciler runs in this process with a 2 s roll-up window; the gateway runs as
 `gpuplex gateway` on the store's applied revision, as in production."""
@@ -72,8 +73,10 @@ class Budgeted:
         wait_for_key(self.gateway.url, secret)
         return secret
 
-    def block(self, amount: str, key_name: str = "") -> None:
-        """Set a block budget as a platform admin would (the API does the same, then decides)."""
+    def block(
+        self, amount: str, key_name: str = "", action: BudgetAction = BudgetAction.BLOCK
+    ) -> None:
+        """Set a budget as a platform admin would (the API does the same, then decides)."""
         self.ctx.budgets.set(
             "acme",
             Decimal(amount),
@@ -81,7 +84,7 @@ class Budgeted:
             now=datetime.now(UTC),
             actor="platform-admin",
             key_name=key_name,
-            enforcement=Enforcement(BudgetAction.BLOCK, locked=True),
+            enforcement=Enforcement(action, throttle_requests_per_min=1, locked=True),
         )
         applied = self.ctx.current.get()
         assert applied is not None
@@ -179,3 +182,25 @@ def test_a_blocked_key_name_stays_blocked_when_recreated_and_other_keys_go_on(
     assert reply.json()["error"]["code"] == "budget_exceeded"
     budgeted.block("1000.00", key_name="ci")
     assert budgeted.until_served(again) < 1.5
+
+
+def test_a_throttled_tenant_gets_one_request_a_minute_then_429_budget_throttled(
+    budgeted: Budgeted,
+) -> None:
+    key = budgeted.key("ci")
+    assert budgeted.send(key).status_code == 200
+    budgeted.block("0.01", action=BudgetAction.THROTTLE)
+    deadline = time.monotonic() + REFUSED_WITHIN_S  # once the request's window is rolled up
+    while not budgeted.ctx.enforcement.current() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert [e.action for e in budgeted.ctx.enforcement.current()] == [BudgetAction.THROTTLE]
+    time.sleep(1.0)  # the gateway's refresh
+    statuses = [budgeted.send(key) for _ in range(3)]
+    codes = [r.status_code for r in statuses]
+    assert codes.count(429) >= 2, codes  # 1 request a minute: at most one more gets through
+    refused = next(r for r in statuses if r.status_code == 429)
+    assert refused.json()["error"]["code"] == "budget_throttled"
+    assert "0.01 USD" in refused.json()["error"]["message"]
+    assert int(refused.headers["retry-after"]) >= 1
+    budgeted.block("1000.00", action=BudgetAction.THROTTLE)
+    assert budgeted.until_served(key) < 1.5
