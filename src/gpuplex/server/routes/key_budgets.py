@@ -8,6 +8,7 @@ tenant's does (`action`, `soft_action`), at the gateway, for the keys of that na
 
 from __future__ import annotations
 
+from dataclasses import replace
 from decimal import Decimal
 from typing import Annotated
 
@@ -109,24 +110,24 @@ def set_key_budget(
 def delete_key_budget(
     tenant: str, name: KeyName, principal: CurrentPrincipal, ctx: Context
 ) -> BudgetReply:
+    """Remove the budget of the tenant's keys named `name`; what it enforced is lifted at once."""
     require(principal, Permission.BUDGET_WRITE, tenant)
-    applied_tenant(ctx, tenant)
+    applied, _ = applied_tenant(ctx, tenant)
     stored = ctx.budgets.get(tenant, name)
     if stored is None:
         raise ApiProblem(ErrorCode.NOT_FOUND, f"tenant {tenant!r} has no budget for keys {name!r}")
     refuse_if_locked(principal, stored)
-    reply = _key_budget(ctx, tenant, name)
+    figures = month_figures(ctx, applied, ctx.now())
+    [view] = [v for v in key_budget_views(ctx, applied, tenant, figures) if v.key_name == name]
     ctx.budgets.delete(tenant, ctx.now(), principal.actor, key_name=name)
-    applied, _ = applied_tenant(ctx, tenant)
     enforce_budgets(ctx, applied, ctx.now())
-    return reply.model_copy(update={"enforced": BudgetAction.ALERT})
+    return budget_reply(replace(view, enforced=BudgetAction.ALERT))
 
 
 def _key_budget(ctx: ServerContext, tenant: str, name: str) -> BudgetReply:
     """The budget of `name` as it is now, after what it enforces was decided again."""
     applied, _ = applied_tenant(ctx, tenant)
+    enforce_budgets(ctx, applied, ctx.now())
     figures = month_figures(ctx, applied, ctx.now())
-    enforce_budgets(ctx, applied, ctx.now(), figures)
-    figures = month_figures(ctx, applied, ctx.now())
-    views = [v for v in key_budget_views(ctx, applied, tenant, figures) if v.key_name == name]
-    return budget_reply(views[0])
+    [view] = [v for v in key_budget_views(ctx, applied, tenant, figures) if v.key_name == name]
+    return budget_reply(view)
