@@ -94,6 +94,8 @@ class ErrorCode(CodeWithAnswers):
     METRICS_TOKEN_REQUIRED = "metrics_token_required", 401, EXIT_FAILED, FINAL
     MODEL_NOT_FOUND = "model_not_found", 404, EXIT_BAD_INPUT, FINAL
     RATE_LIMITED = "rate_limit_exceeded", 429, EXIT_FAILED, RETRY
+    BUDGET_EXCEEDED = "budget_exceeded", 402, EXIT_FAILED, FINAL
+    BUDGET_THROTTLED = "budget_throttled", 429, EXIT_FAILED, RETRY
     TOO_MANY_FAILED_AUTH = "too_many_failed_auth", 429, EXIT_FAILED, RETRY
     QUEUE_FULL = "queue_full", 429, EXIT_FAILED, RETRY
     QUEUE_TIMEOUT = "queue_timeout", 429, EXIT_FAILED, RETRY

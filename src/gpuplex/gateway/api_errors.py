@@ -29,6 +29,8 @@ GATEWAY_CODES: tuple[ErrorCode, ...] = (
     ErrorCode.REQUEST_TIMEOUT,
     ErrorCode.REQUEST_TOO_LARGE,
     ErrorCode.RATE_LIMITED,
+    ErrorCode.BUDGET_EXCEEDED,
+    ErrorCode.BUDGET_THROTTLED,
     ErrorCode.QUEUE_FULL,
     ErrorCode.QUEUE_TIMEOUT,
     ErrorCode.TOO_MANY_FAILED_AUTH,

@@ -6,6 +6,10 @@ working on every worker within a second, and a store outage never fails requests
 already loaded. Failed attempts are counted per client address; past the limit the address's
 failed attempts get 429 instead of 401 until its window clears, while a valid key from the same
 address always gets in (`core.serve.failed_auth`). The scheme is case-insensitive (RFC 7235).
+
+The same refresh reads the budgets the control plane enforces now (`budget_enforcement`): a caller
+whose tenant or key name is blocked carries the refusal, one whose budget throttles carries an
+extra requests-per-minute limit, so admission costs one attribute check and nothing more.
 """
 
 from __future__ import annotations
@@ -13,17 +17,23 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from gpuplex.clock import monotonic_s, now_s, utc_now
+from gpuplex.core.report import BudgetAction, key_budget_name
 from gpuplex.core.serve.failed_auth import FailedAttempts
 from gpuplex.core.serve.keys import bearer_token, key_matches, key_prefix
 from gpuplex.core.serve.limits import Limit, LimitKind, scope_limits
 from gpuplex.errors import ErrorCode
 from gpuplex.gateway.api_errors import ApiError
 from gpuplex.retry import run_pass
+from gpuplex.store.budget_enforcement import EnforcedBudget, EnforcementRepository
 from gpuplex.store.keys import KeyRecord, KeyRepository
+
+#: The scope of a throttled budget's limit starts with this (`budget:tenant:acme`).
+BUDGET_SCOPE = "budget:"
+Gates = Mapping[tuple[str, str], EnforcedBudget]
 
 log = logging.getLogger(__name__)
 
@@ -35,6 +45,8 @@ class Caller:
     models: frozenset[str]  # empty: every model of the tenant
     expires_at_s: float | None
     limits: tuple[Limit, ...]
+    budget_block: str | None = None  # why a blocked budget refuses this caller
+    budget_throttle: str | None = None  # which budget throttles it (its limits hold the rate)
 
     @property
     def token_cap(self) -> int | None:
@@ -43,12 +55,44 @@ class Caller:
         return min(caps) if caps else None
 
 
-def caller_of(record: KeyRecord, tenant_limits: Callable[[str], tuple[Limit, ...]]) -> Caller:
+def caller_of(
+    record: KeyRecord, tenant_limits: Callable[[str], tuple[Limit, ...]], gates: Gates
+) -> Caller:
     key = record.key
     own = scope_limits(f"key:{key.prefix}", key.limits)
     expires = key.expires_at.timestamp() if key.expires_at is not None else None
+    block = throttle = None
+    budget_limits = []
+    name = key_budget_name(key.name, key.prefix)
+    for gate in (gates.get((key.tenant, "")), gates.get((key.tenant, name))):
+        if gate is None:
+            continue
+        whose = f"API key {gate.key_name!r}" if gate.key_name else f"tenant {gate.tenant!r}"
+        figures = (
+            f"the {gate.period} budget of {whose} is {gate.budget} {gate.currency}; "
+            f"{gate.spend} {gate.currency} spent"
+        )
+        if gate.action is BudgetAction.BLOCK and block is None:
+            block = (
+                f"{figures}. Requests are refused until the budget is raised or a new period begins"
+            )
+        elif gate.action is BudgetAction.THROTTLE:
+            scope = (
+                f"{BUDGET_SCOPE}{'key' if gate.key_name else 'tenant'}:{key.tenant}/{gate.key_name}"
+            )
+            budget_limits.append(Limit(scope, LimitKind.REQUESTS, gate.throttle_requests_per_min))
+            throttle = (
+                f"{figures}; throttled to {gate.throttle_requests_per_min} requests per minute "
+                "until the budget is raised or a new period begins"
+            )
     return Caller(
-        key.tenant, key.prefix, frozenset(key.models), expires, (*own, *tenant_limits(key.tenant))
+        key.tenant,
+        key.prefix,
+        frozenset(key.models),
+        expires,
+        (*own, *tenant_limits(key.tenant), *budget_limits),
+        block,
+        throttle,
     )
 
 
@@ -59,8 +103,11 @@ class KeyCache:
         tenant_limits: Callable[[str], tuple[Limit, ...]],
         failed_auth_per_min: int,
         refresh_s: float = 0.5,
+        enforcement: EnforcementRepository | None = None,
     ) -> None:
         self._keys = keys
+        self._enforcement = enforcement
+        self._gates: dict[tuple[str, str], EnforcedBudget] = {}
         self._tenant_limits = tenant_limits
         self._refresh_s = refresh_s
         self._by_prefix: dict[str, tuple[str, Caller]] = {}
@@ -74,10 +121,16 @@ class KeyCache:
             self.rebuild()
 
     def _fetch(self) -> bool:
-        """Read the active keys if they changed since the last read; whether they did."""
+        """Read the active keys if they changed since the last read, and the budgets enforced
+        now; whether either changed."""
+        gates_changed = False
+        if self._enforcement is not None:
+            gates = {gate.scope: gate for gate in self._enforcement.current()}
+            gates_changed = gates != self._gates
+            self._gates = gates
         version = self._keys.version()
         if version == self._version:
-            return False
+            return gates_changed
         self._records = self._keys.active_records(utc_now())
         self._version = version
         return True
@@ -87,7 +140,8 @@ class KeyCache:
         (after a new revision changed them); reads nothing from the store. Called on the event
         loop only, so a rebuild never races another."""
         self._by_prefix = {
-            r.key.prefix: (r.key_hash, caller_of(r, self._tenant_limits)) for r in self._records
+            r.key.prefix: (r.key_hash, caller_of(r, self._tenant_limits, self._gates))
+            for r in self._records
         }
 
     def _refresh(self) -> bool | None:

@@ -34,6 +34,7 @@ from gpuplex.core.spec import TenantSpec
 from gpuplex.errors import ErrorCode, LimiterUnavailable
 from gpuplex.gateway.api_errors import ApiError
 from gpuplex.gateway.asgi_io import Receive, Scope, Send, header, read_body
+from gpuplex.gateway.auth import BUDGET_SCOPE
 from gpuplex.gateway.backends import BackendPool
 from gpuplex.gateway.relay import CLIENT_GONE, Exchange, relay_stream, relay_whole
 from gpuplex.gateway.runtime import GatewayRuntime
@@ -48,6 +49,9 @@ async def handle_inference(
 ) -> None:
     client = scope.get("client") or ("unknown", 0)
     caller = rt.keys.authenticate(header(scope, b"authorization"), str(client[0]))
+    if caller.budget_block is not None:
+        metrics.REJECTIONS.labels(caller.tenant, str(ErrorCode.BUDGET_EXCEEDED)).inc()
+        raise ApiError(ErrorCode.BUDGET_EXCEEDED, caller.budget_block)
     started_s, started_at = now_s(), utc_now()
     live = rt.live  # this request is served by the revision in force as it arrived
     config = live.config
@@ -129,7 +133,7 @@ async def _admitted(
             retry_after_s=5,
         ) from None
     if isinstance(decision, Refused):
-        refusal = _refusal(decision)
+        refusal = _refusal(decision, ex.caller.budget_throttle)
         ex.status = refusal.status
         raise refusal
     ex.cancellable = True
@@ -223,8 +227,15 @@ async def _forward(
 _PATHS = {endpoint: path for path, endpoint in ENDPOINT_PATHS.items()}
 
 
-def _refusal(refusal: Refused) -> ApiError:
+def _refusal(refusal: Refused, budget_throttle: str | None = None) -> ApiError:
     limit = refusal.limit
+    if limit.scope.startswith(BUDGET_SCOPE):
+        retry_after = retry_after_header(refusal)
+        return ApiError(
+            ErrorCode.BUDGET_THROTTLED,
+            f"{budget_throttle or 'a budget throttles these requests'}; retry after {retry_after} s",
+            retry_after_s=int(retry_after),
+        )
     who = "this API key" if limit.scope.startswith("key:") else "your organization"
     if refusal.never:
         return ApiError(

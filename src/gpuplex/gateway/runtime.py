@@ -33,6 +33,7 @@ from gpuplex.gateway.spool import UsageSpool
 from gpuplex.gateway.spool_mover import SpoolMover
 from gpuplex.revision import AppliedRevisions
 from gpuplex.settings import GatewaySettings
+from gpuplex.store.budget_enforcement import EnforcementRepository
 from gpuplex.store.db import open_store, safe_url
 from gpuplex.store.keys import KeyRepository
 from gpuplex.store.spec_revisions import SpecRevisions
@@ -74,6 +75,7 @@ class GatewayRuntime:
             KeyRepository(engine),
             lambda tenant: tenant_limits(self.live.routes, tenant),
             self.started.failed_auth_per_min,
+            enforcement=EnforcementRepository(engine),
         )
         self.keys.load()
         self.usage_sink = UsageRepository(engine)

@@ -1,5 +1,6 @@
-"""Budgets against spend: what a tenant's budget looks like now, and the check that fires each
-alert threshold once per tenant and month (a metric, an audit entry, and a webhook if one is set).
+"""Budgets against spend: what a tenant's (or a key name's) budget looks like now, with the month-end
+projection from the recent run rate, and the check that fires each alert threshold once per budget
+and month (a metric, an audit entry, and a webhook if one is set).
 """
 
 from __future__ import annotations
@@ -8,30 +9,102 @@ import json
 import logging
 import urllib.request
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from decimal import Decimal
 
-from gpuplex.core.meter import month_of, month_window
-from gpuplex.core.report import DEFAULT_THRESHOLDS_PERCENT, budget_crossings, projected_spend
+from gpuplex.core.meter import MeterWindow, month_of, month_window
+from gpuplex.core.report import (
+    DEFAULT_THRESHOLDS_PERCENT,
+    RUN_RATE_WINDOW_S,
+    BudgetAction,
+    budget_crossings,
+    key_budget_name,
+    key_spends,
+    projected_spend,
+    run_rate_window,
+)
 from gpuplex.revision import AppliedRevision
 from gpuplex.server.context import ServerContext
 from gpuplex.server.metrics.collector import count_fired_alert
-from gpuplex.store.budgets import BudgetAlert
+from gpuplex.store.budget_enforcement import EnforcedBudget
+from gpuplex.store.budgets import Budget, BudgetAlert, Enforcement
 
 log = logging.getLogger("gpuplex.server.budgets")
 
 
 @dataclass(frozen=True, slots=True)
+class MonthFigures:
+    """What every budget of the month is measured against, read once per check or request."""
+
+    period: str  # YYYY-MM
+    window: MeterWindow
+    spend_until: datetime  # where the rolled-up spend ends
+    spend: dict[str, Decimal]  # tenant -> spend this month so far
+    recent_spend: dict[str, Decimal]  # tenant -> spend in the last RUN_RATE_WINDOW_S
+    first_spend_at: dict[str, datetime]  # tenant -> its first window with usage this month
+    key_tokens: dict[tuple[str, str], int]  # (tenant, key name) -> tokens this month
+    key_requests: dict[tuple[str, str], int]
+    enforced: dict[tuple[str, str], EnforcedBudget]  # what the gateway enforces now
+
+    def projection(self, tenant: str) -> tuple[Decimal, MeterWindow | None]:
+        """The tenant's month-end projection and the window its run rate was measured over."""
+        recent = run_rate_window(self.window, self.spend_until, self.first_spend_at.get(tenant))
+        spend = self.spend.get(tenant, Decimal(0))
+        return projected_spend(
+            spend, self.recent_spend.get(tenant, Decimal(0)), recent, self.window
+        ), recent
+
+    def key_spend(self, tenant: str) -> dict[str, Decimal]:
+        """Key name -> its share of the tenant's spend this month, by tokens."""
+        tokens = {name: n for (t, name), n in self.key_tokens.items() if t == tenant}
+        return key_spends(self.spend.get(tenant, Decimal(0)), tokens)
+
+
+def month_figures(ctx: ServerContext, applied: AppliedRevision, now: datetime) -> MonthFigures:
+    period = month_of(now)
+    window = month_window(period)
+    spend_until = rolled_up_to(ctx, now)
+    recent_start = max(window.start, spend_until - timedelta(seconds=RUN_RATE_WINDOW_S))
+    recent_spend = (
+        ctx.metering.spend(MeterWindow(recent_start, spend_until), applied)
+        if spend_until > recent_start
+        else {}
+    )
+    names = {key.prefix: key_budget_name(key.name, key.prefix) for key in ctx.keys.list()}
+    key_tokens: dict[tuple[str, str], int] = {}
+    key_requests: dict[tuple[str, str], int] = {}
+    for (tenant, prefix), used in ctx.key_usage.totals(window.start, window.end).items():
+        scope = (tenant, names.get(prefix, prefix))
+        key_tokens[scope] = key_tokens.get(scope, 0) + used.tokens
+        key_requests[scope] = key_requests.get(scope, 0) + used.requests
+    return MonthFigures(
+        period=period,
+        window=window,
+        spend_until=spend_until,
+        spend=ctx.metering.spend(window, applied),
+        recent_spend=recent_spend,
+        first_spend_at=ctx.metering.first_spend(window),
+        key_tokens=key_tokens,
+        key_requests=key_requests,
+        enforced={e.scope: e for e in ctx.enforcement.current()},
+    )
+
+
+@dataclass(frozen=True, slots=True)
 class BudgetView:
     tenant: str
+    key_name: str  # '' for the tenant's own budget
     source: str  # set | spec | none
     amount: Decimal | None
     currency: str
     period: str
     spend: Decimal
     projected_spend: Decimal
+    projection_window: MeterWindow | None  # the run rate's window; None: no spend yet
     thresholds_percent: tuple[int, ...]
     webhook_url: str | None
+    enforcement: Enforcement  # what it enforces, as set
+    enforced: BudgetAction  # what the gateway enforces now (ALERT: nothing)
     alerts: list[BudgetAlert]
 
 
@@ -40,41 +113,63 @@ def budget_view(
     applied: AppliedRevision,
     tenant: str,
     now: datetime,
-    spend_by_tenant: dict[str, Decimal] | None = None,
-    spend_until: datetime | None = None,
+    figures: MonthFigures | None = None,
 ) -> BudgetView:
-    period = month_of(now)
-    window = month_window(period)
-    if spend_by_tenant is None:
-        spend_by_tenant = ctx.metering.spend(window, applied)
-    if spend_until is None:
-        spend_until = rolled_up_to(ctx, now)
-    spend = spend_by_tenant.get(tenant, Decimal(0))
+    """The tenant's own budget now: set through the API, else the spec's monthly_budget."""
+    figures = figures if figures is not None else month_figures(ctx, applied, now)
     stored = ctx.budgets.get(tenant)
     declared = applied.tenant(tenant)
     spec_amount = declared.monthly_budget if declared is not None else None
-    if stored is not None:
-        source, amount, thresholds, webhook = (
-            "set",
-            stored.amount,
-            stored.thresholds_percent,
-            stored.webhook_url,
-        )
-    elif spec_amount is not None:
-        source, amount, thresholds, webhook = "spec", spec_amount, DEFAULT_THRESHOLDS_PERCENT, None
-    else:
-        source, amount, thresholds, webhook = "none", None, (), None
+    if stored is None and spec_amount is not None:
+        return _view(figures, applied, tenant, "", "spec", spec_amount, None, ctx)
+    return _view(figures, applied, tenant, "", "set" if stored else "none", None, stored, ctx)
+
+
+def key_budget_views(
+    ctx: ServerContext, applied: AppliedRevision, tenant: str, figures: MonthFigures
+) -> list[BudgetView]:
+    """The budgets of the tenant's key names."""
+    return [
+        _view(figures, applied, tenant, b.key_name, "set", None, b, ctx)
+        for b in ctx.budgets.list(tenant)
+        if b.key_name
+    ]
+
+
+def _view(
+    figures: MonthFigures,
+    applied: AppliedRevision,
+    tenant: str,
+    key_name: str,
+    source: str,
+    spec_amount: Decimal | None,
+    stored: Budget | None,
+    ctx: ServerContext,
+) -> BudgetView:
+    projected, recent = figures.projection(tenant)
+    spend = figures.spend.get(tenant, Decimal(0))
+    if key_name:  # a key's share of its tenant's spend, projected in the same proportion
+        spend = figures.key_spend(tenant).get(key_name, Decimal(0))
+        whole = figures.spend.get(tenant, Decimal(0))
+        projected = (projected * spend / whole).quantize(Decimal("0.01")) if whole else spend
+    enforced = figures.enforced.get((tenant, key_name))
     return BudgetView(
         tenant=tenant,
+        key_name=key_name,
         source=source,
-        amount=amount,
+        amount=stored.amount if stored is not None else spec_amount,
         currency=applied.spec.pricing.currency,
-        period=period,
+        period=figures.period,
         spend=spend,
-        projected_spend=projected_spend(spend, window, spend_until),
-        thresholds_percent=tuple(thresholds),
-        webhook_url=webhook,
-        alerts=ctx.budgets.alerts(tenant, window.start),
+        projected_spend=projected,
+        projection_window=recent,
+        thresholds_percent=tuple(stored.thresholds_percent)
+        if stored is not None
+        else (DEFAULT_THRESHOLDS_PERCENT if spec_amount is not None else ()),
+        webhook_url=stored.webhook_url if stored is not None else None,
+        enforcement=stored.enforcement if stored is not None else Enforcement(),
+        enforced=enforced.action if enforced is not None else BudgetAction.ALERT,
+        alerts=ctx.budgets.alerts(tenant, figures.window.start, key_name),
     )
 
 
@@ -85,48 +180,60 @@ def rolled_up_to(ctx: ServerContext, now: datetime) -> datetime:
 
 
 def check_budgets(
-    ctx: ServerContext, applied: AppliedRevision, now: datetime, webhook_timeout_s: float
+    ctx: ServerContext,
+    applied: AppliedRevision,
+    now: datetime,
+    webhook_timeout_s: float,
+    figures: MonthFigures | None = None,
 ) -> list[BudgetAlert]:
-    """Fire every threshold newly crossed this month; returns the alerts fired now."""
-    window = month_window(month_of(now))
-    spend = ctx.metering.spend(window, applied)
-    spend_until = rolled_up_to(ctx, now)
+    """Fire every threshold newly crossed this month, of the tenants' budgets and their keys';
+    returns the alerts fired now."""
+    figures = figures if figures is not None else month_figures(ctx, applied, now)
     fired_now = []
     for name in applied.tenant_names:
-        view = budget_view(ctx, applied, name, now, spend, spend_until)
-        if view.amount is None:
-            continue
-        already = {a.threshold_percent for a in view.alerts}
-        for threshold in budget_crossings(
-            view.spend, view.amount, view.thresholds_percent, already
-        ):
-            alert = BudgetAlert(
-                tenant=name,
-                period_start=window.start,
-                threshold_percent=threshold,
-                spend=view.spend,
-                budget=view.amount,
-                fired_at=now,
-            )
-            if ctx.budgets.record_alert(alert):
-                fired_now.append(alert)
-                count_fired_alert(alert)
-                if view.webhook_url is not None:
-                    post_webhook(view.webhook_url, alert, view.currency, webhook_timeout_s)
+        views = [budget_view(ctx, applied, name, now, figures)]
+        views += key_budget_views(ctx, applied, name, figures)
+        for view in views:
+            if view.amount is None:
+                continue
+            already = {a.threshold_percent for a in view.alerts}
+            for threshold in budget_crossings(
+                view.spend, view.amount, view.thresholds_percent, already
+            ):
+                alert = BudgetAlert(
+                    tenant=name,
+                    period_start=figures.window.start,
+                    threshold_percent=threshold,
+                    spend=view.spend,
+                    budget=view.amount,
+                    fired_at=now,
+                    key_name=view.key_name,
+                )
+                if ctx.budgets.record_alert(alert):
+                    fired_now.append(alert)
+                    count_fired_alert(alert)
+                    if view.webhook_url is not None:
+                        post_webhook(view.webhook_url, alert, view, webhook_timeout_s)
     return fired_now
 
 
-def post_webhook(url: str, alert: BudgetAlert, currency: str, timeout_s: float) -> bool:
+def post_webhook(url: str, alert: BudgetAlert, view: BudgetView, timeout_s: float) -> bool:
     """POST the alert as JSON; a failing webhook is logged (without its URL), never fatal."""
+    window = view.projection_window
     body = json.dumps(
         {
             "event": "budget.threshold_crossed",
             "tenant": alert.tenant,
+            "key_name": alert.key_name or None,
             "period_start": alert.period_start.isoformat(),
             "threshold_percent": alert.threshold_percent,
             "spend": str(alert.spend),
             "budget": str(alert.budget),
-            "currency": currency,
+            "currency": view.currency,
+            "projected_spend": str(view.projected_spend),
+            "projection_window_start": window.start.isoformat() if window else None,
+            "projection_window_end": window.end.isoformat() if window else None,
+            "action": view.enforcement.action.value,
             "fired_at": alert.fired_at.isoformat(),
         }
     ).encode()

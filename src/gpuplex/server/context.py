@@ -12,7 +12,9 @@ from fastapi import Request
 from gpuplex.revision import AppliedRevisions
 from gpuplex.server.metering import Metering
 from gpuplex.store import AuditLog, Engine, KeyRepository, UsageRepository
+from gpuplex.store.budget_enforcement import EnforcementRepository
 from gpuplex.store.budgets import BudgetRepository
+from gpuplex.store.key_usage import KeyUsageRepository
 from gpuplex.store.rollups import RollupRepository
 from gpuplex.store.samples import SampleRepository
 from gpuplex.store.spec_revisions import SpecRevisions
@@ -34,6 +36,8 @@ class ServerContext:
     audit: AuditLog
     metering: Metering
     state_dir: Path | None  # the host runtime's state directory, for its events; None: none
+    key_usage: KeyUsageRepository
+    enforcement: EnforcementRepository
 
     @classmethod
     def open(
@@ -48,6 +52,7 @@ class ServerContext:
         samples = SampleRepository(engine)
         usage = UsageRepository(engine)
         rollups = RollupRepository(engine)
+        key_usage = KeyUsageRepository(engine)
         return cls(
             engine=engine,
             now=now,
@@ -60,8 +65,12 @@ class ServerContext:
             rollups=rollups,
             budgets=BudgetRepository(engine),
             audit=AuditLog(engine),
-            metering=Metering(revisions, current, samples, usage, rollups, rollup_window_s),
+            metering=Metering(
+                revisions, current, samples, usage, rollups, rollup_window_s, key_usage
+            ),
             state_dir=state_dir,
+            key_usage=key_usage,
+            enforcement=EnforcementRepository(engine),
         )
 
 

@@ -24,6 +24,7 @@ from gpuplex.core.plan import Plan
 from gpuplex.core.report import FleetStatement, PriceBook, build_fleet_statement
 from gpuplex.errors import StoreError
 from gpuplex.revision import AppliedRevision, AppliedRevisions
+from gpuplex.store.key_usage import KeyUsageRepository, key_usage_of
 from gpuplex.store.rollups import RollupRepository
 from gpuplex.store.samples import SampleRepository
 from gpuplex.store.spec_revisions import SpecRevisions
@@ -56,19 +57,23 @@ class Metering:
         usage: UsageRepository,
         rollups: RollupRepository,
         window_s: int,
+        key_usage: KeyUsageRepository | None = None,
     ) -> None:
         self._revisions = revisions
         self._current = current
         self._samples = samples
         self._usage = usage
         self._rollups = rollups
+        self._key_usage = key_usage
         self.window_s = window_s
         # revision -> its plan, validated once: revisions never change, and validating every
         # revision's plan at every pass grew with the history (half a millisecond each)
         self._plans: dict[int, Plan] = {}
-        # the newest statement and what it was computed from: the dashboard asks each tenant's
-        # budget every 10 s, and a month's statement sums some 100,000 roll-up rows
-        self._statement: tuple[tuple[object, ...], FleetStatement] | None = None
+        # the newest statements and what they were computed from: the dashboard asks each
+        # tenant's budget every 10 s, and a month's statement sums some 100,000 roll-up rows; a
+        # budget needs two (the month, and the last day for the run rate)
+        self._statements: dict[tuple[object, ...], FleetStatement] = {}
+        self._first_spend: tuple[tuple[object, ...], dict[str, datetime]] | None = None
 
     def window_start(self, at: datetime) -> datetime:
         """The start of the roll-up window `at` falls in."""
@@ -104,6 +109,8 @@ class Metering:
         that starts before `samples_pruned_before` keeps its measured roll-ups: the samples they
         were computed from are gone (server/sample_retention.py)."""
         records = self._usage.records(since=window.start, until=window.end)
+        if self._key_usage is not None:  # each key's tokens, for its share of the spend
+            self._key_usage.replace_window(window.start, window.end, key_usage_of(records))
         by_source: dict[str, list[MeterLine]] = {
             "allocation": allocation_lines(intervals, window)
             + fleet_gpu_seconds(intervals, window),
@@ -163,16 +170,32 @@ class Metering:
     def fleet_statement(self, period: MeterWindow, applied: AppliedRevision) -> FleetStatement:
         """The period's statement from the roll-ups; computed again only once a roll-up wrote
         or another spec (prices, tenants) was applied."""
-        key = (period, applied.revision, self._rollups.fingerprint())
-        cached = self._statement
-        if cached is not None and cached[0] == key:
-            return cached[1]
+        fingerprint = self._rollups.fingerprint()
+        key = (period, applied.revision, fingerprint)
+        cached = self._statements.get(key)
+        if cached is not None:
+            return cached
         book = PriceBook.from_pricing(applied.spec.pricing)
         fleet = build_fleet_statement(
             self.lines(period), book, period, tenants=applied.tenant_names
         )
-        self._statement = (key, fleet)
+        # keep only those still current: older roll-ups or revisions are never asked again
+        self._statements = {
+            k: v for k, v in self._statements.items() if k[1:] == (applied.revision, fingerprint)
+        }
+        self._statements[key] = fleet
         return fleet
+
+    def first_spend(self, period: MeterWindow) -> dict[str, datetime]:
+        """Each tenant's first rolled-up window in the period (where its run rate may start);
+        read again only once a roll-up wrote."""
+        key = (period, self._rollups.fingerprint())
+        cached = self._first_spend
+        if cached is not None and cached[0] == key:
+            return cached[1]
+        first = self._rollups.first_window_starts(period.start, period.end)
+        self._first_spend = (key, first)
+        return first
 
     def spend(self, period: MeterWindow, applied: AppliedRevision) -> dict[str, Decimal]:
         """Each tenant's statement total for the period so far."""

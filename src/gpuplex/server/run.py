@@ -14,7 +14,8 @@ from gpuplex.http_guard import uvicorn_options
 from gpuplex.http_limits import HttpLimits, fitted_to_file_limit, plain_error_body
 from gpuplex.retry import run_pass
 from gpuplex.server.app import create_app
-from gpuplex.server.budget_alerts import check_budgets
+from gpuplex.server.budget_alerts import check_budgets, month_figures
+from gpuplex.server.budget_enforcement import enforce_budgets
 from gpuplex.server.context import ServerContext
 from gpuplex.server.dcgm_scrape import DEFAULT_TIMEOUT_S, DcgmScraper
 from gpuplex.server.sample_retention import prune_samples
@@ -49,8 +50,9 @@ def apply_spec_file(ctx: ServerContext, path: Path, actor: str) -> int | None:
 
 
 class Reconciler(threading.Thread):
-    """Every interval: roll up the whole windows since the last pass, check budgets, then prune
-    the raw GPU samples that are rolled up and past their retention."""
+    """Every interval: roll up the whole windows since the last pass, check budgets (alerts) and
+    store what each budget enforces, for the gateway, then prune the raw GPU samples that are
+    rolled up and past their retention."""
 
     def __init__(self, ctx: ServerContext, settings: ServerSettings) -> None:
         super().__init__(name="gpuplex-reconciler", daemon=True)
@@ -74,7 +76,9 @@ class Reconciler(threading.Thread):
         applied = self.ctx.current.get()
         if applied is not None and (rolled.windows or not self.checked_once):
             self.checked_once = True
-            check_budgets(self.ctx, applied, now, self.settings.budget_webhook_timeout_s)
+            figures = month_figures(self.ctx, applied, now)
+            check_budgets(self.ctx, applied, now, self.settings.budget_webhook_timeout_s, figures)
+            enforce_budgets(self.ctx, applied, now, figures)
         prune_samples(self.ctx, now, self.settings.sample_retention_days * 86400)
 
 

@@ -1,9 +1,12 @@
 """Budgets and budget alerts in the store.
 
-A tenant has at most one budget: an amount per period (a calendar month) and the percentages of it
-at which to alert. Setting and deleting one are audited with the budget before and after. An alert
-is recorded at most once per (tenant, period, threshold): `record_alert` says whether it was new,
-so the caller sends the webhook only then.
+A tenant has at most one budget of its own (key_name '') and at most one per API key name: an
+amount per period (a calendar month), the percentages of it at which to alert, and what it enforces
+(`action` at 100 %, `soft_action` from `soft_percent` on). A budget of a key name holds every key of
+that tenant with that name, so a key re-created under the same name stays under it. Setting and
+deleting one are audited with the budget before and after. An alert is recorded at most once per
+(tenant, key name, period, threshold): `record_alert` says whether it was new, so the caller sends
+the webhook only then.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from sqlalchemy import Engine, select
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
+from gpuplex.core.report import BudgetAction, BudgetRule
 from gpuplex.errors import NotFoundError
 from gpuplex.store.audit import append_audit
 from gpuplex.store.columns import aware_utc
@@ -29,8 +33,24 @@ from gpuplex.store.locks import StoreLock, write_lock
 from gpuplex.store.tables import BudgetAlertRow, BudgetRow
 
 DEFAULT_THRESHOLDS_PERCENT = (50, 80, 100)
+DEFAULT_THROTTLE_REQUESTS_PER_MIN = 10
 PERIODS = ("month",)
 _CURRENCY = re.compile(r"^[A-Z]{3}$")
+
+
+@dataclass(frozen=True, slots=True)
+class Enforcement:
+    """What a budget enforces, as set: the action at 100 %, the soft one from soft_percent on, and
+    the rate a throttled tenant or key is held to. `locked`: only a platform admin changes it."""
+
+    action: BudgetAction = BudgetAction.ALERT
+    soft_percent: int | None = None
+    soft_action: BudgetAction = BudgetAction.ALERT
+    throttle_requests_per_min: int = DEFAULT_THROTTLE_REQUESTS_PER_MIN
+    locked: bool = False
+
+    def rule(self, amount: Decimal) -> BudgetRule:
+        return BudgetRule(amount, self.action, self.soft_percent, self.soft_action)
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,6 +63,8 @@ class Budget:
     webhook_url: str | None
     updated_at: datetime  # timezone-aware UTC
     updated_by: str
+    key_name: str = ""  # '' for the tenant's own budget
+    enforcement: Enforcement = Enforcement()
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,21 +75,26 @@ class BudgetAlert:
     spend: Decimal
     budget: Decimal
     fired_at: datetime
+    key_name: str = ""
 
 
 class BudgetRepository:
     def __init__(self, engine: Engine) -> None:
         self._engine = engine
 
-    def get(self, tenant: str) -> Budget | None:
-        query = select(BudgetRow).where(BudgetRow.tenant == tenant)
+    def get(self, tenant: str, key_name: str = "") -> Budget | None:
+        """The tenant's own budget, or with `key_name` the budget of its keys of that name."""
         with store_errors(self._engine), Session(self._engine) as session:
-            row = session.scalars(query).first()
+            row = _find(session, tenant, key_name)
             return _budget(row) if row is not None else None
 
-    def list(self) -> builtins.list[Budget]:
+    def list(self, tenant: str | None = None) -> builtins.list[Budget]:
+        """Every budget (of one tenant, if given), the tenants' own and their keys'."""
+        query = select(BudgetRow).order_by(BudgetRow.tenant, BudgetRow.key_name)
+        if tenant is not None:
+            query = query.where(BudgetRow.tenant == tenant)
         with store_errors(self._engine), Session(self._engine) as session:
-            return [_budget(row) for row in session.scalars(select(BudgetRow).order_by("tenant"))]
+            return [_budget(row) for row in session.scalars(query)]
 
     def set(
         self,
@@ -80,17 +107,27 @@ class BudgetRepository:
         period: str = "month",
         thresholds_percent: Sequence[int] = DEFAULT_THRESHOLDS_PERCENT,
         webhook_url: str | None = None,
+        key_name: str = "",
+        enforcement: Enforcement = Enforcement(),
     ) -> Budget:
-        """Create or replace the tenant's budget."""
+        """Create or replace the tenant's budget (or, with `key_name`, its keys' of that name)."""
         thresholds = _check(amount, currency, period, thresholds_percent)
+        enforcement.rule(amount)  # a soft threshold that does not fit is a ValueError here
+        if enforcement.throttle_requests_per_min < 1:
+            raise ValueError("throttle_requests_per_min: give 1 or more")
         now = aware_utc(now)
         with store_errors(self._engine), Session(self._engine) as session, session.begin():
             write_lock(session, StoreLock.AUDIT)  # read, then write: nobody in between
-            row = session.scalars(select(BudgetRow).where(BudgetRow.tenant == tenant)).first()
+            row = _find(session, tenant, key_name)
             before = _shown(_budget(row)) if row is not None else None
             if row is None:
-                row = BudgetRow(tenant=tenant)
+                row = BudgetRow(tenant=tenant, key_name=key_name)
                 session.add(row)
+            row.action = enforcement.action.value
+            row.soft_percent = enforcement.soft_percent
+            row.soft_action = enforcement.soft_action.value
+            row.throttle_requests_per_min = enforcement.throttle_requests_per_min
+            row.locked = enforcement.locked
             row.amount = amount
             row.currency = currency
             row.period = period
@@ -105,21 +142,23 @@ class BudgetRepository:
                 at=now,
                 actor=actor,
                 action="budget.set",
-                target=f"budget:{tenant}",
+                target=_target(tenant, key_name),
                 tenant=tenant,
                 before=before,
                 after=_shown(budget),
             )
         return budget
 
-    def delete(self, tenant: str, now: datetime, actor: str) -> Budget:
-        """Remove the tenant's budget (its alerts stay, as history). NotFoundError if none."""
+    def delete(self, tenant: str, now: datetime, actor: str, key_name: str = "") -> Budget:
+        """Remove the tenant's budget, or its keys' of `key_name` (alerts stay, as history).
+        NotFoundError if none."""
         now = aware_utc(now)
         with store_errors(self._engine), Session(self._engine) as session, session.begin():
             write_lock(session, StoreLock.AUDIT)
-            row = session.scalars(select(BudgetRow).where(BudgetRow.tenant == tenant)).first()
+            row = _find(session, tenant, key_name)
             if row is None:
-                raise NotFoundError(f"tenant {tenant!r} has no budget")
+                whose = f" for its keys named {key_name!r}" if key_name else ""
+                raise NotFoundError(f"tenant {tenant!r} has no budget{whose}")
             budget = _budget(row)
             session.delete(row)
             session.flush()
@@ -128,7 +167,7 @@ class BudgetRepository:
                 at=now,
                 actor=actor,
                 action="budget.delete",
-                target=f"budget:{tenant}",
+                target=_target(tenant, key_name),
                 tenant=tenant,
                 before=_shown(budget),
                 after=None,
@@ -140,13 +179,14 @@ class BudgetRepository:
         tenant and period; True when it is new (send the webhook then, and only then)."""
         values = {
             "tenant": alert.tenant,
+            "key_name": alert.key_name,
             "period_start": aware_utc(alert.period_start),
             "threshold_percent": alert.threshold_percent,
             "spend": alert.spend,
             "budget": alert.budget,
             "fired_at": aware_utc(alert.fired_at),
         }
-        unique = ["tenant", "period_start", "threshold_percent"]
+        unique = ["tenant", "key_name", "period_start", "threshold_percent"]
         dialect = postgresql if self._engine.dialect.name == "postgresql" else sqlite
         statement = (
             dialect.insert(BudgetAlertRow)
@@ -162,7 +202,7 @@ class BudgetRepository:
                     at=alert.fired_at,
                     actor="gpuplex",
                     action="budget.alert",
-                    target=f"budget:{alert.tenant}",
+                    target=_target(alert.tenant, alert.key_name),
                     tenant=alert.tenant,
                     detail={
                         "period_start": aware_utc(alert.period_start).isoformat(),
@@ -174,16 +214,28 @@ class BudgetRepository:
             return new
 
     def alerts(
-        self, tenant: str | None = None, period_start: datetime | None = None
+        self, tenant: str | None = None, period_start: datetime | None = None, key_name: str = ""
     ) -> builtins.list[BudgetAlert]:
-        """Alerts fired, oldest first; of one tenant and period where given."""
+        """Alerts fired, oldest first; of one tenant (its own budget's, or its keys' of
+        `key_name`) and period where given."""
         query = select(BudgetAlertRow).order_by(BudgetAlertRow.fired_at, BudgetAlertRow.id)
         if tenant is not None:
-            query = query.where(BudgetAlertRow.tenant == tenant)
+            query = query.where(
+                BudgetAlertRow.tenant == tenant, BudgetAlertRow.key_name == key_name
+            )
         if period_start is not None:
             query = query.where(BudgetAlertRow.period_start == aware_utc(period_start))
         with store_errors(self._engine), Session(self._engine) as session:
             return [_alert(row) for row in session.scalars(query)]
+
+
+def _find(session: Session, tenant: str, key_name: str) -> BudgetRow | None:
+    query = select(BudgetRow).where(BudgetRow.tenant == tenant, BudgetRow.key_name == key_name)
+    return session.scalars(query).first()
+
+
+def _target(tenant: str, key_name: str) -> str:
+    return f"budget:{tenant}/key:{key_name}" if key_name else f"budget:{tenant}"
 
 
 def _check(
@@ -208,6 +260,11 @@ def _shown(budget: Budget) -> dict[str, Any]:
         "period": budget.period,
         "thresholds_percent": list(budget.thresholds_percent),
         "webhook_url": _redacted(budget.webhook_url),
+        "action": budget.enforcement.action.value,
+        "soft_percent": budget.enforcement.soft_percent,
+        "soft_action": budget.enforcement.soft_action.value,
+        "throttle_requests_per_min": budget.enforcement.throttle_requests_per_min,
+        "locked": budget.enforcement.locked,
     }
 
 
@@ -229,6 +286,14 @@ def _budget(row: BudgetRow) -> Budget:
         webhook_url=row.webhook_url,
         updated_at=row.updated_at,
         updated_by=row.updated_by,
+        key_name=row.key_name,
+        enforcement=Enforcement(
+            action=BudgetAction(row.action),
+            soft_percent=row.soft_percent,
+            soft_action=BudgetAction(row.soft_action),
+            throttle_requests_per_min=row.throttle_requests_per_min,
+            locked=row.locked,
+        ),
     )
 
 
@@ -240,4 +305,5 @@ def _alert(row: BudgetAlertRow) -> BudgetAlert:
         spend=row.spend,
         budget=row.budget,
         fired_at=row.fired_at,
+        key_name=row.key_name,
     )

@@ -150,6 +150,20 @@ class RollupRepository:
             rows, highest = connection.execute(query).one()
         return int(rows), int(highest)
 
+    def first_window_starts(self, start: datetime, end: datetime) -> dict[str, datetime]:
+        """Each tenant's first window inside [start, end) with a roll-up row (the roll-up writes
+        only what was used or held): when it began to use anything in that range."""
+        query = (
+            select(UsageRollupRow.tenant, func.min(UsageRollupRow.window_start))
+            .where(
+                UsageRollupRow.window_start >= aware_utc(start),
+                UsageRollupRow.window_end <= aware_utc(end),
+            )
+            .group_by(UsageRollupRow.tenant)
+        )
+        with store_errors(self._engine), self._engine.connect() as connection:
+            return {tenant: aware_utc(first) for tenant, first in connection.execute(query)}
+
     def last_window_end(self, source: str) -> datetime | None:
         """Where `source`'s roll-ups end so far (None: never rolled up), to resume from."""
         query = select(func.max(UsageRollupRow.window_end)).where(UsageRollupRow.source == source)

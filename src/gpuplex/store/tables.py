@@ -189,34 +189,79 @@ class UsageRollupRow(Base):
 
 
 class BudgetRow(Base):
-    """A tenant's spending limit per period, and the percentages at which it alerts."""
+    """A spending limit per period of a tenant (key_name '') or of its API keys of one name, the
+    percentages at which it alerts, and what it enforces at 100 % and from a soft threshold on.
+    `locked`: set by a platform admin with an enforcing action, so only a platform admin changes it."""
 
     __tablename__ = "budgets"
+    __table_args__ = (UniqueConstraint("tenant", "key_name"),)
 
     id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
-    tenant: Mapped[str] = mapped_column(String(253), unique=True)
+    tenant: Mapped[str] = mapped_column(String(253))
+    key_name: Mapped[str] = mapped_column(String(200), default="")
     amount: Mapped[Decimal] = mapped_column(Money())
     currency: Mapped[str] = mapped_column(String(3))
     period: Mapped[str] = mapped_column(String(16), default="month")
     thresholds_percent: Mapped[list[int]] = mapped_column(JSON)
     webhook_url: Mapped[str | None] = mapped_column(String(2048), nullable=True)
+    action: Mapped[str] = mapped_column(String(16), default="alert")
+    soft_percent: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    soft_action: Mapped[str] = mapped_column(String(16), default="alert")
+    throttle_requests_per_min: Mapped[int] = mapped_column(Integer, default=10)
+    locked: Mapped[bool] = mapped_column(Boolean, default=False)
     updated_at: Mapped[datetime] = mapped_column(UtcDateTime())
     updated_by: Mapped[str] = mapped_column(String(253))
 
 
 class BudgetAlertRow(Base):
-    """A budget threshold crossed in one period: at most one row per (tenant, period, threshold)."""
+    """A budget threshold crossed in one period: at most one row per (tenant, key name, period,
+    threshold); key_name '' is the tenant's own budget."""
 
     __tablename__ = "budget_alerts"
-    __table_args__ = (UniqueConstraint("tenant", "period_start", "threshold_percent"),)
+    __table_args__ = (UniqueConstraint("tenant", "key_name", "period_start", "threshold_percent"),)
 
     id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
     tenant: Mapped[str] = mapped_column(String(253))
+    key_name: Mapped[str] = mapped_column(String(200), default="")
     period_start: Mapped[datetime] = mapped_column(UtcDateTime())
     threshold_percent: Mapped[int] = mapped_column(Integer)
     spend: Mapped[Decimal] = mapped_column(Money())
     budget: Mapped[Decimal] = mapped_column(Money())
     fired_at: Mapped[datetime] = mapped_column(UtcDateTime())
+
+
+class BudgetEnforcementRow(Base):
+    """A budget the gateway enforces now (throttle or block), as the control plane's last roll-up
+    decided: one row per tenant (key_name '') or key name; no row, nothing enforced."""
+
+    __tablename__ = "budget_enforcement"
+    __table_args__ = (UniqueConstraint("tenant", "key_name"),)
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
+    tenant: Mapped[str] = mapped_column(String(253))
+    key_name: Mapped[str] = mapped_column(String(200), default="")
+    action: Mapped[str] = mapped_column(String(16))
+    spend: Mapped[Decimal] = mapped_column(Money())
+    budget: Mapped[Decimal] = mapped_column(Money())
+    currency: Mapped[str] = mapped_column(String(3))
+    period: Mapped[str] = mapped_column(String(16))  # YYYY-MM
+    throttle_requests_per_min: Mapped[int] = mapped_column(Integer)
+    since: Mapped[datetime] = mapped_column(UtcDateTime())
+
+
+class KeyUsageRollupRow(Base):
+    """Per roll-up window, each API key's gateway requests and tokens (prompt + completion)."""
+
+    __tablename__ = "key_usage_rollups"
+    __table_args__ = (Index("ix_key_usage_rollups_window_start", "window_start"),)
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
+    window_start: Mapped[datetime] = mapped_column(UtcDateTime())
+    window_end: Mapped[datetime] = mapped_column(UtcDateTime())
+    tenant: Mapped[str] = mapped_column(String(253))
+    key_prefix: Mapped[str] = mapped_column(String(16))
+    requests: Mapped[int] = mapped_column(BigInteger)
+    tokens: Mapped[int] = mapped_column(BigInteger)
 
 
 metadata = Base.metadata

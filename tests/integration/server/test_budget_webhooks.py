@@ -70,6 +70,10 @@ def test_an_alert_is_posted_to_the_webhook_once(api: Api, receiver: Receiver) ->
     assert alert["event"] == "budget.threshold_crossed"
     assert (alert["tenant"], alert["threshold_percent"]) == (TENANT_A, 100)
     assert (alert["spend"], alert["budget"]) == ("1.80", "1")
+    # the projection, and the window its run rate was measured over: A's first hour
+    assert alert["projection_window_start"].startswith("2026-03-10T12:00:00")
+    assert alert["projection_window_end"].startswith("2026-03-10T13:00:00")
+    assert float(alert["projected_spend"]) > 900  # 1.80 an hour for the rest of March
 
 
 def test_a_dead_webhook_does_not_stop_the_alert(api: Api, receiver: Receiver) -> None:

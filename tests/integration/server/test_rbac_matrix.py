@@ -79,6 +79,11 @@ def _with_budget(api: Api, tenant: str) -> str:
     return tenant
 
 
+def _with_key_budget(api: Api, tenant: str) -> str:
+    api.ctx.budgets.set(tenant, Decimal(10), "USD", now=api.clock(), actor="suite", key_name="ci")
+    return tenant
+
+
 def _apply(api: Api, caller: str, _: str) -> httpx2.Response:
     current = api.ctx.revisions.current()
     base = current.revision if current is not None else 0
@@ -150,6 +155,17 @@ MATRIX: dict[tuple[str, str], Case] = {
     ),
     ("DELETE", "/tenants/{tenant}/budget"): Case(
         lambda api, who, t: api.delete(f"/tenants/{_with_budget(api, t)}/budget", who),
+        scoped(200, 200, 403),
+    ),
+    ("GET", "/tenants/{tenant}/key-spend"): Case(
+        lambda api, who, t: api.get(f"/tenants/{t}/key-spend", who), scoped(200, 200, 200)
+    ),
+    ("PUT", "/tenants/{tenant}/key-budgets/{name}"): Case(
+        lambda api, who, t: api.put(f"/tenants/{t}/key-budgets/ci", who, json={"amount": "5"}),
+        scoped(200, 200, 403),
+    ),
+    ("DELETE", "/tenants/{tenant}/key-budgets/{name}"): Case(
+        lambda api, who, t: api.delete(f"/tenants/{_with_key_budget(api, t)}/key-budgets/ci", who),
         scoped(200, 200, 403),
     ),
     ("GET", "/audit"): Case(
@@ -229,6 +245,7 @@ def _seed_other_tenants(api: Api) -> None:
         _key_of(api, tenant)
         _token_of(api, tenant)
         _with_budget(api, tenant)
+        _with_key_budget(api, tenant)
     assert api.ctx.state_dir is not None
     host = StateDir(api.ctx.state_dir)
     host.append_event(Event(at=T0, kind="started", target=f"{TENANT_B}/embed#0", message="ok"))
@@ -264,6 +281,7 @@ LISTINGS = [
     "/events",
     "/nodes",
     f"/tenants/{TENANT_A}/budget",
+    f"/tenants/{TENANT_A}/key-spend",
     f"/tenants/{TENANT_A}/statements/{PERIOD}",
     f"/tenants/{TENANT_A}/statements/{PERIOD}?format=csv",
 ]

@@ -218,16 +218,18 @@ def test_budgets_put_get_delete(api: Api) -> None:
 
 
 def test_projected_spend_runs_at_the_rate_of_the_windows_rolled_up(api: Api) -> None:
-    """Spend covers the windows rolled up so far, so the rate is over that time, not up to now
-    (roll-ups trail the clock; after a downtime by hours)."""
+    """The run rate is over the windows rolled up since the tenant's first spend (it started on
+    the 10th at 12:00, mid-month), not since the 1st and not up to now (roll-ups trail the clock;
+    after a downtime by hours); the reply names that window."""
     api.clock.advance(HOUR)
     roll_up(api, timedelta(0), HOUR)  # A: half a GPU for an hour at 3.60: 1.80
     api.clock.advance(23 * HOUR)  # nothing rolled up since
     budget = api.get(f"/tenants/{TENANT_A}/budget").json()
     assert Decimal(budget["spend"]) == Decimal("1.80")
-    hours_rolled_up, hours_in_march = 9 * 24 + 13, 31 * 24  # March 1st 00:00 to the 10th 13:00
-    expected = Decimal("1.80") * hours_in_march / hours_rolled_up
-    assert Decimal(budget["projected_spend"]) == expected.quantize(Decimal("0.01"))
+    hours_left = 31 * 24 - (9 * 24 + 13)  # from the 10th 13:00 to April 1st
+    assert Decimal(budget["projected_spend"]) == Decimal("1.80") * (1 + hours_left)
+    assert budget["projection_window_start"].startswith("2026-03-10T12:00:00")
+    assert budget["projection_window_end"].startswith("2026-03-10T13:00:00")
 
 
 @pytest.mark.parametrize(

@@ -5,8 +5,18 @@ from __future__ import annotations
 
 from gpuplex.core.report.budget import (
     DEFAULT_THRESHOLDS_PERCENT,
+    RUN_RATE_WINDOW_S,
     budget_crossings,
     projected_spend,
+    run_rate_window,
+)
+from gpuplex.core.report.enforcement import (
+    BudgetAction,
+    BudgetRule,
+    action_in_force,
+    key_budget_name,
+    key_spends,
+    stronger,
 )
 from gpuplex.core.report.prices import (
     DEFAULT_HYBRID_ALLOCATION_PERCENT,
@@ -37,19 +47,27 @@ __all__ = [
     "DEFAULT_THRESHOLDS_PERCENT",
     "IDLE_SHARE",
     "PLATFORM",
+    "RUN_RATE_WINDOW_S",
+    "BudgetAction",
+    "BudgetRule",
     "FleetStatement",
     "LineItem",
     "PriceBook",
     "Rate",
     "Statement",
+    "action_in_force",
     "apportion_cents",
     "budget_crossings",
     "build_fleet_statement",
     "fleet_statement_csv",
     "fleet_statement_json",
+    "key_budget_name",
+    "key_spends",
     "mig_compute_fraction",
     "projected_spend",
+    "run_rate_window",
     "statement_csv",
     "statement_json",
+    "stronger",
     "to_cents",
 ]

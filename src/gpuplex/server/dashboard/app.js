@@ -3,6 +3,7 @@
 // filters, and the page draws only what it is given.
 
 import { ApiError, adoptTokenFromFragment, all, clearToken, get, getToken, setToken, tenantPath } from "./api.js";
+import { renderKeySpend } from "./budgets.js";
 import { hourlySeries, renderUsage, usageRange } from "./charts.js";
 import { fill, h } from "./dom.js";
 import { renderGpuMap } from "./gpumap.js";
@@ -52,12 +53,13 @@ async function refresh(mine) {
   const range = usageRange();
   const [nodes, tenants, events] = await Promise.allSettled([get("/nodes"), all("/tenants"), get("/events", { limit: 25 })]);
   const names = tenants.status === "fulfilled" ? tenants.value.map((t) => t.name) : [];
-  const [usages, budgets] = await Promise.all([
+  const [usages, budgets, keySpends] = await Promise.all([
     Promise.allSettled(names.map((t) => get(tenantPath(t, "/usage"), { start: range.start.toISOString(), end: range.end.toISOString(), bucket_s: 3600 }))),
     Promise.allSettled(names.map((t) => get(tenantPath(t, "/budget")))),
+    Promise.allSettled(names.map((t) => get(tenantPath(t, "/key-spend")))),
   ]);
   if (mine !== generation) return;
-  const everything = [nodes, tenants, events, ...usages, ...budgets];
+  const everything = [nodes, tenants, events, ...usages, ...budgets, ...keySpends];
   const rejected = everything.find((r) => r.status === "rejected" && r.reason instanceof ApiError && r.reason.status === 401);
   if (rejected) {
     clearToken();
@@ -68,6 +70,7 @@ async function refresh(mine) {
   panel("tenants-body", tenants, renderTenants);
   panel("usage-body", settledList(names, usages, (reply) => hourlySeries(reply, range)), (list) => renderUsage(list.map(({ tenant, value }) => ({ tenant, series: value })), range));
   panel("budgets-body", settledList(names, budgets, (b) => b), (list) => renderBudgets(list.map((x) => x.value)));
+  panel("key-spend-body", settledList(names, keySpends, (page) => page), (list) => renderKeySpend(list.map((x) => x.value)));
   panel("events-body", events, renderEvents);
   const failed = everything.filter((r) => r.status === "rejected").length;
   fill($("status"), `Updated ${new Date().toISOString().slice(11, 19)} UTC · every ${REFRESH_MS / 1000} s`, failed ? ` · ${failed} request${failed === 1 ? "" : "s"} failed` : "");

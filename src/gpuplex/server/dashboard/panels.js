@@ -1,5 +1,6 @@
 // The tenants table, spend against budget, and recent events.
 
+import { budgetNote } from "./budgets.js";
 import { h, gib, money, number, swatch, tenantColour, utcTime } from "./dom.js";
 
 // ---- tenants: quota against allocation ------------------------------------------------------
@@ -94,7 +95,7 @@ function budgetRow(b) {
     ),
   );
   if (amount === null) {
-    return h("div", { class: "budget", "data-testid": "budget-row", "data-tenant": b.tenant }, head);
+    return h("div", { class: "budget", "data-testid": "budget-row", "data-tenant": b.tenant }, head, budgetNote(b));
   }
   const scale = Math.max(amount, projected, spend, 1e-9) * 1.05;
   const percent = amount > 0 ? (spend / amount) * 100 : 0;
@@ -110,9 +111,10 @@ function budgetRow(b) {
   );
   return h(
     "div",
-    { class: "budget", "data-testid": "budget-row", "data-tenant": b.tenant, "data-level": level },
+    { class: "budget", "data-testid": "budget-row", "data-tenant": b.tenant, "data-level": level, "data-enforced": b.enforced || "alert" },
     head,
     bar,
+    budgetNote(b),
     fired.size ? h("div", { class: "alerts" }, [...fired].sort((x, y) => x - y).map((t) => h("span", { class: "badge alert" }, `${t}% alert fired`))) : null,
   );
 }

@@ -49,7 +49,9 @@ FIRED_ALERTS = FiredAlerts()
 
 
 def count_fired_alert(alert: BudgetAlert) -> None:
-    FIRED_ALERTS.count(alert.tenant, alert.threshold_percent)
+    """Count an alert of a tenant's own budget (a key name's budget has no series of its own)."""
+    if not alert.key_name:
+        FIRED_ALERTS.count(alert.tenant, alert.threshold_percent)
 
 
 @dataclass(frozen=True, slots=True)
@@ -166,7 +168,7 @@ class ServerCollector:
 
     def _budgets(self, applied: AppliedRevision) -> dict[str, Decimal]:
         """Each tenant's monthly budget: the one set through the API, else the spec's."""
-        stored = {budget.tenant: budget.amount for budget in self._ctx.budgets.list()}
+        stored = {b.tenant: b.amount for b in self._ctx.budgets.list() if not b.key_name}
         amounts = {}
         for tenant in applied.spec.tenants:
             amount = stored.get(tenant.name, tenant.monthly_budget)
