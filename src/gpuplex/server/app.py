@@ -15,7 +15,17 @@ from gpuplex.server.body_guard import BodyGuard, active_token_check
 from gpuplex.server.context import ServerContext
 from gpuplex.server.metrics.endpoint import mount_metrics
 from gpuplex.server.problems import install_handlers
-from gpuplex.server.routes import audit, budgets, keys, nodes, spec, tenants, tokens, usage
+from gpuplex.server.routes import (
+    audit,
+    budgets,
+    keys,
+    latency,
+    nodes,
+    spec,
+    tenants,
+    tokens,
+    usage,
+)
 
 API_PREFIX = "/api/v1"
 DASHBOARD_DIR = Path(__file__).parent / "dashboard"
@@ -43,7 +53,7 @@ def create_app(
     install_handlers(app)
     # bodies: the caller checked before one is read, each bounded while it is read
     app.add_middleware(BodyGuard, authenticate=active_token_check(context))
-    for module in (tenants, spec, keys, tokens, usage, budgets, audit, nodes):
+    for module in (tenants, spec, keys, tokens, usage, latency, budgets, audit, nodes):
         app.include_router(module.router, prefix=API_PREFIX)
 
     @app.get("/healthz", include_in_schema=False)
