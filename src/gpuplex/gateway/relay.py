@@ -3,8 +3,9 @@
 `gateway.max_event_kib` (a misbehaving server gets the client a 502, never the gateway's memory),
 and both name the model the tenant called, not the server's name for it. A stream's token arrivals
 are timed as they are read (core/serve/token_timing.py: time to first token, inter-token latency);
-a whole reply's are not, since the gateway cannot see when its first token was made. `DisconnectWatch`
-notices a client that went away and cancels its request, so the model server stops generating."""
+a whole reply's are not, since the gateway cannot see when its first token was made.
+`DisconnectWatch` notices a client that went away and cancels its request, so the model server
+stops generating."""
 
 from __future__ import annotations
 
@@ -214,12 +215,27 @@ async def relay_stream(
     clock: Callable[[], float] = now_s,
 ) -> None:
     """Relay a stream event by event; `clock` (the one `ex.started_s` was read from) times the
-    reads that carry tokens."""
+    reads that carry tokens: the TTFT is observed as the first token arrives, the gaps (counted
+    into buckets as they come) once the stream has ended."""
+    timing = ex.timing = TokenTiming(ex.started_s, metrics.ITL_BUCKETS_S)
+    latency = ex.latency = metrics.model_series(ex.caller.tenant, ex.request.model)
+    try:
+        await _relay_events(rt, ex, reply, send, record, clock)
+    finally:  # however it ended: the gaps it had
+        metrics.observe_counted(latency.inter_token_latency, timing.gap_counts, timing.gaps_total_s)
+
+
+async def _relay_events(
+    rt: GatewayRuntime,
+    ex: Exchange,
+    reply: aiohttp.ClientResponse,
+    send: Send,
+    record: Recorder,
+    clock: Callable[[], float],
+) -> None:
     splitter = EventSplitter(rt.config.max_event_kib * 1024)
     usage = StreamUsage()
     renamer = model_renamer(ex.upstream_model, ex.request.model)
-    ex.timing = TokenTiming(ex.started_s)
-    ex.latency = metrics.model_series(ex.caller.tenant, ex.request.model)
     chunks = reply.content.iter_any()
     events: list[bytes] = []
     read_s = 0.0
@@ -293,7 +309,7 @@ async def _pass_on(
         if usage.read_event(event) and done < 0:
             done = at
     if usage.token_events != before:
-        tokens_arrived(ex, read_s)
+        _tokens_arrived(ex, read_s)
     ex.prompt_tokens, ex.completion_tokens = usage.tokens(ex.request.prompt_tokens)
     going = done < 0 or record(rt, ex)  # [DONE]: the record first, with every token counted
     if not going:
@@ -309,9 +325,9 @@ async def _pass_on(
     return going
 
 
-def tokens_arrived(ex: Exchange, read_s: float) -> None:
-    """A read at `read_s` carried generated tokens: observe the time to first token, or the gap
-    since the last such read."""
+def _tokens_arrived(ex: Exchange, read_s: float) -> None:
+    """A read at `read_s` carried generated tokens: observe the time to first token, or count
+    the gap since the last such read."""
     timing, latency = ex.timing, ex.latency
     if timing is None or latency is None:
         return
@@ -319,8 +335,6 @@ def tokens_arrived(ex: Exchange, read_s: float) -> None:
     seconds = timing.tokens_at(read_s)
     if first:
         latency.time_to_first_token.observe(seconds)
-    else:
-        latency.inter_token_latency.observe(seconds)
 
 
 async def _end_with_error(

@@ -1,7 +1,8 @@
 """The relay times a stream's token arrivals: a fake model server's stream with known read times
 (an injected clock) gives the TTFT and inter-token gaps it should, in the histograms labelled with
-the tenant and the model it called, and in what the usage record keeps. Reads without tokens (the
-role-only opening event, usage, `[DONE]`) are not arrivals; events that come in one read count once."""
+the tenant and the model it called (the gaps added as the stream ends, however it ends), and in
+what the usage record keeps. Reads without tokens (the role-only opening event, usage, `[DONE]`)
+are not arrivals; events that come in one read count once."""
 
 from __future__ import annotations
 
@@ -14,10 +15,12 @@ from typing import Any, cast
 import aiohttp
 import orjson
 import pytest
-from prometheus_client import REGISTRY
+from hypothesis import given, strategies as st
+from prometheus_client import REGISTRY, CollectorRegistry, Histogram
 
 from gpuplex.core.serve.inference import Endpoint, InferenceRequest
 from gpuplex.core.serve.stream_usage import StreamUsage
+from gpuplex.core.serve.token_timing import TokenTiming
 from gpuplex.gateway.auth import Caller
 from gpuplex.gateway.relay import Exchange, relay_stream
 from gpuplex.gateway.runtime import GatewayRuntime
@@ -25,6 +28,7 @@ from gpuplex.observe.gateway_metrics import (
     ITL_BUCKETS_S,
     TTFT_BUCKETS_S,
     exposition as metrics_text,
+    observe_counted,
 )
 
 ARRIVED_S = 1_000.0
@@ -53,16 +57,19 @@ class Clock:
 @dataclass
 class FakeContent:
     """A model server's body, read as `(read at, bytes)` pieces: the clock moves to each piece's
-    time as the gateway reads it."""
+    time as the gateway reads it. `breaks`: the server breaks off after the last piece."""
 
     pieces: list[tuple[float, bytes]]
     clock: Clock
+    breaks: bool = False
 
     async def _reads(self) -> AsyncIterator[bytes]:
         for at_s, piece in self.pieces:
             self.clock.now_s = at_s
             await asyncio.sleep(0)
             yield piece
+        if self.breaks:
+            raise aiohttp.ClientPayloadError("connection reset")
 
     def iter_any(self) -> AsyncIterator[bytes]:
         return self._reads()
@@ -89,7 +96,9 @@ def exchange(tenant: str, model: str = "chat") -> Exchange:
     return Exchange("req-1", ARRIVED_S, cast(Any, None), caller, request, "upstream-chat")
 
 
-def relay(pieces: list[tuple[float, bytes]], ex: Exchange) -> tuple[list[bytes], list[Exchange]]:
+def relay(
+    pieces: list[tuple[float, bytes]], ex: Exchange, breaks: bool = False
+) -> tuple[list[bytes], list[Exchange]]:
     clock = Clock()
     sent: list[bytes] = []
     recorded: list[Exchange] = []
@@ -103,7 +112,7 @@ def relay(pieces: list[tuple[float, bytes]], ex: Exchange) -> tuple[list[bytes],
         seen.recorded = True
         return True
 
-    reply = cast(aiohttp.ClientResponse, FakeReply(FakeContent(pieces, clock)))
+    reply = cast(aiohttp.ClientResponse, FakeReply(FakeContent(pieces, clock, breaks)))
     runtime = cast(GatewayRuntime, FakeRuntime())
     asyncio.run(relay_stream(runtime, ex, reply, send, record, clock))
     return sent, recorded
@@ -159,6 +168,20 @@ def test_a_stream_with_one_token_has_a_ttft_and_no_gap() -> None:
     assert ex.timing.mean_itl_s is None
 
 
+def test_a_stream_the_server_breaks_off_has_its_gaps_so_far_observed() -> None:
+    tenant = f"timed{next(_tenants)}"
+    ex = exchange(tenant)
+    pieces = [(1_000.25, content("a")), (1_000.5, content("b")), (1_001.5, content("c"))]
+    sent, _ = relay(pieces, ex, breaks=True)
+    assert b"backend_unavailable" in sent[-1]
+    itl = "gpuplex_gateway_inter_token_latency_seconds"
+    assert sample(f"{itl}_count", tenant) == 2
+    assert sample(f"{itl}_sum", tenant) == pytest.approx(1.25)
+    assert sample(f"{itl}_bucket", tenant, le="0.2") == 0
+    assert sample(f"{itl}_bucket", tenant, le="0.3") == 1
+    assert sample(f"{itl}_bucket", tenant, le="1.0") == 2
+
+
 def test_a_stream_without_tokens_observes_nothing() -> None:
     tenant = f"timed{next(_tenants)}"
     ex = exchange(tenant)
@@ -191,3 +214,35 @@ def test_buckets_are_sorted_and_in_the_exposition() -> None:
     text = metrics_text().decode()
     assert "# TYPE gpuplex_gateway_time_to_first_token_seconds histogram" in text
     assert "# TYPE gpuplex_gateway_inter_token_latency_seconds histogram" in text
+
+
+@given(st.lists(st.floats(0, 200, allow_nan=False), max_size=60))
+def test_gaps_counted_per_stream_add_up_as_observing_each_would(gaps_s: list[float]) -> None:
+    registry = CollectorRegistry()
+    each = Histogram(
+        "each_seconds", "observed one by one", buckets=ITL_BUCKETS_S, registry=registry
+    )
+    counted = Histogram("counted_seconds", "counted", buckets=ITL_BUCKETS_S, registry=registry)
+    timing = TokenTiming(0.0, ITL_BUCKETS_S)
+    at = timing.tokens_at(0.0)
+    for gap in gaps_s:
+        at += gap
+        each.observe(timing.tokens_at(at))
+    observe_counted(counted, timing.gap_counts, timing.gaps_total_s)
+
+    def samples(name: str) -> dict[tuple[str, str], float]:
+        family = next(f for f in registry.collect() if f.name == name)
+        return {
+            (sample.name, sample.labels.get("le", "")): sample.value
+            for sample in family.samples
+            if not sample.name.endswith("_created")
+        }
+
+    got = {
+        (name.replace("counted", "each"), le): v
+        for (name, le), v in samples("counted_seconds").items()
+    }
+    expected = samples("each_seconds")
+    assert got.keys() == expected.keys()
+    for key, value in expected.items():
+        assert got[key] == pytest.approx(value), key

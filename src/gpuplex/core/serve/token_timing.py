@@ -8,27 +8,38 @@ vLLM's default streaming an event is one token, so the two agree there). Reads t
 (the opening role-only event, the `usage` event, `[DONE]`) are not arrivals.
 
 - TTFT: from the request's arrival at the gateway (the start of
-  `gpuplex_gateway_request_duration_seconds`, so it includes the wait in the fair queue) to the first
-  token arrival.
+  `gpuplex_gateway_request_duration_seconds`, so it includes the wait in the fair queue) to the
+  first token arrival.
 - ITL: the time between one token arrival and the next; a stream of n arrivals has n - 1 gaps.
 
-The times are passed in: the caller reads the clock once per read from the model server.
+The gaps are counted into the histogram's buckets here, as they come (a list of counts per stream,
+no list of gaps), and the gateway adds them to its histogram once, as the stream ends: observing
+each gap on its own took a lock twice per token. The times are passed in: the caller reads the
+clock once per read from the model server.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from bisect import bisect_left
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 
 
 @dataclass(slots=True)
 class TokenTiming:
-    """One stream's token arrivals, kept as a few numbers (no list of gaps)."""
+    """One stream's token arrivals, kept as a few numbers."""
 
     arrived_s: float  # the request's arrival at the gateway
+    gap_bounds_s: Sequence[float] = ()  # the gap histogram's upper bounds, ascending (no +Inf)
     first_s: float | None = None
     last_s: float = 0.0
     gaps: int = 0
     gaps_total_s: float = 0.0
+    #: gaps per bucket: [i] those <= gap_bounds_s[i] and above the bound before; the last, +Inf
+    gap_counts: list[int] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.gap_counts = [0] * (len(self.gap_bounds_s) + 1)
 
     def tokens_at(self, at_s: float) -> float:
         """Note a token arrival at `at_s`: the TTFT for the first, else the gap since the last
@@ -40,6 +51,7 @@ class TokenTiming:
         self.last_s = at_s
         self.gaps += 1
         self.gaps_total_s += gap
+        self.gap_counts[bisect_left(self.gap_bounds_s, gap)] += 1
         return gap
 
     @property
