@@ -1,6 +1,7 @@
 """The latency panel in a real chromium: per tenant and model, the queue wait, time to first token
 and inter-token latency (p50 · p95) of the last hour's requests, from the gateway's usage records
-(seed.seed_latency); a tenant-scoped user sees its own rows only."""
+(seed.seed_latency); a tenant-scoped user sees its own rows only. The admin's panel is saved as
+test-artifacts/dashboard-latency.png."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import pytest
 
 from gpuplex.clock import utc_now
 from tests.e2e.dashboard.seed import LATENCY_TRAFFIC, seed_latency
-from tests.e2e.dashboard.stack import Stack
+from tests.e2e.dashboard.stack import ROOT, Stack
 
 pytest.importorskip("playwright", reason="the dashboard tests drive chromium with playwright")
 from playwright.sync_api import Page, expect
@@ -50,6 +51,9 @@ def test_admin_sees_ttft_and_itl_next_to_queue_wait(
         "Time to first token p50 · p95",
         "Inter-token latency p50 · p95",
     ]
+    (ROOT / "test-artifacts").mkdir(exist_ok=True)
+    panel = page.locator("section", has=page.locator("#latency-title"))
+    panel.screenshot(path=str(ROOT / "test-artifacts" / "dashboard-latency.png"))
     assert page_errors == []
 
 

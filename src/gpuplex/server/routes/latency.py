@@ -11,7 +11,6 @@ from typing import Annotated
 from fastapi import APIRouter, Depends, Query
 from pydantic import AwareDatetime, BaseModel
 
-from gpuplex.clock import utc_now
 from gpuplex.core.access import Permission
 from gpuplex.core.serve.latency_summary import ModelLatency, Percentiles, latency_by_model
 from gpuplex.errors import ErrorCode
@@ -84,7 +83,7 @@ def tenant_latency(
     wait included) and mean inter-token latency (streamed requests)."""
     require(principal, Permission.USAGE_READ, tenant)
     applied_tenant(ctx, tenant)
-    until = checked_time(end, "end") if end is not None else utc_now()
+    until = checked_time(end, "end") if end is not None else ctx.now()
     since = checked_time(start, "start") if start is not None else until - DEFAULT_RANGE
     if until <= since or until - since > MAX_RANGE:
         raise ApiProblem(
