@@ -1,7 +1,8 @@
 """A tenant workload on the gateway's host (host network, so its requests come from loopback) tries
 to read the gateway's /metrics, which names every tenant with its models and usage. Against a real
-`gpuplex gateway` process: without the operator's metrics token nothing is served, whatever the
-caller sends; with it, Prometheus reads everything; the token never shows in the log."""
+`gpuplex gateway` process: without the operator's metrics token nothing is served (not even a
+stream's latency, labelled with its model), whatever the caller sends; with it, Prometheus reads
+everything; the token never shows in the log."""
 
 from __future__ import annotations
 
@@ -58,7 +59,20 @@ def test_a_tenant_on_the_host_network_cannot_read_metrics(stack: Stack, gateway:
         timeout=10,
     )
     assert reply.status_code == 200
-    assert "acme-secret-customer" in gateway.metrics()  # what there is to steal
+    streamed = httpx.post(  # a stream's time to first token is labelled with its model
+        f"{gateway.url}/v1/chat/completions",
+        headers={"authorization": f"Bearer {key}"},
+        json={
+            "model": "acme-confidential-model",
+            "messages": [{"role": "user", "content": "hi"}],
+            "stream": True,
+        },
+        timeout=10,
+    )
+    assert streamed.status_code == 200
+    stealable = gateway.metrics()  # what there is to steal
+    assert "acme-secret-customer" in stealable
+    assert 'model="acme-confidential-model"' in stealable
 
     attempts: list[dict[str, str]] = [
         {},  # plain loopback: what used to be enough

@@ -167,7 +167,8 @@ async def _queued(
         await pool.queue.acquire(queued)
     finally:
         series.queue_depth.dec()
-    series.queue_wait.observe(now_s() - waited_from)
+    ex.queue_wait_s = now_s() - waited_from
+    series.queue_wait.observe(ex.queue_wait_s)
     try:
         replica = pool.choose()
         if replica is None:
@@ -261,6 +262,7 @@ def record_usage(rt: GatewayRuntime, ex: Exchange) -> bool:
     status = ex.status or 500
     latency_s = now_s() - ex.started_s
     billed = ex.billable
+    timing = ex.timing
     record = UsageRecord(
         request_id=ex.request_id,
         tenant=tenant,
@@ -273,6 +275,9 @@ def record_usage(rt: GatewayRuntime, ex: Exchange) -> bool:
         latency_s=latency_s,
         started_at=ex.started_at,
         stream=ex.request.stream,
+        queue_wait_s=ex.queue_wait_s,
+        ttft_s=timing.ttft_s if timing is not None else None,
+        itl_s=timing.mean_itl_s if timing is not None else None,
     )
     try:
         rt.spool.append(record)

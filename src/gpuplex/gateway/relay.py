@@ -1,8 +1,11 @@
 """A model server's reply on its way to the client, bounded: a whole reply is read up to
 `gateway.max_reply_mib`, a stream is relayed event by event with no event longer than
 `gateway.max_event_kib` (a misbehaving server gets the client a 502, never the gateway's memory),
-and both name the model the tenant called, not the server's name for it. `DisconnectWatch`
-notices a client that went away and cancels its request, so the model server stops generating."""
+and both name the model the tenant called, not the server's name for it. A stream's token arrivals
+are timed as they are read (core/serve/token_timing.py: time to first token, inter-token latency);
+a whole reply's are not, since the gateway cannot see when its first token was made.
+`DisconnectWatch` notices a client that went away and cancels its request, so the model server
+stops generating."""
 
 from __future__ import annotations
 
@@ -15,13 +18,16 @@ from typing import TYPE_CHECKING, Any
 
 import aiohttp
 
+from gpuplex.clock import now_s
 from gpuplex.core.serve.inference import InferenceRequest
 from gpuplex.core.serve.sse import EventSplitter, EventTooLong, model_renamer, rename_model
 from gpuplex.core.serve.stream_usage import StreamUsage, read_reply
+from gpuplex.core.serve.token_timing import TokenTiming
 from gpuplex.errors import ErrorCode
 from gpuplex.gateway.api_errors import ApiError, error_body
 from gpuplex.gateway.asgi_io import Receive, Send
 from gpuplex.gateway.auth import Caller
+from gpuplex.observe import gateway_metrics as metrics
 
 if TYPE_CHECKING:
     from gpuplex.gateway.runtime import GatewayRuntime
@@ -53,6 +59,9 @@ class Exchange:
     upstream_broke: bool = False  # the model server broke its reply
     watcher: asyncio.Future[None] | None = None  # watch_disconnect, once started
     watch_handle: asyncio.TimerHandle | None = None  # when watch_later starts it
+    queue_wait_s: float | None = None  # once it had its turn in the fair queue
+    timing: TokenTiming | None = None  # a stream's token arrivals, once it is relayed
+    latency: metrics.ModelSeries | None = None  # where they are observed
 
     def __post_init__(self) -> None:
         self.prompt_tokens = self.prompt_tokens or self.request.prompt_tokens
@@ -203,16 +212,38 @@ async def relay_stream(
     reply: aiohttp.ClientResponse,
     send: Send,
     record: Recorder,
+    clock: Callable[[], float] = now_s,
+) -> None:
+    """Relay a stream event by event; `clock` (the one `ex.started_s` was read from) times the
+    reads that carry tokens: the TTFT is observed as the first token arrives, the gaps (counted
+    into buckets as they come) once the stream has ended."""
+    timing = ex.timing = TokenTiming(ex.started_s, metrics.ITL_BUCKETS_S)
+    latency = ex.latency = metrics.model_series(ex.caller.tenant, ex.request.model)
+    try:
+        await _relay_events(rt, ex, reply, send, record, clock)
+    finally:  # however it ended: the gaps it had
+        metrics.observe_counted(latency.inter_token_latency, timing.gap_counts, timing.gaps_total_s)
+
+
+async def _relay_events(
+    rt: GatewayRuntime,
+    ex: Exchange,
+    reply: aiohttp.ClientResponse,
+    send: Send,
+    record: Recorder,
+    clock: Callable[[], float],
 ) -> None:
     splitter = EventSplitter(rt.config.max_event_kib * 1024)
     usage = StreamUsage()
     renamer = model_renamer(ex.upstream_model, ex.request.model)
     chunks = reply.content.iter_any()
     events: list[bytes] = []
+    read_s = 0.0
     try:
         async for chunk in chunks:  # the first whole event before the headers: a 502 is possible
             events = splitter.feed(chunk)
             if events:
+                read_s = clock()
                 break
     except EventTooLong:
         raise _event_too_long(rt, ex) from None
@@ -225,15 +256,17 @@ async def relay_stream(
     await send({"type": "http.response.start", "status": 200, "headers": headers})
     ex.stream_started = True
     try:
-        going = await _pass_on(rt, ex, usage, events, renamer, send, record)
+        going = await _pass_on(rt, ex, usage, events, renamer, send, record, read_s)
         async for chunk in chunks:
             if not going:
                 return
             events = splitter.feed(chunk)
             if events:
-                going = await _pass_on(rt, ex, usage, events, renamer, send, record)
+                going = await _pass_on(rt, ex, usage, events, renamer, send, record, clock())
         rest = splitter.rest()
-        if not going or (rest and not await _pass_on(rt, ex, usage, [rest], renamer, send, record)):
+        if not going or (
+            rest and not await _pass_on(rt, ex, usage, [rest], renamer, send, record, clock())
+        ):
             return
     except EventTooLong:
         error = _event_too_long(rt, ex)
@@ -265,26 +298,43 @@ async def _pass_on(
     renamer: tuple[bytes, bytes] | None,
     send: Send,
     record: Recorder,
+    read_s: float,
 ) -> bool:
-    """Send whole events on, counting their tokens; the record is written before the `[DONE]`
-    event goes out. False when the stream had to end there (the record could not be written)."""
-    out: list[bytes] = []
-    going = True
-    for event in events:
-        if usage.read_event(event):  # [DONE]: the record first, with every token counted
-            ex.prompt_tokens, ex.completion_tokens = usage.tokens(ex.request.prompt_tokens)
-            if not record(rt, ex):
-                going = False
-                break
-        out.append(rename_model(event, renamer) if renamer is not None else event)
+    """Send on whole events that were read at `read_s`, counting and timing their tokens; the
+    record is written before the `[DONE]` event goes out. False when the stream had to end there
+    (the record could not be written)."""
+    before = usage.token_events
+    done = -1
+    for at, event in enumerate(events):
+        if usage.read_event(event) and done < 0:
+            done = at
+    if usage.token_events != before:
+        _tokens_arrived(ex, read_s)
     ex.prompt_tokens, ex.completion_tokens = usage.tokens(ex.request.prompt_tokens)
-    if out:
-        body = out[0] if len(out) == 1 else b"".join(out)
+    going = done < 0 or record(rt, ex)  # [DONE]: the record first, with every token counted
+    if not going:
+        events = events[:done]
+    if events:
+        if renamer is not None:
+            events = [rename_model(event, renamer) for event in events]
+        body = events[0] if len(events) == 1 else b"".join(events)
         await send({"type": "http.response.body", "body": body, "more_body": True})
     if not going:
         error = ApiError(ErrorCode.USAGE_UNAVAILABLE, "usage could not be recorded")
         await _end_with_error(rt, ex, error, send, record)
     return going
+
+
+def _tokens_arrived(ex: Exchange, read_s: float) -> None:
+    """A read at `read_s` carried generated tokens: observe the time to first token, or count
+    the gap since the last such read."""
+    timing, latency = ex.timing, ex.latency
+    if timing is None or latency is None:
+        return
+    first = timing.first_s is None
+    seconds = timing.tokens_at(read_s)
+    if first:
+        latency.time_to_first_token.observe(seconds)
 
 
 async def _end_with_error(

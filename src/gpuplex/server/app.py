@@ -20,6 +20,7 @@ from gpuplex.server.routes import (
     budgets,
     key_budgets,
     keys,
+    latency,
     nodes,
     spec,
     tenants,
@@ -53,7 +54,7 @@ def create_app(
     install_handlers(app)
     # bodies: the caller checked before one is read, each bounded while it is read
     app.add_middleware(BodyGuard, authenticate=active_token_check(context))
-    for module in (tenants, spec, keys, tokens, usage, budgets, key_budgets, audit, nodes):
+    for module in (tenants, spec, keys, tokens, usage, latency, budgets, key_budgets, audit, nodes):
         app.include_router(module.router, prefix=API_PREFIX)
 
     @app.get("/healthz", include_in_schema=False)

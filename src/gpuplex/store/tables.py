@@ -79,6 +79,9 @@ class UsageRow(Base):
     latency_s: Mapped[float] = mapped_column(Float)
     started_at: Mapped[datetime] = mapped_column(UtcDateTime())
     stream: Mapped[bool] = mapped_column(Boolean, default=False)
+    queue_wait_s: Mapped[float | None] = mapped_column(Float, nullable=True)
+    ttft_s: Mapped[float | None] = mapped_column(Float, nullable=True)
+    itl_s: Mapped[float | None] = mapped_column(Float, nullable=True)
 
 
 class AuditRow(Base):

@@ -12,6 +12,7 @@ from sqlalchemy import Engine, func, select
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
+from gpuplex.core.serve.latency_summary import LatencySample
 from gpuplex.core.serve.usage import UsageRecord
 from gpuplex.store.db import store_errors
 from gpuplex.store.tables import UsageRow
@@ -69,6 +70,23 @@ class UsageRepository:
         with store_errors(self._engine), Session(self._engine) as session:
             return [_record(row) for row in session.scalars(query)]
 
+    def latency_samples(
+        self, tenant: str, since: datetime, until: datetime, limit: int
+    ) -> list[LatencySample]:
+        """The latency of the tenant's newest `limit` requests that started in [since, until)
+        and reached the fair queue (the others have none)."""
+        query = (
+            select(UsageRow.model, UsageRow.queue_wait_s, UsageRow.ttft_s, UsageRow.itl_s)
+            .where(UsageRow.tenant == tenant)
+            .where(UsageRow.started_at >= since)
+            .where(UsageRow.started_at < until)
+            .where(UsageRow.queue_wait_s.is_not(None) | UsageRow.ttft_s.is_not(None))
+            .order_by(UsageRow.started_at.desc())
+            .limit(limit)
+        )
+        with store_errors(self._engine), self._engine.connect() as connection:
+            return [LatencySample(*row) for row in connection.execute(query)]
+
     def totals_by_tenant(self) -> dict[str, tuple[int, int]]:
         """tenant -> (requests, prompt + completion tokens)."""
         query = select(
@@ -100,4 +118,7 @@ def _record(row: UsageRow) -> UsageRecord:
         latency_s=row.latency_s,
         started_at=row.started_at,
         stream=row.stream,
+        queue_wait_s=row.queue_wait_s,
+        ttft_s=row.ttft_s,
+        itl_s=row.itl_s,
     )

@@ -24,11 +24,13 @@ from gpuplex.core.meter import (
     fleet_gpu_seconds,
 )
 from gpuplex.core.plan import Plan, make_plan
+from gpuplex.core.serve.usage import UsageRecord
 from gpuplex.host.state import Event, StateDir
 from gpuplex.specfile import load_spec_file
 from gpuplex.store.db import open_store
 from gpuplex.store.rollups import RollupRepository
 from gpuplex.store.samples import SampleRepository
+from gpuplex.store.usage import UsageRepository
 
 HOURS = 24
 SERVING = {"northwind": 900, "contoso": 400, "hobbyists": 45}  # requests per hour at the peak
@@ -149,3 +151,40 @@ def _events(state: StateDir, now: datetime) -> None:
                 at=now - timedelta(minutes=minutes_ago), kind=kind, target=target, message=message
             )
         )
+
+
+#: tenant -> (model, streamed requests) of the gateway traffic `seed_latency` writes
+LATENCY_TRAFFIC = {"contoso": ("contoso-support", 40), "northwind": ("northwind-chat", 20)}
+
+
+def seed_latency(store_url: str, now: datetime) -> None:
+    """Usage records of the last few minutes with the latency the gateway measured: request k of
+    n waits k ms in the queue, gets its first token after 100 + 10 k ms and a token every 20 + k
+    ms; one more request per tenant is a whole reply (queue wait only)."""
+    records = []
+    for tenant, (model, count) in LATENCY_TRAFFIC.items():
+        for k in range(count + 1):
+            streamed = k < count
+            records.append(
+                UsageRecord(
+                    request_id=f"latency-{tenant}-{k}",
+                    tenant=tenant,
+                    key_prefix="gpx_seeded",
+                    model=model,
+                    endpoint="chat.completions",
+                    status=200,
+                    prompt_tokens=120,
+                    completion_tokens=60,
+                    latency_s=1.5,
+                    started_at=now - timedelta(minutes=5, seconds=k),
+                    stream=streamed,
+                    queue_wait_s=k / 1000,
+                    ttft_s=(100 + 10 * k) / 1000 if streamed else None,
+                    itl_s=(20 + k) / 1000 if streamed else None,
+                )
+            )
+    engine = open_store(store_url)
+    try:
+        UsageRepository(engine).insert_many(records)
+    finally:
+        engine.dispose()

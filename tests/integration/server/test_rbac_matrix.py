@@ -18,6 +18,7 @@ import httpx2
 import pytest
 
 from gpuplex.core.meter import GpuSample
+from gpuplex.core.serve.usage import UsageRecord
 from gpuplex.core.spec import RateLimits
 from gpuplex.host.state import Event, StateDir
 from tests.integration.server.conftest import (
@@ -131,6 +132,10 @@ MATRIX: dict[tuple[str, str], Case] = {
     ),
     ("GET", "/tenants/{tenant}/usage"): Case(
         lambda api, who, t: api.get(f"/tenants/{t}/usage", who, params=HOUR),
+        scoped(200, 200, 200),
+    ),
+    ("GET", "/tenants/{tenant}/latency"): Case(
+        lambda api, who, t: api.get(f"/tenants/{t}/latency", who, params=HOUR),
         scoped(200, 200, 200),
     ),
     ("GET", "/usage"): Case(
@@ -266,6 +271,26 @@ def _seed_other_tenants(api: Api) -> None:
             for tenant, workload in ((TENANT_A, "chat"), (TENANT_B, "embed"))
         ]
     )
+    api.ctx.usage.insert_many(  # a request through the gateway, with the latency it saw
+        [
+            UsageRecord(
+                request_id=f"{TENANT_B}-request",
+                tenant=TENANT_B,
+                key_prefix="gpx_b",
+                model=f"{TENANT_B}-model",
+                endpoint="chat.completions",
+                status=200,
+                prompt_tokens=10,
+                completion_tokens=5,
+                latency_s=0.5,
+                started_at=T0 + timedelta(minutes=5),
+                stream=True,
+                queue_wait_s=0.01,
+                ttft_s=0.2,
+                itl_s=0.02,
+            )
+        ]
+    )
     api.clock.advance(timedelta(hours=2))
     assert api.post("/meter/rollup", json=HOUR).status_code == 200
 
@@ -293,8 +318,8 @@ def test_no_listing_a_tenant_reads_names_another_tenant(api: Api, role: str) -> 
     secrets = [k.prefix for k in api.ctx.keys.list() if k.tenant != TENANT_A]
     secrets += [t.prefix for t in api.ctx.tokens.list() if t.tenant not in (TENANT_A, None)]
     read = 0
-    for path in [*LISTINGS, f"/tenants/{TENANT_A}/usage"]:
-        params = HOUR if path.endswith("/usage") else None
+    for path in [*LISTINGS, f"/tenants/{TENANT_A}/usage", f"/tenants/{TENANT_A}/latency"]:
+        params = HOUR if path.endswith(("/usage", "/latency")) else None
         reply = api.get(path, role, params=params)
         if reply.status_code == 403:
             continue

@@ -24,6 +24,8 @@ CASES: list[tuple[str, str, dict[str, Any], str]] = [
     ),
     ("GET", f"/tenants/{TENANT_A}/usage", {"params": {"start": EARLY, "end": DAY}}, "start"),
     ("GET", "/usage", {"params": {"start": "9999-12-30T00:00:00Z", "end": LATE}}, "start"),
+    ("GET", f"/tenants/{TENANT_A}/latency", {"params": {"start": EARLY, "end": DAY}}, "start"),
+    ("GET", f"/tenants/{TENANT_A}/latency", {"params": {"end": LATE}}, "end"),
     ("POST", "/meter/rollup", {"json": {"start": EARLY, "end": DAY}}, "start"),
     (
         "POST",

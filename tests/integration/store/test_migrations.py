@@ -54,7 +54,13 @@ def bare_engine(store_url: str) -> Engine:
 def test_head_revision_is_the_newest_migration() -> None:
     scripts = ScriptDirectory.from_config(alembic_config())
     assert scripts.get_heads() == [HEAD_REVISION]
-    assert [s.revision for s in scripts.walk_revisions()] == ["0004", "0003", "0002", "0001"]
+    assert [s.revision for s in scripts.walk_revisions()] == [
+        "0005",
+        "0004",
+        "0003",
+        "0002",
+        "0001",
+    ]
 
 
 def test_a_new_store_is_migrated_to_head_and_equals_the_orm_tables(engine: Engine) -> None:

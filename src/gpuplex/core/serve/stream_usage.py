@@ -1,6 +1,8 @@
 """Token usage of an OpenAI server-sent-events stream, counted as the bytes go by: the `usage`
 object when the server sends one (the client asked `stream_options.include_usage`), else the
-generated text counted with the gateway's token estimate (at least one token per content chunk)."""
+generated text counted with the gateway's token estimate (at least one token per content chunk).
+It also counts the events that carry generated tokens (text, reasoning text, tool calls), which
+the gateway's latency measurement reads (token_timing.py)."""
 
 from __future__ import annotations
 
@@ -17,6 +19,7 @@ DONE = b"[DONE]"
 @dataclass(slots=True)
 class StreamUsage:
     completion_tokens: int = 0
+    token_events: int = 0  # events with generated text, reasoning text or a tool call
     reported_prompt: int | None = None
     reported_completion: int | None = None
     _splitter: EventSplitter = field(default_factory=lambda: EventSplitter(1 << 20), repr=False)
@@ -67,6 +70,7 @@ class StreamUsage:
             prompt, completion = usage.get("prompt_tokens"), usage.get("completion_tokens")
             if isinstance(prompt, int) and isinstance(completion, int):
                 self.reported_prompt, self.reported_completion = prompt, completion
+        generated = False
         for choice in chunk.get("choices") or ():
             if not isinstance(choice, dict):
                 continue
@@ -74,6 +78,12 @@ class StreamUsage:
             text = delta.get("content") if isinstance(delta, dict) else choice.get("text")
             if isinstance(text, str) and text:
                 self.completion_tokens += max(1, text_tokens(text))
+                generated = True
+            elif isinstance(delta, dict) and (
+                delta.get("reasoning_content") or delta.get("reasoning") or delta.get("tool_calls")
+            ):
+                generated = True
+        self.token_events += generated
 
     def tokens(self, prompt_estimate: int) -> tuple[int, int]:
         """(prompt, completion) tokens: reported if the stream carried usage, else counted."""

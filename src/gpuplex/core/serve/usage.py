@@ -24,6 +24,10 @@ class UsageRecord:
     latency_s: float  # from the request's arrival to the last byte of the response
     started_at: datetime  # timezone-aware UTC
     stream: bool = False
+    # a request's latency as the tenant saw it (token_timing.py); None where it does not apply:
+    queue_wait_s: float | None = None  # the wait for a turn in the fair queue; None if none came
+    ttft_s: float | None = None  # streamed replies: arrival to the first token
+    itl_s: float | None = None  # streamed replies: the mean gap between token arrivals
 
     def fields(self) -> dict[str, Any]:
         """Field name -> value (written out: dataclasses.asdict deep-copies, on the hot path)."""
@@ -39,6 +43,9 @@ class UsageRecord:
             "latency_s": self.latency_s,
             "started_at": self.started_at,
             "stream": self.stream,
+            "queue_wait_s": self.queue_wait_s,
+            "ttft_s": self.ttft_s,
+            "itl_s": self.itl_s,
         }
 
     def to_json_dict(self) -> dict[str, Any]:
@@ -64,6 +71,9 @@ class UsageRecord:
             latency_s=float(data["latency_s"]),
             started_at=started_at,
             stream=bool(data.get("stream", False)),
+            queue_wait_s=_seconds(data, "queue_wait_s"),
+            ttft_s=_seconds(data, "ttft_s"),
+            itl_s=_seconds(data, "itl_s"),
         )
 
 
@@ -79,3 +89,13 @@ def _count(data: dict[str, Any], name: str) -> int:
     if not isinstance(value, int) or isinstance(value, bool) or value < 0:
         raise TypeError(f"{name} must be a non-negative integer")
     return value
+
+
+def _seconds(data: dict[str, Any], name: str) -> float | None:
+    """An optional duration (records spooled before it existed have none)."""
+    value = data.get(name)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
+        raise TypeError(f"{name} must be a non-negative number of seconds or null")
+    return float(value)

@@ -7,6 +7,7 @@ import { renderKeySpend } from "./budgets.js";
 import { hourlySeries, renderUsage, usageRange } from "./charts.js";
 import { fill, h } from "./dom.js";
 import { renderGpuMap } from "./gpumap.js";
+import { renderLatency } from "./latency.js";
 import { renderBudgets, renderEvents, renderTenants } from "./panels.js";
 
 const REFRESH_MS = 10_000;
@@ -53,13 +54,14 @@ async function refresh(mine) {
   const range = usageRange();
   const [nodes, tenants, events] = await Promise.allSettled([get("/nodes"), all("/tenants"), get("/events", { limit: 25 })]);
   const names = tenants.status === "fulfilled" ? tenants.value.map((t) => t.name) : [];
-  const [usages, budgets, keySpends] = await Promise.all([
+  const [usages, budgets, keySpends, latencies] = await Promise.all([
     Promise.allSettled(names.map((t) => get(tenantPath(t, "/usage"), { start: range.start.toISOString(), end: range.end.toISOString(), bucket_s: 3600 }))),
     Promise.allSettled(names.map((t) => get(tenantPath(t, "/budget")))),
     Promise.allSettled(names.map((t) => get(tenantPath(t, "/key-spend")))),
+    Promise.allSettled(names.map((t) => get(tenantPath(t, "/latency")))),
   ]);
   if (mine !== generation) return;
-  const everything = [nodes, tenants, events, ...usages, ...budgets, ...keySpends];
+  const everything = [nodes, tenants, events, ...usages, ...budgets, ...keySpends, ...latencies];
   const rejected = everything.find((r) => r.status === "rejected" && r.reason instanceof ApiError && r.reason.status === 401);
   if (rejected) {
     clearToken();
@@ -71,6 +73,7 @@ async function refresh(mine) {
   panel("usage-body", settledList(names, usages, (reply) => hourlySeries(reply, range)), (list) => renderUsage(list.map(({ tenant, value }) => ({ tenant, series: value })), range));
   panel("budgets-body", settledList(names, budgets, (b) => b), (list) => renderBudgets(list.map((x) => x.value)));
   panel("key-spend-body", settledList(names, keySpends, (page) => page), (list) => renderKeySpend(list.map((x) => x.value)));
+  panel("latency-body", settledList(names, latencies, (l) => l), renderLatency);
   panel("events-body", events, renderEvents);
   const failed = everything.filter((r) => r.status === "rejected").length;
   fill($("status"), `Updated ${new Date().toISOString().slice(11, 19)} UTC · every ${REFRESH_MS / 1000} s`, failed ? ` · ${failed} request${failed === 1 ? "" : "s"} failed` : "");
