@@ -137,7 +137,8 @@ def test_the_fleet_as_csv_adds_up_to_the_fleet_cost(control_plane: Running) -> N
     assert totals["bravoco"] > 0
     table = statement("--period", PERIOD, env=env)
     assert table.returncode == 0, table.stderr
-    assert "Fleet cost" in table.stdout and "bravoco" in table.stdout
+    assert "Fleet cost" in table.stdout
+    assert "bravoco" in table.stdout
 
 
 def test_errors_are_one_line_with_the_error_models_exit_code(control_plane: Running) -> None:
@@ -158,7 +159,8 @@ def test_errors_are_one_line_with_the_error_models_exit_code(control_plane: Runn
         assert done.returncode == exit_code, (args, done.stdout, done.stderr)
         assert done.stdout == ""
         lines = done.stderr.strip().splitlines()
-        assert len(lines) == 1 and lines[0].startswith("error: "), (args, done.stderr)
+        assert len(lines) == 1, (args, done.stderr)
+        assert lines[0].startswith("error: "), (args, done.stderr)
         assert words in lines[0], (args, done.stderr)
         assert "Traceback" not in done.stderr
     no_token = statement(
