@@ -23,6 +23,7 @@ from gpuplex.core.meter import (
     shared_measured_lines,
     shared_servers,
     split_exactly,
+    token_shares,
 )
 from gpuplex.core.meter.samples import GpuSample
 from gpuplex.core.plan import Mode
@@ -252,3 +253,32 @@ def test_tokens_split_the_server_in_proportion() -> None:
     assert gpu_seconds == {"adatum": Decimal(225), "contoso": Decimal(75)}
     busy = {line.tenant: line.quantity for line in split if line.metric == "busy_gpu_seconds"}
     assert busy == {"adatum": Decimal(225), "contoso": Decimal(75)}
+
+
+@given(
+    st.decimals(
+        min_value=Decimal(0),
+        max_value=Decimal(10**4),
+        places=20,
+        allow_nan=False,
+        allow_infinity=False,
+    ),
+    weights,
+)
+def test_a_split_of_a_quantity_finer_than_the_quantum_still_adds_up(
+    quantity: Decimal, shares: dict[str, Decimal]
+) -> None:
+    """Busy seconds carry a float's digits (utilization 33.333333333333336 %): finer than 10^-12."""
+    assert sum(split_exactly(quantity, shares, "owner").values(), Decimal(0)) == quantity
+
+
+def test_token_shares_are_each_tenants_part_of_the_servers_tokens() -> None:
+    lines = [
+        MeterLine("adatum", "gateway", "prompt_tokens", "adatum-legal", Decimal(100)),
+        MeterLine("adatum", "gateway", "completion_tokens", "adatum-legal", Decimal(200)),
+        MeterLine("contoso", "gateway", "prompt_tokens", "contoso-support", Decimal(900)),
+        MeterLine("contoso", "gateway", "prompt_tokens", "contoso-embed", Decimal(5000)),
+        MeterLine("adatum", "gateway", "requests", "adatum-legal", Decimal(7)),
+    ]
+    assert token_shares(SERVER, lines) == {"adatum": Decimal("0.25"), "contoso": Decimal("0.75")}
+    assert token_shares(SERVER, lines[3:]) == {}
