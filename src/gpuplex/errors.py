@@ -237,6 +237,12 @@ class TraceInputError(GpuplexError):
     code = ErrorCode.TRACE_INVALID
 
 
+class ControlPlaneUnreachable(GpuplexError):
+    """A command that asks the running control plane's API could not reach it."""
+
+    code = ErrorCode.CONTROL_PLANE_UNREACHABLE
+
+
 class RequestRefused(GpuplexError):
     """An API refuses a request; unlike the errors above, each refusal names its own code (which
     gives its status). The control plane raises ApiProblem, the gateway ApiError."""

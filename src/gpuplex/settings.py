@@ -28,6 +28,11 @@ def environment_value(name: str) -> str | None:
 
 HOME_VARIABLE = "GPUPLEX_HOME"
 STORE_URL_VARIABLE = "GPUPLEX_STORE_URL"
+#: Where the commands that ask the running control plane's API (`gpuplex statement`) find it.
+SERVER_URL_VARIABLE = "GPUPLEX_SERVER_URL"
+TOKEN_VARIABLE = "GPUPLEX_TOKEN"  # noqa: S105 - a variable's name, not a secret
+#: The control plane's address when neither --server nor $GPUPLEX_SERVER_URL says (`gpuplex up`'s).
+DEFAULT_SERVER_URL = "http://127.0.0.1:8090"
 
 
 def default_state_dir() -> Path:

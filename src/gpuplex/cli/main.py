@@ -28,6 +28,7 @@ from gpuplex.cli.render import gpu_map, placement_table, problems_table, summary
 from gpuplex.cli.server import server_command, token_app
 from gpuplex.cli.sim import sim_app
 from gpuplex.cli.simulate import simulate_command
+from gpuplex.cli.statement import statement_command
 from gpuplex.cli.store import store_app
 from gpuplex.cli.up import up_command
 from gpuplex.consoles import stderr_console, stdout_console
@@ -77,6 +78,7 @@ app.command(name="server")(server_command)
 app.command(name="up")(up_command)
 app.command(name="simulate")(simulate_command)
 app.command(name="queues")(queues_command)
+app.command(name="statement")(statement_command)
 out = stdout_console()
 err = stderr_console()
 

@@ -14,16 +14,20 @@ from gpuplex.core.meter import (
     MeterLine,
     MeterWindow,
     PlanInterval,
+    SharedServer,
     Source,
     allocation_lines,
     fleet_gpu_seconds,
     gateway_lines,
-    measured_lines,
+    server_usage,
+    shared_measured_lines,
+    shared_servers,
 )
 from gpuplex.core.plan import Plan
 from gpuplex.core.report import FleetStatement, PriceBook, build_fleet_statement
 from gpuplex.errors import StoreError
 from gpuplex.revision import AppliedRevision, AppliedRevisions
+from gpuplex.specfile import load_spec_text
 from gpuplex.store.key_usage import KeyUsageRepository, key_usage_of
 from gpuplex.store.rollups import RollupRepository
 from gpuplex.store.samples import SampleRepository
@@ -69,6 +73,8 @@ class Metering:
         # revision -> its plan, validated once: revisions never change, and validating every
         # revision's plan at every pass grew with the history (half a millisecond each)
         self._plans: dict[int, Plan] = {}
+        # revision -> the model servers other tenants' adapters ride on, from its spec, found once
+        self._shared: dict[int, tuple[SharedServer, ...]] = {}
         # the newest statements and what they were computed from: the dashboard asks each
         # tenant's budget every 10 s, and a month's statement sums some 100,000 roll-up rows; a
         # budget needs two (the month, and the last day for the run rate)
@@ -89,12 +95,17 @@ class Metering:
             plan = self._plans.get(this.revision)
             if plan is None:
                 plan = self._plans[this.revision] = Plan.model_validate(this.plan)
+            shared = self._shared.get(this.revision)
+            if shared is None:
+                spec = load_spec_text(this.spec_yaml, source=f"revision {this.revision}")
+                shared = self._shared[this.revision] = shared_servers(spec)
             intervals.append(
                 PlanInterval(
                     plan=plan,
                     active_from=this.created_at,
                     # the last one here may have been replaced after `end`: clipping ends it there
                     active_until=following.created_at if following is not None else None,
+                    shared_servers=shared,
                 )
             )
         return intervals
@@ -111,8 +122,16 @@ class Metering:
         records = self._usage.records(since=window.start, until=window.end)
         if self._key_usage is not None:  # each key's tokens, for its share of the spend
             self._key_usage.replace_window(window.start, window.end, key_usage_of(records))
+        # a shared model server is billed to the tenants that sent it tokens in this window
+        servers = {
+            server.key: server
+            for interval in intervals
+            if window.overlap_seconds(interval.active_from, interval.active_until) > 0
+            for server in interval.shared_servers
+        }
+        usage = server_usage(records, window, list(servers.values()))
         by_source: dict[str, list[MeterLine]] = {
-            "allocation": allocation_lines(intervals, window)
+            "allocation": allocation_lines(intervals, window, usage)
             + fleet_gpu_seconds(intervals, window),
             "gateway": gateway_lines(records, window),
         }
@@ -124,7 +143,7 @@ class Metering:
                     window.start - timedelta(seconds=DEFAULT_MAX_GAP_S), window.end
                 )
             ]
-            by_source["measured"] = measured_lines(samples, window)
+            by_source["measured"] = shared_measured_lines(samples, window, usage)
         return sum(
             self._rollups.replace_window(window.start, window.end, source, lines)
             for source, lines in by_source.items()

@@ -62,7 +62,8 @@ def seed_history(store_url: str, spec_path: Path, state_dir: Path, now: datetime
             rollups.replace_window(
                 window.start, window.end, "measured", _busy(allocation, window.start.hour)
             )
-            rollups.replace_window(window.start, window.end, "gateway", _traffic(window.start.hour))
+            traffic = _traffic(window.start.hour) + _rider_traffic(window.start.hour)
+            rollups.replace_window(window.start, window.end, "gateway", traffic)
         SampleRepository(engine).append(_samples(plan, now - timedelta(seconds=30)))
     finally:
         engine.dispose()
@@ -108,6 +109,21 @@ def _traffic(hour: int) -> list[MeterLine]:
                 )
             )
     return lines
+
+
+#: Tokens an hour sent to contoso's support-bot server, where adatum's LoRA adapter rides:
+#: adatum sends a quarter of them.
+RIDER_TOKENS = {("adatum", "adatum-legal"): 30_000, ("contoso", "contoso-support"): 90_000}
+
+
+def _rider_traffic(hour: int) -> list[MeterLine]:
+    """Gateway lines of the models routed to the shared server (in the same ratio every hour)."""
+    del hour
+    return [
+        MeterLine(tenant, "gateway", metric, model, Decimal(tokens // 2))
+        for (tenant, model), tokens in RIDER_TOKENS.items()
+        for metric in (PROMPT_TOKENS, COMPLETION_TOKENS)
+    ]
 
 
 def _samples(plan: Plan, at: datetime) -> list[GpuSample]:

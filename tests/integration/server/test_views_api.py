@@ -159,7 +159,12 @@ def test_the_gpu_map_shows_modes_and_occupants_and_tenants_only_their_own(api: A
 
 
 def test_nodes_before_any_spec_is_an_empty_map(bare_api: Api) -> None:
-    assert bare_api.get("/nodes").json() == {"revision": None, "sampled_at": None, "nodes": []}
+    assert bare_api.get("/nodes").json() == {
+        "revision": None,
+        "sampled_at": None,
+        "nodes": [],
+        "rider_share_window_s": 86_400,
+    }
     assert bare_api.get("/tenants").json() == {"items": [], "next_cursor": None}
 
 

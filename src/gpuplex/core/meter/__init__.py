@@ -35,6 +35,15 @@ from gpuplex.core.meter.model import (
     month_window,
     seconds_of,
 )
+from gpuplex.core.meter.riders import (
+    ServerKey,
+    SharedServer,
+    server_usage,
+    shared_measured_lines,
+    shared_servers,
+    split_exactly,
+    token_shares,
+)
 from gpuplex.core.meter.samples import SAMPLE_SOURCES, GpuSample, SampleSource
 
 __all__ = [
@@ -55,6 +64,8 @@ __all__ = [
     "MeterWindow",
     "PlanInterval",
     "SampleSource",
+    "ServerKey",
+    "SharedServer",
     "Source",
     "allocation_dimension",
     "allocation_lines",
@@ -66,4 +77,9 @@ __all__ = [
     "month_window",
     "parse_allocation_dimension",
     "seconds_of",
+    "server_usage",
+    "shared_measured_lines",
+    "shared_servers",
+    "split_exactly",
+    "token_shares",
 ]

@@ -11,7 +11,7 @@ percent, of what the named shares leave of that GPU (two: 50 % each; three: 33 %
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from decimal import Decimal
@@ -27,6 +27,7 @@ from gpuplex.core.meter.model import (
     lines_from_totals,
     require_utc,
 )
+from gpuplex.core.meter.riders import ServerKey, SharedServer, split_exactly
 from gpuplex.core.plan.model import Mode, Placement, Plan
 from gpuplex.errors import MeterInputError
 
@@ -40,6 +41,8 @@ class PlanInterval:
     plan: Plan
     active_from: datetime
     active_until: datetime | None = None  # None: still in force
+    #: the model servers of this revision that other tenants' adapters ride on
+    shared_servers: tuple[SharedServer, ...] = ()
 
     def __post_init__(self) -> None:
         start = require_utc(self.active_from, "active_from")
@@ -108,9 +111,16 @@ def _until(interval: PlanInterval) -> str:
     return "now" if interval.active_until is None else interval.active_until.isoformat()
 
 
-def allocation_lines(intervals: Sequence[PlanInterval], window: MeterWindow) -> list[MeterLine]:
-    """Per tenant and dimension: gpu_seconds and instance_seconds held inside the window."""
+def allocation_lines(
+    intervals: Sequence[PlanInterval],
+    window: MeterWindow,
+    usage: Mapping[ServerKey, Mapping[str, Decimal]] | None = None,
+) -> list[MeterLine]:
+    """Per tenant and dimension: gpu_seconds and instance_seconds held inside the window. A shared
+    model server in `usage` (its tenants' tokens in this window, see core.meter.riders) is charged
+    to those tenants by their tokens instead of to its owner alone."""
     _check_no_overlap(intervals)
+    used = usage or {}
     totals: dict[tuple[str, str, str], Decimal] = defaultdict(Decimal)
     for interval in intervals:
         seconds = window.overlap_seconds(interval.active_from, interval.active_until)
@@ -120,8 +130,10 @@ def allocation_lines(intervals: Sequence[PlanInterval], window: MeterWindow) -> 
             profile = placement.mig.profile if placement.mig else None
             dimension = allocation_dimension(placement.gpu_model, placement.mode, profile)
             share = gpu_share(placement, interval.plan)
-            totals[placement.tenant, GPU_SECONDS, dimension] += seconds * share
-            totals[placement.tenant, INSTANCE_SECONDS, dimension] += seconds
+            weights = used.get((placement.tenant, placement.workload), {})
+            for metric, quantity in ((GPU_SECONDS, seconds * share), (INSTANCE_SECONDS, seconds)):
+                for tenant, part in split_exactly(quantity, weights, placement.tenant).items():
+                    totals[tenant, metric, dimension] += part
     return lines_from_totals(totals, "allocation")
 
 

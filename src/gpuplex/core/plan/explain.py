@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from gpuplex.core.plan.explain_rider import rider_lines
 from gpuplex.core.plan.inventory import build_inventory
 from gpuplex.core.plan.model import GpuView, MigSlicePlan, Mode, Placement, Plan
 from gpuplex.core.plan.node_sharing import NO_MPS_BESIDE_MIG, ONE_METHOD, Target, target_of
@@ -39,7 +40,10 @@ def explain(
     decision = next(
         (d for d in plan.decisions if (d.tenant, d.workload) == (tenant_name, workload_name)), None
     )
-    if decision is not None:
+    riding = rider_lines(spec, plan, tenant_name, workload)
+    if riding is not None:
+        lines += riding  # a LoRA adapter: the host server's isolation, and where requests go
+    elif decision is not None:
         lines.append(f"isolation: {decision.mode} because {decision.reason}")
     pool = workload_pool(fleet_pools(spec.fleet), workload)
     lines.append(

@@ -1,6 +1,8 @@
 // The GPU map: per node, each GPU as a card whose track shows who holds what. MIG slices sit at
 // their memory slots (start and size of 8); MPS shares are sized by thread %, time-slices by
-// memory; a dedicated GPU is filled by its tenant.
+// memory; a dedicated GPU is filled by its tenant. A model server that carries other tenants' LoRA
+// adapters shows them as riders: a mark in their colour on its slice, and a legend entry with the
+// server they ride on and their part of its tokens (what they pay of it).
 
 import { h, gib, swatch, tenantColour } from "./dom.js";
 
@@ -20,11 +22,13 @@ export function renderGpuMap(nodesReply, scopeTenant = null) {
   }
   const tenants = new Set();
   const spans = new Map(); // how many GPUs each replica holds (said in its tooltip)
+  const riders = new Map(); // rider tenant -> {server, share}
   for (const node of nodes) {
     for (const gpu of node.gpus) {
       for (const o of gpu.occupants) {
         tenants.add(o.tenant);
         spans.set(replicaKey(o), (spans.get(replicaKey(o)) || 0) + 1);
+        collectRiders(o, riders);
       }
     }
   }
@@ -35,16 +39,52 @@ export function renderGpuMap(nodesReply, scopeTenant = null) {
     scopeTenant
       ? h("p", { class: "scope-note" }, `Only the GPUs and slices of tenant ${scopeTenant} are shown; unmarked space may be in use.`)
       : null,
-    legend([...tenants].sort()),
+    legend([...tenants].sort(), riders, nodesReply.rider_share_window_s),
     nodes.map((node) => renderNode(node, usedHere, spans)),
   );
 }
 
-function legend(tenants) {
+function legend(tenants, riders, windowS) {
+  const riderNames = [...riders.keys()].filter((t) => !tenants.includes(t)).sort();
   return h(
     "ul",
     { class: "legend", "data-testid": "gpu-legend", "aria-label": "Tenants" },
     tenants.map((t) => h("li", { "data-tenant": t }, swatch(t), t)),
+    riderNames.map((t) => riderLegendItem(t, riders.get(t), windowS)),
+  );
+}
+
+function collectRiders(o, riders) {
+  for (const r of o.riders || []) {
+    riders.set(r.tenant, { server: `${o.tenant}/${o.workload}`, share: r.token_share });
+  }
+}
+
+function riderShareText(share, windowS) {
+  const hours = Math.round((windowS || 86400) / 3600);
+  if (share === null || share === undefined) return `no tokens in ${hours} h`;
+  return `${Math.round(share * 100)}% of its tokens in ${hours} h`;
+}
+
+function riderLegendItem(tenant, rider, windowS) {
+  return h(
+    "li",
+    { "data-tenant": tenant, "data-rider": rider.server, "data-testid": "gpu-legend-rider" },
+    swatch(tenant),
+    tenant,
+    h("span", { class: "muted small" }, ` rides on ${rider.server} · ${riderShareText(rider.share, windowS)}`),
+  );
+}
+
+function riderMarks(o) {
+  return (o.riders || []).map((r) =>
+    h("span", {
+      class: "rider-mark",
+      "data-testid": "gpu-rider",
+      "data-tenant": r.tenant,
+      title: `${r.tenant} rides here (LoRA ${r.model}): ${riderShareText(r.token_share)}`,
+      style: { background: tenantColour(r.tenant) },
+    }),
   );
 }
 
@@ -148,6 +188,7 @@ function drawSlice(o, kind, left, width, label, span) {
     o.utilization_percent !== null && o.utilization_percent !== undefined
       ? `utilization ${Math.round(o.utilization_percent)}%`
       : null,
+    ...(o.riders || []).map((r) => `rider ${r.tenant} (LoRA ${r.model}): ${riderShareText(r.token_share)}`),
   ].filter(Boolean);
   return h(
     "span",
@@ -164,6 +205,7 @@ function drawSlice(o, kind, left, width, label, span) {
       style: { left: pct(left), width: pct(width), background: tenantColour(o.tenant) },
     },
     h("span", { class: "slice-label" }, label),
+    riderMarks(o),
   );
 }
 

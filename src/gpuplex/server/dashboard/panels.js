@@ -38,11 +38,18 @@ function tenantRow(t) {
       { class: "num" },
       `${t.allocated.replicas_placed} placed`,
       alloc.replicas_pending ? h("span", { class: "warn" }, ` · ${alloc.replicas_pending} pending`) : null,
+      ridesOn(t),
     ),
     h("td", {}, meter(alloc.gpus, gpuLimit, (v) => number(v, 2), t.name)),
     h("td", {}, meter(alloc.memory_mib, memoryLimit, (v) => gib(v), t.name)),
     h("td", {}, migCell(alloc.mig || {}, quota.mig || {})),
   );
+}
+
+// A tenant whose LoRA adapters run in another tenant's model server: where they ride.
+function ridesOn(t) {
+  if (!t.rides_on || t.rides_on.length === 0) return null;
+  return h("div", { class: "muted small", "data-testid": "tenant-rides-on" }, `rides on ${t.rides_on.join(", ")}`);
 }
 
 function meter(value, limit, format, tenant) {

@@ -1,26 +1,40 @@
 """The GPU map: every node's GPUs with their mode and occupants (MIG slices, MPS shares,
 time-slices, whole GPUs), from the applied plan, with the memory each replica was last seen using.
+A model server that other tenants' LoRA adapters ride on lists them as its riders, each with its
+part of the server's tokens over the last RIDER_SHARE_WINDOW_S (what it pays of the server).
 
 A tenant-scoped caller sees only the GPUs that hold their own replicas, and only their own
 occupants on them: other tenants are not shown, not even by name."""
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Annotated
 
 from fastapi import APIRouter, Depends
 from pydantic import BaseModel
 
 from gpuplex.core.access import Permission, Principal
-from gpuplex.core.meter import GpuSample
+from gpuplex.core.meter import GpuSample, MeterWindow, shared_servers, token_shares
 from gpuplex.core.plan import GpuView, Occupant
+from gpuplex.revision import AppliedRevision
 from gpuplex.server.auth import CurrentPrincipal, require
 from gpuplex.server.context import ServerContext, server_context
 from gpuplex.server.problems import ERROR_RESPONSES
 
 router = APIRouter(tags=["nodes"], responses=ERROR_RESPONSES)
 Context = Annotated[ServerContext, Depends(server_context)]
+#: Riders' shares of a shared server are their tokens over this long, up to now.
+RIDER_SHARE_WINDOW_S = 86_400
+
+
+class RiderReply(BaseModel):
+    """A LoRA adapter of another tenant served by this replica's model server."""
+
+    tenant: str
+    workload: str  # the adapter workload
+    model: str  # the name its tenant sends
+    token_share: float | None  # its part of the server's tokens; None: the server served none
 
 
 class OccupantReply(BaseModel):
@@ -34,6 +48,7 @@ class OccupantReply(BaseModel):
     thread_percent: int | None
     used_memory_mib: int | None  # last measured on this GPU; None: no sample yet
     utilization_percent: float | None
+    riders: list[RiderReply] = []  # the other tenants whose adapters this server carries
 
 
 class GpuReply(BaseModel):
@@ -55,12 +70,49 @@ class NodesReply(BaseModel):
     revision: int | None
     sampled_at: datetime | None
     nodes: list[NodeReply]
+    rider_share_window_s: int = RIDER_SHARE_WINDOW_S
+
+
+Riders = dict[tuple[str, str], list[RiderReply]]  # (owner, workload) of a model server -> riders
 
 
 UsedOnGpu = dict[tuple[str, str, int, str, int], GpuSample]  # tenant, workload, replica, node, GPU
 
 
-def _occupant(occupant: Occupant, gpu: GpuView, latest: UsedOnGpu) -> OccupantReply:
+def _riders(ctx: ServerContext, applied: AppliedRevision, principal: Principal) -> Riders:
+    """Each shared model server's riders with their token shares; a tenant-scoped caller sees only
+    itself among them."""
+    servers = shared_servers(applied.spec)
+    if not servers:
+        return {}
+    now = ctx.now()
+    period = MeterWindow(now - timedelta(seconds=RIDER_SHARE_WINDOW_S), now)
+    lines = [line for line in ctx.metering.lines(period) if line.source == "gateway"]
+    riders: Riders = {}
+    for server in servers:
+        shares = token_shares(server, lines)
+        for tenant in applied.spec.tenants:
+            if not principal.is_platform and tenant.name != principal.tenant:
+                continue
+            for workload in tenant.workloads:
+                serve = workload.serve
+                if serve is None or serve.lora_of != server.id or tenant.name == server.owner:
+                    continue
+                share = shares.get(tenant.name)
+                riders.setdefault(server.key, []).append(
+                    RiderReply(
+                        tenant=tenant.name,
+                        workload=workload.name,
+                        model=serve.model,
+                        token_share=float(share)
+                        if share is not None
+                        else (0.0 if shares else None),
+                    )
+                )
+    return riders
+
+
+def _occupant(occupant: Occupant, gpu: GpuView, latest: UsedOnGpu, riders: Riders) -> OccupantReply:
     sample = latest.get((occupant.tenant, occupant.workload, occupant.replica, gpu.node, gpu.index))
     mig = occupant.mig
     return OccupantReply(
@@ -74,6 +126,7 @@ def _occupant(occupant: Occupant, gpu: GpuView, latest: UsedOnGpu) -> OccupantRe
         thread_percent=occupant.thread_percent,
         used_memory_mib=sample.memory_used_mib if sample else None,
         utilization_percent=sample.utilization_percent if sample else None,
+        riders=riders.get((occupant.tenant, occupant.workload), []),
     )
 
 
@@ -92,6 +145,7 @@ def list_nodes(principal: CurrentPrincipal, ctx: Context) -> NodesReply:
         return NodesReply(revision=None, sampled_at=None, nodes=[])
     sampled_at, samples = ctx.samples.latest(principal.tenant)
     latest = {(s.tenant, s.workload, s.replica, s.node, s.gpu_index): s for s in samples}
+    riders = _riders(ctx, applied, principal)
     nodes: dict[str, list[GpuReply]] = {n.name: [] for n in applied.spec.fleet.nodes}
     for view in applied.plan.gpus:
         gpu = _visible_gpu(view, principal)
@@ -105,7 +159,7 @@ def list_nodes(principal: CurrentPrincipal, ctx: Context) -> NodesReply:
                 pool=gpu.pool,
                 mode=gpu.mode.value if gpu.mode is not None else None,
                 memory_mib=gpu.memory_mib,
-                occupants=[_occupant(o, gpu, latest) for o in gpu.occupants],
+                occupants=[_occupant(o, gpu, latest, riders) for o in gpu.occupants],
             )
         )
     return NodesReply(

@@ -41,6 +41,8 @@ class TenantReply(BaseModel):
     monthly_budget: str | None
     workloads: int
     allocated: AllocationReply
+    #: the model servers (`tenant/workload`) its LoRA adapters ride on: it pays its share of them
+    rides_on: list[str] = []
 
 
 class WorkloadReply(BaseModel):
@@ -83,6 +85,9 @@ def tenant_reply(tenant: TenantSpec, plan: Plan) -> TenantReply:
         monthly_budget=str(tenant.monthly_budget) if tenant.monthly_budget is not None else None,
         workloads=len(tenant.workloads),
         allocated=allocation_of(plan, tenant.name),
+        rides_on=sorted(
+            {w.serve.lora_of for w in tenant.workloads if w.serve is not None and w.serve.lora_of}
+        ),
     )
 
 

@@ -1,0 +1,106 @@
+"""How a command asks the running control plane's REST API: where it is (`--server`, else
+$GPUPLEX_SERVER_URL, else `gpuplex up`'s address), with which bearer token (`--token`, else
+$GPUPLEX_TOKEN), and how its answers end the command. An error the API answers keeps its code, so the
+command exits as the error model says (gpuplex/error_codes.py); a server that cannot be reached is
+`control_plane_unreachable`."""
+
+from __future__ import annotations
+
+import json
+import urllib.error
+import urllib.parse
+import urllib.request
+from dataclasses import dataclass
+from typing import Annotated, Any
+
+import typer
+
+from gpuplex.errors import ControlPlaneUnreachable, ErrorCode, RequestRefused
+from gpuplex.settings import DEFAULT_SERVER_URL, SERVER_URL_VARIABLE, TOKEN_VARIABLE
+
+#: How long one call may take before the command gives up.
+TIMEOUT_S = 30.0
+API = "/api/v1"
+
+ServerOption = Annotated[
+    str,
+    typer.Option(
+        "--server",
+        envvar=SERVER_URL_VARIABLE,
+        help="The control plane's URL (`gpuplex up` prints it).",
+        show_default=f"${SERVER_URL_VARIABLE}, else {DEFAULT_SERVER_URL}",
+    ),
+]
+TokenOption = Annotated[
+    str | None,
+    typer.Option(
+        "--token",
+        envvar=TOKEN_VARIABLE,
+        help="A bearer token of the control plane (`gpuplex up` prints the admin token; "
+        "`gpuplex token create` makes one).",
+        show_default=f"${TOKEN_VARIABLE}",
+    ),
+]
+
+
+@dataclass(frozen=True, slots=True)
+class ControlPlane:
+    """The API of one running control plane, called with one token."""
+
+    base_url: str
+    token: str
+
+    @classmethod
+    def of(cls, server: str, token: str | None) -> ControlPlane:
+        if not token:
+            raise RequestRefused(
+                ErrorCode.UNAUTHENTICATED,
+                f"no token: give --token or set ${TOKEN_VARIABLE} (`gpuplex up` prints the admin "
+                "token; `gpuplex token create` makes one)",
+            )
+        parts = urllib.parse.urlsplit(server)
+        if parts.scheme not in ("http", "https") or not parts.netloc:
+            raise RequestRefused(
+                ErrorCode.INVALID_REQUEST,
+                f"--server {server!r} is not an http(s) URL: write it as http://HOST:PORT",
+            )
+        return cls(server.rstrip("/"), token)
+
+    def get_json(self, path: str, **query: str) -> Any:
+        return json.loads(self._get(path, query))
+
+    def get_text(self, path: str, **query: str) -> str:
+        return self._get(path, query)
+
+    def _get(self, path: str, query: dict[str, str]) -> str:
+        url = f"{self.base_url}{API}{path}"
+        if query:
+            url += "?" + urllib.parse.urlencode(query)
+        request = urllib.request.Request(  # noqa: S310 - the scheme is checked in of()
+            url, headers={"Authorization": f"Bearer {self.token}"}
+        )
+        try:
+            with urllib.request.urlopen(request, timeout=TIMEOUT_S) as reply:  # noqa: S310
+                return str(reply.read().decode("utf-8"))
+        except urllib.error.HTTPError as error:
+            raise _refusal(error) from None
+        except (urllib.error.URLError, OSError) as error:
+            reason = getattr(error, "reason", error)
+            raise ControlPlaneUnreachable(
+                f"cannot reach the control plane at {self.base_url} ({reason}): is it running? "
+                f"give --server or set ${SERVER_URL_VARIABLE}"
+            ) from None
+
+
+def _refusal(error: urllib.error.HTTPError) -> RequestRefused:
+    """The API's `{"error": {"code", "message"}}` as the same code; anything else by its status."""
+    body = error.read().decode("utf-8", errors="replace")
+    try:
+        problem = json.loads(body)["error"]
+        wire, message = str(problem["code"]), str(problem["message"])
+    except (ValueError, KeyError, TypeError):
+        wire, message = "", f"the control plane answered {error.code}: {body[:200] or error.reason}"
+    code = next((c for c in ErrorCode if c.value == wire), None)
+    if code is None:
+        code = next((c for c in ErrorCode if c.status == error.code), ErrorCode.INTERNAL)
+    return RequestRefused(code, message)
