@@ -185,8 +185,12 @@ def variant_rows(
     nodes = load_nodes(data / "openb_node_list_gpu_node.csv")
     rows: list[Row] = []
     for variant in variants(families):
+        if args.only and variant.name not in args.only:
+            continue
         pods = openb_variant(data, variant, seed=args.variant_seed)
-        rows += [measure_pods(nodes, pods, variant.name, p, seeds, args.inflate) for p in policies]
+        for policy in policies:
+            rows.append(measure_pods(nodes, pods, variant.name, policy, seeds, args.inflate))
+            print(f"{variant.name} {policy}: {rows[-1].mean_100:.2f}", file=sys.stderr, flush=True)
     return rows
 
 
@@ -260,6 +264,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--variants", action="store_true")
     parser.add_argument("--family", action="append", dest="families", choices=list(FAMILY_LEVELS))
     parser.add_argument("--variant-seed", type=int, default=0)
+    parser.add_argument("--only", action="append", dest="only", help="variant names to run")
     args = parser.parse_args(argv)
     workloads: list[str] = args.workloads or list(PUBLISHED)
     policies: list[str] = args.policies or list(POLICY_NAMES)

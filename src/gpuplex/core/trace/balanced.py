@@ -109,7 +109,7 @@ class BalancedFgdScorer(FgdScorer):
             spare = _PRESSURE_LEVELS - 1 - self.pressure_levels(state)[state.model_index[nodes]]
             primary = ((fgd // BAND_POINTS) * _PRESSURE_LEVELS + spare) * (MAX_SCORE + 1) + fgd
         if self.rho is None:
-            return balance_keys(primary, np.zeros(nodes.size, dtype=np.float64))
+            return primary
         return balance_keys(primary, stranded_growth(state, pod, nodes, self.rho))
 
 
