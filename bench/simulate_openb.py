@@ -3,6 +3,7 @@
     .venv/bin/python bench/simulate_openb.py [--data ../shared/data/openb] [--seeds 10]
         [--first-seed 42] [--inflate 1.3] [--workload default --workload gpushare40]
         [--policy best-fit ...] [--json]
+    .venv/bin/python bench/simulate_openb.py --variants [--family gpuspec ...] [--variant-seed 0]
 
 For each workload (openb_pod_list_<name>.csv on the 1,213 GPU nodes of openb_node_list_gpu_node.csv)
 and each policy, `gpuplex.sim.replay.replay` runs once per seed (42..51 by default, inflate 1.3, as
@@ -11,6 +12,12 @@ reaches 100 % of capacity, mean (min..max) over the seeds, the published figure 
 Fig. 7 and 9a; the artifact's `analysis_allo_discrete.csv`), the difference, the ratio at 130 %, and
 the seconds one seed takes. When FGD ran in the same run, each other policy is also shown against
 it: the ratio of the means, and on how many seeds it allocated more than FGD did with the same seed.
+
+`--variants` replays, instead, the variants of the `default` pod list that `bench/openb_variants.py`
+draws (the FGD paper's families: GPU-sharing, multi-GPU, model-bound and CPU-only pods, a few
+levels each), with `fgd-balanced` against `fgd` (or the `--policy` pair, the baseline first): a
+table per family with both means (min..max) over the seeds, the ratio, the seeds won, the
+seconds per seed of each, and the family's mean over its levels.
 The trace is read from --data and never copied into the repository.
 Results are recorded in docs/benchmarks.md.
 """
@@ -29,11 +36,16 @@ import os
 import platform
 import statistics
 import time
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass
+from typing import Any
 
 from rich.console import Console
 from rich.table import Table
 
+from bench.openb_variants import openb_variant
+from gpuplex.core.trace import TraceNode, TracePod
+from gpuplex.core.trace.variants import FAMILY_LEVELS, variants
 from gpuplex.sim.openb import load_nodes, load_pods
 from gpuplex.sim.replay import POLICY_NAMES, replay
 
@@ -70,6 +82,7 @@ class Row:
     published_100: float | None
     seconds_per_seed: float
     per_seed_100: tuple[float, ...] = ()
+    cpu_seconds_per_seed: float = 0.0
 
     @property
     def difference(self) -> float | None:
@@ -79,14 +92,26 @@ class Row:
 def measure(data: Path, workload: str, policy: str, seeds: list[int], inflate: float) -> Row:
     nodes = load_nodes(data / "openb_node_list_gpu_node.csv")
     pods = load_pods(data / f"openb_pod_list_{workload}.csv")
+    return measure_pods(nodes, pods, workload, policy, seeds, inflate)
+
+
+def measure_pods(
+    nodes: list[TraceNode],
+    pods: list[TracePod],
+    workload: str,
+    policy: str,
+    seeds: list[int],
+    inflate: float,
+) -> Row:
     at_100: list[float] = []
     at_top: list[float] = []
-    started = time.perf_counter()
+    started, cpu_started = time.perf_counter(), time.process_time()
     for seed in seeds:
         result = replay(nodes, pods, policy, seed=seed, inflate=inflate)
         at_100.append(result.at(100))
         at_top.append(result.allocation_percent[-1])
     elapsed = time.perf_counter() - started
+    cpu = time.process_time() - cpu_started
     return Row(
         workload=workload,
         policy=policy,
@@ -98,6 +123,7 @@ def measure(data: Path, workload: str, policy: str, seeds: list[int], inflate: f
         published_100=PUBLISHED.get(workload, {}).get(policy),
         seconds_per_seed=elapsed / len(seeds),
         per_seed_100=tuple(at_100),
+        cpu_seconds_per_seed=cpu / len(seeds),
     )
 
 
@@ -152,6 +178,80 @@ def against(row: Row, baseline: Row) -> str:
     return f"{ratio:.4f}x ({wins}/{len(row.per_seed_100)})"
 
 
+def variant_rows(
+    data: Path, families: list[str], policies: tuple[str, str], seeds: list[int], args: Any
+) -> list[Row]:
+    """Both policies on every variant of `families`, each variant drawn once."""
+    nodes = load_nodes(data / "openb_node_list_gpu_node.csv")
+    rows: list[Row] = []
+    for variant in variants(families):
+        if args.only and variant.name not in args.only:
+            continue
+        pods = openb_variant(data, variant, seed=args.variant_seed)
+        for policy in policies:
+            rows.append(measure_pods(nodes, pods, variant.name, policy, seeds, args.inflate))
+            print(f"{variant.name} {policy}: {rows[-1].mean_100:.2f}", file=sys.stderr, flush=True)
+    return rows
+
+
+def seconds(rows: Iterable[Row]) -> str:
+    """Mean wall (and CPU) seconds per seed over `rows`."""
+    listed = list(rows)
+    wall = statistics.fmean(r.seconds_per_seed for r in listed)
+    return f"{wall:.2f} ({statistics.fmean(r.cpu_seconds_per_seed for r in listed):.2f})"
+
+
+def variant_tables(rows: list[Row], policies: tuple[str, str], seeds: list[int]) -> list[Table]:
+    """One table per family: the baseline and ours per level, and the family's mean."""
+    baseline, ours = policies
+    tables = []
+    for family in FAMILY_LEVELS:
+        pairs = [
+            (b, o)
+            for b in rows
+            for o in rows
+            if b.workload == o.workload
+            and b.workload.startswith(family)
+            and (b.policy, o.policy) == (baseline, ours)
+        ]
+        if not pairs:
+            continue
+        out = Table(
+            title=f"{family}: GPU allocation % at 100 % arrived (seeds {seeds[0]}..{seeds[-1]})"
+        )
+        for column in (
+            "variant",
+            baseline,
+            ours,
+            "ratio (seeds won)",
+            f"s/seed {baseline} (CPU)",
+            f"s/seed {ours} (CPU)",
+        ):
+            out.add_column(column, justify="left" if column == "variant" else "right")
+        for b, o in pairs:
+            out.add_row(
+                b.workload,
+                f"{b.mean_100:.2f} ({b.min_100:.2f}..{b.max_100:.2f})",
+                f"{o.mean_100:.2f} ({o.min_100:.2f}..{o.max_100:.2f})",
+                against(o, b),
+                f"{b.seconds_per_seed:.2f} ({b.cpu_seconds_per_seed:.2f})",
+                f"{o.seconds_per_seed:.2f} ({o.cpu_seconds_per_seed:.2f})",
+            )
+        mean_b = statistics.fmean(b.mean_100 for b, _ in pairs)
+        mean_o = statistics.fmean(o.mean_100 for _, o in pairs)
+        wins = sum(o.mean_100 > b.mean_100 for b, o in pairs)
+        out.add_row(
+            "family mean",
+            f"{mean_b:.2f}",
+            f"{mean_o:.2f}",
+            f"{mean_o / mean_b:.4f}x ({wins}/{len(pairs)} levels)",
+            seconds(b for b, _ in pairs),
+            seconds(o for _, o in pairs),
+        )
+        tables.append(out)
+    return tables
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--data", type=Path, default=DEFAULT_DATA)
@@ -161,6 +261,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--workload", action="append", dest="workloads")
     parser.add_argument("--policy", action="append", dest="policies", choices=POLICY_NAMES)
     parser.add_argument("--json", action="store_true")
+    parser.add_argument("--variants", action="store_true")
+    parser.add_argument("--family", action="append", dest="families", choices=list(FAMILY_LEVELS))
+    parser.add_argument("--variant-seed", type=int, default=0)
+    parser.add_argument("--only", action="append", dest="only", help="variant names to run")
     args = parser.parse_args(argv)
     workloads: list[str] = args.workloads or list(PUBLISHED)
     policies: list[str] = args.policies or list(POLICY_NAMES)
@@ -172,6 +276,21 @@ def main(argv: list[str] | None = None) -> int:
     if not args.json:
         console.print(f"machine: {machine()}")
     started = time.perf_counter()
+    if args.variants:
+        pair = tuple(args.policies or ("fgd", "fgd-balanced"))
+        if len(pair) != 2:
+            print("--variants compares two policies: give --policy twice", file=sys.stderr)
+            return 2
+        rows = variant_rows(args.data, args.families or [], pair, seeds, args)
+        wall = time.perf_counter() - started
+        if args.json:
+            out = {"machine": machine(), "wall_s": wall, "rows": [asdict(r) for r in rows]}
+            print(json.dumps(out))
+            return 0
+        for variant_table in variant_tables(rows, pair, seeds):
+            console.print(variant_table)
+        console.print(f"wall time {wall:.1f} s")
+        return 0
     rows = [
         measure(args.data, workload, policy, seeds, args.inflate)
         for workload in workloads

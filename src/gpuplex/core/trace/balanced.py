@@ -1,21 +1,28 @@
-"""gpuplex's own placement policy, `fgd-balanced`: FGD, with ties decided by CPU-GPU balance. Pure.
+"""gpuplex's own placement policy, `fgd-balanced`: FGD, with ties decided by the GPU models that
+pods bound to a model need, then by CPU-GPU balance. Pure.
 
 FGD (see `fgd`) scores nodes in whole points, so many nodes tie; the original breaks those ties at
-random. On the openb trace much of what FGD still leaves unallocated sits on nodes whose CPU is
-used up: GPUs are free there, but no pod that wants them finds the CPU to run. `fgd-balanced`
-breaks FGD's ties by that loss instead. For a node, the GPU capacity *stranded by CPU* is
+random. `fgd-balanced` breaks them with two keys, one after the other:
 
-    stranded = max(0, free GPU milli - free CPU milli / rho)
+1. *Model pressure*, for a pod that accepts any GPU model: the share of a model's GPUs that the
+   workload's model-bound pods ask for (a pod bound to several models spreads its request over
+   them by their GPU counts), in steps of `PRESSURE_STEP`. Among FGD's best nodes, such a pod goes
+   to the model the bound pods need least, so the scarce models stay free for the pods that can
+   run nowhere else. A workload without model-bound pods puts every model at 0: the key is then
+   neutral. Pods bound to a model, and CPU-only pods, skip this key.
+2. *GPU capacity stranded by CPU*: for a node,
 
-where rho is the workload's CPU per milli-GPU (all its GPU pods' CPU over all their GPU milli):
-the GPU milli the node's remaining CPU cannot feed at the workload's usual ratio. Among the nodes
-with FGD's best score, a pod goes where `stranded` grows least (or shrinks most), then to the node
-first in the tie-break order. So a CPU-hungry pod (or a CPU-only one) lands where CPU is to spare
-and a CPU-light one where CPU is short, and fewer GPUs end up with no CPU to use them. The GPUs on
-the chosen node are FGD's. Measured on openb in docs/benchmarks.md.
+       stranded = max(0, free GPU milli - free CPU milli / rho)
 
-The same two keys, one after the other, place shares in the live planner
-(`gpuplex.core.fragmentation.scores`, where they are defined).
+   where rho is the workload's CPU per milli-GPU: the CPU of *all* its pods, CPU-only ones
+   included, over all their GPU milli. It is the GPU milli the node's remaining CPU cannot feed at
+   the workload's usual ratio; CPU-only pods take their CPU from the same nodes, so leaving them
+   out of rho (as the live planner may, where no CPU-only work exists) would leave GPUs without
+   the CPU to use them wherever CPU-only pods are many. The pod goes where `stranded` grows least
+   (or shrinks most).
+
+Then to the node first in the tie-break order. The GPUs on the chosen node are FGD's. Measured on
+openb and its variants in docs/benchmarks.md.
 """
 
 from __future__ import annotations
@@ -24,33 +31,100 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from gpuplex.core.fragmentation.model import IntArray, TracePod
-from gpuplex.core.fragmentation.scores import balance_keys, cpu_per_gpu_milli, stranded_gpu_milli
+from gpuplex.core.fragmentation.model import FloatArray, IntArray, TracePod
+from gpuplex.core.fragmentation.scores import MAX_SCORE, balance_keys, stranded_gpu_milli
 from gpuplex.core.trace.fgd import FgdScorer
 from gpuplex.core.trace.model import ClusterState
 from gpuplex.core.trace.policies import Policy
 
+#: for a pod that accepts any model, FGD scores this many points apart count alike before the
+#: model pressure decides
+BAND_POINTS = 10
+#: model pressure counts in steps of this share of a model's GPUs (finer differences tie)
+PRESSURE_STEP = 0.05
+#: pressure beyond this many times a model's GPUs counts as this much
+PRESSURE_CAP = 10.0
+_PRESSURE_LEVELS = round(PRESSURE_CAP / PRESSURE_STEP) + 1
+
+
+def workload_cpu_per_gpu_milli(workload: Sequence[TracePod]) -> float | None:
+    """rho: the CPU milli of all the workload's pods (CPU-only ones too) per milli-GPU they ask;
+    None without GPU requests or without CPU (then CPU strands nothing)."""
+    gpu_milli = sum(p.total_gpu_milli for p in workload)
+    cpu_milli = sum(p.cpu_milli for p in workload)
+    if gpu_milli <= 0 or cpu_milli <= 0:
+        return None
+    return cpu_milli / gpu_milli
+
+
+def model_pressure(workload: Sequence[TracePod], capacity: dict[str, int]) -> dict[str, float]:
+    """Per GPU model of the cluster (`capacity`: its GPUs): the GPUs the workload's model-bound
+    pods ask of it, as a share of its GPUs; a pod bound to several models spreads its request
+    over those the cluster has, by their GPU counts."""
+    asked = dict.fromkeys(capacity, 0.0)
+    for pod in workload:
+        if not pod.wants_gpu or not pod.gpu_models:
+            continue
+        models = [m for m in pod.gpu_models if capacity.get(m, 0) > 0]
+        gpus = sum(capacity[m] for m in models)
+        for m in models:
+            asked[m] += pod.total_gpu_milli / 1000 * capacity[m] / gpus
+    return {m: asked[m] / capacity[m] if capacity[m] else 0.0 for m in capacity}
+
 
 class BalancedFgdScorer(FgdScorer):
-    """FGD's scores and GPU choice, its ties broken by the growth of GPU milli stranded by CPU."""
+    """FGD's scores and GPU choice, its ties broken by model pressure, then by the growth of GPU
+    milli stranded by CPU."""
 
     def __init__(self, workload: Sequence[TracePod]) -> None:
         super().__init__(workload)
-        self.rho = cpu_per_gpu_milli(workload)
+        self.rho = workload_cpu_per_gpu_milli(workload)
+        self._bound = tuple(p for p in workload if p.wants_gpu and p.gpu_models)
+        self._pressure_of: tuple[tuple[str, ...], IntArray] | None = None
 
-    def score(self, state: ClusterState, pod: TracePod, nodes: IntArray) -> IntArray:
-        primary = super().score(state, pod, nodes)
+    def pressure_levels(self, state: ClusterState) -> IntArray:
+        """Per model position of `state`: its pressure in whole steps (0 without bound pods)."""
+        if self._pressure_of is None or self._pressure_of[0] != state.models:
+            capacity = dict.fromkeys(state.models, 0)
+            for node, gpus in zip(state.nodes, state.gpu_count.tolist(), strict=True):
+                capacity[node.model] += gpus
+            pressure = model_pressure(self._bound, capacity)
+            levels = np.array(
+                [
+                    np.floor(min(pressure[m], PRESSURE_CAP) / PRESSURE_STEP + 1e-9)
+                    for m in state.models
+                ],
+                dtype=np.int64,
+            )
+            self._pressure_of = (state.models, levels)
+        return self._pressure_of[1]
+
+    def keys(self, state: ClusterState, pod: TracePod, nodes: IntArray, fgd: IntArray) -> IntArray:
+        """One integer per node, higher is better: for a pod that accepts any GPU model in a
+        workload with model-bound pods, FGD's score in bands of `BAND_POINTS`, then the model's
+        spare (the less pressure the better), then FGD's score; for any other pod FGD's score.
+        Then the least growth of GPU milli stranded by CPU."""
+        primary = fgd
+        if pod.wants_gpu and not pod.gpu_models and self._bound:
+            spare = _PRESSURE_LEVELS - 1 - self.pressure_levels(state)[state.model_index[nodes]]
+            primary = ((fgd // BAND_POINTS) * _PRESSURE_LEVELS + spare) * (MAX_SCORE + 1) + fgd
         if self.rho is None:
             return primary
-        left = state.gpu_left[nodes]
-        free = np.where(left > 0, left, 0).sum(axis=1)
-        cpu = state.cpu_left[nodes]
-        before = stranded_gpu_milli(cpu, free, self.rho)
-        after = stranded_gpu_milli(cpu - pod.cpu_milli, free - pod.total_gpu_milli, self.rho)
-        return balance_keys(primary, after - before)
+        return balance_keys(primary, stranded_growth(state, pod, nodes, self.rho))
+
+
+def stranded_growth(state: ClusterState, pod: TracePod, nodes: IntArray, rho: float) -> FloatArray:
+    """Per node: how much its GPU milli stranded by CPU (at `rho`) grows if the pod goes there."""
+    left = state.gpu_left[nodes]
+    free = np.where(left > 0, left, 0).sum(axis=1)
+    cpu = state.cpu_left[nodes]
+    before = stranded_gpu_milli(cpu, free, rho)
+    after = stranded_gpu_milli(cpu - pod.cpu_milli, free - pod.total_gpu_milli, rho)
+    growth: FloatArray = after - before
+    return growth
 
 
 def balanced_fgd_policy(workload: Sequence[TracePod]) -> Policy:
-    """gpuplex's policy over `workload`: its typical pods and its CPU per milli-GPU."""
+    """gpuplex's policy over `workload`: its typical pods, model pressure and CPU per milli-GPU."""
     scorer = BalancedFgdScorer(workload)
     return Policy("fgd-balanced", scorer.score, scorer.pick_gpus)

@@ -13,7 +13,12 @@ from gpuplex.core.fragmentation.scores import (
     stranded_gpu_milli,
 )
 from gpuplex.core.trace import ClusterState, TraceNode, TracePod, choose, policy_named
-from gpuplex.core.trace.balanced import BalancedFgdScorer
+from gpuplex.core.trace.balanced import (
+    BAND_POINTS,
+    BalancedFgdScorer,
+    model_pressure,
+    workload_cpu_per_gpu_milli,
+)
 from gpuplex.core.trace.fgd import FgdScorer
 from gpuplex.core.trace.registry import POLICY_NAMES
 
@@ -24,6 +29,12 @@ def node(name: str, cpu: int, gpus: int = 2) -> TraceNode:
 
 def trace_pod(name: str, cpu: int, milli: int = 1000, num: int = 1) -> TracePod:
     return TracePod(name, cpu, 1024, num, milli if num else 0)
+
+
+def bound_pod(
+    name: str, cpu: int, models: tuple[str, ...], milli: int = 1000, num: int = 1
+) -> TracePod:
+    return TracePod(name, cpu, 1024, num, milli, models)
 
 
 def test_rho_is_the_gpu_pods_cpu_per_milli_gpu() -> None:
@@ -37,6 +48,95 @@ def test_rho_is_the_gpu_pods_cpu_per_milli_gpu() -> None:
     assert cpu_per_gpu_milli([trace_pod("cpu-only", 4_000, 0, 0)]) is None
     assert cpu_per_gpu_milli([trace_pod("no-cpu", 0, 1000)]) is None  # no ratio to keep
     assert cpu_per_gpu_milli([]) is None
+
+
+def test_its_own_rho_counts_the_cpu_of_cpu_only_pods_too() -> None:
+    workload = [
+        trace_pod("a", 10_000),  # 1000 milli
+        trace_pod("b", 2_000, 500),
+        trace_pod("cpu-only", 50_000, 0, 0),  # its CPU comes from the same nodes
+    ]
+    assert workload_cpu_per_gpu_milli(workload) == pytest.approx(62_000 / 1_500)
+    assert workload_cpu_per_gpu_milli([trace_pod("cpu-only", 4_000, 0, 0)]) is None
+    assert workload_cpu_per_gpu_milli([trace_pod("no-cpu", 0, 1000)]) is None
+    assert BalancedFgdScorer(workload).rho == pytest.approx(62_000 / 1_500)
+
+
+def test_model_pressure_is_the_bound_pods_request_over_the_models_gpus() -> None:
+    workload = [
+        bound_pod("t", 1_000, ("T4",), num=2),  # 2 GPUs on T4
+        bound_pod("v", 1_000, ("V100", "T4")),  # 1 GPU over V100 (6 GPUs) and T4 (2): 3/4, 1/4
+        bound_pod("gone", 1_000, ("A100",)),  # a model the cluster lacks: asks nothing of it
+        trace_pod("any", 1_000),  # any model: no pressure
+    ]
+    pressure = model_pressure(workload, {"T4": 2, "V100": 6, "G2": 8})
+    assert pressure == pytest.approx({"T4": 2.25 / 2, "V100": 0.75 / 6, "G2": 0.0})
+
+
+def test_a_pod_for_any_model_leaves_the_scarce_model_to_the_pods_bound_to_it() -> None:
+    # nine of ten pods run only on T4, which has 2 GPUs; G2 has 8 nobody is bound to
+    workload = [bound_pod(f"t{i}", 4_000, ("T4",)) for i in range(9)] + [trace_pod("a", 4_000)]
+    state = ClusterState.empty(
+        [TraceNode("t4", 64_000, 512 * 1024, 2, "T4"), TraceNode("g2", 64_000, 512 * 1024, 8, "G2")]
+    )
+    state.place(0, trace_pod("earlier", 4_000, 400), (0,))  # T4's GPU 0 has 600 left
+    pod = trace_pod("any-model", 4_000, 600)
+    both = np.arange(2, dtype=np.int64)
+    # FGD likes filling T4's 600 exactly (64) a little more than opening a G2 GPU (62)
+    assert FgdScorer(workload).score(state, pod, both).tolist() == [64, 62]
+    rng = np.random.default_rng(0)
+    fgd_choice = choose(state, pod, policy_named("fgd", workload), rng)
+    assert fgd_choice is not None
+    assert fgd_choice.node == 0
+    # within one band of FGD's score the model the bound pods need least wins: G2
+    balanced_choice = choose(state, pod, policy_named("fgd-balanced", workload), rng)
+    assert balanced_choice is not None
+    assert balanced_choice.node == 1
+    # a pod bound to T4 itself still goes where FGD puts it
+    bound = choose(
+        state, bound_pod("t4-pod", 4_000, ("T4",), 600), policy_named("fgd-balanced", workload), rng
+    )
+    assert bound is not None
+    assert bound.node == 0
+
+
+def test_with_many_cpu_only_pods_a_cpu_light_pod_goes_where_cpu_is_short() -> None:
+    # GPU pods ask 1 core per GPU, but CPU-only pods ask 16 cores each: rho 17 CPU per milli
+    workload = [trace_pod(f"g{i}", 1_000) for i in range(4)]
+    workload += [trace_pod(f"c{i}", 16_000, 0, 0) for i in range(4)]
+    # a: 3 cores for 2 GPUs; b: 30 cores, first in the tie order. FGD ties (62, 62)
+    state = ClusterState.empty([node("a", 3_000), node("b", 30_000)], rank=np.array([1, 0]))
+    light = trace_pod("light", 1_000)
+    both = np.arange(2, dtype=np.int64)
+    assert FgdScorer(workload).score(state, light, both).tolist() == [62, 62]
+    rng = np.random.default_rng(0)
+    fgd_choice = choose(state, light, policy_named("fgd", workload), rng)
+    assert fgd_choice is not None
+    assert fgd_choice.node == 1
+    # counted from the GPU pods alone (1 core per GPU) neither node strands anything and the
+    # tie order sends it to b; with the CPU-only pods' CPU, a strands 941 milli less, b 236
+    balanced_choice = choose(state, light, policy_named("fgd-balanced", workload), rng)
+    assert balanced_choice is not None
+    assert balanced_choice.node == 0
+
+
+def test_cached_scores_are_those_of_a_fresh_scorer() -> None:
+    workload = [trace_pod(f"w{i}", 4_000 * (i % 3), 250 * (1 + i % 4)) for i in range(12)]
+    state = ClusterState.empty([node(f"n{i}", 24_000 + 8_000 * i, 1 + i % 4) for i in range(6)])
+    kept = FgdScorer(workload)
+    rng = np.random.default_rng(1)
+    policy = policy_named("fgd", workload)
+    for step in range(20):
+        pod = workload[step % len(workload)]
+        candidates = np.flatnonzero(state.feasible(pod))
+        if candidates.size == 0:
+            continue
+        assert kept.scores(state, pod, candidates)[0].tolist() == (
+            FgdScorer(workload).scores(state, pod, candidates)[0].tolist()
+        )
+        where = choose(state, pod, policy, rng)
+        assert where is not None
+        state.place(where.node, pod, where.gpus)
 
 
 def test_stranded_is_free_gpu_milli_the_free_cpu_cannot_feed() -> None:
@@ -159,3 +259,43 @@ def test_it_only_ever_chooses_among_fgds_best_nodes(
     assert choice is not None
     fgd_scores = FgdScorer(workload).score(state, pod, candidates)
     assert fgd_scores[candidates.tolist().index(choice.node)] == fgd_scores.max()
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    cpus=st.lists(st.integers(0, 128_000), min_size=2, max_size=5),
+    placed=st.lists(pods, max_size=8),
+    workload=st.lists(pods, min_size=1, max_size=6),
+    bound=st.lists(st.sampled_from([("T4",), ("G2",), ("T4", "G2")]), min_size=1, max_size=4),
+    pod=pods,
+)
+def test_with_bound_pods_it_chooses_within_the_band_of_fgds_best(
+    cpus: list[int],
+    placed: list[TracePod],
+    workload: list[TracePod],
+    bound: list[tuple[str, ...]],
+    pod: TracePod,
+) -> None:
+    models = ["T4", "G2"]
+    state = ClusterState.empty(
+        [
+            TraceNode(f"n{i}", cpu, 512 * 1024, 2 + 2 * i, models[i % 2])
+            for i, cpu in enumerate(cpus)
+        ]
+    )
+    workload = workload + [bound_pod(f"b{i}", 4_000, m) for i, m in enumerate(bound)]
+    rng = np.random.default_rng(0)
+    fgd = policy_named("fgd", workload)
+    for earlier in placed:
+        where = choose(state, earlier, fgd, rng)
+        if where is not None:
+            state.place(where.node, earlier, where.gpus)
+    choice = choose(state, pod, policy_named("fgd-balanced", workload), rng)
+    candidates = np.flatnonzero(state.feasible(pod))
+    if candidates.size == 0:
+        assert choice is None
+        return
+    assert choice is not None
+    fgd_scores = FgdScorer(workload).score(state, pod, candidates)
+    chosen = int(fgd_scores[candidates.tolist().index(choice.node)])
+    assert chosen // BAND_POINTS == int(fgd_scores.max()) // BAND_POINTS
