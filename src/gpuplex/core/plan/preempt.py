@@ -21,12 +21,14 @@ preempted for yet. docs/placement.md states the same objective.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
 from itertools import combinations
 
 from gpuplex.core.plan.demand import Sized, Unit
 from gpuplex.core.plan.index import Candidate, FleetIndex
+from gpuplex.core.plan.model import Mode
 from gpuplex.core.plan.occupancy import GpuState, Hold
 from gpuplex.core.plan.quota import QuotaLedger
 
@@ -149,12 +151,37 @@ def _victim_sets(
 def _fewest(
     unit: Unit, sized: Sized, state: GpuState, lower: list[Hold], index: FleetIndex
 ) -> list[tuple[tuple[Hold, ...], int]]:
+    short, frees = _shortfall(unit, sized, state)
+    freed = sorted((frees(h) for h in lower), reverse=True)
     for size in range(1, _EXHAUSTIVE_UP_TO + 1):
+        if sum(freed[:size]) < short:
+            continue  # even the `size` largest victims free too little: no set of this size fits
         for victims in combinations(lower, size):
             start = _fit_without(unit, sized, state, victims, index)
             if start is not None:
                 return [(victims, start)]
     return []
+
+
+def _shortfall(unit: Unit, sized: Sized, state: GpuState) -> tuple[int, Callable[[Hold], int]]:
+    """A necessary condition for a fit, to skip victim sets cheaply: what is missing, and what
+    evicting one hold gives back. Whole GPUs need every hold gone, a MIG slice its memory slots,
+    a share its memory."""
+    if unit.mode is Mode.DEDICATED:
+        return len(state.holds), lambda _: 1
+    profile = sized.profile
+    if profile is not None and state.mode is Mode.MIG:
+        free = state.slot.model.mig.memory_slices if state.slot.model.mig else 0
+        free -= state.mig_mask.bit_count()
+        return profile.memory_slices - free, _mig_slots
+    if unit.mode in (Mode.MPS, Mode.TIMESLICE) and state.mode is unit.mode:
+        return sized.memory_mib - state.free_memory_mib, lambda h: h.memory_per_gpu_mib
+    return 0, lambda _: 0
+
+
+def _mig_slots(hold: Hold) -> int:
+    profile = hold.sized.profile
+    return profile.memory_slices if profile is not None and hold.mig_start is not None else 0
 
 
 def _fit_without(
