@@ -113,5 +113,5 @@ def test_plan_table_shows_what_was_asked_and_the_cost(forty_gib: Path) -> None:
     forty_gib.write_text(FORTY_GIB_ON_AN_A100 + 'pricing:\n  gpu_hour: {A100-80GB: "2.80"}\n')
     text = ok(run_subprocess("plan", forty_gib)).stdout
     row = next(line for line in text.splitlines() if "acme/chat#0" in line and "7g.80gb" in line)
-    assert "79.2 (asked 40, rounded up)" in row
+    assert "79.2 (asked 40)" in row
     assert "2.80 USD/h" in row

@@ -50,7 +50,7 @@ def _memory_cell(placement: Placement) -> str:
     rounded = placement.rounded_up
     if rounded is None:
         return granted
-    return f"{granted} (asked {rounded.requested_memory_mib / 1024:g}, rounded up)"
+    return f"{granted} (asked {rounded.requested_memory_mib / 1024:g})"
 
 
 def changes_table(plan: Plan) -> Table | None:
