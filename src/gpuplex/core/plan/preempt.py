@@ -16,7 +16,7 @@ compared on what the trial leaves behind, in this order:
 The placer applies the chosen set as tried: the moved victims go where the trial put them, the
 ones left out go back in its queue, where one may in turn evict replicas of a still lower
 priority (that only lowers the priorities left out). Multi-GPU dedicated replicas are not
-preempted for yet. docs/placement.md states the same objective.
+preempted for yet. docs/plan-format.md (re-planning) states the same objective.
 """
 
 from __future__ import annotations
