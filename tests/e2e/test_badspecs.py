@@ -86,17 +86,32 @@ EXPECTED: dict[str, Expected] = {
     ),
     "gpu-models-mig-on.yaml": Expected(11, "fleet.nodes[0].gpus[0].mig", "A40 has no MIG"),
     # quotas
+    # quota errors name each workload that counts and what it asks
     "quota-gpus-exceeded.yaml": Expected(
-        10, "tenants[0].quota.gpus", "6 whole GPUs, over the quota of 4"
+        10,
+        "tenants[0].quota.gpus",
+        "6 whole GPUs, over the quota of 4: trainer 3 replicas x 2 GPUs = 6 GPUs",
     ),
     "quota-memory-exceeded.yaml": Expected(
-        12, "tenants[0].quota.gpu_memory_gib", "60 GiB of GPU memory, over the quota of 48"
+        12,
+        "tenants[0].quota.gpu_memory_gib",
+        "60 GiB of GPU memory, over the quota of 48: playground 5 replicas x 12 GiB = 60 GiB",
+    ),
+    "quota-memory-two-workloads.yaml": Expected(
+        11,
+        "tenants[0].quota.gpu_memory_gib",
+        "64 GiB of GPU memory, over the quota of 60: chat 2 replicas x 20 GiB = 40 GiB, "
+        "embed 3 replicas x 8 GiB = 24 GiB",
     ),
     "quota-mig-profile-exceeded.yaml": Expected(
-        12, "tenants[0].quota.mig.3g.40gb", "3 x 3g.40gb, over the quota of 2"
+        12,
+        "tenants[0].quota.mig.3g.40gb",
+        "3 x 3g.40gb, over the quota of 2: support-bot 3 replicas",
     ),
     "quota-compute-exceeded.yaml": Expected(
-        9, "tenants[0].quota.compute_percent", "60% compute, over the quota of 50%"
+        9,
+        "tenants[0].quota.compute_percent",
+        "60% compute, over the quota of 50%: lab 3 replicas x 20% = 60%",
     ),
     # requests this fleet can never satisfy
     "memory-larger-than-any-gpu.yaml": Expected(

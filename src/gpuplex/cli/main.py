@@ -24,7 +24,14 @@ from gpuplex.cli.host import host_app
 from gpuplex.cli.keys import keys_app
 from gpuplex.cli.kube import kube_app
 from gpuplex.cli.queues import queues_command
-from gpuplex.cli.render import gpu_map, placement_table, problems_table, summary_line
+from gpuplex.cli.render import (
+    changes_table,
+    explanation_document,
+    gpu_map,
+    placement_table,
+    problems_table,
+    summary_line,
+)
 from gpuplex.cli.server import server_command, token_app
 from gpuplex.cli.sim import sim_app
 from gpuplex.cli.simulate import simulate_command
@@ -36,6 +43,7 @@ from gpuplex.core.catalog import Catalog
 from gpuplex.core.plan import Plan, Target, make_plan
 from gpuplex.core.plan.explain import explain as explain_workload
 from gpuplex.core.plan.node_sharing import target_of
+from gpuplex.core.report.placement_cost import placement_cost
 from gpuplex.core.spec import GpuplexSpec
 from gpuplex.core.spec.parse import did_you_mean
 from gpuplex.errors import GpuplexError, NotFoundError
@@ -139,11 +147,14 @@ def plan(
     elif output is OutputFormat.YAML:
         sys.stdout.write(yaml.safe_dump(result.model_dump(mode="json"), sort_keys=False))
     else:
-        out.print(placement_table(result))
+        out.print(placement_table(result, spec.pricing))
         out.print(gpu_map(result))
         problems = problems_table(result)
         if problems is not None:
             out.print(problems)
+        changes = changes_table(result)
+        if changes is not None:
+            out.print(changes)
         out.print(summary_line(result))
 
 
@@ -153,13 +164,35 @@ def explain(
     workload: Annotated[str, typer.Argument(help="tenant/workload, or a workload name if unique.")],
     current: Annotated[Path | None, typer.Option(help="A plan JSON to re-plan against.")] = None,
     target: PlanTarget = None,
+    output: Annotated[
+        OutputFormat,
+        typer.Option(
+            "--output", "-o", help="table: the sentences; json or yaml: also each placement."
+        ),
+    ] = OutputFormat.TABLE,
 ) -> None:
-    """Why a workload gets this isolation mode and these GPUs, or why it is not placed."""
+    """Why a workload gets this isolation mode and these GPUs, or why it is not placed; what
+    each replica asked, got and costs."""
     spec = load_spec_file(file)
     tenant_name, workload_name = _find_workload(spec, workload)
     result = offline_plan(spec, current, target)
-    for line in explain_workload(spec, result, tenant_name, workload_name, target=target):
-        out.print(line, highlight=False)
+    lines = explain_workload(
+        spec,
+        result,
+        tenant_name,
+        workload_name,
+        target=target,
+        cost=lambda p: placement_cost(p, result, spec.pricing).sentence(),
+    )
+    if output is OutputFormat.TABLE:
+        for line in lines:
+            out.print(line, highlight=False)
+        return
+    document = explanation_document(spec, result, tenant_name, workload_name, lines)
+    if output is OutputFormat.JSON:
+        sys.stdout.write(json.dumps(document, indent=2) + "\n")
+    else:
+        sys.stdout.write(yaml.safe_dump(document, sort_keys=False))
 
 
 @app.command()

@@ -6,7 +6,10 @@ from rich.table import Table
 from rich.text import Text
 
 from gpuplex.core.catalog import gpu_model
-from gpuplex.core.plan import GpuView, Plan
+from gpuplex.core.plan import GpuView, MigSlicePlan, Mode, Placement, Plan
+from gpuplex.core.report.placement_cost import placement_cost
+from gpuplex.core.spec import GpuplexSpec
+from gpuplex.core.spec.document import PricingSpec
 
 _COLOURS = ["cyan", "magenta", "green", "yellow", "blue", "red", "bright_cyan", "bright_magenta"]
 
@@ -15,9 +18,11 @@ def _colour(tenant: str, tenants: list[str]) -> str:
     return _COLOURS[tenants.index(tenant) % len(_COLOURS)]
 
 
-def placement_table(plan: Plan) -> Table:
+def placement_table(plan: Plan, pricing: PricingSpec) -> Table:
+    """One row per replica; `GiB` says what a rounded-up request asked, `cost` is per hour (or
+    the share of a GPU where the pricing has no price for the model)."""
     table = Table(title="Placements", title_justify="left")
-    for column in ("replica", "mode", "node", "GPU", "slice / share", "GiB", "why"):
+    for column in ("replica", "mode", "node", "GPU", "slice / share", "GiB", "cost", "why"):
         table.add_column(column, overflow="fold")
     for p in plan.placements:
         if p.mig is not None:
@@ -33,10 +38,72 @@ def placement_table(plan: Plan) -> Table:
             p.node,
             gpus,
             share,
-            f"{p.memory_mib / 1024:.1f}",
+            _memory_cell(p),
+            placement_cost(p, plan, pricing).short(),
             p.reason,
         )
     return table
+
+
+def _memory_cell(placement: Placement) -> str:
+    granted = f"{placement.memory_mib / 1024:.1f}"
+    rounded = placement.rounded_up
+    if rounded is None:
+        return granted
+    return f"{granted} (asked {rounded.requested_memory_mib / 1024:g})"
+
+
+def changes_table(plan: Plan) -> Table | None:
+    """What re-planning against `--current` changes: replicas that restart elsewhere and GPUs
+    whose MIG layout is rebuilt. None when nothing changes."""
+    if not plan.moves and not plan.mig_reconfigurations:
+        return None
+    table = Table(title="Changes against the current plan", title_justify="left")
+    for column in ("change", "what", "from", "to"):
+        table.add_column(column, overflow="fold")
+    for move in plan.moves:
+        table.add_row(
+            "move",
+            move.label(),
+            _spot(move.from_node, move.from_gpu_indices, move.from_mode, move.from_mig),
+            _spot(move.to_node, move.to_gpu_indices, move.to_mode, move.to_mig),
+        )
+    for change in plan.mig_reconfigurations:
+        table.add_row(
+            "MIG layout",
+            f"{change.node} GPU {change.gpu_index}",
+            ", ".join(change.before) or "no MIG instances",
+            ", ".join(change.after) or "no MIG instances",
+        )
+    return table
+
+
+def _spot(node: str, gpus: list[int], mode: Mode, mig: MigSlicePlan | None) -> str:
+    where = f"{node} GPU {','.join(str(i) for i in gpus)}"
+    return f"{where} {mig.profile}@{mig.start_slot}" if mig is not None else f"{where} {mode}"
+
+
+def explanation_document(
+    spec: GpuplexSpec, plan: Plan, tenant: str, workload: str, lines: list[str]
+) -> dict[str, object]:
+    """`explain -o json`: the sentences, and each placement of the workload with its cost."""
+    placements = []
+    for p in plan.placements:
+        if (p.tenant, p.workload) == (tenant, workload):
+            cost = placement_cost(p, plan, spec.pricing)
+            price = None if cost.price_per_hour is None else str(cost.price_per_hour)
+            placements.append(
+                {
+                    **p.model_dump(mode="json"),
+                    "cost": {
+                        "gpu_share": str(cost.gpu_share),
+                        "price_per_hour": price,
+                        "currency": cost.currency,
+                        "text": cost.sentence(),
+                    },
+                }
+            )
+    return {"workload": f"{tenant}/{workload}", "explanation": lines, "placements": placements}
 
 
 def gpu_map(plan: Plan) -> Table:
@@ -98,6 +165,9 @@ def summary_line(plan: Plan) -> str:
         line += f", {s.preemptions} preempted"
     if s.moves:
         line += f", {s.moves} moved"
+    if plan.mig_reconfigurations:
+        count = len(plan.mig_reconfigurations)
+        line += f", {count} MIG layout{'s' if count > 1 else ''} changed"
     return line
 
 

@@ -14,6 +14,7 @@ from gpuplex.core.plan.model import (
     Placement,
     Plan,
     Preemption,
+    RoundedUp,
     Summary,
 )
 from gpuplex.core.plan.node_sharing import Target, target_of
@@ -31,6 +32,7 @@ __all__ = [
     "Placement",
     "Plan",
     "Preemption",
+    "RoundedUp",
     "Summary",
     "Target",
     "make_plan",

@@ -19,6 +19,7 @@ from gpuplex.core.plan.model import (
     Summary,
 )
 from gpuplex.core.plan.occupancy import Hold
+from gpuplex.core.plan.rounding import rounded_up
 
 
 def mig_slice(hold: Hold) -> MigSlicePlan | None:
@@ -49,6 +50,7 @@ def placement_of(hold: Hold, index: FleetIndex, reason: str) -> Placement:
         thread_percent=hold.sized.thread_percent,
         compute_percent=hold.sized.compute_percent,
         reason=reason,
+        rounded_up=rounded_up(hold.unit, hold.sized, slots[0].model),
     )
 
 

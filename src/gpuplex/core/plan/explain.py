@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from gpuplex.core.plan.explain_rider import rider_lines
 from gpuplex.core.plan.inventory import build_inventory
-from gpuplex.core.plan.model import GpuView, MigSlicePlan, Mode, Placement, Plan
+from gpuplex.core.plan.model import GpuView, MigSlicePlan, Mode, Placement, Plan, RoundedUp
 from gpuplex.core.plan.node_sharing import NO_MPS_BESIDE_MIG, ONE_METHOD, Target, target_of
 from gpuplex.core.spec import GpuplexSpec, PlacementPolicy
 from gpuplex.core.spec.pools import fleet_pools, workload_pool
@@ -25,9 +27,11 @@ def explain(
     workload_name: str,
     *,
     target: Target | None = None,
+    cost: Callable[[Placement], str] | None = None,
 ) -> list[str]:
     """`target` says which rules the plan was made under (by default the spec's target): on
-    Kubernetes each node the workload runs on also says why it got its sharing method."""
+    Kubernetes each node the workload runs on also says why it got its sharing method. `cost`
+    says what a placement costs (the pricing lives a layer above: core/report/placement_cost.py)."""
     tenant = next((t for t in spec.tenants if t.name == tenant_name), None)
     workload = (
         next((w for w in tenant.workloads if w.name == workload_name), None) if tenant else None
@@ -54,6 +58,10 @@ def explain(
     for placement in plan.placements:
         if (placement.tenant, placement.workload) == mine:
             lines.append(f"replica {placement.replica}: {_where(placement)} ({placement.reason})")
+            if placement.rounded_up is not None:
+                lines.append(f"  rounded up: {rounding_sentence(placement.rounded_up)}")
+            if cost is not None:
+                lines.append(f"  cost: {cost(placement)}")
     for infeasible in plan.infeasible:
         if (infeasible.tenant, infeasible.workload) == mine:
             lines.append(f"replica {infeasible.replica}: NOT PLACED")
@@ -124,3 +132,25 @@ def _where(placement: Placement) -> str:
     if placement.mode == "timeslice":
         return f"{where}, time-sliced, {placement.memory_mib} MiB accounted"
     return f"{where}, whole GPU"
+
+
+def gib(memory_mib: int) -> str:
+    """MiB as GiB with up to two decimals and no trailing zeros: 40448 -> `39.5 GiB`."""
+    return f"{memory_mib / 1024:.2f}".rstrip("0").rstrip(".") + " GiB"
+
+
+def rounding_sentence(rounded: RoundedUp) -> str:
+    """`asked 40 GiB; the next smaller profile, 4g.40gb, holds only 39.5 GiB (40448 MiB), so it
+    got 7g.80gb: 79.25 GiB (81152 MiB)`."""
+    asked = f"asked {gib(rounded.requested_memory_mib)}"
+    if rounded.requested_compute_percent is not None:
+        asked += f" and {rounded.requested_compute_percent}% compute"
+    if rounded.smaller is not None and rounded.smaller_memory_mib is not None:
+        holds = (
+            "holds only" if rounded.smaller_memory_mib < rounded.requested_memory_mib else "holds"
+        )
+        small = f"{gib(rounded.smaller_memory_mib)} ({rounded.smaller_memory_mib} MiB)"
+        short = "" if holds == "holds only" else " but too little compute"
+        asked += f"; the next smaller profile, {rounded.smaller}, {holds} {small}{short}"
+    got = f"{gib(rounded.granted_memory_mib)} ({rounded.granted_memory_mib} MiB)"
+    return f"{asked}, so it got {rounded.granted}: {got}"

@@ -321,10 +321,14 @@ class FleetIndex:
 
     def assign(self, unit: Unit, candidate: Candidate) -> Hold:
         hold = Hold(unit, candidate.sized, candidate.mig_start, candidate.gpu_ids)
-        for gpu_id in candidate.gpu_ids:
-            self._update(gpu_id, lambda state: state.add(hold))
-        self.held_priorities[unit.priority] += 1
+        self.put_back(hold)
         return hold
+
+    def put_back(self, hold: Hold) -> None:
+        """Hold `hold` where it says; also undoes `release` after a trial eviction."""
+        for gpu_id in hold.gpu_ids:
+            self._update(gpu_id, lambda state: state.add(hold))
+        self.held_priorities[hold.unit.priority] += 1
 
     def release(self, hold: Hold) -> None:
         self.held_priorities[hold.unit.priority] -= 1

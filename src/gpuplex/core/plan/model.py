@@ -44,6 +44,18 @@ class MigSlicePlan(PlanModel):
     size_slots: int  # memory slots it occupies (NVML placement.size)
 
 
+class RoundedUp(PlanModel):
+    """A memory request granted as a fixed size larger than asked: the smallest MIG profile that
+    holds it (and the compute asked), or whole GPUs for a dedicated replica."""
+
+    requested_memory_mib: int
+    requested_compute_percent: int | None = None
+    granted: str  # the MIG profile, or "whole GPU" / "2 whole GPUs"
+    granted_memory_mib: int
+    smaller: str | None = None  # the next smaller MIG profile, which does not hold the request
+    smaller_memory_mib: int | None = None
+
+
 class Placement(UnitKey):
     mode: Mode
     node: str
@@ -54,6 +66,7 @@ class Placement(UnitKey):
     thread_percent: int | None = None  # MPS active thread percentage
     compute_percent: int  # share of one GPU's SMs, 100 per whole GPU
     reason: str
+    rounded_up: RoundedUp | None = None  # set when the grant is larger than the memory asked
 
 
 class Decision(PlanModel):

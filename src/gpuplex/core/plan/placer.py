@@ -26,7 +26,7 @@ from gpuplex.core.plan.inventory import GpuSlot, build_inventory
 from gpuplex.core.plan.model import Infeasible, Mode, Placement, Plan, Preemption
 from gpuplex.core.plan.node_sharing import Target, target_of
 from gpuplex.core.plan.occupancy import Hold, mode_problem, open_mig_starts, sharing_problem
-from gpuplex.core.plan.preempt import find_eviction
+from gpuplex.core.plan.preempt import Eviction, find_eviction
 from gpuplex.core.plan.quota import QuotaLedger
 from gpuplex.core.plan.share_fragmentation import ShareFragmentation
 from gpuplex.core.plan.units import build_units
@@ -154,14 +154,11 @@ class _PlanRun:
             if candidate is not None:
                 self._take(unit, candidate, self._why_here(unit, candidate))
                 continue
-            eviction = find_eviction(unit, self.index, refuse) if preemption else None
+            eviction = find_eviction(unit, self.index, self.ledger) if preemption else None
             if eviction is not None:
-                victims = ", ".join(v.unit.label for v in eviction.victims)
-                for victim in eviction.victims:
-                    self._drop(victim)
-                    self.evicted_by[victim.unit.key] = unit.label
+                self._evict(unit, eviction)
+                for victim in eviction.left_out:
                     heapq.heappush(queue, (order[victim.unit.key], victim.unit.key))
-                self._take(unit, eviction.candidate, f"preempted {victims} (lower priority)")
                 continue
             if key in self.evicted_by:
                 self.preemptions.append(
@@ -185,6 +182,17 @@ class _PlanRun:
                     reasons=reasons_by_workload[workload],
                 )
             )
+
+    def _evict(self, unit: Unit, eviction: Eviction) -> None:
+        """Apply an eviction as find_eviction tried it: victims off, `unit` on, the victims that
+        fit elsewhere moved there; the ones left out are the caller's to queue again."""
+        victims = ", ".join(v.unit.label for v in eviction.victims)
+        for victim in eviction.victims:
+            self._drop(victim)
+            self.evicted_by[victim.unit.key] = unit.label
+        self._take(unit, eviction.candidate, f"preempted {victims} (lower priority)")
+        for victim, spot in eviction.moved:
+            self._take(victim.unit, spot, f"moved to make room for {unit.label}")
 
     def _why_here(self, unit: Unit, candidate: Candidate) -> str:
         return f"{self.index.policy_for(unit)}: {candidate.reason}"

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import ipaddress
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 
 from gpuplex.core.catalog import GPU_MODELS
 from gpuplex.core.spec.document import GpuplexSpec
@@ -207,32 +207,30 @@ def _check_runtime(workload: WorkloadSpec, path: FieldPath) -> Iterator[SpecProb
 
 
 def _check_quota(tenant: TenantSpec, path: FieldPath) -> Iterator[SpecProblem]:
-    """Requests that exceed the tenant's quota whatever GPU they land on."""
+    """Requests that exceed the tenant's quota whatever GPU they land on. Each message names the
+    workloads that count against the quota and what each asks."""
     quota = tenant.quota
-    whole = sum(w.gpu.count * w.replicas for w in tenant.workloads if w.gpu and w.gpu.count)
-    memory = sum(
-        w.gpu.memory_gib * w.replicas for w in tenant.workloads if w.gpu and w.gpu.memory_gib
-    )
-    compute = sum(
-        w.gpu.compute_percent * w.replicas
-        for w in tenant.workloads
-        if w.gpu and w.gpu.compute_percent
-    )
-    if quota.gpus is not None and whole > quota.gpus:
+    asking = [w for w in tenant.workloads if w.gpu is not None and w.replicas]
+    whole = [(w, w.gpu.count) for w in asking if w.gpu and w.gpu.count]
+    memory = [(w, w.gpu.memory_gib) for w in asking if w.gpu and w.gpu.memory_gib]
+    compute = [(w, w.gpu.compute_percent) for w in asking if w.gpu and w.gpu.compute_percent]
+    if quota.gpus is not None and _total(whole) > quota.gpus:
         yield SpecProblem(
             (*path, "quota", "gpus"),
-            f"workloads ask for {whole} whole GPUs, over the quota of {quota.gpus}",
+            f"workloads ask for {_total(whole):g} whole GPUs, over the quota of {quota.gpus}: "
+            + _each(whole, " GPU", plural=True),
         )
-    if quota.gpu_memory_gib is not None and memory > quota.gpu_memory_gib:
+    if quota.gpu_memory_gib is not None and _total(memory) > quota.gpu_memory_gib:
         yield SpecProblem(
             (*path, "quota", "gpu_memory_gib"),
-            f"workloads ask for {memory:g} GiB of GPU memory, over the quota of "
-            f"{quota.gpu_memory_gib:g}",
+            f"workloads ask for {_total(memory):g} GiB of GPU memory, over the quota of "
+            f"{quota.gpu_memory_gib:g}: " + _each(memory, " GiB"),
         )
-    if quota.compute_percent is not None and compute > quota.compute_percent:
+    if quota.compute_percent is not None and _total(compute) > quota.compute_percent:
         yield SpecProblem(
             (*path, "quota", "compute_percent"),
-            f"workloads ask for {compute}% compute, over the quota of {quota.compute_percent}%",
+            f"workloads ask for {_total(compute):g}% compute, over the quota of "
+            f"{quota.compute_percent}%: " + _each(compute, "%"),
         )
     known_profiles = {p.name for m in GPU_MODELS if m.mig for p in m.mig.profiles}
     for profile, limit in quota.mig.items():
@@ -242,12 +240,31 @@ def _check_quota(tenant: TenantSpec, path: FieldPath) -> Iterator[SpecProblem]:
                 f"unknown MIG profile {profile!r}{did_you_mean(profile, known_profiles)}",
             )
             continue
-        asked = sum(w.replicas for w in tenant.workloads if w.gpu and w.gpu.mig_profile == profile)
-        if asked > limit:
+        slices = [(w, 1) for w in asking if w.gpu and w.gpu.mig_profile == profile]
+        if _total(slices) > limit:
             yield SpecProblem(
                 (*path, "quota", "mig", profile),
-                f"workloads ask for {asked} x {profile}, over the quota of {limit}",
+                f"workloads ask for {_total(slices):g} x {profile}, over the quota of {limit}: "
+                + _each(slices, ""),
             )
+
+
+def _total(asks: Sequence[tuple[WorkloadSpec, float]]) -> float:
+    return sum(ask * workload.replicas for workload, ask in asks)
+
+
+def _each(asks: Sequence[tuple[WorkloadSpec, float]], unit: str, *, plural: bool = False) -> str:
+    """`playground 5 replicas x 12 GiB = 60 GiB, embed 1 replica x 8 GiB = 8 GiB`; with no unit
+    (a count of MIG slices) just `support-bot 3 replicas`."""
+    parts = []
+    for workload, ask in asks:
+        total = ask * workload.replicas
+        replicas = f"{workload.replicas} replica{'s' if workload.replicas > 1 else ''}"
+        if unit:
+            each, all_ = (f"{unit}s" if plural and n != 1 else unit for n in (ask, total))
+            replicas += f" x {ask:g}{each} = {total:g}{all_}"
+        parts.append(f"{workload.name} {replicas}")
+    return ", ".join(parts)
 
 
 def _check_gateway(spec: GpuplexSpec) -> Iterator[SpecProblem]:

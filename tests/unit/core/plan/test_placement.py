@@ -73,7 +73,28 @@ def test_quota_stops_placement_with_the_reason() -> None:
     )
     plan = make_plan(spec(fleet(H100), capped))
     assert plan.summary.replicas_placed == 2
-    assert plan.infeasible[0].reasons == ["quota mig 3g.40gb: would hold 3, quota 2"]
+    assert plan.infeasible[0].reasons == [
+        "quota mig 3g.40gb: would hold 3, quota 2: w 2 replicas hold 2 x 3g.40gb, "
+        "a replica of w would add 1 x 3g.40gb"
+    ]
+
+
+def test_a_memory_quota_refusal_names_the_workloads_held_and_the_rounded_up_ask() -> None:
+    chat = workload("chat", {"memory_gib": 30}, replicas=3)
+    embed = workload("embed", {"memory_gib": 8})
+    capped = tenant("t", chat, embed, isolation="mig", quota={"gpu_memory_gib": 80})
+    plan = make_plan(spec(fleet(H100), capped))
+    reasons = {i.label(): i.reasons for i in plan.infeasible}
+    assert reasons == {
+        "t/chat#2": [
+            "quota gpu_memory_gib: would hold 118.1 GiB, quota 80: chat 2 replicas hold 78.8 GiB, "
+            "a replica of chat would add 39.4 GiB (asked 30)"
+        ],
+        "t/embed#0": [
+            "quota gpu_memory_gib: would hold 88.5 GiB, quota 80: chat 2 replicas hold 78.8 GiB, "
+            "a replica of embed would add 9.8 GiB (asked 8)"
+        ],
+    }
 
 
 def test_memory_request_gets_the_smallest_mig_profile_that_holds_it() -> None:
@@ -169,7 +190,9 @@ def test_no_eviction_for_a_replica_its_own_quota_refuses() -> None:
     plan = make_plan(spec(base, low, capped), current)
     assert plan.preemptions == []
     assert [p.label() for p in plan.placements] == ["low/w#0"]
-    assert plan.infeasible[0].reasons == ["quota gpus: would hold 1 whole GPUs, quota 0"]
+    assert plan.infeasible[0].reasons == [
+        "quota gpus: would hold 1 whole GPUs, quota 0: a replica of w would add 1 GPU"
+    ]
 
 
 def test_current_mig_slice_is_not_kept_on_a_gpu_now_mig_off() -> None:
