@@ -195,9 +195,13 @@ CHILD = "import sys; from tests.integration.gateway.test_limiter_redis import ch
 
 
 def child_main(argv: list[str]) -> None:
-    """One gateway-like process: 16 tasks admit random-sized requests from `start_at` for
-    HAMMER_S seconds; prints what it got as JSON."""
-    url, key_prefix, name, start_at = argv[0], argv[1], argv[2], float(argv[3])
+    """One gateway-like process: says `ready` once imported, reads the common start time from
+    stdin, then 16 tasks admit random-sized requests from it for HAMMER_S seconds; prints what it
+    got as JSON. (A start time fixed before the children exist fails on a loaded machine: a child
+    still importing when the window ends admits nothing.)"""
+    url, key_prefix, name = argv[0], argv[1], argv[2]
+    print("ready", flush=True)  # noqa: T201
+    start_at = float(sys.stdin.readline())
     print(json.dumps(asyncio.run(_hammer(url, key_prefix, name, start_at))))  # noqa: T201
 
 
@@ -231,19 +235,30 @@ async def _hammer(url: str, key_prefix: str, name: str, start_at: float) -> dict
 
 @pytest.mark.slow
 def test_two_processes_share_one_limit(url: str, prefix: str) -> None:
-    start_at = time.time() + 1.5
     children = [
         subprocess.Popen(  # noqa: S603 - our interpreter and this file's own code
-            [sys.executable, "-c", CHILD, url, prefix, name, repr(start_at)],
+            [sys.executable, "-c", CHILD, url, prefix, name],
             cwd=REPO_ROOT,
+            stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             text=True,
         )
         for name in ("a", "b")
     ]
+    for child in children:  # both imported and connected-to-be before the clock starts
+        assert child.stdout is not None
+        assert child.stdout.readline().strip() == "ready"
+    start_at = time.time() + 0.3
+    for child in children:
+        assert child.stdin is not None
+        child.stdin.write(f"{start_at!r}\n")
+        child.stdin.close()
     results = []
     for child in children:
-        out, _ = child.communicate(timeout=30)
+        assert child.stdout is not None
+        out = child.stdout.read()
+        child.stdout.close()
+        child.wait(timeout=60)
         assert child.returncode == 0
         results.append(json.loads(out))
     total = sum(r["admitted_tokens"] for r in results)
