@@ -146,10 +146,15 @@ class FragmentationModel:
         kept: FloatArray = np.where(fits, usable, 0.0)
         return kept
 
-    def from_kept(self, free: FloatArray, kept_milli: FloatArray) -> FloatArray:
+    def from_kept(
+        self, free: FloatArray, kept_milli: FloatArray, total: float | None = None
+    ) -> FloatArray:
         """F from each state's free GPU milli (S,) and `kept_milli` (S, M): where m fits, only the
-        GPUs without room for it are fragment, so F = free - sum_m p_m * kept_m."""
-        out: FloatArray = free * float(self.frequency.sum()) - kept_milli @ self.frequency
+        GPUs without room for it are fragment, so F = free - sum_m p_m * kept_m. `total`: the
+        frequencies' sum, if the caller has it."""
+        if total is None:
+            total = float(self.frequency.sum())
+        out: FloatArray = free * total - kept_milli @ self.frequency
         return out
 
 
@@ -174,6 +179,7 @@ class RememberedFragmentation:
     def __init__(self, model: FragmentationModel) -> None:
         self.model = model
         self._cpu_steps = sorted(set(model.cpu.tolist()))
+        self._total = float(model.frequency.sum())
         self._row: dict[tuple[int, int, tuple[int, ...]], int] = {}  # key -> row of the table
         self._kept: FloatArray = np.zeros((1024, model.frequency.size), dtype=np.float64)
         self._free: FloatArray = np.zeros(1024, dtype=np.float64)
@@ -213,7 +219,7 @@ class RememberedFragmentation:
             if row is None:
                 row = self._remember(key, cpu, gpu, model)
             rows.append(row)
-        return self.model.from_kept(self._free[rows], self._kept[rows])
+        return self.model.from_kept(self._free[rows], self._kept[rows], self._total)
 
     def _remember(
         self, key: tuple[int, int, tuple[int, ...]], cpu: int, gpu: list[int], model: int

@@ -244,12 +244,15 @@ class FgdScorer:
             rows.append((cpu, after, model))
             owners.append(i)
             slots.append(-1)
-        dirty = np.flatnonzero(self._dirty).tolist()
-        f = frag.of_states(
-            [*state.cpu_left[dirty].tolist(), *(r[0] for r in rows)],
-            [*state.gpu_left[dirty].tolist(), *(r[1] for r in rows)],
-            [*state.model_index[dirty].tolist(), *(r[2] for r in rows)],
-        )
+        dirty: list[int] = np.flatnonzero(self._dirty).tolist()
+        if dirty:  # F of the changed nodes in the same batch, first, as `_fragmentation` does
+            rows[:0] = zip(
+                state.cpu_left[dirty].tolist(),
+                state.gpu_left[dirty].tolist(),
+                state.model_index[dirty].tolist(),
+                strict=True,
+            )
+        f = frag.of_states([r[0] for r in rows], [r[1] for r in rows], [r[2] for r in rows])
         if dirty:
             self._before[dirty] = f[: len(dirty)]
             self._dirty[dirty] = False
