@@ -51,8 +51,8 @@ class FgdScorer:
     whole cluster, and F of the changed nodes is computed in the same numpy call as the new
     scores. The changed nodes are found in the state's log of placements (`ClusterState.changes`)
     when the state is the object seen last time; any other state is compared, node by node, with
-    the copy of the last one kept here. Subclasses turn FGD's score into a
-    finer key with `keys`, which must depend on the node and the pod's shape alone.
+    the copy of the last one kept here. Subclasses turn FGD's score into a finer key with `keys`,
+    which must depend on the node and the pod's shape alone.
     """
 
     def __init__(self, workload: Sequence[TracePod]) -> None:
