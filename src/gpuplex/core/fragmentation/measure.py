@@ -14,6 +14,8 @@ hkust-adsl/kubernetes-scheduler-simulator; none of its code taken):
 - F(n) = sum_m p_m * fragment_m(n), in milli-GPUs. FGD places a pod where F grows least.
 
 `fragmentation` evaluates F on many node states at once: its cost is states x typical pods x GPUs.
+`RememberedFragmentation` gives the same F, bit for bit, remembering each node state's part of it,
+for callers that ask about a few states at a time (the FGD scorer of `gpuplex.core.trace.fgd`).
 """
 
 from __future__ import annotations
