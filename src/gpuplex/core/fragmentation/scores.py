@@ -23,7 +23,8 @@ from gpuplex.core.fragmentation.model import FloatArray, IntArray, TracePod
 MAX_SCORE = 100
 #: |change of stranded GPU milli| is clipped to this before it joins the key (no node has more)
 STRANDED_BOUND = 10_000_000
-_SPAN = 2 * STRANDED_BOUND + 1
+#: the span of one point of the primary key in `balance_keys`
+KEY_SPAN = 2 * STRANDED_BOUND + 1
 
 
 def cpu_per_gpu_milli(workload: Sequence[TracePod]) -> float | None:
@@ -46,7 +47,7 @@ def balance_keys(primary: IntArray, stranded_growth: FloatArray) -> IntArray:
     """One integer key per candidate, higher is better: `primary` first (FGD's whole-point
     score), then the least growth of stranded GPU milli (rounded to whole milli)."""
     growth = np.clip(np.rint(stranded_growth), -STRANDED_BOUND, STRANDED_BOUND).astype(np.int64)
-    out: IntArray = primary.astype(np.int64) * _SPAN + (STRANDED_BOUND - growth)
+    out: IntArray = primary.astype(np.int64) * KEY_SPAN + (STRANDED_BOUND - growth)
     return out
 
 

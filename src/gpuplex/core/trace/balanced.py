@@ -32,8 +32,14 @@ from collections.abc import Sequence
 import numpy as np
 
 from gpuplex.core.fragmentation.model import FloatArray, IntArray, TracePod
-from gpuplex.core.fragmentation.scores import MAX_SCORE, balance_keys, stranded_gpu_milli
-from gpuplex.core.trace.fgd import FgdScorer
+from gpuplex.core.fragmentation.scores import (
+    KEY_SPAN,
+    MAX_SCORE,
+    STRANDED_BOUND,
+    balance_keys,
+    stranded_gpu_milli,
+)
+from gpuplex.core.trace.fgd import FEW_NODES, FgdScorer
 from gpuplex.core.trace.model import ClusterState
 from gpuplex.core.trace.policies import Policy
 
@@ -104,6 +110,8 @@ class BalancedFgdScorer(FgdScorer):
         workload with model-bound pods, FGD's score in bands of `BAND_POINTS`, then the model's
         spare (the less pressure the better), then FGD's score; for any other pod FGD's score.
         Then the least growth of GPU milli stranded by CPU."""
+        if nodes.size <= FEW_NODES:
+            return self._keys_on_few(state, pod, nodes, fgd)
         primary = fgd
         if pod.wants_gpu and not pod.gpu_models and self._bound:
             spare = _PRESSURE_LEVELS - 1 - self.pressure_levels(state)[state.model_index[nodes]]
@@ -111,6 +119,31 @@ class BalancedFgdScorer(FgdScorer):
         if self.rho is None:
             return primary
         return balance_keys(primary, stranded_growth(state, pod, nodes, self.rho))
+
+    def _keys_on_few(
+        self, state: ClusterState, pod: TracePod, nodes: IntArray, fgd: IntArray
+    ) -> IntArray:
+        """`keys` in plain Python, for a few nodes: the same integer and IEEE float steps as
+        numpy takes, so the same keys."""
+        by_pressure = pod.wants_gpu and not pod.gpu_models and self._bound
+        levels = self.pressure_levels(state).tolist()
+        out: list[int] = []
+        for points, node in zip(fgd.tolist(), nodes.tolist(), strict=True):
+            key = points
+            if by_pressure:
+                spare = _PRESSURE_LEVELS - 1 - levels[state.model_index[node]]
+                key = ((points // BAND_POINTS) * _PRESSURE_LEVELS + spare) * (
+                    MAX_SCORE + 1
+                ) + points
+            if self.rho is not None:
+                cpu = int(state.cpu_left[node])
+                free = sum(g for g in state.gpu_left[node].tolist() if g > 0)
+                before = max(0.0, free - cpu / self.rho)
+                after = max(0.0, (free - pod.total_gpu_milli) - (cpu - pod.cpu_milli) / self.rho)
+                growth = min(max(round(after - before), -STRANDED_BOUND), STRANDED_BOUND)
+                key = key * KEY_SPAN + (STRANDED_BOUND - growth)
+            out.append(key)
+        return np.array(out, dtype=np.int64)
 
 
 def stranded_growth(state: ClusterState, pod: TracePod, nodes: IntArray, rho: float) -> FloatArray:

@@ -4,11 +4,17 @@ mutable cluster state a replay fills. GPU amounts are in milli-GPUs: 1000 is one
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
 from gpuplex.core.fragmentation.model import MILLI, BoolArray, IntArray, TracePod
+
+#: up to this many changed nodes, `ClusterState.feasible` checks them one by one in plain Python
+_FEW_NODES = 8
+
+#: what decides on which nodes a pod fits: CPU, memory, GPU milli, GPU count and GPU models
+FeasibleShape = tuple[int, int, int, int, tuple[str, ...]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -28,6 +34,11 @@ class ClusterState:
 
     `gpu_left[n, g]` is the milli-GPUs free on GPU `g` of node `n`; slots past a node's GPU count
     hold -1 so that no request ever fits them and they never count as free GPUs.
+
+    The arrays change only through `place`, which logs the node it changed in `changes`: what was
+    computed for a node stays true until the node shows up there again. `feasible` keeps its
+    answer per request shape that way, and a scorer that holds on to this state object reads the
+    log to find the nodes to score again (`trace.fgd`).
     """
 
     nodes: tuple[TraceNode, ...]
@@ -38,6 +49,11 @@ class ClusterState:
     models: tuple[str, ...]  # the distinct GPU models, in order of first appearance
     model_index: IntArray  # per node: its model's position in `models`
     rank: IntArray  # per node: its place in the tie-break order (lowest wins a tie)
+    changes: list[int] = field(default_factory=list)  # the node of each `place`, in order
+    #: per request shape: which nodes can take it, valid up to that many entries of `changes`
+    feasible_by_shape: dict[FeasibleShape, tuple[BoolArray, int]] = field(
+        default_factory=dict, repr=False, compare=False
+    )
 
     @classmethod
     def empty(
@@ -80,20 +96,52 @@ class ClusterState:
 
     def feasible(self, pod: TracePod) -> BoolArray:
         """Per node: can the pod be placed there (CPU, memory, GPU model and GPU room)?"""
-        ok: BoolArray = (self.cpu_left >= pod.cpu_milli) & (self.memory_left >= pod.memory_mib)
+        shape = (pod.cpu_milli, pod.memory_mib, pod.gpu_milli, pod.num_gpu, pod.gpu_models)
+        known = self.feasible_by_shape.get(shape)
+        if known is None:
+            ok = self._feasible_on(pod, slice(None))
+        else:
+            ok, logged = known
+            if logged < len(self.changes):
+                changed = set(self.changes[logged:])
+                if len(changed) <= _FEW_NODES:
+                    for node in changed:
+                        ok[node] = self._fits_on(pod, node)
+                else:
+                    at = np.array(sorted(changed), dtype=np.int64)
+                    ok[at] = self._feasible_on(pod, at)
+        self.feasible_by_shape[shape] = (ok, len(self.changes))
+        return ok.copy()
+
+    def _feasible_on(self, pod: TracePod, nodes: IntArray | slice) -> BoolArray:
+        """`feasible` on the given nodes, computed afresh."""
+        ok: BoolArray = (self.cpu_left[nodes] >= pod.cpu_milli) & (
+            self.memory_left[nodes] >= pod.memory_mib
+        )
         if not pod.wants_gpu:
             return ok  # a pod without GPUs passes the GPU checks on any node
         if pod.gpu_models:
             wanted = [i for i, m in enumerate(self.models) if m in pod.gpu_models]
-            ok &= np.isin(self.model_index, wanted)
-        fitting = (self.gpu_left >= pod.gpu_milli).sum(axis=1)
+            ok &= np.isin(self.model_index[nodes], wanted)
+        fitting = (self.gpu_left[nodes] >= pod.gpu_milli).sum(axis=1)
         ok &= fitting >= pod.num_gpu
         return ok
+
+    def _fits_on(self, pod: TracePod, node: int) -> bool:
+        """`feasible` on one node, in plain Python (cheaper than numpy calls on one row)."""
+        if self.cpu_left[node] < pod.cpu_milli or self.memory_left[node] < pod.memory_mib:
+            return False
+        if not pod.wants_gpu:
+            return True
+        if pod.gpu_models and self.models[self.model_index[node]] not in pod.gpu_models:
+            return False
+        return sum(1 for g in self.gpu_left[node].tolist() if g >= pod.gpu_milli) >= pod.num_gpu
 
     def place(self, node: int, pod: TracePod, gpus: tuple[int, ...]) -> None:
         """Take the pod's request from node `node`, its GPU share from GPU slots `gpus`."""
         if len(gpus) != (pod.num_gpu if pod.wants_gpu else 0):
             raise ValueError(f"pod {pod.name} needs {pod.num_gpu} GPUs, given {gpus}")
+        self.changes.append(node)  # first: a refused GPU below leaves the CPU already taken
         self.cpu_left[node] -= pod.cpu_milli
         self.memory_left[node] -= pod.memory_mib
         for g in gpus:
