@@ -20,25 +20,10 @@ import httpx
 import orjson
 import pytest
 
-from tests.e2e.gateway.stack import Gateway, Stack, stack
+from tests.e2e.gateway.stack import Gateway, Stack, one_tenant_spec, stack
 
 __all__ = ["stack"]
 
-SPEC = """
-fleet:
-  nodes: [{name: n1, gpus: [{model: H100-80GB, count: 1}]}]
-tenants:
-  - name: acme
-    isolation: mps
-    requirement: moderate
-    workloads:
-      - name: chat
-        gpu: {memory_gib: 20}
-        serve: {model: acme-chat, base_model: llama-8b, port: {sim_port}}
-gateway:
-  port: {gateway_port}
-  health_interval_s: 0.5
-"""
 TMPFS_SIZE = "4m"  # above the spool's 1 MiB reserve, so an empty one is ready
 BODY = {"model": "acme-chat", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 5}
 
@@ -113,7 +98,7 @@ def healthz(gateway: Gateway) -> tuple[int, dict[str, object]]:
 def test_a_full_spool_refuses_requests_until_space_returns_and_bills_every_reply(
     stack: Stack, spool_on_tmpfs: Path
 ) -> None:
-    gateway = stack.gateway(SPEC.replace("{sim_port}", str(stack.sim(["llama-8b"]))))
+    gateway = stack.gateway(one_tenant_spec(stack.sim(["llama-8b"])))
     key = stack.key("acme")
     served: list[str] = []
     for stream in (False, True):

@@ -253,6 +253,30 @@ class Stack:
             stop(sim)
 
 
+#: One tenant (acme) with one MPS model server (acme-chat on base llama-8b), the gateway checking
+#: it every 0.5 s; `{gateway_port}` is filled in by `Stack.gateway`.
+ONE_TENANT_SPEC = """
+fleet:
+  nodes: [{name: n1, gpus: [{model: H100-80GB, count: 1}]}]
+tenants:
+  - name: acme
+    isolation: mps
+    requirement: moderate
+    workloads:
+      - name: chat
+        gpu: {memory_gib: 20}
+        serve: {model: acme-chat, base_model: llama-8b, port: {sim_port}}
+gateway:
+  port: {gateway_port}
+  health_interval_s: 0.5
+"""
+
+
+def one_tenant_spec(sim_port: int) -> str:
+    """ONE_TENANT_SPEC with its model server on `sim_port`."""
+    return ONE_TENANT_SPEC.replace("{sim_port}", str(sim_port))
+
+
 @contextlib.contextmanager
 def stack_in() -> Iterator[Stack]:
     """A stack in a directory of its own under /tmp (pytest's tmp_path is closed to other

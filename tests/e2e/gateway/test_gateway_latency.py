@@ -15,25 +15,10 @@ import openai
 import pytest
 
 from gpuplex.core.serve.usage import UsageRecord
-from tests.e2e.gateway.stack import Gateway, Stack, stack_in
+from tests.e2e.gateway.stack import Gateway, Stack, one_tenant_spec, stack_in
 from tests.e2e.gateway.test_gateway_api import MESSAGES
 from tests.services import missing
 
-SPEC = """
-fleet:
-  nodes: [{name: n1, gpus: [{model: H100-80GB, count: 1}]}]
-tenants:
-  - name: acme
-    isolation: mps
-    requirement: moderate
-    workloads:
-      - name: chat
-        gpu: {memory_gib: 20}
-        serve: {model: acme-chat, base_model: llama-8b, port: {sim_port}}
-gateway:
-  port: {gateway_port}
-  health_interval_s: 0.5
-"""
 DECODE_MS = 40
 PREFILL_MS = 10  # per prompt token: the 9-token prompt takes 90 ms to its first token
 TTFT = "gpuplex_gateway_time_to_first_token_seconds"
@@ -51,7 +36,7 @@ def gateway(stack: Stack) -> Gateway:
     sim_port = stack.sim(
         ["llama-8b"], decode_ms_per_token=DECODE_MS, prefill_ms_per_token=PREFILL_MS
     )
-    return stack.gateway(SPEC.replace("{sim_port}", str(sim_port)))
+    return stack.gateway(one_tenant_spec(sim_port))
 
 
 def value(text: str, sample: str) -> float:
