@@ -3,7 +3,10 @@
 (`gpuplex.core.plan.share_fragmentation`). Pure.
 
 - FGD's score: 100 * sigmoid((F before - F after) / 1000), truncated to whole points as
-  kube-scheduler scores are (F: `measure.FragmentationModel.fragmentation`).
+  kube-scheduler scores are (F: `measure.FragmentationModel.fragmentation`). F is exact in units
+  of 1/W milli (W: the typical pods' total weight), so the score is counted exactly too: the
+  number of points k in 1..99 whose threshold, the least decrease of F that reaches k points,
+  the decrease meets (`point_thresholds`, `fgd_points`).
 - The GPU capacity *stranded by CPU* on a node, `max(0, free GPU milli - free CPU milli / rho)`,
   where rho is the workload's CPU per milli-GPU (all its GPU pods' CPU over all their GPU milli):
   the GPU milli the node's remaining CPU cannot feed at the workload's usual ratio.
@@ -51,7 +54,16 @@ def balance_keys(primary: IntArray, stranded_growth: FloatArray) -> IntArray:
     return out
 
 
-def sigmoid_score(decrease: FloatArray) -> IntArray:
-    """100 * sigmoid(decrease / 1000), truncated: 50 when F does not change."""
-    out: IntArray = np.trunc(MAX_SCORE / (1.0 + np.exp(-decrease / 1000.0))).astype(np.int64)
+def point_thresholds(total_weight: int) -> IntArray:
+    """For k = 1..99: the least decrease of F, in units of 1/`total_weight` milli, for which
+    100 * sigmoid(decrease / 1000) reaches k (k / (100 - k) = e^(decrease / 1000))."""
+    k = np.arange(1, MAX_SCORE, dtype=np.float64)
+    out: IntArray = np.ceil(1000.0 * total_weight * np.log(k / (MAX_SCORE - k))).astype(np.int64)
+    return out
+
+
+def fgd_points(decrease_units: IntArray, thresholds: IntArray) -> IntArray:
+    """FGD's whole-point score per decrease of F (in the units of `thresholds`): 50 when F does
+    not change, 0 to 99."""
+    out: IntArray = np.searchsorted(thresholds, decrease_units, side="right").astype(np.int64)
     return out

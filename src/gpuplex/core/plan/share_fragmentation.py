@@ -15,7 +15,7 @@ Under `policy.placement: fragmentation` the live planner scores MPS and time-sli
   of the spec, placed yet or not.
 
 A share goes where the GPU's fragmentation F against that workload grows least, scored
-100 * sigmoid(decrease / 1000) in whole points (`fragmentation.scores.sigmoid_score`), ties to the
+100 * sigmoid(decrease / 1000) in whole points (`fragmentation.scores.fgd_points`), ties to the
 least growth of GPU milli stranded by compute (`fragmentation.scores.balance_keys`, rho: the
 workload's thread percent per milli). The MPS client limit is not modelled here: `fit_on` enforces
 it.
@@ -35,7 +35,7 @@ from gpuplex.core.fragmentation.model import MILLI, IntArray, TracePod
 from gpuplex.core.fragmentation.scores import (
     balance_keys,
     cpu_per_gpu_milli,
-    sigmoid_score,
+    fgd_points,
     stranded_gpu_milli,
 )
 from gpuplex.core.plan.demand import Sized, Unit, size_on
@@ -118,9 +118,9 @@ class ShareFragmentation:
         )
         one_model: IntArray = np.zeros(len(spots), dtype=np.int64)
         frag = workload.fragmentation
-        f_before = frag.fragmentation(compute_before, milli_before, one_model)
-        f_after = frag.fragmentation(compute_after, milli_after, one_model)
-        primary = sigmoid_score(f_before - f_after)
+        f_before = frag.units(compute_before, milli_before, one_model)
+        f_after = frag.units(compute_after, milli_after, one_model)
+        primary = fgd_points(f_before - f_after, frag.thresholds)
         growth = np.zeros(len(spots), dtype=np.float64)
         if workload.rho is not None:
             before = stranded_gpu_milli(compute_before, milli_before[:, 0], workload.rho)

@@ -160,4 +160,4 @@ def stranded_growth(state: ClusterState, pod: TracePod, nodes: IntArray, rho: fl
 def balanced_fgd_policy(workload: Sequence[TracePod]) -> Policy:
     """gpuplex's policy over `workload`: its typical pods, model pressure and CPU per milli-GPU."""
     scorer = BalancedFgdScorer(workload)
-    return Policy("fgd-balanced", scorer.score, scorer.pick_gpus)
+    return Policy("fgd-balanced", scorer.score, scorer.pick_gpus, chooser=scorer.choose)

@@ -99,21 +99,21 @@ class ClusterState:
         shape = (pod.cpu_milli, pod.memory_mib, pod.gpu_milli, pod.num_gpu, pod.gpu_models)
         known = self.feasible_by_shape.get(shape)
         if known is None:
-            ok = self._feasible_on(pod, slice(None))
+            ok = self.feasible_on(pod, slice(None))
         else:
             ok, logged = known
             if logged < len(self.changes):
                 changed = set(self.changes[logged:])
                 if len(changed) <= _FEW_NODES:
                     for node in changed:
-                        ok[node] = self._fits_on(pod, node)
+                        ok[node] = self.fits_on(pod, node)
                 else:
                     at = np.array(sorted(changed), dtype=np.int64)
-                    ok[at] = self._feasible_on(pod, at)
+                    ok[at] = self.feasible_on(pod, at)
         self.feasible_by_shape[shape] = (ok, len(self.changes))
         return ok.copy()
 
-    def _feasible_on(self, pod: TracePod, nodes: IntArray | slice) -> BoolArray:
+    def feasible_on(self, pod: TracePod, nodes: IntArray | slice) -> BoolArray:
         """`feasible` on the given nodes, computed afresh."""
         ok: BoolArray = (self.cpu_left[nodes] >= pod.cpu_milli) & (
             self.memory_left[nodes] >= pod.memory_mib
@@ -127,7 +127,7 @@ class ClusterState:
         ok &= fitting >= pod.num_gpu
         return ok
 
-    def _fits_on(self, pod: TracePod, node: int) -> bool:
+    def fits_on(self, pod: TracePod, node: int) -> bool:
         """`feasible` on one node, in plain Python (cheaper than numpy calls on one row)."""
         if self.cpu_left[node] < pod.cpu_milli or self.memory_left[node] < pod.memory_mib:
             return False

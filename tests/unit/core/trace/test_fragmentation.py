@@ -9,6 +9,7 @@ from hypothesis import given, settings, strategies as st
 from gpuplex.core.fragmentation.measure import (
     FragmentationModel,
     TypicalPod,
+    frequencies,
     node_fragmentation,
     typical_pods,
 )
@@ -48,7 +49,7 @@ WITH_CPU_ONLY = [
 
 def typical(rows: list[tuple[int, int, int, str, float]]) -> list[TypicalPod]:
     return [
-        TypicalPod(cpu, milli, num, (model,) if model else (), pct / 100)
+        TypicalPod(cpu, milli, num, (model,) if model else (), round(pct * 100))
         for cpu, milli, num, model, pct in rows
     ]
 
@@ -82,8 +83,12 @@ def test_the_original_vectors(
     expected: float,
 ) -> None:
     pods = typical(rows)
-    assert node_fragmentation(cpu, gpus, model, pods) == pytest.approx(expected, abs=0.01)
-    assert vectorised(cpu, gpus, model, pods) == pytest.approx(expected, abs=0.01)
+    # the original's percentages add up to less than 100 (its lists are cut at a popularity);
+    # gpuplex's weights are frequencies over their own sum, so its F is the original's over that
+    share = sum(row[4] for row in rows) / 100
+    want = expected / share
+    assert node_fragmentation(cpu, gpus, model, pods) == pytest.approx(want, abs=0.01 / share)
+    assert vectorised(cpu, gpus, model, pods) == pytest.approx(want, abs=0.01 / share)
 
 
 @pytest.mark.parametrize(
@@ -98,13 +103,13 @@ def test_the_original_vectors(
 def test_a_fitting_pod_counts_only_the_gpus_too_small_for_it(
     gpus: list[int], pod: tuple[int, int, int], expected: float
 ) -> None:
-    pods = [TypicalPod(*pod, (), 1.0)]
+    pods = [TypicalPod(*pod, (), 1)]
     assert node_fragmentation(1000, gpus, "1080", pods) == expected
     assert vectorised(1000, gpus, "1080", pods) == expected
 
 
 def test_a_model_the_pod_cannot_use_is_all_fragment() -> None:
-    pods = [TypicalPod(1000, 500, 1, ("V100",), 1.0)]
+    pods = [TypicalPod(1000, 500, 1, ("V100",), 1)]
     assert node_fragmentation(8000, [1000, 300], "T4", pods) == 1300.0
     assert node_fragmentation(8000, [1000, 300], "V100", pods) == 300.0
 
@@ -122,7 +127,8 @@ def test_typical_pods_cover_the_popularity_and_renormalise() -> None:
     got = typical_pods(pods, popularity=0.85)
     # 6 then 3 pods cover 90 % >= 85 %: the CPU-only shape is left out, the rest renormalised
     assert [(t.cpu_milli, t.gpu_milli, t.num_gpu) for t in got] == [(4000, 500, 1), (8000, 1000, 1)]
-    assert [t.frequency for t in got] == pytest.approx([6 / 9, 3 / 9])
+    assert [t.weight for t in got] == [6, 3]
+    assert frequencies(got) == pytest.approx([6 / 9, 3 / 9])
     assert len(typical_pods(pods)) == 3  # 95 %: all three
     assert [t.num_gpu for t in typical_pods(pods, cpu_pods=False)] == [1, 1]
     assert typical_pods([]) == ()
@@ -140,7 +146,7 @@ shapes = st.tuples(
     st.sampled_from([0, 100, 250, 500, 800, 1000]),
     st.sampled_from([1, 2, 4]),
     st.sampled_from([(), ("T4",), ("V100",)]),
-    st.floats(0.01, 1.0),
+    st.integers(1, 100),
 )
 
 
@@ -158,7 +164,7 @@ shapes = st.tuples(
     ),
 )
 def test_vectorised_fragmentation_matches_the_reference(
-    rows: list[tuple[int, int, int, tuple[str, ...], float]],
+    rows: list[tuple[int, int, int, tuple[str, ...], int]],
     states: list[tuple[int, list[int], str]],
 ) -> None:
     pods = [

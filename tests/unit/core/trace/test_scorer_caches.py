@@ -1,5 +1,6 @@
-"""What the placement code keeps between pods (F per node state, scores per shape, feasibility per
-shape) gives exactly what computing afresh gives, on the few-node and the many-node paths."""
+"""What the placement code keeps between pods (F per node state, scores per shape and node state,
+feasibility per shape, the FGD policies' own chooser) gives exactly what computing afresh gives, on
+the few-node and the many-node paths."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from gpuplex.core.fragmentation.measure import (
 from gpuplex.core.trace import ClusterState, TraceNode, TracePod, choose, policy_named
 from gpuplex.core.trace.balanced import BalancedFgdScorer
 from gpuplex.core.trace.fgd import FEW_NODES, FgdScorer
+from gpuplex.core.trace.policies import choose_by_scores
 
 MODELS = ("T4", "V100", "A10")
 
@@ -46,7 +48,7 @@ def workload() -> list[TracePod]:
     ]
 
 
-def test_remembered_fragmentation_is_the_model_bit_for_bit() -> None:
+def test_remembered_fragmentation_is_the_models_and_exact_alone_or_in_a_batch() -> None:
     model = FragmentationModel.build(typical_pods(workload()), MODELS)
     remembered = RememberedFragmentation(model)
     rng = np.random.default_rng(3)
@@ -55,8 +57,36 @@ def test_remembered_fragmentation_is_the_model_bit_for_bit() -> None:
         gpu = rng.integers(0, 5, size=(size, 8)) * 250
         gpu[:, rng.integers(1, 8) :] = -1  # absent slots
         models = rng.integers(0, len(MODELS), size=size)
-        got = remembered.fragmentation(cpu, gpu, models)
-        assert got.tolist() == model.fragmentation(cpu, gpu, models).tolist()
+        batch = model.units(cpu, gpu, models)
+        assert remembered.units(cpu, gpu, models).tolist() == batch.tolist()
+        alone = [
+            model.units(cpu[i : i + 1], gpu[i : i + 1], models[i : i + 1])[0] for i in range(size)
+        ]
+        assert alone == batch.tolist()  # F x W of a state does not depend on its batch
+        assert (
+            model.fragmentation(cpu, gpu, models).tolist() == (batch / model.total_weight).tolist()
+        )
+
+
+@pytest.mark.parametrize("name", ["fgd", "fgd-balanced"])
+@pytest.mark.parametrize("size", [FEW_NODES // 2, 3 * FEW_NODES])
+def test_the_policys_own_chooser_chooses_as_scoring_every_node_does(name: str, size: int) -> None:
+    pods = workload()
+    policy = policy_named(name, pods)
+    assert policy.chooser is not None
+    by_scores = policy_named(name, pods)  # its own scorer: no state shared with the chooser
+    states = [ClusterState.empty(cluster(size)), ClusterState.empty(cluster(size))]
+    rng = np.random.default_rng(2)
+    refused = 0
+    for step, pod in enumerate(pods * (size // 2)):  # enough to fill both clusters
+        state = states[(step // 5) % 2]  # the chooser moves between two states
+        fast = policy.chooser(state, pod, rng)
+        assert fast == choose_by_scores(state, pod, by_scores, rng)
+        if fast is None:
+            refused += 1
+        else:
+            state.place(fast.node, pod, fast.gpus)
+    assert refused > 0  # the clusters filled up: "no node" was compared too
 
 
 def test_feasibility_kept_per_shape_is_a_fresh_check() -> None:
