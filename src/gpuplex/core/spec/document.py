@@ -12,6 +12,7 @@ from gpuplex.core.spec.fields import Money, SpecModel
 from gpuplex.core.spec.fleet import FleetSpec
 from gpuplex.core.spec.gateway import GatewaySpec
 from gpuplex.core.spec.kubernetes import KubernetesSpec
+from gpuplex.core.spec.queues import QueuesSpec
 from gpuplex.core.spec.runtime import HostSpec
 from gpuplex.core.spec.tenants import TenantSpec
 
@@ -103,3 +104,7 @@ class GpuplexSpec(SpecModel):
     host: HostSpec = Field(default_factory=HostSpec)
     gateway: GatewaySpec = Field(default_factory=GatewaySpec)
     kubernetes: KubernetesSpec = Field(default_factory=KubernetesSpec)
+    queues: QueuesSpec = Field(
+        default_factory=QueuesSpec,
+        description="Organisation -> team -> tenant quota queues for jobs (none: no jobs).",
+    )

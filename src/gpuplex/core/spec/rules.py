@@ -15,6 +15,7 @@ from gpuplex.core.spec.gpu_model_rules import check_gpu_models
 from gpuplex.core.spec.parse import did_you_mean
 from gpuplex.core.spec.pools import fleet_pools
 from gpuplex.core.spec.pricing_rules import check_pricing
+from gpuplex.core.spec.queue_rules import check_queues
 from gpuplex.core.spec.requests import CandidateFinder, check_request
 from gpuplex.core.spec.runtime import Network
 from gpuplex.core.spec.tenants import Isolation, Requirement, TenantSpec
@@ -38,6 +39,7 @@ def check_spec(spec: GpuplexSpec) -> list[SpecProblem]:
         problems += _check_quota(tenant, ("tenants", t))
     problems += check_pricing(spec)
     problems += _check_gateway(spec)
+    problems += check_queues(spec)
     return problems
 
 

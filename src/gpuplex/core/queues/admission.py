@@ -1,0 +1,379 @@
+"""Which queued jobs start now, which running work is preempted for them, and why the rest wait.
+Pure: the queue tree, what holds capacity now and the queued jobs in; a decision out.
+
+The rules, in the order they apply (Kueue's ClusterQueue/cohort semantics, on gpuplex's tree):
+
+- Each tenant's jobs are taken in order: higher priority first, then the oldest. A tenant's first
+  job that cannot start holds the tenant's later jobs back (strict FIFO inside a queue: no job
+  waits forever behind a stream of smaller ones of its own queue).
+- Across tenants, a job that stays inside its tenant's guarantee goes first; then the tenant with
+  the lowest weighted dominant share (DRF over the kinds of GPU capacity), then the oldest job.
+- No queue ever goes above its limit. A queue with `borrows: false` never goes above its own
+  guarantee; the idle guarantee of a queue with `lends: false` is used by nobody outside it.
+- A job inside its tenant's guarantee that does not fit reclaims: the running work of tenants
+  above their own guarantee (borrowed capacity) is preempted, lowest priority first, then the
+  youngest, never work younger than its queue's minimum runtime, never a tenant pushed below its
+  own guarantee, never the spec's long-running replicas; the set is pruned to a minimal one.
+  Otherwise, with `within_queue: lower_priority`, the tenant's own lower-priority jobs are.
+- The first job (in the order above) that is short of free capacity has it reserved: later jobs
+  only get what is free beyond it, so it starts as soon as running work frees enough.
+- A job whose victims are still stopping (SIGTERM, then SIGKILL after the grace period) waits for
+  them and preempts nothing more.
+
+All amounts are resource vectors (`tree.GPUS`, `tree.MIG_PREFIX + profile`, ...).
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+from gpuplex.core.queues.drf import EPSILON, Resources, add, fits, subtract
+from gpuplex.core.queues.tree import QueueNode, QueueTree
+from gpuplex.core.spec.queues import WithinQueue
+
+
+@dataclass(frozen=True, slots=True)
+class QueuedJob:
+    """A job waiting to start. `submitted_s` is on the caller's clock (seconds)."""
+
+    id: str
+    tenant: str
+    ask: Resources
+    priority: int = 0
+    submitted_s: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class Holding:
+    """Capacity held now: a running job, or a long-running replica of the spec (never
+    preempted by jobs). `stopping_for` names the job a preempted holding is stopping for."""
+
+    id: str
+    tenant: str
+    resources: Resources
+    priority: int = 0
+    started_s: float = 0.0
+    preemptible: bool = True
+    stopping_for: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Eviction:
+    """Preempt `victim` so that `for_job` can start; `why` in plain words."""
+
+    victim: str
+    for_job: str
+    why: str
+
+
+@dataclass(frozen=True, slots=True)
+class AdmissionDecision:
+    admitted: tuple[str, ...]
+    evictions: tuple[Eviction, ...]
+    #: per job that stays queued: why, in plain words
+    waiting: Mapping[str, str] = field(default_factory=dict)
+
+
+def admit(
+    tree: QueueTree, holdings: Sequence[Holding], queued: Sequence[QueuedJob], now_s: float
+) -> AdmissionDecision:
+    """The decision for one admission round (see the module docstring for the rules)."""
+    return _Round(tree, holdings, now_s).run(queued)
+
+
+class _Round:
+    """One admission round's running totals."""
+
+    def __init__(self, tree: QueueTree, holdings: Sequence[Holding], now_s: float) -> None:
+        self.tree = tree
+        self.now_s = now_s
+        self.holdings = list(holdings)
+        self.usage: dict[str, dict[str, float]] = {q.name: {} for q in tree.root.walk()}
+        for holding in holdings:
+            self._add(holding.tenant, holding.resources)
+        self.free = subtract(tree.capacity, self.usage[tree.root.name])
+        self.reserved: dict[str, float] = {}
+        self.stopping = {h.stopping_for for h in holdings if h.stopping_for is not None}
+        self.kinds = [k for k, v in tree.capacity.items() if v > EPSILON]
+        self.keep_idle = [q for q in tree.root.walk() if not q.lends and q is not tree.root]
+
+    # -- bookkeeping ----------------------------------------------------------------------------
+
+    def _path(self, tenant: str) -> tuple[QueueNode, ...]:
+        return self.tree.paths[tenant]
+
+    def _add(self, tenant: str, amount: Resources) -> None:
+        path = self.tree.paths.get(tenant)
+        if path is None:  # a tenant outside the tree holds capacity, but no queue of its own
+            path = (self.tree.root,)
+        for queue in path:
+            self.usage[queue.name] = add(self.usage[queue.name], amount)
+
+    def _share(self, tenant: str) -> float:
+        """The tenant's dominant share of the capacity, over its weight."""
+        used = self.usage[tenant]
+        cap = self.tree.capacity
+        share = max((used.get(k, 0.0) / cap[k] for k in self.kinds), default=0.0)
+        return share / self._path(tenant)[-1].weight
+
+    def _inside_guarantee(self, job: QueuedJob) -> bool:
+        own = self._path(job.tenant)[-1]
+        after = add(self.usage[job.tenant], job.ask)
+        return all(
+            after.get(k, 0.0) <= own.guarantee.get(k, 0.0) + EPSILON
+            for k, v in job.ask.items()
+            if v > EPSILON
+        )
+
+    # -- the round ------------------------------------------------------------------------------
+
+    def run(self, queued: Sequence[QueuedJob]) -> AdmissionDecision:
+        by_tenant: dict[str, list[QueuedJob]] = {}
+        waiting: dict[str, str] = {}
+        for job in queued:
+            if job.tenant not in self.tree.paths or self.tree.tenant(job.tenant) is None:
+                waiting[job.id] = f"{job.tenant} has no queue in queues: it cannot run jobs"
+                continue
+            by_tenant.setdefault(job.tenant, []).append(job)
+        for jobs in by_tenant.values():
+            jobs.sort(key=lambda j: (-j.priority, j.submitted_s, j.id), reverse=True)  # pop()
+        heap = [self._entry(jobs[-1]) for jobs in by_tenant.values()]
+        heapq.heapify(heap)
+        admitted: list[str] = []
+        evictions: list[Eviction] = []
+        while heap:
+            *_, tenant = heapq.heappop(heap)
+            jobs = by_tenant[tenant]
+            job = jobs.pop()
+            never = self._never(job)
+            if never is not None:  # it holds nobody back: it would wait forever
+                waiting[job.id] = f"can never start: {never}"
+                if jobs:
+                    heapq.heappush(heap, self._entry(jobs[-1]))
+                continue
+            blocked = self._try(job, admitted, evictions)
+            if blocked is not None:
+                waiting[job.id] = blocked
+                for later in jobs:
+                    waiting[later.id] = f"behind {job.id}, the first of {tenant}'s queued jobs"
+                continue
+            if jobs:
+                heapq.heappush(heap, self._entry(jobs[-1]))
+        return AdmissionDecision(tuple(admitted), tuple(evictions), waiting)
+
+    def _entry(self, job: QueuedJob) -> tuple[int, float, float, str, str]:
+        outside = 0 if self._inside_guarantee(job) else 1
+        return (outside, self._share(job.tenant), job.submitted_s, job.id, job.tenant)
+
+    def _try(self, job: QueuedJob, admitted: list[str], evictions: list[Eviction]) -> str | None:
+        """Admit `job` (None) or say why it waits, preempting for it where the rules allow."""
+        if job.id in self.stopping:
+            return "waiting for the work preempted for it to stop (SIGTERM, then SIGKILL)"
+        refused = self._quota_refusal(job)
+        if refused is not None:
+            return refused
+        room = self._room_for(job.tenant)
+        if fits(job.ask, room):
+            self._take(job)
+            admitted.append(job.id)
+            return None
+        victims = self._victims(job)
+        if victims:
+            for victim, why in victims:
+                evictions.append(Eviction(victim.id, job.id, why))
+                self.holdings.remove(victim)
+                self.holdings.append(
+                    Holding(
+                        victim.id,
+                        victim.tenant,
+                        victim.resources,
+                        victim.priority,
+                        victim.started_s,
+                        victim.preemptible,
+                        stopping_for=job.id,
+                    )
+                )
+            self.reserved = add(self.reserved, job.ask)
+            names = ", ".join(v.id for v, _ in victims)
+            return f"preempting {names} for it; it starts when they stop"
+        short = _short(job.ask, room)
+        if not self.reserved:
+            self.reserved = dict(job.ask)
+            return f"next to start: waiting for {short} to free (capacity is held for it)"
+        return f"the cluster is short of {short} for it (and capacity is held for an older job)"
+
+    def _take(self, job: QueuedJob) -> None:
+        self._add(job.tenant, job.ask)
+        self.free = subtract(self.free, job.ask)
+        self.holdings.append(
+            Holding(job.id, job.tenant, job.ask, job.priority, started_s=self.now_s)
+        )
+
+    def _never(self, job: QueuedJob) -> str | None:
+        """Why `job` could not start even alone in the cluster, or None."""
+        over = _too_big(job.ask, self.tree.capacity)
+        if over is not None:
+            return f"it asks more than the cluster has: {over}"
+        mine = {q.name for q in self._path(job.tenant)}
+        kept = [q for q in self.keep_idle if q.name not in mine]
+        over = _too_big(job.ask, subtract(self.tree.capacity, add(*(q.guarantee for q in kept))))
+        if over is not None:
+            names = ", ".join(q.name for q in kept)
+            return f"it asks more than the cluster has beyond what {names} do not lend: {over}"
+        for queue in self._path(job.tenant)[1:]:
+            if queue.limit is not None and (over := _too_big(job.ask, queue.limit)):
+                return f"it asks more than {_who(queue)}'s limit: {over}"
+            if not queue.borrows and (over := _too_big(job.ask, queue.guarantee)):
+                return f"{_who(queue)} does not borrow, and it asks more than its guarantee: {over}"
+        return None
+
+    def _quota_refusal(self, job: QueuedJob) -> str | None:
+        """Why the queues refuse `job` whatever is free: a limit, or a queue that does not
+        borrow; None when they allow it."""
+        for queue in self._path(job.tenant)[1:]:
+            after = add(self.usage[queue.name], job.ask)
+            if queue.limit is not None:
+                over = _over(after, queue.limit, job.ask)
+                if over is not None:
+                    return f"{_who(queue)} would pass its limit: {over}"
+            if not queue.borrows:
+                over = _over(after, queue.guarantee, job.ask)
+                if over is not None:
+                    return f"{_who(queue)} does not borrow and would pass its guarantee: {over}"
+        return None
+
+    def _room_for(self, tenant: str) -> dict[str, float]:
+        """What `tenant` may use now: the free capacity, less what is held for an earlier job,
+        less the idle guarantees of queues that do not lend and are not the tenant's own."""
+        room = subtract(self.free, self.reserved)
+        mine = {q.name for q in self._path(tenant)}
+        for queue in self.keep_idle:
+            if queue.name in mine:
+                continue
+            idle = {
+                k: max(0.0, v - self.usage[queue.name].get(k, 0.0))
+                for k, v in queue.guarantee.items()
+            }
+            room = subtract(room, idle)
+        return room
+
+    # -- preemption -----------------------------------------------------------------------------
+
+    def _victims(self, job: QueuedJob) -> list[tuple[Holding, str]]:
+        """The minimal set of running work to preempt for `job`, with why; empty when the rules
+        allow none that would make it fit."""
+        own = self._path(job.tenant)[-1]
+        room = self._room_for(job.tenant)
+        if own.preemption.reclaim and self._inside_guarantee(job):
+            borrowed = [
+                h
+                for h in self._preemptible()
+                if h.tenant != job.tenant and self._above_guarantee(h.tenant)
+            ]
+            chosen = self._pick(job.ask, room, borrowed, check_guarantees=True)
+            if chosen:
+                why = f"reclaimed for {job.id}: {job.tenant} is inside its guarantee"
+                return [(h, why) for h in chosen]
+        if own.preemption.within_queue is WithinQueue.LOWER_PRIORITY:
+            mine = [
+                h
+                for h in self._preemptible()
+                if h.tenant == job.tenant and h.priority < job.priority
+            ]
+            chosen = self._pick(job.ask, room, mine, check_guarantees=False)
+            if chosen:
+                why = f"preempted by {job.id}, a higher-priority job of {job.tenant}"
+                return [(h, why) for h in chosen]
+        return []
+
+    def _preemptible(self) -> list[Holding]:
+        out = []
+        for holding in self.holdings:
+            if not holding.preemptible or holding.stopping_for is not None:
+                continue
+            path = self.tree.paths.get(holding.tenant)
+            if path is None:
+                continue
+            if self.now_s - holding.started_s < path[-1].preemption.min_runtime_s:
+                continue
+            out.append(holding)
+        return out
+
+    def _above_guarantee(self, tenant: str) -> bool:
+        guarantee = self._path(tenant)[-1].guarantee
+        return any(v > guarantee.get(k, 0.0) + EPSILON for k, v in self.usage[tenant].items())
+
+    def _pick(
+        self, ask: Resources, room: Resources, candidates: list[Holding], *, check_guarantees: bool
+    ) -> list[Holding]:
+        """Lowest priority first, then the youngest, taking only work that frees a kind still
+        short; then pruned to a minimal set. Empty when even all of them would not do."""
+        ordered = sorted(candidates, key=lambda h: (h.priority, -h.started_s, h.id))
+        chosen: list[Holding] = []
+        for holding in ordered:
+            freed = add(room, *(h.resources for h in chosen))
+            if fits(ask, freed):
+                break
+            short = subtract(ask, freed)
+            helps = any(
+                short.get(k, 0.0) > EPSILON and v > EPSILON for k, v in holding.resources.items()
+            )
+            if helps and (not check_guarantees or self._keeps_guarantees([*chosen, holding])):
+                chosen.append(holding)
+        if not fits(ask, add(room, *(h.resources for h in chosen))):
+            return []
+        for holding in reversed(list(chosen)):
+            rest = [h for h in chosen if h is not holding]
+            if fits(ask, add(room, *(h.resources for h in rest))):
+                chosen = rest
+        return chosen
+
+    def _keeps_guarantees(self, victims: list[Holding]) -> bool:
+        """No victim's tenant is pushed below what it holds of its own guarantee."""
+        for tenant in {v.tenant for v in victims}:
+            taken = add(*(v.resources for v in victims if v.tenant == tenant))
+            held = self.usage[tenant]
+            guarantee = self._path(tenant)[-1].guarantee
+            after = subtract(held, taken)
+            for k, g in guarantee.items():
+                if after.get(k, 0.0) + EPSILON < min(g, held.get(k, 0.0)):
+                    return False
+        return True
+
+
+def _over(after: Resources, bound: Resources, ask: Resources) -> str | None:
+    """The first kind `ask` takes past `bound` (`after` is the usage with it), in words."""
+    for kind, amount in ask.items():
+        if amount > EPSILON and after.get(kind, 0.0) > bound.get(kind, 0.0) + EPSILON:
+            return (
+                f"{_number(after[kind] - amount)} {kind} held + {_number(amount)} asked > "
+                f"{_number(bound.get(kind, 0.0))}"
+            )
+    return None
+
+
+def _too_big(ask: Resources, bound: Resources) -> str | None:
+    """`4 gpus asked > 3` for the first kind `ask` alone takes past `bound`, else None."""
+    for kind, amount in ask.items():
+        if amount > bound.get(kind, 0.0) + EPSILON:
+            return f"{_number(amount)} {kind} asked > {_number(bound.get(kind, 0.0))}"
+    return None
+
+
+def _short(ask: Resources, room: Resources) -> str:
+    parts = [
+        f"{_number(v - room.get(k, 0.0))} {k}"
+        for k, v in ask.items()
+        if v > room.get(k, 0.0) + EPSILON
+    ]
+    return ", ".join(parts) or "capacity"
+
+
+def _who(queue: QueueNode) -> str:
+    return queue.name if queue.level == "tenant" else f"{queue.level} {queue.name}"
+
+
+def _number(value: float) -> str:
+    return f"{value:g}"

@@ -1,0 +1,89 @@
+"""`queues:` in gpuplex.yaml: organisation -> team -> tenant quota queues for jobs and replicas.
+
+Each queue has a guarantee (capacity it may always get back), an optional limit (never exceeded), a
+weight (its share of what is left above the guarantees), whether it lends its idle guarantee to
+others and whether it borrows beyond its own guarantee, and preemption rules (reclaim borrowed
+capacity for a guarantee; preempt lower priority work inside the queue; the minimum runtime before
+a workload may be preempted; the grace period between SIGTERM and SIGKILL). Amounts are those of a
+tenant's `quota`: whole GPUs, shared GPU memory and compute, and MIG slices per profile.
+
+    queues:
+      preemption: {reclaim: true, within_queue: lower_priority, min_runtime_s: 300, grace_s: 30}
+      organisations:
+        - name: acme
+          guarantee: {gpus: 8}
+          teams:
+            - name: research
+              guarantee: {gpus: 6}
+              tenants:
+                - name: contoso          # a tenant of this spec
+                  guarantee: {gpus: 4, mig: {1g.10gb: 2}}
+                  limit: {gpus: 8}
+                  weight: 2
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+from pydantic import Field, StrictFloat, StrictInt
+
+from gpuplex.core.spec.fields import DnsLabel, SpecModel
+from gpuplex.core.spec.tenants import QuotaSpec
+
+
+class WithinQueue(StrEnum):
+    """Whether a job may preempt its own queue's running work."""
+
+    NEVER = "never"
+    LOWER_PRIORITY = "lower_priority"  # a higher-priority job preempts lower-priority ones
+
+
+class PreemptionSpec(SpecModel):
+    """How work is taken back. Unset fields inherit the parent queue's, then these defaults."""
+
+    reclaim: bool | None = Field(
+        default=None, description="A job inside its guarantee preempts borrowed work (default on)."
+    )
+    within_queue: WithinQueue | None = Field(
+        default=None, description="never, or lower_priority (default: lower_priority)."
+    )
+    min_runtime_s: StrictFloat | StrictInt | None = Field(
+        default=None, ge=0, description="No workload is preempted before this (default 300 s)."
+    )
+    grace_s: StrictFloat | StrictInt | None = Field(
+        default=None, ge=0, le=3600, description="SIGTERM to SIGKILL (default 30 s)."
+    )
+
+
+class QueueSpec(SpecModel):
+    """What every level of the tree has."""
+
+    name: DnsLabel
+    guarantee: QuotaSpec = Field(default_factory=QuotaSpec)
+    limit: QuotaSpec | None = Field(default=None, description="Never above this (unset: none).")
+    weight: StrictInt = Field(default=1, ge=1, le=1000, description="Share above guarantees.")
+    lend: bool = Field(default=True, description="Others may borrow its idle guarantee.")
+    borrow: bool = Field(default=True, description="It may use more than its guarantee.")
+    preemption: PreemptionSpec = Field(default_factory=PreemptionSpec)
+
+
+class TenantQueueSpec(QueueSpec):
+    """A leaf: `name` is a tenant of the spec."""
+
+
+class TeamQueueSpec(QueueSpec):
+    tenants: list[TenantQueueSpec] = Field(default_factory=list)
+
+
+class OrganisationQueueSpec(QueueSpec):
+    teams: list[TeamQueueSpec] = Field(default_factory=list)
+
+
+class QueuesSpec(SpecModel):
+    preemption: PreemptionSpec = Field(default_factory=PreemptionSpec)
+    organisations: list[OrganisationQueueSpec] = Field(default_factory=list)
+
+    @property
+    def enabled(self) -> bool:
+        return bool(self.organisations)
