@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from gpuplex.core.queues.drf import EPSILON, Resources, add, fits, subtract
 from gpuplex.core.queues.tree import QueueNode, QueueTree
@@ -74,13 +74,50 @@ class AdmissionDecision:
     evictions: tuple[Eviction, ...]
     #: per job that stays queued: why, in plain words
     waiting: Mapping[str, str] = field(default_factory=dict)
+    #: per tenant whose first job that cannot start holds its later jobs back: that job's id
+    held_back: Mapping[str, str] = field(default_factory=dict)
+
+
+def queue_order(job: QueuedJob) -> tuple[int, float, str]:
+    """The order a tenant's jobs start in: higher priority first, then the oldest."""
+    return (-job.priority, job.submitted_s, job.id)
 
 
 def admit(
     tree: QueueTree, holdings: Sequence[Holding], queued: Sequence[QueuedJob], now_s: float
 ) -> AdmissionDecision:
-    """The decision for one admission round (see the module docstring for the rules)."""
-    return _Round(tree, holdings, now_s).run(queued)
+    """The decision for one admission round (see the module docstring for the rules), with a
+    reason for every job that waits."""
+    by_tenant: dict[str, list[QueuedJob]] = {}
+    unknown: dict[str, str] = {}
+    for job in queued:
+        if tree.tenant(job.tenant) is None:
+            unknown[job.id] = f"{job.tenant} has no queue in queues: it cannot run jobs"
+        else:
+            by_tenant.setdefault(job.tenant, []).append(job)
+    for jobs in by_tenant.values():
+        jobs.sort(key=queue_order)
+    decision = admit_ordered(tree, holdings, by_tenant, now_s)
+    waiting = {**unknown, **decision.waiting}
+    for tenant, head in decision.held_back.items():
+        for job in by_tenant[tenant]:
+            if job.id not in waiting and job.id not in decision.admitted:
+                waiting[job.id] = f"behind {head}, the first of {tenant}'s queued jobs"
+    return AdmissionDecision(decision.admitted, decision.evictions, waiting, decision.held_back)
+
+
+def admit_ordered(
+    tree: QueueTree,
+    holdings: Sequence[Holding],
+    queues: Mapping[str, Sequence[QueuedJob]],
+    now_s: float,
+) -> AdmissionDecision:
+    """`admit` for a caller that keeps each tenant's queued jobs in `queue_order` between rounds
+    (every tenant in `queues` has a queue in the tree). A round looks at each tenant's jobs only
+    up to its first that cannot start, so it costs the tenants and the jobs it starts, not
+    every queued job. `waiting` has a reason for each job it looked at; the jobs after a
+    tenant's first blocked one are held back by it (`held_back`: tenant -> that job)."""
+    return _Round(tree, holdings, now_s).run(queues)
 
 
 class _Round:
@@ -89,7 +126,9 @@ class _Round:
     def __init__(self, tree: QueueTree, holdings: Sequence[Holding], now_s: float) -> None:
         self.tree = tree
         self.now_s = now_s
-        self.holdings = list(holdings)
+        self.holdings: dict[str, list[Holding]] = {}  # by tenant
+        for holding in holdings:
+            self.holdings.setdefault(holding.tenant, []).append(holding)
         self.usage: dict[str, dict[str, float]] = {q.name: {} for q in tree.root.walk()}
         for holding in holdings:
             self._add(holding.tenant, holding.resources)
@@ -109,7 +148,9 @@ class _Round:
         if path is None:  # a tenant outside the tree holds capacity, but no queue of its own
             path = (self.tree.root,)
         for queue in path:
-            self.usage[queue.name] = add(self.usage[queue.name], amount)
+            used = self.usage[queue.name]  # in place: a round adds every holding up
+            for kind, value in amount.items():
+                used[kind] = used.get(kind, 0.0) + value
 
     def _share(self, tenant: str) -> float:
         """The tenant's dominant share of the capacity, over its weight."""
@@ -129,39 +170,32 @@ class _Round:
 
     # -- the round ------------------------------------------------------------------------------
 
-    def run(self, queued: Sequence[QueuedJob]) -> AdmissionDecision:
-        by_tenant: dict[str, list[QueuedJob]] = {}
-        waiting: dict[str, str] = {}
-        for job in queued:
-            if job.tenant not in self.tree.paths or self.tree.tenant(job.tenant) is None:
-                waiting[job.id] = f"{job.tenant} has no queue in queues: it cannot run jobs"
-                continue
-            by_tenant.setdefault(job.tenant, []).append(job)
-        for jobs in by_tenant.values():
-            jobs.sort(key=lambda j: (-j.priority, j.submitted_s, j.id), reverse=True)  # pop()
-        heap = [self._entry(jobs[-1]) for jobs in by_tenant.values()]
+    def run(self, queues: Mapping[str, Sequence[QueuedJob]]) -> AdmissionDecision:
+        at = dict.fromkeys(queues, 0)  # per tenant: its next job's position
+        heap = [self._entry(jobs[0]) for jobs in queues.values() if jobs]
         heapq.heapify(heap)
         admitted: list[str] = []
         evictions: list[Eviction] = []
+        waiting: dict[str, str] = {}
+        held_back: dict[str, str] = {}
         while heap:
             *_, tenant = heapq.heappop(heap)
-            jobs = by_tenant[tenant]
-            job = jobs.pop()
+            jobs = queues[tenant]
+            job = jobs[at[tenant]]
+            at[tenant] += 1
             never = self._never(job)
             if never is not None:  # it holds nobody back: it would wait forever
                 waiting[job.id] = f"can never start: {never}"
-                if jobs:
-                    heapq.heappush(heap, self._entry(jobs[-1]))
-                continue
-            blocked = self._try(job, admitted, evictions)
-            if blocked is not None:
-                waiting[job.id] = blocked
-                for later in jobs:
-                    waiting[later.id] = f"behind {job.id}, the first of {tenant}'s queued jobs"
-                continue
-            if jobs:
-                heapq.heappush(heap, self._entry(jobs[-1]))
-        return AdmissionDecision(tuple(admitted), tuple(evictions), waiting)
+            else:
+                blocked = self._try(job, admitted, evictions)
+                if blocked is not None:
+                    waiting[job.id] = blocked
+                    if at[tenant] < len(jobs):
+                        held_back[tenant] = job.id
+                    continue
+            if at[tenant] < len(jobs):
+                heapq.heappush(heap, self._entry(jobs[at[tenant]]))
+        return AdmissionDecision(tuple(admitted), tuple(evictions), waiting, held_back)
 
     def _entry(self, job: QueuedJob) -> tuple[int, float, float, str, str]:
         outside = 0 if self._inside_guarantee(job) else 1
@@ -183,18 +217,8 @@ class _Round:
         if victims:
             for victim, why in victims:
                 evictions.append(Eviction(victim.id, job.id, why))
-                self.holdings.remove(victim)
-                self.holdings.append(
-                    Holding(
-                        victim.id,
-                        victim.tenant,
-                        victim.resources,
-                        victim.priority,
-                        victim.started_s,
-                        victim.preemptible,
-                        stopping_for=job.id,
-                    )
-                )
+                mine = self.holdings[victim.tenant]
+                mine[mine.index(victim)] = replace(victim, stopping_for=job.id)
             self.reserved = add(self.reserved, job.ask)
             names = ", ".join(v.id for v, _ in victims)
             return f"preempting {names} for it; it starts when they stop"
@@ -207,7 +231,7 @@ class _Round:
     def _take(self, job: QueuedJob) -> None:
         self._add(job.tenant, job.ask)
         self.free = subtract(self.free, job.ask)
-        self.holdings.append(
+        self.holdings.setdefault(job.tenant, []).append(
             Holding(job.id, job.tenant, job.ask, job.priority, started_s=self.now_s)
         )
 
@@ -267,38 +291,35 @@ class _Round:
         own = self._path(job.tenant)[-1]
         room = self._room_for(job.tenant)
         if own.preemption.reclaim and self._inside_guarantee(job):
-            borrowed = [
-                h
-                for h in self._preemptible()
-                if h.tenant != job.tenant and self._above_guarantee(h.tenant)
-            ]
+            lenders = [t for t in self.holdings if t != job.tenant and self._above_guarantee(t)]
+            borrowed = self._preemptible(lenders)
             chosen = self._pick(job.ask, room, borrowed, check_guarantees=True)
             if chosen:
                 why = f"reclaimed for {job.id}: {job.tenant} is inside its guarantee"
                 return [(h, why) for h in chosen]
         if own.preemption.within_queue is WithinQueue.LOWER_PRIORITY:
-            mine = [
-                h
-                for h in self._preemptible()
-                if h.tenant == job.tenant and h.priority < job.priority
-            ]
+            mine = [h for h in self._preemptible([job.tenant]) if h.priority < job.priority]
             chosen = self._pick(job.ask, room, mine, check_guarantees=False)
             if chosen:
                 why = f"preempted by {job.id}, a higher-priority job of {job.tenant}"
                 return [(h, why) for h in chosen]
         return []
 
-    def _preemptible(self) -> list[Holding]:
+    def _preemptible(self, tenants: list[str]) -> list[Holding]:
+        """The holdings of `tenants` that may be preempted now."""
         out = []
-        for holding in self.holdings:
-            if not holding.preemptible or holding.stopping_for is not None:
-                continue
-            path = self.tree.paths.get(holding.tenant)
+        for tenant in tenants:
+            path = self.tree.paths.get(tenant)
             if path is None:
                 continue
-            if self.now_s - holding.started_s < path[-1].preemption.min_runtime_s:
-                continue
-            out.append(holding)
+            min_runtime_s = path[-1].preemption.min_runtime_s
+            out += [
+                h
+                for h in self.holdings.get(tenant, ())
+                if h.preemptible
+                and h.stopping_for is None
+                and self.now_s - h.started_s >= min_runtime_s
+            ]
         return out
 
     def _above_guarantee(self, tenant: str) -> bool:
