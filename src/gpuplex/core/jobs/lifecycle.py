@@ -1,0 +1,235 @@
+"""One step of the jobs' lifecycle on one server: from what the store holds and the host reports,
+which jobs change state and what the live plan becomes. Pure.
+
+    queued --admitted and placed--> starting --the host runs it--> running --exit 0--> succeeded
+       ^                                |                              |--exit != 0--> failed
+       |                                |                              |--max runtime--> timed_out
+       +--------- its process stopped -- preempting <--reclaimed-------+
+                                                                       |--cancelled--> stopping
+                                     stopping --its process stopped--> cancelled / timed_out
+
+A job is part of the live plan (the applied revision's plan plus the jobs' placements) while it is
+starting or running; taking it out of the live plan is what stops it: the host runtime stops a
+replica that leaves its desired state with SIGTERM, then SIGKILL after the job's grace period
+(`RestartSpec.stop_grace_s`, the queue's `preemption.grace_s`). A preempted job stays `preempting`,
+holding its capacity for the job it was preempted for, until the host reports its process gone;
+then it is queued again, keeping its place (its submit time), one attempt more. A running job
+cancelled or past its max runtime is `stopping` the same way, and ends `cancelled` or `timed_out`
+once its process is gone: until then nothing else is placed on its GPU.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+from gpuplex.core.jobs.holdings import plan_holdings, request_ask
+from gpuplex.core.jobs.placement import job_workload_name, place_jobs
+from gpuplex.core.plan import Plan
+from gpuplex.core.plan.model import Placement
+from gpuplex.core.queues.admission import Holding, QueuedJob, admit
+from gpuplex.core.queues.tree import QueueTree
+from gpuplex.core.spec.document import GpuplexSpec
+from gpuplex.core.spec.jobs import JobSpec
+
+
+class JobState(StrEnum):
+    QUEUED = "queued"
+    STARTING = "starting"
+    RUNNING = "running"
+    PREEMPTING = "preempting"
+    STOPPING = "stopping"  # cancelled or past its max runtime, its process not gone yet
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+    TIMED_OUT = "timed_out"
+
+
+#: states in which a job holds capacity
+HOLDING = (JobState.STARTING, JobState.RUNNING, JobState.PREEMPTING, JobState.STOPPING)
+#: states in which a job is out of the live plan but its process may still run
+LEAVING = (JobState.PREEMPTING, JobState.STOPPING)
+#: states a job never leaves
+FINAL = (JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED, JobState.TIMED_OUT)
+
+
+@dataclass(frozen=True, slots=True)
+class JobRecord:
+    """A job as the store holds it, with what the host last reported of its process: `alive`
+    (None: not reported yet) and `exit_code` once it exited."""
+
+    id: str
+    job: JobSpec
+    state: JobState
+    submitted_s: float
+    started_s: float | None = None
+    placement: Placement | None = None
+    preempted_for: str | None = None
+    cancel_requested: bool = False
+    alive: bool | None = None
+    exit_code: int | None = None
+    stopping_to: JobState | None = None  # for a stopping job: cancelled or timed_out
+
+
+@dataclass(frozen=True, slots=True)
+class Transition:
+    job_id: str
+    state: JobState
+    reason: str
+    placement: Placement | None = None
+    preempted_for: str | None = None
+    stopping_to: JobState | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class LifecycleStep:
+    """The state changes of this step, every queued job's reason, and the live plan."""
+
+    transitions: tuple[Transition, ...]
+    waiting: dict[str, str]
+    live_plan: Plan
+    notes: list[str] = field(default_factory=list)
+
+
+def step(
+    spec: GpuplexSpec,
+    plan: Plan,
+    tree: QueueTree,
+    jobs: Sequence[JobRecord],
+    now_s: float,
+) -> LifecycleStep:
+    """One lifecycle step (see the module docstring)."""
+    out: list[Transition] = []
+    current = {j.id: j for j in jobs if j.state not in FINAL}
+    for record in list(current.values()):
+        change = _ended(record, now_s)
+        if change is None:
+            continue
+        out.append(change)
+        if change.state in FINAL:
+            del current[record.id]
+        else:
+            current[record.id] = _moved(record, change)
+    holding = [j for j in current.values() if j.state in HOLDING]
+    queued = [j for j in current.values() if j.state is JobState.QUEUED]
+    decision = admit(
+        tree,
+        plan_holdings(plan) + [_holding(j) for j in holding],
+        [
+            QueuedJob(j.id, j.job.tenant, request_ask(j.job.gpu), j.job.priority, j.submitted_s)
+            for j in queued
+        ],
+        now_s,
+    )
+    evicted: set[str] = set()
+    for eviction in decision.evictions:
+        evicted.add(eviction.victim)
+        out.append(
+            Transition(
+                eviction.victim, JobState.PREEMPTING, eviction.why, preempted_for=eviction.for_job
+            )
+        )
+    # everything holding a GPU stays in the view the jobs are placed against, the jobs that are
+    # being stopped too (their GPUs are not free until their processes are gone) ...
+    occupied = _live_plan(plan, holding)
+    waiting = dict(decision.waiting)
+    admitted = {job_id: current[job_id].job for job_id in decision.admitted}
+    placed: dict[str, Placement] = {}
+    if admitted:
+        everyone = {**{j.id: j.job for j in holding}, **admitted}
+        grace = {
+            job_id: tree.paths[job.tenant][-1].preemption.grace_s
+            for job_id, job in everyone.items()
+        }
+        placing = place_jobs(spec, occupied, {j.id: j.job for j in holding}, admitted, grace)
+        occupied, placed = placing.plan, dict(placing.placed)
+        for job_id, where in placed.items():
+            out.append(Transition(job_id, JobState.STARTING, f"placed on {where.node}", where))
+        waiting.update(placing.waiting)
+    # ... but the plan the host runs leaves them out: that is what stops them
+    stopping = {job_workload_name(j.id) for j in holding if j.state in LEAVING}
+    stopping |= {job_workload_name(job_id) for job_id in evicted}
+    live = occupied.model_copy(
+        update={"placements": [p for p in occupied.placements if p.workload not in stopping]}
+    )
+    return LifecycleStep(tuple(out), waiting, live)
+
+
+def _ended(record: JobRecord, now_s: float) -> Transition | None:
+    """What the host's report, a cancellation or the clock makes of a job, before admission."""
+    if record.state in LEAVING:
+        if record.alive is not False:
+            return None
+        if record.state is JobState.STOPPING:
+            final = record.stopping_to or JobState.CANCELLED
+            return Transition(record.id, final, "its process is stopped")
+        return Transition(record.id, JobState.QUEUED, "preempted; queued again")
+    if record.state is JobState.QUEUED:
+        if record.cancel_requested:
+            return Transition(record.id, JobState.CANCELLED, "cancelled before it started")
+        return None
+    # starting or running
+    if record.exit_code is not None:
+        if record.exit_code == 0:
+            return Transition(record.id, JobState.SUCCEEDED, "exited 0")
+        return Transition(record.id, JobState.FAILED, f"exited {record.exit_code}")
+    if record.cancel_requested:
+        return Transition(
+            record.id,
+            JobState.STOPPING,
+            "cancelled: stopping it (SIGTERM, then SIGKILL after the grace period)",
+            stopping_to=JobState.CANCELLED,
+        )
+    limit = record.job.max_runtime_s
+    if limit is not None and record.started_s is not None and now_s - record.started_s >= limit:
+        return Transition(
+            record.id,
+            JobState.STOPPING,
+            f"ran past its max runtime of {limit:g} s: stopping it",
+            stopping_to=JobState.TIMED_OUT,
+        )
+    if record.state is JobState.STARTING and record.alive:
+        return Transition(record.id, JobState.RUNNING, "its process runs")
+    return None
+
+
+def _holding(record: JobRecord) -> Holding:
+    return Holding(
+        id=record.id,
+        tenant=record.job.tenant,
+        resources=request_ask(record.job.gpu),
+        priority=record.job.priority,
+        started_s=record.started_s or 0.0,
+        preemptible=record.state not in LEAVING,
+        stopping_for=record.preempted_for if record.state is JobState.PREEMPTING else None,
+    )
+
+
+def _live_plan(plan: Plan, jobs: Sequence[JobRecord]) -> Plan:
+    """The applied plan plus the placements of the jobs that keep running."""
+    extra = [
+        j.placement.model_copy(update={"workload": job_workload_name(j.id), "replica": 0})
+        for j in jobs
+        if j.placement is not None
+    ]
+    return plan.model_copy(update={"placements": [*plan.placements, *extra]})
+
+
+def _moved(record: JobRecord, change: Transition) -> JobRecord:
+    """The record after a change to a state it does not end in."""
+    if change.state is JobState.QUEUED:  # requeued: a fresh attempt, its place kept
+        return JobRecord(record.id, record.job, JobState.QUEUED, record.submitted_s)
+    return JobRecord(
+        record.id,
+        record.job,
+        change.state,
+        record.submitted_s,
+        record.started_s,
+        record.placement,
+        record.preempted_for,
+        record.cancel_requested,
+        record.alive,
+        record.exit_code,
+        change.stopping_to,
+    )
