@@ -134,6 +134,7 @@ class _Round:
             self._add(holding.tenant, holding.resources)
         self.free = subtract(tree.capacity, self.usage[tree.root.name])
         self.reserved: dict[str, float] = {}
+        self.reserved_for = ""  # the job the reserved capacity is held for
         self.stopping = {h.stopping_for for h in holdings if h.stopping_for is not None}
         self.kinds = [k for k, v in tree.capacity.items() if v > EPSILON]
         self.keep_idle = [q for q in tree.root.walk() if not q.lends and q is not tree.root]
@@ -206,14 +207,14 @@ class _Round:
         if job.id in self.stopping:
             return "waiting for the work preempted for it to stop (SIGTERM, then SIGKILL)"
         refused = self._quota_refusal(job)
-        if refused is not None:
-            return refused
         room = self._room_for(job.tenant)
-        if fits(job.ask, room):
+        if refused is None and fits(job.ask, room):
             self._take(job)
             admitted.append(job.id)
             return None
-        victims = self._victims(job)
+        victims = self._victims(job, quota_blocked=refused is not None)
+        if refused is not None and not victims:
+            return refused
         if victims:
             for victim, why in victims:
                 evictions.append(Eviction(victim.id, job.id, why))
@@ -222,11 +223,15 @@ class _Round:
             self.reserved = add(self.reserved, job.ask)
             names = ", ".join(v.id for v, _ in victims)
             return f"preempting {names} for it; it starts when they stop"
-        short = _short(job.ask, room)
         if not self.reserved:
             self.reserved = dict(job.ask)
+            self.reserved_for = job.id
+            short = _short(job.ask, room)
             return f"next to start: waiting for {short} to free (capacity is held for it)"
-        return f"the cluster is short of {short} for it (and capacity is held for an older job)"
+        if fits(job.ask, add(room, self.reserved)):
+            return f"the free capacity is held for {self.reserved_for}, which is ahead of it"
+        short = _short(job.ask, add(room, self.reserved))
+        return f"the cluster is short of {short} for it, and {self.reserved_for} is ahead of it"
 
     def _take(self, job: QueuedJob) -> None:
         self._add(job.tenant, job.ask)
@@ -253,11 +258,11 @@ class _Round:
                 return f"{_who(queue)} does not borrow, and it asks more than its guarantee: {over}"
         return None
 
-    def _quota_refusal(self, job: QueuedJob) -> str | None:
+    def _quota_refusal(self, job: QueuedJob, less: Resources | None = None) -> str | None:
         """Why the queues refuse `job` whatever is free: a limit, or a queue that does not
-        borrow; None when they allow it."""
+        borrow; None when they allow it. `less`: work of the job's tenant that would be gone."""
         for queue in self._path(job.tenant)[1:]:
-            after = add(self.usage[queue.name], job.ask)
+            after = add(subtract(self.usage[queue.name], less or {}), job.ask)
             if queue.limit is not None:
                 over = _over(after, queue.limit, job.ask)
                 if over is not None:
@@ -285,21 +290,21 @@ class _Round:
 
     # -- preemption -----------------------------------------------------------------------------
 
-    def _victims(self, job: QueuedJob) -> list[tuple[Holding, str]]:
+    def _victims(self, job: QueuedJob, *, quota_blocked: bool) -> list[tuple[Holding, str]]:
         """The minimal set of running work to preempt for `job`, with why; empty when the rules
-        allow none that would make it fit."""
+        allow none that would make it fit. When the tenant's own queues (a limit, or a queue that
+        does not borrow) stop it, only its own lower-priority work can help."""
         own = self._path(job.tenant)[-1]
         room = self._room_for(job.tenant)
-        if own.preemption.reclaim and self._inside_guarantee(job):
+        if not quota_blocked and own.preemption.reclaim and self._inside_guarantee(job):
             lenders = [t for t in self.holdings if t != job.tenant and self._above_guarantee(t)]
-            borrowed = self._preemptible(lenders)
-            chosen = self._pick(job.ask, room, borrowed, check_guarantees=True)
+            chosen = self._pick(job, room, self._preemptible(lenders), reclaim=True)
             if chosen:
                 why = f"reclaimed for {job.id}: {job.tenant} is inside its guarantee"
                 return [(h, why) for h in chosen]
         if own.preemption.within_queue is WithinQueue.LOWER_PRIORITY:
             mine = [h for h in self._preemptible([job.tenant]) if h.priority < job.priority]
-            chosen = self._pick(job.ask, room, mine, check_guarantees=False)
+            chosen = self._pick(job, room, mine, reclaim=False)
             if chosen:
                 why = f"preempted by {job.id}, a higher-priority job of {job.tenant}"
                 return [(h, why) for h in chosen]
@@ -327,27 +332,34 @@ class _Round:
         return any(v > guarantee.get(k, 0.0) + EPSILON for k, v in self.usage[tenant].items())
 
     def _pick(
-        self, ask: Resources, room: Resources, candidates: list[Holding], *, check_guarantees: bool
+        self, job: QueuedJob, room: Resources, candidates: list[Holding], *, reclaim: bool
     ) -> list[Holding]:
-        """Lowest priority first, then the youngest, taking only work that frees a kind still
-        short; then pruned to a minimal set. Empty when even all of them would not do."""
+        """Lowest priority first, then the youngest, taking only work that helps; then pruned to
+        a minimal set. Empty when even all of them would not do. Reclaimed work must leave its
+        tenant its guarantee; the tenant's own work, once gone, also lowers what its queues'
+        limits count."""
+
+        def enough(chosen: list[Holding]) -> bool:
+            freed = add(*(h.resources for h in chosen))
+            if not fits(job.ask, add(room, freed)):
+                return False
+            return reclaim or self._quota_refusal(job, less=freed) is None
+
         ordered = sorted(candidates, key=lambda h: (h.priority, -h.started_s, h.id))
         chosen: list[Holding] = []
         for holding in ordered:
-            freed = add(room, *(h.resources for h in chosen))
-            if fits(ask, freed):
+            if enough(chosen):
                 break
-            short = subtract(ask, freed)
             helps = any(
-                short.get(k, 0.0) > EPSILON and v > EPSILON for k, v in holding.resources.items()
+                job.ask.get(k, 0.0) > EPSILON and v > EPSILON for k, v in holding.resources.items()
             )
-            if helps and (not check_guarantees or self._keeps_guarantees([*chosen, holding])):
+            if helps and (not reclaim or self._keeps_guarantees([*chosen, holding])):
                 chosen.append(holding)
-        if not fits(ask, add(room, *(h.resources for h in chosen))):
+        if not chosen or not enough(chosen):
             return []
         for holding in reversed(list(chosen)):
             rest = [h for h in chosen if h is not holding]
-            if fits(ask, add(room, *(h.resources for h in rest))):
+            if enough(rest):
                 chosen = rest
         return chosen
 

@@ -105,6 +105,13 @@ def after(
     return holdings + [Holding(j.id, j.tenant, j.ask, j.priority) for j in started.values()]
 
 
+def starts_beside(tree: QueueTree, holdings: list[Holding], job: QueuedJob) -> bool:
+    """Whether `job` fits the free capacity and its queues' limits beside `holdings`."""
+    free = subtract(tree.capacity, usage(tree, holdings)[tree.root.name])
+    with_it = [*holdings, Holding(job.id, job.tenant, job.ask)]
+    return fits(job.ask, free) and within_limits(tree, with_it)
+
+
 def within_limits(tree: QueueTree, holdings: list[Holding]) -> bool:
     used = usage(tree, holdings)
     for q in tree.root.walk():
@@ -160,12 +167,12 @@ def test_preemption_sets_are_minimal_and_take_only_borrowed_or_lower_priority_wo
         borrowed = not fits(used[victim.tenant], own.guarantee)
         mine_lower = victim.tenant == job.tenant and victim.priority < job.priority
         assert borrowed or mine_lower
-    # minimal: with any one victim spared, the job would not fit
+    # minimal: with the victims gone the job fits (capacity and its queues' limits); with any
+    # one of them spared, it would not
     rest = [h for h in running if h not in victims]
-    free = subtract(tree.capacity, usage(tree, rest)[tree.root.name])
-    assert not victims or fits(job.ask, free)
+    assert not victims or starts_beside(tree, rest, job)
     for spared in victims:
-        assert not fits(job.ask, subtract(free, spared.resources))
+        assert not starts_beside(tree, [*rest, spared], job)
 
 
 def relaxed(node: QueueNode) -> QueueNode:
