@@ -13,7 +13,7 @@ import pytest
 
 from tests.kube_real import binaries
 from tests.kube_real.cluster import ControlPlane
-from tests.kube_real.kueue_manager import KueueManager, crd_files
+from tests.kube_real.kueue_manager import KueueManager, cannot_isolate, crd_files
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -39,13 +39,16 @@ def kueue(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[KueueManager]:
     """The real Kueue manager against `kube_cluster`, with its CRDs and webhooks (see
-    tests/kube_real/kueue_manager.py). Skips, saying why, where Kueue is not built (fails instead
-    under GPUPLEX_REQUIRE_KUBE_REAL=1) or the shared CRD schemas are absent."""
+    tests/kube_real/kueue_manager.py). Skips, saying why, where Kueue is not built or cannot run
+    in a mount namespace of its own (both fail instead under GPUPLEX_REQUIRE_KUBE_REAL=1), or
+    where the shared CRD schemas are absent."""
     found = binaries.find_kueue()
-    if isinstance(found, str):
+    missing = found if isinstance(found, str) else cannot_isolate()
+    if missing:
         if os.environ.get("GPUPLEX_REQUIRE_KUBE_REAL") == "1":
-            pytest.fail(f"{found}, and GPUPLEX_REQUIRE_KUBE_REAL=1 makes it mandatory")
-        pytest.skip(found)
+            pytest.fail(f"{missing}, and GPUPLEX_REQUIRE_KUBE_REAL=1 makes it mandatory")
+        pytest.skip(missing)
+    assert not isinstance(found, str)
     crds = crd_files()
     if isinstance(crds, str):
         pytest.skip(crds)

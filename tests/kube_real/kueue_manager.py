@@ -75,6 +75,15 @@ ETC_KUEUE = (
 )
 
 
+def cannot_isolate() -> str:
+    """Why the manager cannot get its own mount namespace here ("" when it can)."""
+    if shutil.which("unshare") is None:
+        return "the Kueue manager runs under unshare (util-linux), which is not installed"
+    if os.geteuid() != 0:
+        return "the Kueue manager runs in a mount namespace of its own, which needs root"
+    return ""
+
+
 def crd_files() -> list[Path] | str:
     """The shared CRD files, or why there are none."""
     files = sorted(KUEUE_CRDS.glob("*.yaml"))

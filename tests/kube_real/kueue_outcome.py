@@ -8,8 +8,8 @@ another test can hand the same tree and submissions to gpuplex's own queue engin
 decisions.
 
 "Settled" means: the new Job's Workload exists and Kueue has tried it (a QuotaReserved condition),
-and no Workload changed state for QUIET_S; a preemption in flight (an evicted Workload whose Job's
-pods are still going away) keeps things moving, so it ends before the next submission.
+no preemption is in flight (an evicted Workload whose Job's pods are still going away, or one
+waiting for the Workloads it preempts), and no Workload changed state for QUIET_S.
 """
 
 from __future__ import annotations
@@ -33,6 +33,8 @@ GPU = "nvidia.com/gpu"
 QUIET_S = 4.0
 POLL_S = 0.5
 IMAGE = "registry.k8s.io/pause:3.10"
+#: Kueue's words for a Workload that waits for the ones it preempts to go.
+_AWAITING_PREEMPTION = "Pending the preemption of"
 _UIDS = re.compile(r" \((?:UID|JobUID): [^)]*\)")
 
 KINDS = {
@@ -86,8 +88,8 @@ class Decision:
 @dataclass
 class Scenario:
     decisions: list[Decision]
-    #: After each submission: the job submitted and every job's state then (`admitted`, `held`,
-    #: `evicted`), in submission order.
+    #: After each submission: the job submitted and every job's state once settled (`admitted`
+    #: or `held`), in submission order.
     steps: list[tuple[str, dict[str, str]]] = field(default_factory=list)
 
     def decision(self, name: str) -> Decision:
@@ -221,12 +223,16 @@ def _workloads(api: Transport, submissions: Sequence[Submission]) -> dict[str, M
 
 def _state(workload: Manifest) -> str:
     """`admitted`; `evicted` while an eviction is under way (the Workload still holds its quota
-    until its Job's pods are gone); else `held` (an evicted Workload stays Evicted once requeued)."""
+    until its Job's pods are gone); `preempting` while it waits for the Workloads it preempts;
+    else `held` (an evicted Workload stays Evicted once requeued)."""
     if _condition(workload, "Admitted").get("status") == "True":
         return "admitted"
     evicted = _condition(workload, "Evicted").get("status") == "True"
-    if evicted and _condition(workload, "QuotaReserved").get("status") == "True":
+    reserved = _condition(workload, "QuotaReserved")
+    if evicted and reserved.get("status") == "True":
         return "evicted"
+    if _AWAITING_PREEMPTION in reserved.get("message", ""):
+        return "preempting"
     return "held"
 
 
@@ -253,7 +259,8 @@ def _settle(
                 history[name].add("preempted")
         if states != last:
             last, quiet_since = states, time.monotonic()
-        settled = "evicted" not in states.values() and _tried(workloads.get(newest.name))
+        moving = {"evicted", "preempting"} & set(states.values())
+        settled = not moving and _tried(workloads.get(newest.name))
         if settled and time.monotonic() - quiet_since >= QUIET_S:
             return {s.name: states.get(s.name, "-") for s in submissions if s.name in states}
         if time.monotonic() > deadline:
