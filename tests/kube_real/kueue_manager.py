@@ -11,8 +11,8 @@ Service and a Secret in kueue-system), so the fixture issues Kueue a serving cer
 ValidatingWebhookConfigurations (copied from the Kueue release at build time) pointing at
 `https://127.0.0.1:<port>` with that CA, keeping the webhooks of the objects Kueue manages here
 (batch Jobs and Kueue's own kinds). So a Job that names a LocalQueue is suspended by Kueue's
-mutating webhook at creation, as on a real cluster, and invalid queue objects are refused by the
-validating one. The webhook configurations are deleted before the manager stops: a Job webhook
+mutating webhook at creation, as on a real cluster, and the validating one refuses moving a
+running Job to another queue. The webhook configurations are deleted before the manager stops: a Job webhook
 that no longer answers would refuse every Job (failurePolicy Fail).
 
 Feature gates: MultiKueue off (its CRDs are not in the shared copy, and a controller watching a

@@ -18,6 +18,7 @@ low-priority one. Admission is quota-based: no node is needed and no pod runs.
 
 from __future__ import annotations
 
+import json
 import sys
 from typing import Any
 
@@ -201,3 +202,18 @@ def test_kueues_webhook_suspends_a_queued_job_created_running(kueue: KueueManage
     reply = kueue.send("POST", f"{JOBS.collection_path('default')}?dryRun=All", job)
     assert reply.status == 201, reply.text
     assert reply.body["spec"]["suspend"] is True
+
+
+def test_kueues_validating_webhook_refuses_moving_a_running_job_to_another_queue(
+    scenario: Scenario, kueue: KueueManager
+) -> None:
+    assert scenario.decision("a-fits").outcome is Outcome.ADMITTED
+    moved = {"metadata": {"labels": {"kueue.x-k8s.io/queue-name": "elsewhere"}}}
+    reply = kueue.admin.send(
+        "PATCH",
+        f"{JOBS.collection_path('team-a')}/a-fits",
+        body=json.dumps(moved),
+        content_type="application/merge-patch+json",
+    )
+    assert reply.status in (400, 403, 422), reply.text
+    assert "vjob.kb.io" in reply.text, reply.text
