@@ -51,8 +51,9 @@ services-stop:
 	bash .ci/services stop
 
 # kube-apiserver, kube-controller-manager and kube-scheduler built from the k8s.io/kubernetes Go module
-# for the kube_real tests (once per machine: 5-10 min on 2 cores, ~3 GB of Go build cache), and
-# Debian's etcd-server where missing; `make test` skips those tests, saying why, until they are there.
+# for the kube_real tests (once per machine: 5-10 min on 2 cores, ~3 GB of Go build cache), the Kueue
+# manager from the sigs.k8s.io/kueue module (once per machine too), and Debian's etcd-server where
+# missing; `make test` skips those tests, saying why, until they are there.
 kube-control-plane: $(STAMP)
 	command -v etcd >/dev/null || { apt-get update -q >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends etcd-server >/dev/null; }
 	$(BIN)/python -m tests.kube_real.binaries

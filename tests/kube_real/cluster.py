@@ -38,13 +38,13 @@ class ControlPlaneError(RuntimeError):
     """A program of the control plane did not start; the message ends with its log's tail."""
 
 
-def _free_port() -> int:
+def free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         return int(probe.getsockname()[1])
 
 
-def _log_tail(path: Path, lines: int = 30) -> str:
+def log_tail(path: Path, lines: int = 30) -> str:
     try:
         return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
     except OSError:
@@ -115,7 +115,7 @@ class ControlPlane:
 
     def _start(self) -> None:
         self.pki = make_pki(self.directory / "pki")
-        etcd_port, peer_port, api_port = _free_port(), _free_port(), _free_port()
+        etcd_port, peer_port, api_port = free_port(), free_port(), free_port()
         etcd_url = f"http://127.0.0.1:{etcd_port}"
         self._spawn(
             "etcd",
@@ -138,7 +138,7 @@ class ControlPlane:
                 "--unsafe-no-fsync",
             ],
         )
-        self._wait("etcd", lambda: _http_ok(f"{etcd_url}/health"))
+        self._wait("etcd", lambda: http_ok(f"{etcd_url}/health"))
         pki = self.pki
         self.server = f"https://127.0.0.1:{api_port}"
         self._spawn(
@@ -166,12 +166,12 @@ class ControlPlane:
         self.kubeconfig = kubeconfig_for(
             self.directory / "admin.kubeconfig", self.server, pki.ca.cert, pki.admin
         )
-        self._wait("kube-apiserver", lambda: self._api_ok("/readyz"))
+        self._wait("kube-apiserver", lambda: self.api_ok("/readyz"))
         for name, user, port, extra in (
             (
                 "kube-controller-manager",
                 pki.controller_manager,
-                _free_port(),
+                free_port(),
                 [
                     f"--service-account-private-key-file={pki.sa_key}",
                     f"--root-ca-file={pki.ca.cert}",
@@ -181,7 +181,7 @@ class ControlPlane:
                     f"--controllers={CONTROLLERS}",
                 ],
             ),
-            ("kube-scheduler", pki.scheduler, _free_port(), []),
+            ("kube-scheduler", pki.scheduler, free_port(), []),
         ):
             config = kubeconfig_for(
                 self.directory / f"{name}.kubeconfig", self.server, pki.ca.cert, user
@@ -207,10 +207,25 @@ class ControlPlane:
         # the controllers run once the default namespace's service account exists
         self._wait(
             "kube-controller-manager",
-            lambda: self._api_ok("/api/v1/namespaces/default/serviceaccounts/default"),
+            lambda: self.api_ok("/api/v1/namespaces/default/serviceaccounts/default"),
         )
 
-    def _spawn(self, name: str, argv: list[str]) -> None:
+    def start_program(
+        self, name: str, argv: list[str], ready: Callable[[], bool], env: dict[str, str]
+    ) -> Path:
+        """Start one more program beside the control plane (a controller such as Kueue) and wait
+        until `ready()`; it stops with the rest (before the API server) unless `stop_program`
+        stops it first. Returns its log."""
+        self._spawn(name, argv, env)
+        self._wait(name, ready)
+        return self.directory / f"{name}.log"
+
+    def stop_program(self, name: str) -> None:
+        for program in [p for p in self._programs if p.name == name]:
+            _stop(program.process)
+            self._programs.remove(program)
+
+    def _spawn(self, name: str, argv: list[str], env: dict[str, str] | None = None) -> None:
         log = self.directory / f"{name}.log"
         with log.open("wb") as out:
             process = subprocess.Popen(  # noqa: S603 - our own binaries, arguments written here
@@ -220,6 +235,7 @@ class ControlPlane:
                 stdin=subprocess.DEVNULL,
                 start_new_session=True,  # its own process group: stopped as a whole
                 cwd=self.directory,
+                env=env,
             )
         self._programs.append(_Program(name, process, log))
 
@@ -230,12 +246,12 @@ class ControlPlane:
             if program.process.poll() is not None:
                 raise ControlPlaneError(
                     f"{name} exited with {program.process.returncode} while starting:\n"
-                    + _log_tail(program.log)
+                    + log_tail(program.log)
                 )
             if time.monotonic() > deadline:
                 raise ControlPlaneError(
                     f"{name} did not become ready in {START_TIMEOUT_S:.0f} s:\n"
-                    + _log_tail(program.log)
+                    + log_tail(program.log)
                 )
             time.sleep(0.2)
 
@@ -246,7 +262,8 @@ class ControlPlane:
         context.load_cert_chain(str(self.pki.admin.cert), str(self.pki.admin.key))
         return context
 
-    def _api_ok(self, path: str) -> bool:
+    def api_ok(self, path: str) -> bool:
+        """Whether a GET of `path` answers 2xx, as the admin."""
         try:
             with urllib.request.urlopen(  # noqa: S310 - https to our own server
                 self.server + path, context=self.ssl_context(), timeout=5
@@ -264,9 +281,9 @@ class ControlPlane:
         self._programs.clear()
 
 
-def _http_ok(url: str) -> bool:
+def http_ok(url: str) -> bool:
     try:
-        with urllib.request.urlopen(url, timeout=2) as reply:  # noqa: S310 - our own etcd
+        with urllib.request.urlopen(url, timeout=2) as reply:  # noqa: S310 - our own etcd, Kueue
             return 200 <= int(reply.status) < 300
     except (urllib.error.URLError, OSError):
         return False

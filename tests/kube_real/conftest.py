@@ -1,6 +1,7 @@
 """The real Kubernetes control plane, started once per test session for the tests marked
 `kube_real` (all of tests/kube_real). Where the binaries or etcd are missing the tests skip and say
-why, unless GPUPLEX_REQUIRE_KUBE_REAL=1 (CI), where they fail instead."""
+why, unless GPUPLEX_REQUIRE_KUBE_REAL=1 (CI), where they fail instead. The real Kueue manager runs
+beside it for the tests that ask for the `kueue` fixture."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import pytest
 
 from tests.kube_real import binaries
 from tests.kube_real.cluster import ControlPlane
+from tests.kube_real.kueue_manager import KueueManager, cannot_isolate, crd_files
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -30,3 +32,26 @@ def kube_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPl
         pytest.skip(found)
     with ControlPlane(found, tmp_path_factory.mktemp("kube-control-plane")) as cluster:
         yield cluster
+
+
+@pytest.fixture(scope="session")
+def kueue(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[KueueManager]:
+    """The real Kueue manager against `kube_cluster`, with its CRDs and webhooks (see
+    tests/kube_real/kueue_manager.py). Skips, saying why, where Kueue is not built or cannot run
+    in a mount namespace of its own (both fail instead under GPUPLEX_REQUIRE_KUBE_REAL=1), or
+    where the shared CRD schemas are absent."""
+    found = binaries.find_kueue()
+    missing = found if isinstance(found, str) else cannot_isolate()
+    if missing:
+        if os.environ.get("GPUPLEX_REQUIRE_KUBE_REAL") == "1":
+            pytest.fail(f"{missing}, and GPUPLEX_REQUIRE_KUBE_REAL=1 makes it mandatory")
+        pytest.skip(missing)
+    assert not isinstance(found, str)
+    crds = crd_files()
+    if isinstance(crds, str):
+        pytest.skip(crds)
+    cluster: ControlPlane = request.getfixturevalue("kube_cluster")
+    with KueueManager(found, cluster, crds, tmp_path_factory.mktemp("kueue")) as manager:
+        yield manager

@@ -144,3 +144,15 @@ def make_pki(directory: Path) -> Pki:
         sa.public_key().public_bytes(_PEM, serialization.PublicFormat.SubjectPublicKeyInfo)
     )
     return Pki(ca_pair, apiserver, admin, scheduler, controller_manager, sa_key, sa_pub)
+
+
+def serving_pair(pki: Pki, directory: Path, stem: str, names: tuple[str, ...]) -> Pair:
+    """A serving certificate for `names` signed by the session's CA, for a server the API server
+    calls back (a webhook on 127.0.0.1): the API server trusts it given `pki.ca.cert`."""
+    directory.mkdir(parents=True, exist_ok=True)
+    ca_cert = x509.load_pem_x509_certificate(pki.ca.cert.read_bytes())
+    ca_key = serialization.load_pem_private_key(pki.ca.key.read_bytes(), password=None)
+    if not isinstance(ca_key, ec.EllipticCurvePrivateKey):
+        raise TypeError(f"{pki.ca.key} is not the EC key make_pki writes")
+    pair, _, _ = _issue(directory, stem, _name(stem), ca=(ca_cert, ca_key), server_names=names)
+    return pair
