@@ -137,6 +137,7 @@ def replay_runs(data: Path, speedup: float, seed: int) -> None:
             "p50": float(np.percentile(delays, 50)),
             "p99": float(np.percentile(delays, 99)),
             "jain": line.mean_jain,
+            "jain_wait": line.mean_jain_contended,
             "gpus": sum(r.mean_gpus for r in rows),
             "preempt": float(sum(r.preemptions for r in rows)),
             "secs": time.perf_counter() - started,
@@ -156,6 +157,7 @@ def replay_runs(data: Path, speedup: float, seed: int) -> None:
             ("p50", "delay p50 s (all pods)"),
             ("p99", "delay p99 s (all pods)"),
             ("jain", "mean Jain index"),
+            ("jain_wait", "mean Jain while pods wait"),
             ("gpus", "mean GPUs allocated"),
             ("preempt", "preemptions"),
         ):

@@ -96,7 +96,9 @@ def simulate_command(
     out_dir: Annotated[
         Path,
         typer.Option(
-            "--out", file_okay=False, help="Where simulate.csv and .png (or isolation.csv) go."
+            "--out",
+            file_okay=False,
+            help="Where simulate.csv and .png (or isolation.csv, or jobs.csv and .png) go.",
         ),
     ] = Path("simulate-out"),
     compare_isolation: Annotated[
@@ -160,6 +162,10 @@ def simulate_command(
         )
     if arrivals not in ("inflate", "trace"):
         raise typer.BadParameter("inflate or trace", param_hint="--arrivals")
+    if arrivals == "inflate" and (tenants is not None or speedup != 1.0):
+        raise typer.BadParameter(
+            "only applies with --arrivals trace", param_hint="--tenants / --speedup"
+        )
     if arrivals == "trace":
         if tenants is None:
             raise typer.BadParameter("--arrivals trace needs one", param_hint="--tenants")

@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
+import typer
 from rich.markup import escape
 from rich.table import Table
 
@@ -62,18 +63,28 @@ def simulate_trace_arrivals(
         lines.append(line)
         rows += tenant_rows(result, line)
     out.print(jobs_table(rows, lines))
-    out_dir.mkdir(parents=True, exist_ok=True)
-    (out_dir / "jobs.csv").write_text(csv_text(rows, lines), encoding="utf-8")
-    write_jobs_plot(lines, out_dir / "jobs.png")
+    try:
+        (out_dir / "jobs.csv").write_text(csv_text(rows, lines), encoding="utf-8")
+        write_jobs_plot(lines, out_dir / "jobs.png")
+    except OSError as error:
+        raise typer.BadParameter(
+            f"cannot write {error.filename or out_dir}: {error.strerror}", param_hint="--out"
+        ) from None
     err.print(f"wrote {escape(str(out_dir / 'jobs.csv'))} and jobs.png", highlight=False)
 
 
 def jobs_table(rows: Sequence[TenantRow], lines: Sequence[Timeline]) -> Table:
-    jain = {line.run: line.mean_jain for line in lines}
-    table = Table(title="Jobs replay per run and tenant", title_justify="left")
+    jain = {line.run: (line.mean_jain, line.mean_jain_contended) for line in lines}
+    table = Table(
+        title=(
+            "Jobs replay per run and tenant (Jain: the run's mean fairness index; "
+            "(waiting): over the times some pod waited)"
+        ),
+        title_justify="left",
+    )
     for header in ("run", "tenant", "pods", "started", "delay p50 s", "delay p99 s"):
         table.add_column(header, justify="left" if header in ("run", "tenant") else "right")
-    for header in ("mean GPUs", "mean fair GPUs", "preemptions", "run's mean Jain"):
+    for header in ("mean GPUs", "mean fair GPUs", "preemptions", "Jain", "Jain (waiting)"):
         table.add_column(header, justify="right")
     for r in rows:
         table.add_row(
@@ -86,7 +97,8 @@ def jobs_table(rows: Sequence[TenantRow], lines: Sequence[Timeline]) -> Table:
             f"{r.mean_gpus:.1f}",
             f"{r.mean_fair_gpus:.1f}",
             str(r.preemptions),
-            f"{jain[r.run]:.3f}",
+            f"{jain[r.run][0]:.3f}",
+            f"{jain[r.run][1]:.3f}",
         )
     return table
 

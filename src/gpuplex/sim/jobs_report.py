@@ -6,6 +6,8 @@
   (GPUs of its running and queued pods); a FIFO run is measured against the same tree's shares;
 - Jain's fairness index at a sample, over the tenants with a fair share above 0:
   (sum x)^2 / (n sum x^2) with x = allocated / fair share (1 = everyone at its fair share);
+  its mean over the run's samples, and over those at which some pod waited (where it can
+  differ from 1: when nothing waits every tenant holds what it asks);
 - GPU allocation: the GPUs of a tenant's running pods; preemptions: times its pods were preempted.
 Pure.
 """
@@ -45,10 +47,18 @@ class Timeline:
     allocated: dict[str, list[float]]
     fair: dict[str, list[float]]
     jain: list[float]
+    #: per sample: whether some pod waited (some tenant's demand above what it held)
+    contended: list[bool]
 
     @property
     def mean_jain(self) -> float:
         return float(np.mean(self.jain)) if self.jain else 1.0
+
+    @property
+    def mean_jain_contended(self) -> float:
+        """Jain's index over the samples at which some pod waited (1 when none did)."""
+        values = [j for j, c in zip(self.jain, self.contended, strict=True) if c]
+        return float(np.mean(values)) if values else 1.0
 
 
 def run_name(result: JobsReplay) -> str:
@@ -63,7 +73,11 @@ def timeline(result: JobsReplay, tree: QueueTree) -> Timeline:
     allocated: dict[str, list[float]] = {t: [] for t in tenants}
     fair: dict[str, list[float]] = {t: [] for t in tenants}
     jain: list[float] = []
+    contended: list[bool] = []
     for sample in result.samples:
+        contended.append(
+            any(v > sample.allocated.get(t, 0.0) + 1e-9 for t, v in sample.demand.items())
+        )
         demands = {t: {GPUS: sample.demand.get(t, 0.0)} for t in tenants}
         shares = fair_shares(root, capacity, demands)
         ratios = []
@@ -75,7 +89,7 @@ def timeline(result: JobsReplay, tree: QueueTree) -> Timeline:
                 ratios.append(got / due)
         jain.append(jain_index(ratios))
     times = [s.time_s for s in result.samples]
-    return Timeline(run_name(result), times, allocated, fair, jain)
+    return Timeline(run_name(result), times, allocated, fair, jain, contended)
 
 
 def jain_index(values: Sequence[float]) -> float:
@@ -109,18 +123,18 @@ def tenant_rows(result: JobsReplay, line: Timeline) -> list[TenantRow]:
 
 def csv_text(rows: Sequence[TenantRow], lines: Sequence[Timeline]) -> str:
     """One row per run and tenant, with the run's mean Jain index."""
-    jain = {line.run: line.mean_jain for line in lines}
+    jain = {line.run: f"{line.mean_jain:.4f},{line.mean_jain_contended:.4f}" for line in lines}
     out = io.StringIO()
     out.write(
         "run,tenant,pods,started,delay_p50_s,delay_p99_s,mean_gpus,mean_fair_gpus,"
-        "preemptions,mean_jain\n"
+        "preemptions,mean_jain,mean_jain_while_pods_wait\n"
     )
     for r in rows:
         p50 = "" if r.delay_p50_s is None else f"{r.delay_p50_s:.1f}"
         p99 = "" if r.delay_p99_s is None else f"{r.delay_p99_s:.1f}"
         out.write(
             f"{r.run},{r.tenant},{r.pods},{r.started},{p50},{p99},{r.mean_gpus:.3f},"
-            f"{r.mean_fair_gpus:.3f},{r.preemptions},{jain[r.run]:.4f}\n"
+            f"{r.mean_fair_gpus:.3f},{r.preemptions},{jain[r.run]}\n"
         )
     return out.getvalue()
 

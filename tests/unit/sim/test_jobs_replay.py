@@ -91,11 +91,14 @@ def test_report_shares_and_jain() -> None:
     rows = {r.tenant: r for r in tenant_rows(result, line)}
     assert rows["a"].delay_p50_s == 90
     assert rows["b"].preemptions == 0
-    at = line.times_s.index(10)
+    at = next(i for i, t in enumerate(line.times_s) if t > 10)  # a0 waits, b holds all 4
+    assert line.times_s[-1] < 100  # sampled while a0 waits, not after it started
     assert line.allocated["b"][at] == 4
     assert line.fair["a"][at] == 1
     assert line.fair["b"][at] == 3
     assert line.jain[at] < 1
+    assert line.contended[at]
+    assert line.mean_jain_contended == pytest.approx(line.jain[at])  # a0 waits all along
     assert jain_index([1, 1, 1]) == 1
     assert jain_index([1, 0]) == pytest.approx(0.5)
 

@@ -76,3 +76,15 @@ def test_a_bad_tenants_file_names_the_field(tmp_path: Path) -> None:
     result = CliRunner().invoke(app, write(tmp_path, bad))
     assert result.exit_code != 0
     assert "assign[1].tenant" in result.output or "assign.1.tenant" in result.output, result.output
+
+
+def test_trace_options_are_refused_without_arrivals_trace(tmp_path: Path) -> None:
+    args = write(tmp_path, TENANTS)
+    without_trace = args[:1] + args[3:]
+    result = CliRunner().invoke(app, without_trace)
+    assert result.exit_code == 2
+    assert "only applies with --arrivals trace" in result.output
+    no_tenants = args[:3] + args[5:]
+    result = CliRunner().invoke(app, no_tenants)
+    assert result.exit_code == 2
+    assert "needs one" in result.output
