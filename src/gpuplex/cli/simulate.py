@@ -11,7 +11,10 @@ plot libraries (numpy, matplotlib) are imported when the command runs, not with 
 With --compare-isolation the policies are not compared: the same trace is replayed (with best-fit,
 or the first --policy) once per isolation mode, each fractional pod taking what a dedicated GPU, a
 MIG instance, an MPS share or time-slice replicas reserve (see `gpuplex.sim.isolation_compare`);
-the table and `isolation.csv` give GPUs needed, allocation ratios and stranded memory per mode."""
+the table and `isolation.csv` give GPUs needed, allocation ratios and stranded memory per mode.
+
+With --arrivals trace --tenants FILE the pods arrive and leave in time through the queue rules
+(`gpuplex.cli.simulate_jobs`)."""
 
 from __future__ import annotations
 
@@ -93,7 +96,9 @@ def simulate_command(
     out_dir: Annotated[
         Path,
         typer.Option(
-            "--out", file_okay=False, help="Where simulate.csv and .png (or isolation.csv) go."
+            "--out",
+            file_okay=False,
+            help="Where simulate.csv and .png (or isolation.csv, or jobs.csv and .png) go.",
         ),
     ] = Path("simulate-out"),
     compare_isolation: Annotated[
@@ -117,6 +122,32 @@ def simulate_command(
             show_default="4",
         ),
     ] = None,
+    arrivals: Annotated[
+        str,
+        typer.Option(
+            help=(
+                "inflate: pods arrive one by one and never leave (the FGD paper's replay); "
+                "trace: pods arrive and leave at the trace's times through the queue rules of "
+                "--tenants, compared with FIFO (jobs.csv, jobs.png)."
+            ),
+        ),
+    ] = "inflate",
+    tenants: Annotated[
+        Path | None,
+        typer.Option(
+            "--tenants",
+            exists=True,
+            dir_okay=False,
+            readable=True,
+            help="With --arrivals trace: the queues: tree and which pods are whose (YAML).",
+        ),
+    ] = None,
+    speedup: Annotated[
+        float,
+        typer.Option(
+            min=0.001, help="With --arrivals trace: arrival times divided by this (more load)."
+        ),
+    ] = 1.0,
 ) -> None:
     """Replay a cluster trace under placement policies and compare them.
 
@@ -129,6 +160,24 @@ def simulate_command(
         raise typer.BadParameter(
             "only applies with --compare-isolation", param_hint="--time-slice-replicas"
         )
+    if arrivals not in ("inflate", "trace"):
+        raise typer.BadParameter("inflate or trace", param_hint="--arrivals")
+    if arrivals == "inflate" and (tenants is not None or speedup != 1.0):
+        raise typer.BadParameter(
+            "only applies with --arrivals trace", param_hint="--tenants / --speedup"
+        )
+    if arrivals == "trace":
+        if tenants is None:
+            raise typer.BadParameter("--arrivals trace needs one", param_hint="--tenants")
+        from gpuplex.cli.simulate_jobs import simulate_trace_arrivals
+
+        with reported():
+            picked = _policies(policy, POLICY_NAMES) if policy else []
+        _make_out_dir(out_dir)
+        simulate_trace_arrivals(
+            nodes, pods, tenants, policies=picked, seed=first_seed, speedup=speedup, out_dir=out_dir
+        )
+        return
     with reported():
         chosen = _policies(policy, POLICY_NAMES)
         trace_nodes = load_nodes(nodes)

@@ -3,7 +3,9 @@
     nodes: sn,cpu_milli,memory_mib,gpu,model
     pods:  name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec,...  (other columns are ignored)
 
-`gpu_spec` is empty (any GPU model) or models joined by `|`. Anything malformed raises
+`gpu_spec` is empty (any GPU model) or models joined by `|`. `load_timed_pods` also reads
+`creation_time` (when the pod arrives, seconds) and `deletion_time` (when it left; empty: it runs
+to the end of the replay), for replays in time (`gpuplex.sim.jobs_replay`). Anything malformed raises
 `TraceInputError` naming the file, the line and the column.
 """
 
@@ -11,6 +13,7 @@ from __future__ import annotations
 
 import csv
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 from gpuplex.core.trace import MILLI, TraceNode, TracePod
@@ -18,6 +21,16 @@ from gpuplex.errors import TraceInputError
 
 NODE_COLUMNS = ("sn", "cpu_milli", "memory_mib", "gpu", "model")
 POD_COLUMNS = ("name", "cpu_milli", "memory_mib", "num_gpu", "gpu_milli")
+TIME_COLUMNS = ("creation_time", "deletion_time")
+
+
+@dataclass(frozen=True, slots=True)
+class TimedPod:
+    """A pod with when it arrived and how long it ran once started (None: to the end)."""
+
+    pod: TracePod
+    arrival_s: float
+    runtime_s: float | None
 
 
 class _Row:
@@ -101,10 +114,29 @@ def load_nodes(path: Path | str) -> list[TraceNode]:
 
 def load_pods(path: Path | str) -> list[TracePod]:
     """The trace's pods, in file order; at least one."""
-    path = Path(path)
-    pods: list[TracePod] = []
+    return [pod for pod, _ in _pods(Path(path), POD_COLUMNS)]
+
+
+def load_timed_pods(path: Path | str) -> list[TimedPod]:
+    """The trace's pods with their times, in file order; at least one. A deletion time before
+    the creation time is an error; an empty one means the pod never left."""
+    timed: list[TimedPod] = []
+    for pod, row in _pods(Path(path), POD_COLUMNS + TIME_COLUMNS):
+        created = row.count("creation_time")
+        if not row.text("deletion_time"):
+            timed.append(TimedPod(pod, float(created), None))
+            continue
+        deleted = row.count("deletion_time")
+        if deleted < created:
+            raise row.fail("deletion_time", f"{deleted} is before the creation time {created}")
+        timed.append(TimedPod(pod, float(created), float(deleted - created)))
+    return timed
+
+
+def _pods(path: Path, required: tuple[str, ...]) -> Iterator[tuple[TracePod, _Row]]:
     seen: dict[str, int] = {}
-    for row in _rows(path, POD_COLUMNS):
+    any_pod = False
+    for row in _rows(path, required):
         name = row.name("name")
         _unique(row, "name", name, seen)
         cpu, memory = row.count("cpu_milli"), row.count("memory_mib")
@@ -120,7 +152,7 @@ def load_pods(path: Path | str) -> list[TracePod]:
             )
         spec = row.values.get("gpu_spec") or ""
         models = tuple(m.strip() for m in spec.split("|") if m.strip())
-        pods.append(TracePod(name, cpu, memory, num_gpu, gpu_milli, models))
-    if not pods:
+        any_pod = True
+        yield TracePod(name, cpu, memory, num_gpu, gpu_milli, models), row
+    if not any_pod:
         raise TraceInputError(f"{path}: no pods (only a header, or nothing)")
-    return pods

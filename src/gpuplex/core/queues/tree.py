@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from gpuplex.core.queues.drf import Resources, add
 from gpuplex.core.spec.document import GpuplexSpec
 from gpuplex.core.spec.fleet import runs_mig, runs_whole
-from gpuplex.core.spec.queues import PreemptionSpec, QueueSpec, WithinQueue
+from gpuplex.core.spec.queues import PreemptionSpec, QueueSpec, QueuesSpec, WithinQueue
 from gpuplex.core.spec.tenants import QuotaSpec
 
 GPUS = "gpus"
@@ -140,10 +140,15 @@ def queue_tree(spec: GpuplexSpec, capacity: Resources | None = None) -> QueueTre
     when the spec has no queues."""
     if not spec.queues.enabled:
         return None
-    capacity = dict(capacity if capacity is not None else fleet_capacity(spec))
-    top = _preemption(spec.queues.preemption, Preemption())
+    return tree_of(spec.queues, capacity if capacity is not None else fleet_capacity(spec))
+
+
+def tree_of(queues: QueuesSpec, capacity: Resources) -> QueueTree:
+    """The tree of a `queues:` section under a root holding `capacity`."""
+    capacity = dict(capacity)
+    top = _preemption(queues.preemption, Preemption())
     organisations = []
-    for org in spec.queues.organisations:
+    for org in queues.organisations:
         org_rules = _preemption(org.preemption, top)
         teams = []
         for team in org.teams:

@@ -35,8 +35,9 @@ class ClusterState:
     `gpu_left[n, g]` is the milli-GPUs free on GPU `g` of node `n`; slots past a node's GPU count
     hold -1 so that no request ever fits them and they never count as free GPUs.
 
-    The arrays change only through `place`, which logs the node it changed in `changes`: what was
-    computed for a node stays true until the node shows up there again. `feasible` keeps its
+    The arrays change only through `place` and `remove`, which log the node they changed in
+    `changes`: what was computed for a node stays true until the node shows up there again
+    (a removal included: caches keyed on a node's state renew it). `feasible` keeps its
     answer per request shape that way, and a scorer that holds on to this state object reads the
     log to find the nodes to score again (`trace.fgd`).
     """
@@ -49,7 +50,7 @@ class ClusterState:
     models: tuple[str, ...]  # the distinct GPU models, in order of first appearance
     model_index: IntArray  # per node: its model's position in `models`
     rank: IntArray  # per node: its place in the tie-break order (lowest wins a tie)
-    changes: list[int] = field(default_factory=list)  # the node of each `place`, in order
+    changes: list[int] = field(default_factory=list)  # the node of each change, in order
     #: per request shape: which nodes can take it, valid up to that many entries of `changes`
     feasible_by_shape: dict[FeasibleShape, tuple[BoolArray, int]] = field(
         default_factory=dict, repr=False, compare=False
@@ -148,3 +149,16 @@ class ClusterState:
             if self.gpu_left[node, g] < pod.gpu_milli:
                 raise ValueError(f"GPU {g} of node {node} has no room for pod {pod.name}")
             self.gpu_left[node, g] -= pod.gpu_milli
+
+    def remove(self, node: int, pod: TracePod, gpus: tuple[int, ...]) -> None:
+        """Give back what `place(node, pod, gpus)` took: the pod has left the node."""
+        if len(gpus) != (pod.num_gpu if pod.wants_gpu else 0):
+            raise ValueError(f"pod {pod.name} holds {pod.num_gpu} GPUs, given {gpus}")
+        for g in gpus:
+            if self.gpu_left[node, g] + pod.gpu_milli > MILLI:
+                raise ValueError(f"GPU {g} of node {node} does not hold pod {pod.name}")
+        self.changes.append(node)
+        self.cpu_left[node] += pod.cpu_milli
+        self.memory_left[node] += pod.memory_mib
+        for g in gpus:
+            self.gpu_left[node, g] += pod.gpu_milli
