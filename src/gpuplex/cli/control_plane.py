@@ -106,15 +106,25 @@ class ControlPlane:
             ) from None
 
 
-def _refusal(error: urllib.error.HTTPError) -> RequestRefused:
+class ApiRefusal(RequestRefused):
+    """The API's refusal with its whole error object (`field`, `problems`, ...), for a command
+    that says more than the message."""
+
+    def __init__(self, code: ErrorCode, message: str, detail: dict[str, Any]) -> None:
+        super().__init__(code, message)
+        self.detail = detail
+
+
+def _refusal(error: urllib.error.HTTPError) -> ApiRefusal:
     """The API's `{"error": {"code", "message"}}` as the same code; anything else by its status."""
     body = error.read().decode("utf-8", errors="replace")
+    detail: dict[str, Any] = {}
     try:
-        problem = json.loads(body)["error"]
-        wire, message = str(problem["code"]), str(problem["message"])
+        detail = dict(json.loads(body)["error"])
+        wire, message = str(detail["code"]), str(detail["message"])
     except (ValueError, KeyError, TypeError):
         wire, message = "", f"the control plane answered {error.code}: {body[:200] or error.reason}"
     code = next((c for c in ErrorCode if c.value == wire), None)
     if code is None:
         code = next((c for c in ErrorCode if c.status == error.code), ErrorCode.INTERNAL)
-    return RequestRefused(code, message)
+    return ApiRefusal(code, message, detail)

@@ -9,21 +9,30 @@ stderr with the error model's exit code (a bad job file exits 2, `job_invalid`).
 from __future__ import annotations
 
 import json
+import re
 import shlex
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 
-from gpuplex.cli.control_plane import ControlPlane, ServerOption, TokenOption
+from gpuplex.cli.control_plane import ApiRefusal, ControlPlane, ServerOption, TokenOption
 from gpuplex.cli.conventions import reported
 from gpuplex.cli.help_pages import command_group
 from gpuplex.cli.job_view import OutputFormat, job_panel, jobs_table, logs_text
 from gpuplex.consoles import stdout_console
 from gpuplex.core.jobs.states import JobState
 from gpuplex.core.spec.jobs import JobSpec, parse_job
-from gpuplex.errors import ErrorCode, JobFileError, RequestRefused, SpecError, SpecProblem
+from gpuplex.errors import (
+    ErrorCode,
+    FieldPath,
+    JobFileError,
+    RequestRefused,
+    SpecError,
+    SpecProblem,
+)
 from gpuplex.settings import DEFAULT_SERVER_URL
 from gpuplex.specfile import load_yaml_file
 
@@ -82,7 +91,12 @@ def submit_command(
         job = _from_file(file, tenant) if file is not None else _from_flags(given, tenant)
         owner = job.tenant if job.tenant != _TOKENS_TENANT else _own_tenant(api)
         body = job.model_dump(mode="json", exclude_defaults=True) | {"tenant": owner}
-        reply = api.post_json(f"/tenants/{owner}/jobs", body)
+        try:
+            reply = api.post_json(f"/tenants/{owner}/jobs", body)
+        except ApiRefusal as refusal:
+            if file is not None and refusal.code is ErrorCode.JOB_INVALID:
+                _locate_in(file, refusal)
+            raise
     if output is OutputFormat.JSON:
         sys.stdout.write(json.dumps(reply, indent=2) + "\n")
     else:
@@ -161,10 +175,14 @@ def cancel_command(
     out.print(f"{reply['id']}: {reply['state']} ({reply['reason']})")
 
 
-def _from_file(path: Path, tenant: str | None) -> JobSpec:
+def _from_file(
+    path: Path,
+    tenant: str | None,
+    check: Callable[[object], JobSpec | list[SpecProblem]] | None = None,
+) -> JobSpec:
     """The job file, every mistake with file:line and the field (a JobFileError)."""
     try:
-        return load_yaml_file(path, lambda data: _parsed(data, tenant))
+        return load_yaml_file(path, check or (lambda data: _parsed(data, tenant)))
     except SpecError as error:
         raise JobFileError(error.source, error.problems) from None
 
@@ -172,6 +190,25 @@ def _from_file(path: Path, tenant: str | None) -> JobSpec:
 #: Stands for "the token's tenant" while the job is checked, before the API is asked whose it is
 #: (a valid DNS label, so the check passes; it never reaches the API).
 _TOKENS_TENANT = "the-tokens-own-tenant"
+
+
+def _locate_in(path: Path, refusal: ApiRefusal) -> None:
+    """Raise the API's problems with the job as a JobFileError placing each in the file."""
+    problems = [
+        SpecProblem(field_path(str(p.get("field", ""))), str(p.get("message", "")))
+        for p in refusal.detail.get("problems", [])
+        if isinstance(p, dict)
+    ]
+    if problems:
+        _from_file(path, None, lambda _: problems)
+
+
+def field_path(dotted: str) -> FieldPath:
+    """`gpu.count` or `env[0]` as a field path; `(document)` and `` as the top."""
+    path: list[str | int] = []
+    for part in re.findall(r"[^.\[\]]+|\[\d+\]", dotted):
+        path.append(int(part[1:-1]) if part.startswith("[") else part)
+    return () if path == ["(document)"] else tuple(path)
 
 
 def _parsed(data: object, tenant: str | None) -> JobSpec | list[SpecProblem]:
