@@ -63,6 +63,7 @@ class ErrorCode(CodeWithAnswers):
     KUBE_RENDER = "kube_render_refused", 422, EXIT_BAD_INPUT, FINAL
     DCGM_INPUT_INVALID = "dcgm_input_invalid", 502, EXIT_BAD_INPUT, FINAL
     TRACE_INVALID = "trace_invalid", 422, EXIT_BAD_INPUT, FINAL
+    JOB_INVALID = "job_invalid", 422, EXIT_BAD_INPUT, FINAL
     # The host runtime
     HOST_STATE = "host_state_invalid", 500, EXIT_FAILED, FINAL
     HOST_BUSY = "host_busy", 409, EXIT_FAILED, RETRY
@@ -73,6 +74,8 @@ class ErrorCode(CodeWithAnswers):
     # Shared state: the store and the rate limiter's Redis
     STORE_UNAVAILABLE = "store_unavailable", 503, EXIT_FAILED, RETRY
     SPEC_STALE = "spec_stale", 409, EXIT_FAILED, FINAL
+    NO_QUEUES = "queues_not_configured", 409, EXIT_FAILED, FINAL
+    JOB_STATE = "job_state_conflict", 409, EXIT_FAILED, FINAL
     LIMITER_UNAVAILABLE = "limiter_unavailable", 503, EXIT_FAILED, RETRY
     # The Kubernetes API
     KUBE_API = "kube_api_failed", 502, EXIT_FAILED, FINAL

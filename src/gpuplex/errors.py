@@ -105,6 +105,20 @@ class SpecError(GpuplexError):
         return "\n".join(lines)
 
 
+class JobFileError(SpecError):
+    """A job file (or a submitted job) that is unreadable, invalid, or does not suit the applied
+    spec; every problem is listed with its field path (and line, for a file)."""
+
+    code = ErrorCode.JOB_INVALID
+
+
+class JobStateError(GpuplexError):
+    """A job cannot move to the state asked: it is finished, or the move is not one the job's
+    state machine allows (gpuplex.core.jobs.states)."""
+
+    code = ErrorCode.JOB_STATE
+
+
 class PlanFileError(GpuplexError):
     code = ErrorCode.PLAN_INVALID
 

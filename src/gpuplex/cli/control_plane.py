@@ -72,12 +72,26 @@ class ControlPlane:
     def get_text(self, path: str, **query: str) -> str:
         return self._get(path, query)
 
+    def get_json_many(self, path: str, query: list[tuple[str, str]]) -> Any:
+        """GET with a query that repeats a name (`?state=queued&state=running`)."""
+        return json.loads(self._send(path, query, None))
+
+    def post_json(self, path: str, body: Any = None) -> Any:
+        """POST `body` as JSON (an empty object when None); the answer's JSON."""
+        return json.loads(self._send(path, [], json.dumps(body or {}).encode("utf-8")))
+
     def _get(self, path: str, query: dict[str, str]) -> str:
+        return self._send(path, list(query.items()), None)
+
+    def _send(self, path: str, query: list[tuple[str, str]], body: bytes | None) -> str:
         url = f"{self.base_url}{API}{path}"
         if query:
             url += "?" + urllib.parse.urlencode(query)
+        headers = {"Authorization": f"Bearer {self.token}"}
+        if body is not None:
+            headers["Content-Type"] = "application/json"
         request = urllib.request.Request(  # noqa: S310 - the scheme is checked in of()
-            url, headers={"Authorization": f"Bearer {self.token}"}
+            url, data=body, headers=headers, method="GET" if body is None else "POST"
         )
         try:
             with urllib.request.urlopen(request, timeout=TIMEOUT_S) as reply:  # noqa: S310
@@ -92,15 +106,25 @@ class ControlPlane:
             ) from None
 
 
-def _refusal(error: urllib.error.HTTPError) -> RequestRefused:
+class ApiRefusal(RequestRefused):
+    """The API's refusal with its whole error object (`field`, `problems`, ...), for a command
+    that says more than the message."""
+
+    def __init__(self, code: ErrorCode, message: str, detail: dict[str, Any]) -> None:
+        super().__init__(code, message)
+        self.detail = detail
+
+
+def _refusal(error: urllib.error.HTTPError) -> ApiRefusal:
     """The API's `{"error": {"code", "message"}}` as the same code; anything else by its status."""
     body = error.read().decode("utf-8", errors="replace")
+    detail: dict[str, Any] = {}
     try:
-        problem = json.loads(body)["error"]
-        wire, message = str(problem["code"]), str(problem["message"])
+        detail = dict(json.loads(body)["error"])
+        wire, message = str(detail["code"]), str(detail["message"])
     except (ValueError, KeyError, TypeError):
         wire, message = "", f"the control plane answered {error.code}: {body[:200] or error.reason}"
     code = next((c for c in ErrorCode if c.value == wire), None)
     if code is None:
         code = next((c for c in ErrorCode if c.status == error.code), ErrorCode.INTERNAL)
-    return RequestRefused(code, message)
+    return ApiRefusal(code, message, detail)

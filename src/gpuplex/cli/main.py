@@ -21,6 +21,7 @@ from gpuplex.cli.conventions import warn_port_clashes, warn_root_tenants
 from gpuplex.cli.gateway import gateway_command
 from gpuplex.cli.help_pages import command_group
 from gpuplex.cli.host import host_app
+from gpuplex.cli.jobs import job_app
 from gpuplex.cli.keys import keys_app
 from gpuplex.cli.kube import kube_app
 from gpuplex.cli.queues import queues_command
@@ -81,6 +82,7 @@ app.add_typer(token_app, name="token")
 app.add_typer(store_app, name="store")
 app.add_typer(kube_app, name="kube")
 app.add_typer(bench_app, name="bench")
+app.add_typer(job_app, name="job")
 app.command(name="gateway")(gateway_command)
 app.command(name="server")(server_command)
 app.command(name="up")(up_command)

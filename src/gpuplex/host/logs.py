@@ -9,8 +9,15 @@ from pathlib import Path
 
 
 def log_paths(logs_dir: Path, tenant: str, unit: str) -> tuple[Path, Path]:
+    """A unit's stdout and stderr files, its tenant's folder made if it is missing."""
+    (logs_dir / tenant).mkdir(parents=True, exist_ok=True)
+    return log_files(logs_dir, tenant, unit)
+
+
+def log_files(logs_dir: Path, tenant: str, unit: str) -> tuple[Path, Path]:
+    """Where a unit's stdout and stderr go: `<logs>/<tenant>/<unit>.stdout.log` and
+    `.stderr.log` (a replica's unit is `<workload>-<replica>`; a job's `job-<id>-0`)."""
     folder = logs_dir / tenant
-    folder.mkdir(parents=True, exist_ok=True)
     return folder / f"{unit}.stdout.log", folder / f"{unit}.stderr.log"
 
 

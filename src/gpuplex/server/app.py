@@ -18,6 +18,7 @@ from gpuplex.server.problems import install_handlers
 from gpuplex.server.routes import (
     audit,
     budgets,
+    jobs,
     key_budgets,
     keys,
     latency,
@@ -54,7 +55,19 @@ def create_app(
     install_handlers(app)
     # bodies: the caller checked before one is read, each bounded while it is read
     app.add_middleware(BodyGuard, authenticate=active_token_check(context))
-    for module in (tenants, spec, keys, tokens, usage, latency, budgets, key_budgets, audit, nodes):
+    for module in (
+        tenants,
+        spec,
+        keys,
+        tokens,
+        usage,
+        latency,
+        budgets,
+        key_budgets,
+        jobs,
+        audit,
+        nodes,
+    ):
         app.include_router(module.router, prefix=API_PREFIX)
 
     @app.get("/healthz", include_in_schema=False)

@@ -14,6 +14,7 @@ from gpuplex.server.metering import Metering
 from gpuplex.store import AuditLog, Engine, KeyRepository, UsageRepository
 from gpuplex.store.budget_enforcement import EnforcementRepository
 from gpuplex.store.budgets import BudgetRepository
+from gpuplex.store.jobs import JobRepository
 from gpuplex.store.key_usage import KeyUsageRepository
 from gpuplex.store.rollups import RollupRepository
 from gpuplex.store.samples import SampleRepository
@@ -38,6 +39,7 @@ class ServerContext:
     state_dir: Path | None  # the host runtime's state directory, for its events; None: none
     key_usage: KeyUsageRepository
     enforcement: EnforcementRepository
+    jobs: JobRepository
 
     @classmethod
     def open(
@@ -71,6 +73,7 @@ class ServerContext:
             state_dir=state_dir,
             key_usage=key_usage,
             enforcement=EnforcementRepository(engine),
+            jobs=JobRepository(engine),
         )
 
 

@@ -1,6 +1,7 @@
 """The store: SQLAlchemy tables, alembic migrations and repositories for API keys, usage records,
-the hash-chained audit log, spec revisions, control-plane tokens, GPU samples, usage roll-ups and
-budgets, on SQLite (the embedded default) or PostgreSQL. Nothing in gpuplex.core imports it."""
+the hash-chained audit log, spec revisions, control-plane tokens, GPU samples, usage roll-ups,
+budgets and jobs, on SQLite (the embedded default) or PostgreSQL. Nothing in gpuplex.core imports
+it."""
 
 from sqlalchemy import Engine
 

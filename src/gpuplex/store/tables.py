@@ -267,4 +267,44 @@ class KeyUsageRollupRow(Base):
     tokens: Mapped[int] = mapped_column(BigInteger)
 
 
+class JobRow(Base):
+    """A job a tenant submitted: its job file (JSON, as validated), where it is in its life
+    (gpuplex.core.jobs.states) and why, and where it ran. `id` is `j` + 8 hex digits."""
+
+    __tablename__ = "jobs"
+    __table_args__ = (
+        Index("ix_jobs_tenant_submitted_at", "tenant", "submitted_at"),
+        Index("ix_jobs_state", "state"),
+    )
+
+    id: Mapped[str] = mapped_column(String(16), primary_key=True)
+    tenant: Mapped[str] = mapped_column(String(253))
+    name: Mapped[str | None] = mapped_column(String(63), nullable=True)
+    job: Mapped[dict[str, Any]] = mapped_column(JSON)
+    priority: Mapped[int] = mapped_column(Integer)
+    state: Mapped[str] = mapped_column(String(16))
+    reason: Mapped[str] = mapped_column(Text, default="")
+    submitted_at: Mapped[datetime] = mapped_column(UtcDateTime())
+    started_at: Mapped[datetime | None] = mapped_column(UtcDateTime(), nullable=True)
+    finished_at: Mapped[datetime | None] = mapped_column(UtcDateTime(), nullable=True)
+    attempts: Mapped[int] = mapped_column(Integer, default=0)
+    exit_code: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    placement: Mapped[Any] = mapped_column(NullableJson, nullable=True)
+    actor: Mapped[str] = mapped_column(String(253))
+    cancel_requested: Mapped[bool] = mapped_column(Boolean, default=False)
+
+
+class JobEventRow(Base):
+    """One step of a job's life: the state it entered, when, and why."""
+
+    __tablename__ = "job_events"
+    __table_args__ = (Index("ix_job_events_job_id", "job_id"),)
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
+    job_id: Mapped[str] = mapped_column(String(16))
+    at: Mapped[datetime] = mapped_column(UtcDateTime())
+    state: Mapped[str] = mapped_column(String(16))
+    reason: Mapped[str] = mapped_column(Text, default="")
+
+
 metadata = Base.metadata

@@ -20,6 +20,7 @@ import pytest
 from gpuplex.core.meter import GpuSample
 from gpuplex.core.serve.usage import UsageRecord
 from gpuplex.core.spec import RateLimits
+from gpuplex.core.spec.jobs import JobSpec
 from gpuplex.host.state import Event, StateDir
 from tests.integration.server.conftest import (
     NO_TENANT,
@@ -31,6 +32,7 @@ from tests.integration.server.conftest import (
     Api,
     error_of,
 )
+from tests.integration.server.test_jobs_api import QUEUES_SPEC_YAML
 
 PERIOD = "2026-03"
 OWN, OTHER, NONE = "own", "other", "none"
@@ -83,6 +85,19 @@ def _with_budget(api: Api, tenant: str) -> str:
 def _with_key_budget(api: Api, tenant: str) -> str:
     api.ctx.budgets.set(tenant, Decimal(10), "USD", now=api.clock(), actor="suite", key_name="ci")
     return tenant
+
+
+def _job_of(api: Api, tenant: str) -> str:
+    spec = JobSpec.model_validate({"tenant": tenant, "gpu": {"memory_gib": 1}, "command": ["x"]})
+    return api.ctx.jobs.submit(spec, now=api.clock(), actor="suite").id
+
+
+def _submit_job(api: Api, caller: str, tenant: str) -> httpx2.Response:
+    applied = api.ctx.current.get()
+    if applied is None or not applied.spec.queues.enabled:
+        api.apply(QUEUES_SPEC_YAML)
+    body = {"gpu": {"memory_gib": 1}, "command": ["x"]}
+    return api.post(f"/tenants/{tenant}/jobs", caller, json=body)
 
 
 def _apply(api: Api, caller: str, _: str) -> httpx2.Response:
@@ -173,6 +188,22 @@ MATRIX: dict[tuple[str, str], Case] = {
         lambda api, who, t: api.delete(f"/tenants/{_with_key_budget(api, t)}/key-budgets/ci", who),
         scoped(200, 200, 403),
     ),
+    ("POST", "/tenants/{tenant}/jobs"): Case(_submit_job, scoped(201, 201, 403)),
+    ("GET", "/tenants/{tenant}/jobs"): Case(
+        lambda api, who, t: api.get(f"/tenants/{t}/jobs", who), scoped(200, 200, 200)
+    ),
+    ("GET", "/tenants/{tenant}/jobs/{job_id}"): Case(
+        lambda api, who, t: api.get(f"/tenants/{t}/jobs/{_job_of(api, t)}", who),
+        scoped(200, 200, 200),
+    ),
+    ("POST", "/tenants/{tenant}/jobs/{job_id}/cancel"): Case(
+        lambda api, who, t: api.post(f"/tenants/{t}/jobs/{_job_of(api, t)}/cancel", who),
+        scoped(200, 200, 403),
+    ),
+    ("GET", "/tenants/{tenant}/jobs/{job_id}/logs"): Case(
+        lambda api, who, t: api.get(f"/tenants/{t}/jobs/{_job_of(api, t)}/logs", who),
+        scoped(200, 200, 200),
+    ),
     ("GET", "/audit"): Case(
         lambda api, who, t: api.get("/audit", who, params={"tenant": t}), scoped(200, 200, 403)
     ),
@@ -251,6 +282,7 @@ def _seed_other_tenants(api: Api) -> None:
         _token_of(api, tenant)
         _with_budget(api, tenant)
         _with_key_budget(api, tenant)
+        _job_of(api, tenant)
     assert api.ctx.state_dir is not None
     host = StateDir(api.ctx.state_dir)
     host.append_event(Event(at=T0, kind="started", target=f"{TENANT_B}/embed#0", message="ok"))
@@ -307,6 +339,7 @@ LISTINGS = [
     "/nodes",
     f"/tenants/{TENANT_A}/budget",
     f"/tenants/{TENANT_A}/key-spend",
+    f"/tenants/{TENANT_A}/jobs",
     f"/tenants/{TENANT_A}/statements/{PERIOD}",
     f"/tenants/{TENANT_A}/statements/{PERIOD}?format=csv",
 ]

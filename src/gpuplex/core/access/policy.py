@@ -1,7 +1,7 @@
 """The control plane's RBAC as one table and one function.
 
 Three roles: a platform admin runs the fleet and sees everything; a tenant admin manages their own
-tenant (keys, tokens, budget) and reads its usage, bill and audit trail; a tenant viewer only reads
+tenant (keys, tokens, budget, jobs) and reads its usage, bill and audit trail; a tenant viewer only reads
 their own tenant. A tenant-scoped principal asking about another tenant's objects is told they do
 not exist (404), never that they are forbidden (403): the answer must not reveal other tenants.
 """
@@ -34,6 +34,8 @@ class Permission(StrEnum):
     FLEET_READ = "fleet.read"  # the whole spec, every tenant's usage, the fleet statement
     SPEC_WRITE = "spec.write"  # preview and apply a spec
     METER_WRITE = "meter.write"  # run a metering roll-up
+    JOB_READ = "job.read"  # jobs, their events, why they wait, their logs
+    JOB_WRITE = "job.write"  # submit and cancel jobs
 
 
 class Verdict(StrEnum):
@@ -80,6 +82,8 @@ TENANT_ROLE_PERMISSIONS: dict[Role, frozenset[Permission]] = {
             Permission.AUDIT_READ,
             Permission.NODE_READ,
             Permission.EVENT_READ,
+            Permission.JOB_READ,
+            Permission.JOB_WRITE,
         }
     ),
     Role.TENANT_VIEWER: frozenset(
@@ -91,6 +95,7 @@ TENANT_ROLE_PERMISSIONS: dict[Role, frozenset[Permission]] = {
             Permission.BUDGET_READ,
             Permission.NODE_READ,
             Permission.EVENT_READ,
+            Permission.JOB_READ,
         }
     ),
 }

@@ -328,6 +328,8 @@ class _Round:
         return out
 
     def _above_guarantee(self, tenant: str) -> bool:
+        if tenant not in self.tree.paths:  # a tenant without a queue holds only replicas
+            return False
         guarantee = self._path(tenant)[-1].guarantee
         return any(v > guarantee.get(k, 0.0) + EPSILON for k, v in self.usage[tenant].items())
 

@@ -6,11 +6,11 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from pydantic import Field, StrictFloat, StrictInt, model_validator
+from pydantic import Field, StrictFloat, StrictInt, ValidationError, model_validator
 
 from gpuplex.core.spec.document import GpuplexSpec
 from gpuplex.core.spec.fields import DnsLabel, SpecModel
-from gpuplex.core.spec.parse import did_you_mean
+from gpuplex.core.spec.parse import did_you_mean, validation_problems
 from gpuplex.core.spec.requests import CandidateFinder, check_request
 from gpuplex.core.spec.runtime import LimitsSpec, Network
 from gpuplex.core.spec.workloads import GpuRequestSpec, Pattern, WorkloadKind, WorkloadSpec
@@ -74,3 +74,22 @@ def check_job(spec: GpuplexSpec, job: JobSpec) -> Iterator[SpecProblem]:
         )
     path: FieldPath = ()
     yield from check_request(spec, tenant, job.as_workload("job", 0.0), path, CandidateFinder(spec))
+
+
+def parse_job(data: object, tenant: str | None = None) -> JobSpec | list[SpecProblem]:
+    """A job file's data as a JobSpec, or every problem with its field path. `tenant`, when
+    given, fills in a job file that names none; a file naming another tenant is a problem."""
+    if data is None:
+        return [SpecProblem((), "the file is empty: expected a mapping with tenant, gpu, command")]
+    if not isinstance(data, dict):
+        kind = type(data).__name__
+        return [SpecProblem((), f"expected a mapping (tenant:, gpu:, ...) at the top, got {kind}")]
+    if tenant is not None:
+        named = data.get("tenant")
+        if named is not None and named != tenant:
+            return [SpecProblem(("tenant",), f"the job names tenant {named!r}, not {tenant!r}")]
+        data = {**data, "tenant": tenant}
+    try:
+        return JobSpec.model_validate(data)
+    except ValidationError as error:
+        return validation_problems(error, JobSpec)

@@ -39,16 +39,21 @@ def parse_spec(data: object) -> GpuplexSpec | list[SpecProblem]:
     try:
         return GpuplexSpec.model_validate(data)
     except ValidationError as error:
-        return [_problem(detail) for detail in error.errors(include_url=False)]
+        return validation_problems(error, GpuplexSpec)
 
 
-def _problem(detail: ErrorDetails) -> SpecProblem:
+def validation_problems(error: ValidationError, root: type[BaseModel]) -> list[SpecProblem]:
+    """A pydantic error on `root` as readable problems, each with its field path."""
+    return [_problem(detail, root) for detail in error.errors(include_url=False)]
+
+
+def _problem(detail: ErrorDetails, root: type[BaseModel]) -> SpecProblem:
     loc = tuple(detail["loc"])
     kind = detail["type"]
     message = detail["msg"].removeprefix("Value error, ")
     if kind == "extra_forbidden" and loc:
         key = str(loc[-1])
-        known = _field_names(_model_at(GpuplexSpec, loc[:-1]))
+        known = _field_names(_model_at(root, loc[:-1]))
         message = f"unknown key {key!r}{did_you_mean(key, known)}"
         if known:
             message += f"; allowed here: {', '.join(sorted(known))}"

@@ -37,6 +37,8 @@ OWN_TENANT = {
     Permission.AUDIT_READ: (A, F),
     Permission.NODE_READ: (A, A),
     Permission.EVENT_READ: (A, A),
+    Permission.JOB_READ: (A, A),
+    Permission.JOB_WRITE: (A, F),
     Permission.FLEET_READ: (F, F),
     Permission.SPEC_WRITE: (F, F),
     Permission.METER_WRITE: (F, F),

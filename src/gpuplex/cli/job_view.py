@@ -1,0 +1,116 @@
+"""How `gpuplex job` prints what the jobs API answers: a table of jobs, one job with its events
+and why it waits, its log lines."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Any
+
+from rich.console import Group, RenderableType
+from rich.markup import escape
+from rich.panel import Panel
+from rich.table import Table
+from rich.text import Text
+
+STATE_STYLES = {
+    "queued": "yellow",
+    "starting": "cyan",
+    "running": "green",
+    "preempting": "magenta",
+    "succeeded": "green",
+    "failed": "red",
+    "cancelled": "dim",
+    "timed_out": "red",
+}
+
+
+class OutputFormat(StrEnum):
+    TABLE = "table"
+    JSON = "json"
+
+
+def jobs_table(tenant: str, items: list[dict[str, Any]]) -> Table:
+    table = Table(title=escape(f"Jobs of {tenant}"), title_justify="left")
+    for column in ("id", "name", "state", "priority", "gpu", "submitted", "reason"):
+        table.add_column(column)
+    for job in items:
+        table.add_row(
+            escape(job["id"]),
+            escape(job["name"] or ""),
+            _state(job["state"]),
+            str(job["priority"]),
+            escape(gpu_words(job["job"]["gpu"])),
+            escape(_time(job["submitted_at"])),
+            escape(job["reason"]),
+        )
+    if not items:
+        table.caption = "no jobs"
+    return table
+
+
+def job_panel(job: dict[str, Any]) -> RenderableType:
+    """The job's fields, its events, and why it waits (a queued job)."""
+    facts = Table.grid(padding=(0, 2))
+    facts.add_column(style="bold")
+    facts.add_column()
+    spec = job["job"]
+    rows = [
+        ("tenant", job["tenant"]),
+        ("name", job["name"] or "-"),
+        ("gpu", gpu_words(spec["gpu"])),
+        ("command", " ".join(spec.get("command") or []) or "-"),
+        ("image", spec.get("image") or "-"),
+        ("priority", str(job["priority"])),
+        ("submitted", f"{_time(job['submitted_at'])} by {job['submitted_by']}"),
+        ("started", _time(job["started_at"])),
+        ("finished", _time(job["finished_at"])),
+        ("attempts", str(job["attempts"])),
+        ("exit code", "-" if job["exit_code"] is None else str(job["exit_code"])),
+    ]
+    for label, value in rows:
+        facts.add_row(label, escape(value))
+    facts.add_row("state", _state(job["state"]))
+    if job["cancel_requested"] and job["state"] != "cancelled":
+        facts.add_row("cancel", "requested: the runner stops it")
+    parts: list[RenderableType] = [facts]
+    if job.get("waiting_reason"):
+        parts.append(Text.assemble(("\nwhy it waits: ", "bold yellow"), job["waiting_reason"]))
+    events = Table(title="events", title_justify="left", box=None)
+    for column in ("at", "state", "reason"):
+        events.add_column(column)
+    for event in job["events"]:
+        events.add_row(escape(_time(event["at"])), _state(event["state"]), escape(event["reason"]))
+    parts.append(Text(""))
+    parts.append(events)
+    return Panel(Group(*parts), title=escape(f"job {job['id']}"), title_align="left")
+
+
+def logs_text(reply: dict[str, Any]) -> str:
+    """Each line with its stream, or the note why there are none."""
+    if not reply["lines"]:
+        return f"({reply['note'] or 'no output'})\n"
+    return "".join(f"{line['stream']}: {line['text']}\n" for line in reply["lines"])
+
+
+def gpu_words(gpu: dict[str, Any]) -> str:
+    """`2 GPUs`, `20 GiB, 50 % compute`, `MIG 1g.10gb`."""
+    if gpu.get("count") is not None:
+        count = gpu["count"]
+        return f"{count} GPU" + ("" if count == 1 else "s")
+    if gpu.get("mig_profile") is not None:
+        return f"MIG {gpu['mig_profile']}"
+    words = f"{gpu.get('memory_gib', 0):g} GiB"
+    if gpu.get("compute_percent") is not None:
+        words += f", {gpu['compute_percent']} % compute"
+    return words
+
+
+def _state(state: str) -> str:
+    return f"[{STATE_STYLES.get(state, 'white')}]{escape(state)}[/]"
+
+
+def _time(at: str | None) -> str:
+    """An ISO time as `2026-03-10 12:00:00Z`; `-` for none."""
+    if at is None:
+        return "-"
+    return at.replace("T", " ").replace("+00:00", "Z")[:20].rstrip(".")

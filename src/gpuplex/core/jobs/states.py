@@ -1,0 +1,63 @@
+"""The life of a job as a state machine. Pure.
+
+A job is `queued` when submitted. The runner (admission, placement and the host runtime) moves it
+on: `starting` when admitted and placed, `running` once its process is up, `preempting` while it
+stops for another job (then `queued` again, one attempt more), and at the end one of
+`succeeded`, `failed`, `cancelled` or `timed_out`. A finished job never moves again.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+
+class JobState(StrEnum):
+    QUEUED = "queued"
+    STARTING = "starting"
+    RUNNING = "running"
+    PREEMPTING = "preempting"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+    TIMED_OUT = "timed_out"
+
+    @property
+    def finished(self) -> bool:
+        return self in FINISHED_STATES
+
+
+#: States a job never leaves.
+FINISHED_STATES = frozenset(
+    {JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED, JobState.TIMED_OUT}
+)
+#: States in which a job holds, or is about to hold, GPU capacity.
+HOLDING_STATES = frozenset({JobState.STARTING, JobState.RUNNING, JobState.PREEMPTING})
+#: Every state the runner still has work to do for.
+ACTIVE_STATES = frozenset({JobState.QUEUED}) | HOLDING_STATES
+
+_ENDS = FINISHED_STATES - {JobState.SUCCEEDED}
+
+#: Which state may follow which.
+NEXT_STATES: dict[JobState, frozenset[JobState]] = {
+    JobState.QUEUED: frozenset({JobState.STARTING, JobState.FAILED, JobState.CANCELLED}),
+    # a start that fails before the process is up may go back to the queue
+    JobState.STARTING: frozenset({JobState.RUNNING, JobState.QUEUED}) | _ENDS,
+    JobState.RUNNING: frozenset({JobState.PREEMPTING, JobState.SUCCEEDED}) | _ENDS,
+    JobState.PREEMPTING: frozenset({JobState.QUEUED, JobState.SUCCEEDED}) | _ENDS,
+    **{state: frozenset() for state in FINISHED_STATES},
+}
+
+
+def may_move(old: JobState, new: JobState) -> bool:
+    """May a job in `old` move to `new`?"""
+    return new in NEXT_STATES[old]
+
+
+def transition_refusal(old: JobState, new: JobState) -> str | None:
+    """Why a job in `old` may not move to `new`, in plain words; None when it may."""
+    if may_move(old, new):
+        return None
+    if old.finished:
+        return f"the job is {old.value}: a finished job does not change state"
+    allowed = ", ".join(sorted(s.value for s in NEXT_STATES[old]))
+    return f"a {old.value} job cannot become {new.value} (it can become: {allowed})"

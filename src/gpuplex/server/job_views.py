@@ -1,0 +1,171 @@
+"""What the jobs API answers: a job, its events, why a queued job waits now, and its logs.
+
+Why a job waits is worked out on each request by the admission rules, read-only, over every
+tenant's queued jobs and what holds capacity now (the applied plan's replicas and the jobs that
+are starting, running or stopping): `gpuplex.core.jobs.waiting`. A reason that names another
+tenant's job or another tenant is shown to a tenant-scoped caller without that id or name.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import deque
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel
+
+from gpuplex.core.access import Principal
+from gpuplex.core.jobs.placement import job_workload_name
+from gpuplex.core.jobs.states import HOLDING_STATES, JobState
+from gpuplex.core.jobs.waiting import JobAsk, waiting_reasons
+from gpuplex.host.logs import log_files
+from gpuplex.host.state import StateDir
+from gpuplex.server.context import ServerContext
+from gpuplex.store.jobs import Job, JobEvent
+
+EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+#: How a tenant-scoped caller sees another tenant's job named in a reason.
+OTHER_TENANTS_JOB = "another tenant's job"
+OTHER_TENANT = "another tenant"
+
+
+class JobReply(BaseModel):
+    id: str
+    tenant: str
+    name: str | None
+    state: JobState
+    reason: str  # the last reason the job's state changed for
+    priority: int
+    submitted_at: datetime
+    started_at: datetime | None
+    finished_at: datetime | None
+    attempts: int  # times it went back to the queue after preemption
+    exit_code: int | None
+    placement: dict[str, Any] | None
+    submitted_by: str
+    cancel_requested: bool
+    job: dict[str, Any]  # the job file, as validated
+
+
+class JobEventReply(BaseModel):
+    at: datetime
+    state: JobState
+    reason: str
+
+
+class JobDetailReply(JobReply):
+    events: list[JobEventReply]
+    #: for a queued job: why it waits now, by the queues' rules; None for any other state
+    waiting_reason: str | None
+
+
+class JobLogLine(BaseModel):
+    stream: str  # stdout or stderr
+    text: str
+
+
+class JobLogsReply(BaseModel):
+    id: str
+    lines: list[JobLogLine]  # the last lines of stdout, then of stderr
+    note: str | None  # why there are none, when there are none
+
+
+def job_reply(job: Job) -> JobReply:
+    return JobReply(**_fields(job))
+
+
+def job_detail(
+    ctx: ServerContext, principal: Principal, job: Job, events: list[JobEvent]
+) -> JobDetailReply:
+    waiting = why_waiting(ctx, principal, job) if job.state is JobState.QUEUED else None
+    return JobDetailReply(
+        **_fields(job),
+        events=[JobEventReply(at=e.at, state=e.state, reason=e.reason) for e in events],
+        waiting_reason=waiting,
+    )
+
+
+def why_waiting(ctx: ServerContext, principal: Principal, job: Job) -> str:
+    """Why the queued `job` waits now, in plain words."""
+    applied = ctx.current.get()
+    if applied is None:
+        return "no spec is applied: no job can start"
+    queued = ctx.jobs.list(states=[JobState.QUEUED])
+    holding = ctx.jobs.list(states=HOLDING_STATES)
+    reasons = waiting_reasons(
+        applied.spec,
+        applied.plan,
+        [_ask(j, j.submitted_at) for j in queued],
+        [_ask(j, j.started_at or j.submitted_at) for j in holding],
+        _seconds(ctx.now()),
+    )
+    reason = reasons.get(job.id, "not looked at this round: an earlier job of its tenant waits")
+    if principal.is_platform:
+        return reason
+    for other in (*queued, *holding):
+        if other.tenant != job.tenant:
+            reason = reason.replace(other.id, OTHER_TENANTS_JOB)
+    for name in applied.tenant_names:  # a queue that does not lend is named after its tenant
+        if name != job.tenant:
+            reason = re.sub(rf"\b{re.escape(name)}\b", OTHER_TENANT, reason)
+    return reason
+
+
+def job_logs(state_dir: Path | None, job: Job, tail: int) -> JobLogsReply:
+    """The last `tail` lines of each of the job's log files, where the runner writes them."""
+    if state_dir is None:
+        return JobLogsReply(
+            id=job.id, lines=[], note="this control plane has no host state directory"
+        )
+    unit = f"{job_workload_name(job.id)}-0"
+    lines: list[JobLogLine] = []
+    for stream, path in zip(
+        ("stdout", "stderr"), log_files(StateDir(state_dir).logs, job.tenant, unit), strict=True
+    ):
+        lines += [JobLogLine(stream=stream, text=text) for text in _last_lines(path, tail)]
+    note = None
+    if not lines:
+        note = (
+            "no output yet: the job has not started"
+            if job.state is JobState.QUEUED
+            else "the job wrote no output on this host"
+        )
+    return JobLogsReply(id=job.id, lines=lines, note=note)
+
+
+def _last_lines(path: Path, tail: int) -> list[str]:
+    try:
+        with path.open(encoding="utf-8", errors="replace") as handle:
+            return [line.rstrip("\n") for line in deque(handle, maxlen=tail)]
+    except FileNotFoundError:
+        return []
+
+
+def _ask(job: Job, at: datetime) -> JobAsk:
+    return JobAsk(job.id, job.tenant, job.spec.gpu, job.priority, _seconds(at))
+
+
+def _seconds(at: datetime) -> float:
+    return (at - EPOCH).total_seconds()
+
+
+def _fields(job: Job) -> dict[str, Any]:
+    return {
+        "id": job.id,
+        "tenant": job.tenant,
+        "name": job.name,
+        "state": job.state,
+        "reason": job.reason,
+        "priority": job.priority,
+        "submitted_at": job.submitted_at,
+        "started_at": job.started_at,
+        "finished_at": job.finished_at,
+        "attempts": job.attempts,
+        "exit_code": job.exit_code,
+        "placement": job.placement,
+        "submitted_by": job.actor,
+        "cancel_requested": job.cancel_requested,
+        "job": job.spec.model_dump(mode="json"),
+    }

@@ -1,0 +1,278 @@
+"""Jobs in the store: what a tenant submitted, where each job is in its life, and the steps it took.
+
+A job's file is stored as validated JSON (`JobSpec`) and read back through the same model. Its
+state moves only through `transition`, which checks the move against the state machine
+(gpuplex.core.jobs.states), appends a `job_events` row and, for a change of state, an audit entry
+(actor `gpuplex` unless told otherwise), all in one transaction. Submitting (`job.submit`) and
+cancelling (`job.cancel`) are audited with the caller as actor. Every read that names a tenant
+sees only that tenant's jobs.
+"""
+
+from __future__ import annotations
+
+import builtins
+from collections.abc import Callable, Collection
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import Engine, select
+from sqlalchemy.orm import Session
+
+from gpuplex import ids
+from gpuplex.core.jobs.states import ACTIVE_STATES, JobState, transition_refusal
+from gpuplex.core.spec.jobs import JobSpec
+from gpuplex.errors import JobStateError, NotFoundError
+from gpuplex.store.audit import append_audit
+from gpuplex.store.columns import aware_utc
+from gpuplex.store.db import store_errors
+from gpuplex.store.locks import StoreLock, write_lock
+from gpuplex.store.tables import JobEventRow, JobRow
+
+#: Who the audit log names for the changes the job runner makes.
+SYSTEM_ACTOR = "gpuplex"
+SUBMITTED = "submitted: waiting for the queues to admit it"
+CANCEL_REQUESTED = "cancel requested: the runner stops it"
+
+
+def new_job_id() -> str:
+    """`j` + 8 lowercase hex digits: short, and a valid DNS label (it names the job's workload)."""
+    return "j" + ids.random_hex(8)
+
+
+@dataclass(frozen=True, slots=True)
+class JobEvent:
+    at: datetime  # timezone-aware UTC
+    state: JobState
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class Job:
+    id: str
+    tenant: str
+    name: str | None
+    spec: JobSpec
+    priority: int
+    state: JobState
+    reason: str
+    submitted_at: datetime  # timezone-aware UTC, as are the others
+    started_at: datetime | None
+    finished_at: datetime | None
+    attempts: int  # times it went back to the queue after preemption
+    exit_code: int | None
+    placement: dict[str, Any] | None  # where it runs: the runner's placement, as JSON
+    actor: str  # who submitted it
+    cancel_requested: bool
+
+
+class JobRepository:
+    def __init__(self, engine: Engine, *, new_id: Callable[[], str] = new_job_id) -> None:
+        self._engine = engine
+        self._new_id = new_id
+
+    def submit(self, spec: JobSpec, *, now: datetime, actor: str) -> Job:
+        """Store a new queued job of `spec.tenant`, with its first event and a `job.submit` entry."""
+        now = aware_utc(now)
+        with store_errors(self._engine), Session(self._engine) as session, session.begin():
+            row = JobRow(
+                id=self._free_id(session),
+                tenant=spec.tenant,
+                name=spec.name,
+                job=spec.model_dump(mode="json"),
+                priority=spec.priority,
+                state=JobState.QUEUED.value,
+                reason=SUBMITTED,
+                submitted_at=now,
+                attempts=0,
+                actor=actor,
+                cancel_requested=False,
+            )
+            session.add(row)
+            session.add(JobEventRow(job_id=row.id, at=now, state=row.state, reason=SUBMITTED))
+            session.flush()
+            job = _job(row)
+            append_audit(
+                session,
+                at=now,
+                actor=actor,
+                action="job.submit",
+                target=f"{job.tenant}/{job.id}",
+                tenant=job.tenant,
+                after=_shown(job),
+            )
+        return job
+
+    def get(self, job_id: str, tenant: str | None = None) -> Job | None:
+        """The job, or None; with `tenant`, None for another tenant's job."""
+        with store_errors(self._engine), Session(self._engine) as session:
+            row = session.get(JobRow, job_id)
+            if row is None or (tenant is not None and row.tenant != tenant):
+                return None
+            return _job(row)
+
+    def events(self, job_id: str) -> builtins.list[JobEvent]:
+        """The job's steps, oldest first."""
+        query = select(JobEventRow).where(JobEventRow.job_id == job_id).order_by(JobEventRow.id)
+        with store_errors(self._engine), Session(self._engine) as session:
+            return [JobEvent(r.at, JobState(r.state), r.reason) for r in session.scalars(query)]
+
+    def list(
+        self, tenant: str | None = None, states: Collection[JobState] = ()
+    ) -> builtins.list[Job]:
+        """The jobs of `tenant` (every tenant's if None), in `states` (any if empty), newest
+        first."""
+        query = select(JobRow).order_by(JobRow.submitted_at.desc(), JobRow.id.desc())
+        if tenant is not None:
+            query = query.where(JobRow.tenant == tenant)
+        if states:
+            query = query.where(JobRow.state.in_([s.value for s in states]))
+        with store_errors(self._engine), Session(self._engine) as session:
+            return [_job(row) for row in session.scalars(query)]
+
+    def active(self) -> builtins.list[Job]:
+        """Every tenant's jobs the runner still has work for (queued, starting, running,
+        preempting), oldest first."""
+        return sorted(self.list(states=ACTIVE_STATES), key=lambda j: (j.submitted_at, j.id))
+
+    def request_cancel(self, job_id: str, tenant: str, *, now: datetime, actor: str) -> Job:
+        """Cancel the job: a queued one is cancelled at once; one that holds capacity is marked
+        `cancel_requested` and the runner stops it (its state is the runner's to change). Audited
+        as `job.cancel`. NotFoundError for no such job of `tenant`; JobStateError when it has
+        finished."""
+        now = aware_utc(now)
+        with store_errors(self._engine), Session(self._engine) as session, session.begin():
+            write_lock(session, StoreLock.AUDIT)  # read, then write: nobody in between
+            row = _row_of(session, job_id, tenant)
+            before = _shown(_job(row))
+            state = JobState(row.state)
+            if state.finished:
+                raise JobStateError(f"job {job_id} is {state.value}: there is nothing to cancel")
+            row.cancel_requested = True
+            if state is JobState.QUEUED:
+                _move(session, row, JobState.CANCELLED, f"cancelled by {actor}", now)
+            else:
+                row.reason = CANCEL_REQUESTED
+                session.add(
+                    JobEventRow(job_id=row.id, at=now, state=row.state, reason=CANCEL_REQUESTED)
+                )
+            session.flush()
+            job = _job(row)
+            append_audit(
+                session,
+                at=now,
+                actor=actor,
+                action="job.cancel",
+                target=f"{job.tenant}/{job.id}",
+                tenant=job.tenant,
+                before=before,
+                after=_shown(job),
+            )
+        return job
+
+    def transition(
+        self,
+        job_id: str,
+        new_state: JobState,
+        reason: str,
+        *,
+        now: datetime,
+        actor: str = SYSTEM_ACTOR,
+        exit_code: int | None = None,
+        placement: dict[str, Any] | None = None,
+    ) -> Job:
+        """Move the job to `new_state` for `reason` (plain words), with a job event and an audit
+        entry `job.<state>`. Entering `starting` with a `placement` records it; entering
+        `queued` again (after preemption) counts one attempt more and clears the placement;
+        entering a finished state sets `finished_at` (and `exit_code`, if given). A move the
+        state machine does not allow is a JobStateError; nothing changes then."""
+        now = aware_utc(now)
+        with store_errors(self._engine), Session(self._engine) as session, session.begin():
+            write_lock(session, StoreLock.AUDIT)
+            row = _row_of(session, job_id, None)
+            before = _shown(_job(row))
+            if placement is not None:
+                row.placement = placement
+            if exit_code is not None:
+                row.exit_code = exit_code
+            _move(session, row, new_state, reason, now)
+            session.flush()
+            job = _job(row)
+            append_audit(
+                session,
+                at=now,
+                actor=actor,
+                action=f"job.{new_state.value}",
+                target=f"{job.tenant}/{job.id}",
+                tenant=job.tenant,
+                detail={"reason": reason},
+                before=before,
+                after=_shown(job),
+            )
+        return job
+
+    def _free_id(self, session: Session) -> str:
+        for _ in range(8):  # 16**8 ids: a clash is rare, and more than a few is a broken source
+            job_id = self._new_id()
+            if session.get(JobRow, job_id) is None:
+                return job_id
+        raise RuntimeError("could not find a free job id: is the id source random?")
+
+
+def _row_of(session: Session, job_id: str, tenant: str | None) -> JobRow:
+    row = session.get(JobRow, job_id)
+    if row is None or (tenant is not None and row.tenant != tenant):
+        raise NotFoundError(f"no job {job_id!r}" + (f" of tenant {tenant!r}" if tenant else ""))
+    return row
+
+
+def _move(session: Session, row: JobRow, new_state: JobState, reason: str, now: datetime) -> None:
+    old = JobState(row.state)
+    refusal = transition_refusal(old, new_state)
+    if refusal is not None:
+        raise JobStateError(f"job {row.id}: {refusal}")
+    if new_state is JobState.RUNNING and row.started_at is None:
+        row.started_at = now
+    if new_state is JobState.QUEUED and old is not JobState.QUEUED:
+        row.attempts += 1
+        row.placement = None
+        row.started_at = None
+    if new_state.finished:
+        row.finished_at = now
+    row.state = new_state.value
+    row.reason = reason
+    session.add(JobEventRow(job_id=row.id, at=now, state=new_state.value, reason=reason))
+
+
+def _job(row: JobRow) -> Job:
+    return Job(
+        id=row.id,
+        tenant=row.tenant,
+        name=row.name,
+        spec=JobSpec.model_validate(row.job),
+        priority=row.priority,
+        state=JobState(row.state),
+        reason=row.reason,
+        submitted_at=row.submitted_at,
+        started_at=row.started_at,
+        finished_at=row.finished_at,
+        attempts=row.attempts,
+        exit_code=row.exit_code,
+        placement=row.placement,
+        actor=row.actor,
+        cancel_requested=row.cancel_requested,
+    )
+
+
+def _shown(job: Job) -> dict[str, Any]:
+    """What the audit log keeps of a job: its state and what the runner recorded, not the file
+    (its env may hold values the tenant would not want in a log others read)."""
+    return {
+        "name": job.name,
+        "state": job.state.value,
+        "reason": job.reason,
+        "priority": job.priority,
+        "attempts": job.attempts,
+        "exit_code": job.exit_code,
+        "cancel_requested": job.cancel_requested,
+    }
