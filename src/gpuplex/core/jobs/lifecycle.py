@@ -22,36 +22,16 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from enum import StrEnum
 
 from gpuplex.core.jobs.holdings import plan_holdings, request_ask
 from gpuplex.core.jobs.placement import job_workload_name, place_jobs
+from gpuplex.core.jobs.states import FINISHED_STATES, HOLDING_STATES, LEAVING_STATES, JobState
 from gpuplex.core.plan import Plan
 from gpuplex.core.plan.model import Placement
 from gpuplex.core.queues.admission import Holding, QueuedJob, admit
 from gpuplex.core.queues.tree import QueueTree
 from gpuplex.core.spec.document import GpuplexSpec
 from gpuplex.core.spec.jobs import JobSpec
-
-
-class JobState(StrEnum):
-    QUEUED = "queued"
-    STARTING = "starting"
-    RUNNING = "running"
-    PREEMPTING = "preempting"
-    STOPPING = "stopping"  # cancelled or past its max runtime, its process not gone yet
-    SUCCEEDED = "succeeded"
-    FAILED = "failed"
-    CANCELLED = "cancelled"
-    TIMED_OUT = "timed_out"
-
-
-#: states in which a job holds capacity
-HOLDING = (JobState.STARTING, JobState.RUNNING, JobState.PREEMPTING, JobState.STOPPING)
-#: states in which a job is out of the live plan but its process may still run
-LEAVING = (JobState.PREEMPTING, JobState.STOPPING)
-#: states a job never leaves
-FINAL = (JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED, JobState.TIMED_OUT)
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,17 +81,17 @@ def step(
 ) -> LifecycleStep:
     """One lifecycle step (see the module docstring)."""
     out: list[Transition] = []
-    current = {j.id: j for j in jobs if j.state not in FINAL}
+    current = {j.id: j for j in jobs if j.state not in FINISHED_STATES}
     for record in list(current.values()):
         change = _ended(record, now_s)
         if change is None:
             continue
         out.append(change)
-        if change.state in FINAL:
+        if change.state in FINISHED_STATES:
             del current[record.id]
         else:
             current[record.id] = _moved(record, change)
-    holding = [j for j in current.values() if j.state in HOLDING]
+    holding = [j for j in current.values() if j.state in HOLDING_STATES]
     queued = [j for j in current.values() if j.state is JobState.QUEUED]
     decision = admit(
         tree,
@@ -148,7 +128,7 @@ def step(
             out.append(Transition(job_id, JobState.STARTING, f"placed on {where.node}", where))
         waiting.update(placing.waiting)
     # ... but the plan the host runs leaves them out: that is what stops them
-    stopping = {job_workload_name(j.id) for j in holding if j.state in LEAVING}
+    stopping = {job_workload_name(j.id) for j in holding if j.state in LEAVING_STATES}
     stopping |= {job_workload_name(job_id) for job_id in evicted}
     live = occupied.model_copy(
         update={"placements": [p for p in occupied.placements if p.workload not in stopping]}
@@ -158,9 +138,11 @@ def step(
 
 def _ended(record: JobRecord, now_s: float) -> Transition | None:
     """What the host's report, a cancellation or the clock makes of a job, before admission."""
-    if record.state in LEAVING:
+    if record.state in LEAVING_STATES:
         if record.alive is not False:
             return None
+        if record.cancel_requested:
+            return Transition(record.id, JobState.CANCELLED, "cancelled; its process is stopped")
         if record.state is JobState.STOPPING:
             final = record.stopping_to or JobState.CANCELLED
             return Transition(record.id, final, "its process is stopped")
@@ -201,7 +183,7 @@ def _holding(record: JobRecord) -> Holding:
         resources=request_ask(record.job.gpu),
         priority=record.job.priority,
         started_s=record.started_s or 0.0,
-        preemptible=record.state not in LEAVING,
+        preemptible=record.state not in LEAVING_STATES,
         stopping_for=record.preempted_for if record.state is JobState.PREEMPTING else None,
     )
 

@@ -2,8 +2,9 @@
 
 A job is `queued` when submitted. The runner (admission, placement and the host runtime) moves it
 on: `starting` when admitted and placed, `running` once its process is up, `preempting` while it
-stops for another job (then `queued` again, one attempt more), and at the end one of
-`succeeded`, `failed`, `cancelled` or `timed_out`. A finished job never moves again.
+stops for another job (then `queued` again, one attempt more), `stopping` while it stops after a
+cancellation or past its max runtime, and at the end one of `succeeded`, `failed`, `cancelled`
+or `timed_out`. A finished job never moves again. (The runner's step: `core.jobs.lifecycle`.)
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ class JobState(StrEnum):
     STARTING = "starting"
     RUNNING = "running"
     PREEMPTING = "preempting"
+    STOPPING = "stopping"  # cancelled or past its max runtime, its process not gone yet
     SUCCEEDED = "succeeded"
     FAILED = "failed"
     CANCELLED = "cancelled"
@@ -31,7 +33,11 @@ FINISHED_STATES = frozenset(
     {JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED, JobState.TIMED_OUT}
 )
 #: States in which a job holds, or is about to hold, GPU capacity.
-HOLDING_STATES = frozenset({JobState.STARTING, JobState.RUNNING, JobState.PREEMPTING})
+HOLDING_STATES = frozenset(
+    {JobState.STARTING, JobState.RUNNING, JobState.PREEMPTING, JobState.STOPPING}
+)
+#: States in which a job is out of the live plan but its process may still run.
+LEAVING_STATES = frozenset({JobState.PREEMPTING, JobState.STOPPING})
 #: Every state the runner still has work to do for.
 ACTIVE_STATES = frozenset({JobState.QUEUED}) | HOLDING_STATES
 
@@ -41,9 +47,11 @@ _ENDS = FINISHED_STATES - {JobState.SUCCEEDED}
 NEXT_STATES: dict[JobState, frozenset[JobState]] = {
     JobState.QUEUED: frozenset({JobState.STARTING, JobState.FAILED, JobState.CANCELLED}),
     # a start that fails before the process is up may go back to the queue
-    JobState.STARTING: frozenset({JobState.RUNNING, JobState.QUEUED}) | _ENDS,
-    JobState.RUNNING: frozenset({JobState.PREEMPTING, JobState.SUCCEEDED}) | _ENDS,
+    JobState.STARTING: frozenset({JobState.RUNNING, JobState.QUEUED, JobState.STOPPING}) | _ENDS,
+    JobState.RUNNING: frozenset({JobState.PREEMPTING, JobState.STOPPING, JobState.SUCCEEDED})
+    | _ENDS,
     JobState.PREEMPTING: frozenset({JobState.QUEUED, JobState.SUCCEEDED}) | _ENDS,
+    JobState.STOPPING: FINISHED_STATES,
     **{state: frozenset() for state in FINISHED_STATES},
 }
 

@@ -135,6 +135,7 @@ class _Round:
         self.free = subtract(tree.capacity, self.usage[tree.root.name])
         self.reserved: dict[str, float] = {}
         self.reserved_for = ""  # the job the reserved capacity is held for
+        self.reserved_inside = False  # whether that job is inside its tenant's guarantee
         self.stopping = {h.stopping_for for h in holdings if h.stopping_for is not None}
         self.kinds = [k for k, v in tree.capacity.items() if v > EPSILON]
         self.keep_idle = [q for q in tree.root.walk() if not q.lends and q is not tree.root]
@@ -173,29 +174,40 @@ class _Round:
 
     def run(self, queues: Mapping[str, Sequence[QueuedJob]]) -> AdmissionDecision:
         at = dict.fromkeys(queues, 0)  # per tenant: its next job's position
-        heap = [self._entry(jobs[0]) for jobs in queues.values() if jobs]
+        waiting: dict[str, str] = {}
+
+        def head(tenant: str) -> QueuedJob | None:
+            """The tenant's next job that could ever start; the ones before it that never
+            could are told so and hold nobody back."""
+            jobs = queues[tenant]
+            while at[tenant] < len(jobs):
+                job = jobs[at[tenant]]
+                never = self._never(job)
+                if never is None:
+                    return job
+                waiting[job.id] = f"can never start: {never}"
+                at[tenant] += 1
+            return None
+
+        heap = [self._entry(job) for job in map(head, queues) if job is not None]
         heapq.heapify(heap)
         admitted: list[str] = []
         evictions: list[Eviction] = []
-        waiting: dict[str, str] = {}
         held_back: dict[str, str] = {}
         while heap:
             *_, tenant = heapq.heappop(heap)
             jobs = queues[tenant]
             job = jobs[at[tenant]]
             at[tenant] += 1
-            never = self._never(job)
-            if never is not None:  # it holds nobody back: it would wait forever
-                waiting[job.id] = f"can never start: {never}"
-            else:
-                blocked = self._try(job, admitted, evictions)
-                if blocked is not None:
-                    waiting[job.id] = blocked
-                    if at[tenant] < len(jobs):
-                        held_back[tenant] = job.id
-                    continue
-            if at[tenant] < len(jobs):
-                heapq.heappush(heap, self._entry(jobs[at[tenant]]))
+            blocked = self._try(job, admitted, evictions)
+            if blocked is not None:
+                waiting[job.id] = blocked
+                if at[tenant] < len(jobs):
+                    held_back[tenant] = job.id
+                continue
+            following = head(tenant)
+            if following is not None:
+                heapq.heappush(heap, self._entry(following))
         return AdmissionDecision(tuple(admitted), tuple(evictions), waiting, held_back)
 
     def _entry(self, job: QueuedJob) -> tuple[int, float, float, str, str]:
@@ -207,7 +219,8 @@ class _Round:
         if job.id in self.stopping:
             return "waiting for the work preempted for it to stop (SIGTERM, then SIGKILL)"
         refused = self._quota_refusal(job)
-        room = self._room_for(job.tenant)
+        inside = self._inside_guarantee(job)
+        room = self._room_for(job.tenant, guaranteed=inside)
         if refused is None and fits(job.ask, room):
             self._take(job)
             admitted.append(job.id)
@@ -220,12 +233,15 @@ class _Round:
                 evictions.append(Eviction(victim.id, job.id, why))
                 mine = self.holdings[victim.tenant]
                 mine[mine.index(victim)] = replace(victim, stopping_for=job.id)
+            if inside and not self.reserved_inside:  # a borrower's hold gives way to the claim
+                self.reserved, self.reserved_for, self.reserved_inside = {}, "", False
             self.reserved = add(self.reserved, job.ask)
+            self.reserved_inside = self.reserved_inside or inside
             names = ", ".join(v.id for v, _ in victims)
             return f"preempting {names} for it; it starts when they stop"
-        if not self.reserved:
+        if not self.reserved or (inside and not self.reserved_inside):
             self.reserved = dict(job.ask)
-            self.reserved_for = job.id
+            self.reserved_for, self.reserved_inside = job.id, inside
             short = _short(job.ask, room)
             return f"next to start: waiting for {short} to free (capacity is held for it)"
         if fits(job.ask, add(room, self.reserved)):
@@ -236,8 +252,9 @@ class _Round:
     def _take(self, job: QueuedJob) -> None:
         self._add(job.tenant, job.ask)
         self.free = subtract(self.free, job.ask)
+        # admitted this round: not started yet, so not preemptible in it
         self.holdings.setdefault(job.tenant, []).append(
-            Holding(job.id, job.tenant, job.ask, job.priority, started_s=self.now_s)
+            Holding(job.id, job.tenant, job.ask, job.priority, self.now_s, preemptible=False)
         )
 
     def _never(self, job: QueuedJob) -> str | None:
@@ -252,7 +269,7 @@ class _Round:
             names = ", ".join(q.name for q in kept)
             return f"it asks more than the cluster has beyond what {names} do not lend: {over}"
         for queue in self._path(job.tenant)[1:]:
-            if queue.limit is not None and (over := _too_big(job.ask, queue.limit)):
+            if queue.limit is not None and (over := _too_big(job.ask, queue.limit, named=True)):
                 return f"it asks more than {_who(queue)}'s limit: {over}"
             if not queue.borrows and (over := _too_big(job.ask, queue.guarantee)):
                 return f"{_who(queue)} does not borrow, and it asks more than its guarantee: {over}"
@@ -264,7 +281,7 @@ class _Round:
         for queue in self._path(job.tenant)[1:]:
             after = add(subtract(self.usage[queue.name], less or {}), job.ask)
             if queue.limit is not None:
-                over = _over(after, queue.limit, job.ask)
+                over = _over(after, queue.limit, job.ask, named=True)
                 if over is not None:
                     return f"{_who(queue)} would pass its limit: {over}"
             if not queue.borrows:
@@ -273,10 +290,12 @@ class _Round:
                     return f"{_who(queue)} does not borrow and would pass its guarantee: {over}"
         return None
 
-    def _room_for(self, tenant: str) -> dict[str, float]:
-        """What `tenant` may use now: the free capacity, less what is held for an earlier job,
-        less the idle guarantees of queues that do not lend and are not the tenant's own."""
-        room = subtract(self.free, self.reserved)
+    def _room_for(self, tenant: str, *, guaranteed: bool = False) -> dict[str, float]:
+        """What `tenant` may use now: the free capacity, less what is held for an earlier job
+        (unless this is a claim inside a guarantee and that job borrows), less the idle
+        guarantees of queues that do not lend and are not the tenant's own."""
+        held = self.reserved if self.reserved_inside or not guaranteed else {}
+        room = subtract(self.free, held)
         mine = {q.name for q in self._path(tenant)}
         for queue in self.keep_idle:
             if queue.name in mine:
@@ -295,8 +314,9 @@ class _Round:
         allow none that would make it fit. When the tenant's own queues (a limit, or a queue that
         does not borrow) stop it, only its own lower-priority work can help."""
         own = self._path(job.tenant)[-1]
-        room = self._room_for(job.tenant)
-        if not quota_blocked and own.preemption.reclaim and self._inside_guarantee(job):
+        inside = self._inside_guarantee(job)
+        room = self._room_for(job.tenant, guaranteed=inside)
+        if not quota_blocked and own.preemption.reclaim and inside:
             lenders = [t for t in self.holdings if t != job.tenant and self._above_guarantee(t)]
             chosen = self._pick(job, room, self._preemptible(lenders), reclaim=True)
             if chosen:
@@ -378,10 +398,14 @@ class _Round:
         return True
 
 
-def _over(after: Resources, bound: Resources, ask: Resources) -> str | None:
-    """The first kind `ask` takes past `bound` (`after` is the usage with it), in words."""
+def _over(after: Resources, bound: Resources, ask: Resources, *, named: bool = False) -> str | None:
+    """The first kind `ask` takes past `bound` (`after` is the usage with it), in words. With
+    `named`, a kind `bound` does not name is not bound (a limit binds only the kinds it names; a
+    guarantee that leaves a kind out guarantees none of it)."""
     for kind, amount in ask.items():
-        if amount > EPSILON and after.get(kind, 0.0) > bound.get(kind, 0.0) + EPSILON:
+        if amount <= EPSILON or (named and kind not in bound):
+            continue
+        if after.get(kind, 0.0) > bound.get(kind, 0.0) + EPSILON:
             return (
                 f"{_number(after[kind] - amount)} {kind} held + {_number(amount)} asked > "
                 f"{_number(bound.get(kind, 0.0))}"
@@ -389,9 +413,12 @@ def _over(after: Resources, bound: Resources, ask: Resources) -> str | None:
     return None
 
 
-def _too_big(ask: Resources, bound: Resources) -> str | None:
-    """`4 gpus asked > 3` for the first kind `ask` alone takes past `bound`, else None."""
+def _too_big(ask: Resources, bound: Resources, *, named: bool = False) -> str | None:
+    """`4 gpus asked > 3` for the first kind `ask` alone takes past `bound`, else None (`named`:
+    as `_over`)."""
     for kind, amount in ask.items():
+        if named and kind not in bound:
+            continue
         if amount > bound.get(kind, 0.0) + EPSILON:
             return f"{_number(amount)} {kind} asked > {_number(bound.get(kind, 0.0))}"
     return None

@@ -8,8 +8,9 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-from gpuplex.core.jobs.lifecycle import JobRecord, JobState, LifecycleStep, Transition, step
+from gpuplex.core.jobs.lifecycle import JobRecord, LifecycleStep, Transition, step
 from gpuplex.core.jobs.placement import job_workload_name
+from gpuplex.core.jobs.states import JobState
 from gpuplex.core.plan import Plan, make_plan
 from gpuplex.core.queues.tree import QueueTree, queue_tree
 from gpuplex.core.spec import GpuplexSpec, validate_spec

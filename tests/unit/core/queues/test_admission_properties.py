@@ -35,7 +35,8 @@ def trees(draw: st.DrawFn, *, all_lend: bool = False) -> QueueTree:
         guarantee = {k: float(draw(st.integers(0, int(budget[k])))) for k in KINDS}
         limit = None
         if draw(st.booleans()):
-            limit = {k: guarantee[k] + draw(st.integers(0, 6)) for k in KINDS}
+            named = draw(st.sampled_from([KINDS, (GPUS,), (MIG,)]))  # a limit binds only these
+            limit = {k: guarantee[k] + draw(st.integers(0, 6)) for k in named}
         name = f"t{next(tenant_no)}" if level == "tenant" else f"{level[0]}{next(tenant_no)}"
         return QueueNode(
             name=name,
@@ -115,7 +116,8 @@ def starts_beside(tree: QueueTree, holdings: list[Holding], job: QueuedJob) -> b
 def within_limits(tree: QueueTree, holdings: list[Holding]) -> bool:
     used = usage(tree, holdings)
     for q in tree.root.walk():
-        if q.limit is not None and not fits(used[q.name], q.limit):
+        named = {k: v for k, v in used[q.name].items() if q.limit is not None and k in q.limit}
+        if q.limit is not None and not fits(named, q.limit):
             return False
         if not q.borrows and not fits(used[q.name], q.guarantee):
             return False

@@ -97,3 +97,17 @@ def test_the_first_job_short_of_capacity_has_it_held_and_later_small_ones_wait()
 def test_jobs_of_tenants_without_a_queue_are_told_so() -> None:
     decision = admit(tree(leaf("a")), [], [job("z", "zed")], now_s=0.0)
     assert decision.waiting == {"z": "zed has no queue in queues: it cannot run jobs"}
+
+
+def test_a_limit_binds_only_the_kinds_it_names() -> None:
+    queues = tree(leaf("a", limit={GPUS: 1.0}), gpus=4.0)
+    share = QueuedJob("share", "a", {"gpu_memory_gib": 10.0})
+    cap = {GPUS: 4.0, "gpu_memory_gib": 320.0}
+    queues = QueueTree.of(
+        queues.root.__class__("cluster", "cluster", cap, cap, children=queues.root.children), cap
+    )
+    decision = admit(queues, [], [share, job("two", "a", gpus=2.0, at=1.0)], now_s=0.0)
+    assert decision.admitted == ("share",)
+    assert (
+        decision.waiting["two"] == "can never start: it asks more than a's limit: 2 gpus asked > 1"
+    )
