@@ -400,3 +400,19 @@ def test_split_adds_up() -> None:
     assert split(2, [0, 0]) == [2, 0]
     assert split(0, [1, 1]) == [0, 0]
     assert sum(split(7, [3, 3, 3])) == 7
+
+
+def test_shared_quota_without_shared_gpus_is_noted() -> None:
+    tenants = [
+        {**t, "isolation": "dedicated", "workloads": []} if t["name"] == "adatum" else t
+        for t in SPEC["tenants"]
+    ]
+    spec = GpuplexSpec.model_validate({**SPEC, "tenants": tenants})
+    plan = make_plan(spec)
+    result = render_plan(spec, plan)
+    assert not kueue_flavors(spec, plan).shared
+    assert any(note.startswith("queue adatum: its shared GPU memory") for note in result.notes)
+    adatum = quotas(named(result.manifests, "ClusterQueue", "gpuplex-adatum"))
+    assert all(q["nominalQuota"] == 0 for k, q in adatum.items() if k[0] != "gpuplex-node")
+    # the L4s are whole GPUs again
+    assert "gpuplex-gpu-l4" in [f for f, _, _ in kueue_flavors(spec, plan).gpu]
