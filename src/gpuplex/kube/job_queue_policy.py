@@ -11,7 +11,7 @@ to finish it). Standard CEL only, as in `gpuplex.kube.admission`.
 from __future__ import annotations
 
 from gpuplex.kube.admission import cel_map_of_lists, cel_string, tenant_binding
-from gpuplex.kube.kueue import LOCAL_QUEUE, QUEUE_NAME_LABEL
+from gpuplex.kube.kueue import JOB_PRIORITIES, LOCAL_QUEUE, PRIORITY_CLASS_LABEL, QUEUE_NAME_LABEL
 from gpuplex.kube.naming import Manifest, metadata
 
 POLICY_NAME = "gpuplex-tenant-job-queue"
@@ -30,7 +30,7 @@ PLANNED = (
 MESSAGE = (
     "a Job in a gpuplex tenant namespace must wait its turn in the tenant's Kueue queue: add the "
     f"label {QUEUE_NAME_LABEL}: {LOCAL_QUEUE} to the Job's metadata (and optionally "
-    "kueue.x-k8s.io/priority-class: gpuplex-low, gpuplex-normal or gpuplex-high)"
+    f"{PRIORITY_CLASS_LABEL}: one of {', '.join(JOB_PRIORITIES)})"
 )
 
 

@@ -68,7 +68,7 @@ def kueue_manifests(spec: GpuplexSpec, plan: Plan) -> tuple[list[Manifest], list
     if tree is None:
         return [], []
     flavors = kueue_flavors(spec, plan)
-    subtree = _allot(tree.root, flavors.capacity(), flavors)
+    subtree, short = _allot(tree.root, flavors.capacity(), flavors)
     parents = {name: path[-2].name for name, path in tree.paths.items() if len(path) > 1}
 
     def cohort_of(queue: str) -> str:
@@ -84,7 +84,7 @@ def kueue_manifests(spec: GpuplexSpec, plan: Plan) -> tuple[list[Manifest], list
         manifests.append(_cluster_queue(spec, tenant, flavors, subtree, cohort_of(tenant.name)))
     for tenant in tree.root.tenants():
         manifests.append(local_queue(namespace_for(spec, tenant.name), tenant.name))
-    return manifests, [*flavors.notes(), *_shared_notes(tree.root, flavors)]
+    return manifests, [*flavors.notes(), *short, *_shared_notes(tree.root, flavors)]
 
 
 def priority_classes() -> list[Manifest]:
@@ -120,28 +120,33 @@ def _wanted(node: QueueNode, flavors: KueueFlavors) -> dict[str, int]:
 
 def _allot(
     root: QueueNode, capacity: dict[FlavorResource, int], flavors: KueueFlavors
-) -> dict[str, dict[FlavorResource, int]]:
+) -> tuple[dict[str, dict[FlavorResource, int]], list[str]]:
     """Per queue, its subtree's quota per flavor: the root holds the capacity, every other
-    queue takes what it wants from what its parent holds and its elder siblings left."""
+    queue takes what it wants from what its parent holds and its elder siblings left. What is
+    not there (whole GPUs of nodes the plan shares, a rounding of shares) is left out, noted."""
     out: dict[str, dict[FlavorResource, int]] = {root.name: dict(capacity)}
+    notes: list[str] = []
 
     def carve(node: QueueNode) -> None:
         left = dict(out[node.name])
         for child in node.children:
             mine: dict[FlavorResource, int] = {}
             for kind, amount in _wanted(child, flavors).items():
-                keys = flavors.keys_of(kind)
-                for key in keys:
+                for key in flavors.keys_of(kind):
                     mine[key] = min(amount, left.get(key, 0))
                     amount -= mine[key]
-                mine[keys[0]] += amount  # beyond the parent's: only a rounding of shares
-            for key, amount in mine.items():
-                left[key] = left.get(key, 0) - amount
+                    left[key] = left.get(key, 0) - mine[key]
+                if amount > 0:
+                    notes.append(
+                        f"queue {child.name}: {amount} {kind} of its guarantee are not in Kueue's "
+                        "quotas: Kubernetes does not offer that many (the device plugin shares "
+                        "the full GPUs of a node the plan shares)"
+                    )
             out[child.name] = mine
             carve(child)
 
     carve(root)
-    return out
+    return out, notes
 
 
 def _cohort(

@@ -9,16 +9,18 @@ from collections import Counter
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, assume, given, settings, strategies as st
 
 from gpuplex.core.catalog import gpu_model
 from gpuplex.core.plan import Plan, make_plan
-from gpuplex.core.spec import GpuplexSpec
+from gpuplex.core.spec import GpuplexSpec, validate_spec
 from gpuplex.kube.job_queue_policy import POLICY_NAME, job_queue_policy
 from gpuplex.kube.kueue import LOCAL_QUEUE, QUEUE_NAME_LABEL
 from gpuplex.kube.kueue_flavors import kueue_flavors, split
 from gpuplex.kube.naming import Manifest
 from gpuplex.kube.render import render_plan
 from gpuplex.kube.resources import apply_order, kind_of
+from tests.unit.kube.kube_specs import kube_specs
 from tests.unit.kube.kueue_crds import kueue_errors, served_storage_version
 from tests.unit.kube.schema import assert_valid
 from tests.unit.kube.test_admission import Admission
@@ -123,7 +125,8 @@ MPS, MIG = "gpuplex-shared-mps", "gpuplex-mig"
 
 
 def rendered(spec_dict: dict[str, Any] = SPEC) -> tuple[GpuplexSpec, Plan, list[Manifest]]:
-    spec = GpuplexSpec.model_validate(spec_dict)
+    spec = validate_spec(spec_dict)
+    assert isinstance(spec, GpuplexSpec), spec
     plan = make_plan(spec)
     return spec, plan, render_plan(spec, plan).manifests
 
@@ -416,3 +419,79 @@ def test_shared_quota_without_shared_gpus_is_noted() -> None:
     assert all(q["nominalQuota"] == 0 for k, q in adatum.items() if k[0] != "gpuplex-node")
     # the L4s are whole GPUs again
     assert "gpuplex-gpu-l4" in [f for f, _, _ in kueue_flavors(spec, plan).gpu]
+
+
+@st.composite
+def specs_with_queues(draw: st.DrawFn) -> dict[str, Any]:
+    """A Kubernetes-shaped spec with its tenants in one or two organisations of one team each,
+    with random GPU guarantees, limits and lend/borrow flags; only valid ones are kept."""
+    data = draw(kube_specs()).model_dump(mode="json", exclude_none=True, exclude_defaults=True)
+    tenants = [t["name"] for t in data["tenants"]]
+    cut = draw(st.integers(0, len(tenants)))
+    organisations = []
+    for index, members in enumerate((tenants[:cut], tenants[cut:])):
+        if not members:
+            continue
+        leaves = []
+        for name in members:
+            leaf: dict[str, Any] = {"name": name, "guarantee": {"gpus": draw(st.integers(0, 2))}}
+            if draw(st.booleans()):
+                leaf["limit"] = {"gpus": leaf["guarantee"]["gpus"] + draw(st.integers(0, 3))}
+            leaf["lend"], leaf["borrow"] = draw(st.booleans()), draw(st.booleans())
+            leaves.append(leaf)
+        team = {"name": f"team-{index}", "tenants": leaves}
+        organisations.append({"name": f"org-{index}", "teams": [team]})
+    data["queues"] = {"organisations": organisations}
+    assume(isinstance(validate_spec(data), GpuplexSpec))
+    return data
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=list(HealthCheck))
+@given(specs_with_queues())
+def test_any_valid_queues_render_to_valid_quotas_that_add_up(data: dict[str, Any]) -> None:
+    spec, plan, manifests = rendered(data)
+    objects = kueue(manifests)
+    problems = [problem for manifest in objects for problem in kueue_errors(manifest)]
+    assert not problems, "\n".join(problems)
+    total: Counter[tuple[str, str]] = Counter()
+    for manifest in objects:
+        if manifest["kind"] in ("Cohort", "ClusterQueue"):
+            for key, entry in quotas(manifest).items():
+                if key[0] == "gpuplex-node":
+                    continue
+                assert entry["nominalQuota"] >= 0
+                assert entry.get("borrowingLimit", 0) >= 0
+                total[key] += entry["nominalQuota"]
+    capacity = kueue_flavors(spec, plan).capacity()
+    assert {k: v for k, v in total.items() if v} == {k: v for k, v in capacity.items() if v}
+    # no tenant can go above its limit: guarantee + what it may borrow, over the GPU flavors
+    for queue in data["queues"]["organisations"]:
+        for leaf in queue["teams"][0]["tenants"]:
+            entries = quotas(named(objects, "ClusterQueue", f"gpuplex-{leaf['name']}"))
+            gpus = [q for (_, resource), q in entries.items() if resource == "nvidia.com/gpu"]
+            if not leaf["borrow"]:
+                assert all(q.get("borrowingLimit") == 0 for q in gpus)
+            elif "limit" in leaf and gpus:
+                most = sum(q["nominalQuota"] + q["borrowingLimit"] for q in gpus)
+                assert most <= max(leaf["limit"]["gpus"], sum(q["nominalQuota"] for q in gpus))
+
+
+def test_whole_gpus_the_plan_shares_are_not_guaranteed() -> None:
+    """The L4 node shares its GPUs: a guarantee of 7 whole GPUs gets the 6 H100s and L40Ss."""
+    queues = {
+        "organisations": [
+            {
+                "name": "acme",
+                "teams": [
+                    {"name": "research", "tenants": [{"name": "contoso", "guarantee": {"gpus": 7}}]}
+                ],
+            }
+        ]
+    }
+    spec_dict = {**SPEC, "queues": queues}
+    spec = GpuplexSpec.model_validate(spec_dict)
+    result = render_plan(spec, make_plan(spec))
+    contoso = quotas(named(result.manifests, "ClusterQueue", "gpuplex-contoso"))
+    assert contoso[H100, "nvidia.com/gpu"]["nominalQuota"] == 4
+    assert contoso[L40S, "nvidia.com/gpu"]["nominalQuota"] == 2
+    assert any(note.startswith("queue contoso: 1 gpus of its guarantee") for note in result.notes)
