@@ -28,7 +28,6 @@ from gpuplex.kube.naming import (
 )
 
 POLICY_NAME = "gpuplex-tenant-gpu-resources"
-BINDING_NAME = POLICY_NAME
 GPU_RESOURCE_PREFIX = "nvidia.com/"
 
 #: A pod's spec cannot change its resources or priority class after creation, so an update that
@@ -129,12 +128,17 @@ def admission_policy(spec: GpuplexSpec, plan: Plan) -> list[Manifest]:
             ],
         },
     }
-    binding: Manifest = {
+    return [policy, tenant_binding(POLICY_NAME)]
+
+
+def tenant_binding(policy_name: str) -> Manifest:
+    """Binds a policy, denying, to every tenant namespace (namespaces labelled with the tenant)."""
+    return {
         "apiVersion": "admissionregistration.k8s.io/v1",
         "kind": "ValidatingAdmissionPolicyBinding",
-        "metadata": metadata(BINDING_NAME),
+        "metadata": metadata(policy_name),
         "spec": {
-            "policyName": POLICY_NAME,
+            "policyName": policy_name,
             "validationActions": ["Deny"],
             "matchResources": {
                 "namespaceSelector": {
@@ -143,7 +147,6 @@ def admission_policy(spec: GpuplexSpec, plan: Plan) -> list[Manifest]:
             },
         },
     }
-    return [policy, binding]
 
 
 def cel_string(text: str) -> str:

@@ -261,6 +261,8 @@ def failure(
 def _install_hint(kind: ResourceKind) -> str:
     if kind.group == "monitoring.coreos.com":
         return " (install the Prometheus operator's custom resource definitions)"
+    if kind.group == "kueue.x-k8s.io":
+        return " (install Kueue: docs/kubernetes.md)"
     return f"; gpuplex needs Kubernetes {MIN_KUBERNETES} or newer"
 
 

@@ -2,7 +2,8 @@
 
 Pure: no cluster, no files. Each part lives in its own module; this one only puts them in order:
 cluster-scoped first (priority classes, device-plugin and MIG configs, node labels, the admission
-policy), then per tenant (namespace, quota, RBAC, network policies), then the workloads.
+policy), then per tenant (namespace, quota, RBAC, network policies), then the workloads, then,
+when the spec has `queues:`, the Kueue objects and the policy that sends tenant Jobs through them.
 """
 
 from __future__ import annotations
@@ -12,6 +13,8 @@ from dataclasses import dataclass, field
 from gpuplex.core.plan import Plan
 from gpuplex.core.spec import GpuplexSpec
 from gpuplex.kube.admission import admission_policy
+from gpuplex.kube.job_queue_policy import job_queue_policy
+from gpuplex.kube.kueue import kueue_manifests
 from gpuplex.kube.naming import Manifest
 from gpuplex.kube.node_config import node_config
 from gpuplex.kube.priorities import priority_classes
@@ -33,14 +36,28 @@ def render_plan(spec: GpuplexSpec, plan: Plan) -> Rendered:
     notes = list(nodes.notes)
     for unit in plan.infeasible:
         notes.append(f"{unit.label()} is not rendered: the plan could not place it")
+    workloads = workload_manifests(spec, plan)
+    queues, queue_notes = kueue_manifests(spec, plan)
     manifests = [
         *priority_classes(spec),
         *nodes.manifests,
         *admission_policy(spec, plan),
         *tenant_manifests(spec, plan),
-        *workload_manifests(spec, plan),
+        *workloads,
     ]
-    return Rendered(manifests, notes)
+    if queues:
+        manifests += [*job_queue_policy(planned_jobs(workloads)), *queues]
+    return Rendered(manifests, notes + queue_notes)
+
+
+def planned_jobs(workloads: list[Manifest]) -> dict[str, list[str]]:
+    """Namespace -> the Jobs the plan renders there (exempt from the queue-name rule)."""
+    out: dict[str, list[str]] = {}
+    for manifest in workloads:
+        if manifest["kind"] == "Job":
+            meta = manifest["metadata"]
+            out.setdefault(meta["namespace"], []).append(meta["name"])
+    return out
 
 
 def render_self(spec: GpuplexSpec, options: SelfOptions) -> Rendered:

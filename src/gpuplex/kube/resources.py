@@ -130,6 +130,22 @@ KINDS: tuple[ResourceKind, ...] = (
     ),
 )
 
+#: Kueue's kinds (kueue.x-k8s.io/v1beta2), rendered from `queues:`; a cluster without Kueue skips them.
+KUEUE_KINDS: tuple[ResourceKind, ...] = tuple(
+    ResourceKind(
+        "kueue.x-k8s.io/v1beta2", kind, plural, namespaced=namespaced, custom=True, sets=_PLAN
+    )
+    for kind, plural, namespaced in (
+        # the order they are pruned in: what refers to another kind goes first
+        ("LocalQueue", "localqueues", True),
+        ("ClusterQueue", "clusterqueues", False),
+        ("Cohort", "cohorts", False),
+        ("WorkloadPriorityClass", "workloadpriorityclasses", False),
+        ("ResourceFlavor", "resourceflavors", False),
+    )
+)
+KINDS += KUEUE_KINDS
+
 _BY_TYPE = {(kind.api_version, kind.kind): kind for kind in KINDS}
 
 #: Identity of one object: (apiVersion, kind, namespace or "", name).

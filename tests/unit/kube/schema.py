@@ -16,6 +16,16 @@ KUBERNETES_VERSIONS = (MIN_KUBERNETES, kubernetes_validate.latest_version())
 CUSTOM_KINDS = {
     ("monitoring.coreos.com/v1", "ServiceMonitor"),
     ("monitoring.coreos.com/v1", "PodMonitor"),
+    *(
+        ("kueue.x-k8s.io/v1beta2", kind)
+        for kind in (
+            "ResourceFlavor",
+            "WorkloadPriorityClass",
+            "Cohort",
+            "ClusterQueue",
+            "LocalQueue",
+        )
+    ),
 }
 
 
