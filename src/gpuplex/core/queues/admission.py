@@ -12,11 +12,15 @@ The rules, in the order they apply (Kueue's ClusterQueue/cohort semantics, on gp
   guarantee; the idle guarantee of a queue with `lends: false` is used by nobody outside it.
 - A job inside its tenant's guarantee that does not fit reclaims: the running work of tenants
   above their own guarantee (borrowed capacity) is preempted, lowest priority first, then the
-  youngest, never work younger than its queue's minimum runtime, never a tenant pushed below its
-  own guarantee, never the spec's long-running replicas; the set is pruned to a minimal one.
-  Otherwise, with `within_queue: lower_priority`, the tenant's own lower-priority jobs are.
-- The first job (in the order above) that is short of free capacity has it reserved: later jobs
-  only get what is free beyond it, so it starts as soon as running work frees enough.
+  youngest, taken from a tenant only while it is still above its guarantee (as Kueue's
+  `reclaimWithinCohort`), never work younger than its queue's minimum runtime, never the spec's
+  long-running replicas; the set is pruned to a minimal one. A claimant never preempts back from
+  a victim's tenant: it claimed inside its own guarantee, so it does not borrow. Otherwise, with
+  `within_queue: lower_priority`, the tenant's own lower-priority jobs are preempted (the minimal
+  set that brings its queues under their limits and it within the free capacity).
+- The first job inside its guarantee that is short of free capacity has it held: later jobs only
+  get what is free beyond it, so it starts as soon as running work frees enough. A job beyond
+  its guarantee holds nothing: it may wait while smaller ones pass it, as in Kueue.
 - A job whose victims are still stopping (SIGTERM, then SIGKILL after the grace period) waits for
   them and preempts nothing more.
 
@@ -134,8 +138,7 @@ class _Round:
             self._add(holding.tenant, holding.resources)
         self.free = subtract(tree.capacity, self.usage[tree.root.name])
         self.reserved: dict[str, float] = {}
-        self.reserved_for = ""  # the job the reserved capacity is held for
-        self.reserved_inside = False  # whether that job is inside its tenant's guarantee
+        self.reserved_for = ""  # the guaranteed claim free capacity is held for, if any
         self.stopping = {h.stopping_for for h in holdings if h.stopping_for is not None}
         self.kinds = [k for k, v in tree.capacity.items() if v > EPSILON]
         self.keep_idle = [q for q in tree.root.walk() if not q.lends and q is not tree.root]
@@ -220,7 +223,7 @@ class _Round:
             return "waiting for the work preempted for it to stop (SIGTERM, then SIGKILL)"
         refused = self._quota_refusal(job)
         inside = self._inside_guarantee(job)
-        room = self._room_for(job.tenant, guaranteed=inside)
+        room = self._room_for(job.tenant)
         if refused is None and fits(job.ask, room):
             self._take(job)
             admitted.append(job.id)
@@ -233,21 +236,17 @@ class _Round:
                 evictions.append(Eviction(victim.id, job.id, why))
                 mine = self.holdings[victim.tenant]
                 mine[mine.index(victim)] = replace(victim, stopping_for=job.id)
-            if inside and not self.reserved_inside:  # a borrower's hold gives way to the claim
-                self.reserved, self.reserved_for, self.reserved_inside = {}, "", False
-            self.reserved = add(self.reserved, job.ask)
-            self.reserved_inside = self.reserved_inside or inside
+            self.reserved = add(self.reserved, job.ask)  # what its victims free is its own
             names = ", ".join(v.id for v, _ in victims)
             return f"preempting {names} for it; it starts when they stop"
-        if not self.reserved or (inside and not self.reserved_inside):
-            self.reserved = dict(job.ask)
-            self.reserved_for, self.reserved_inside = job.id, inside
-            short = _short(job.ask, room)
+        short = _short(job.ask, room)
+        if inside and not self.reserved_for:
+            self.reserved = add(self.reserved, job.ask)
+            self.reserved_for = job.id
             return f"next to start: waiting for {short} to free (capacity is held for it)"
-        if fits(job.ask, add(room, self.reserved)):
+        if self.reserved_for and fits(job.ask, add(room, self.reserved)):
             return f"the free capacity is held for {self.reserved_for}, which is ahead of it"
-        short = _short(job.ask, add(room, self.reserved))
-        return f"the cluster is short of {short} for it, and {self.reserved_for} is ahead of it"
+        return f"the cluster is short of {short} for it"
 
     def _take(self, job: QueuedJob) -> None:
         self._add(job.tenant, job.ask)
@@ -290,12 +289,10 @@ class _Round:
                     return f"{_who(queue)} does not borrow and would pass its guarantee: {over}"
         return None
 
-    def _room_for(self, tenant: str, *, guaranteed: bool = False) -> dict[str, float]:
-        """What `tenant` may use now: the free capacity, less what is held for an earlier job
-        (unless this is a claim inside a guarantee and that job borrows), less the idle
-        guarantees of queues that do not lend and are not the tenant's own."""
-        held = self.reserved if self.reserved_inside or not guaranteed else {}
-        room = subtract(self.free, held)
+    def _room_for(self, tenant: str) -> dict[str, float]:
+        """What `tenant` may use now: the free capacity, less what is held for an earlier job,
+        less the idle guarantees of queues that do not lend and are not the tenant's own."""
+        room = subtract(self.free, self.reserved)
         mine = {q.name for q in self._path(tenant)}
         for queue in self.keep_idle:
             if queue.name in mine:
@@ -315,7 +312,7 @@ class _Round:
         does not borrow) stop it, only its own lower-priority work can help."""
         own = self._path(job.tenant)[-1]
         inside = self._inside_guarantee(job)
-        room = self._room_for(job.tenant, guaranteed=inside)
+        room = self._room_for(job.tenant)
         if not quota_blocked and own.preemption.reclaim and inside:
             lenders = [t for t in self.holdings if t != job.tenant and self._above_guarantee(t)]
             chosen = self._pick(job, room, self._preemptible(lenders), reclaim=True)
@@ -357,9 +354,9 @@ class _Round:
         self, job: QueuedJob, room: Resources, candidates: list[Holding], *, reclaim: bool
     ) -> list[Holding]:
         """Lowest priority first, then the youngest, taking only work that helps; then pruned to
-        a minimal set. Empty when even all of them would not do. Reclaimed work must leave its
-        tenant its guarantee; the tenant's own work, once gone, also lowers what its queues'
-        limits count."""
+        a minimal set. Empty when even all of them would not do. Reclaimed work is taken from a
+        tenant only while it is above its own guarantee; the tenant's own work, once gone, also
+        lowers what its queues' limits count."""
 
         def enough(chosen: list[Holding]) -> bool:
             freed = add(*(h.resources for h in chosen))
@@ -375,7 +372,7 @@ class _Round:
             helps = any(
                 job.ask.get(k, 0.0) > EPSILON and v > EPSILON for k, v in holding.resources.items()
             )
-            if helps and (not reclaim or self._keeps_guarantees([*chosen, holding])):
+            if helps and (not reclaim or self._still_borrowing(holding.tenant, chosen)):
                 chosen.append(holding)
         if not chosen or not enough(chosen):
             return []
@@ -385,17 +382,13 @@ class _Round:
                 chosen = rest
         return chosen
 
-    def _keeps_guarantees(self, victims: list[Holding]) -> bool:
-        """No victim's tenant is pushed below what it holds of its own guarantee."""
-        for tenant in {v.tenant for v in victims}:
-            taken = add(*(v.resources for v in victims if v.tenant == tenant))
-            held = self.usage[tenant]
-            guarantee = self._path(tenant)[-1].guarantee
-            after = subtract(held, taken)
-            for k, g in guarantee.items():
-                if after.get(k, 0.0) + EPSILON < min(g, held.get(k, 0.0)):
-                    return False
-        return True
+    def _still_borrowing(self, tenant: str, chosen: list[Holding]) -> bool:
+        """Whether `tenant` is still above its own guarantee with `chosen` gone: borrowed work is
+        taken from a tenant only while it borrows (as Kueue's reclaimWithinCohort does)."""
+        taken = add(*(h.resources for h in chosen if h.tenant == tenant))
+        held = subtract(self.usage[tenant], taken)
+        guarantee = self._path(tenant)[-1].guarantee
+        return any(v > guarantee.get(k, 0.0) + EPSILON for k, v in held.items())
 
 
 def _over(after: Resources, bound: Resources, ask: Resources, *, named: bool = False) -> str | None:

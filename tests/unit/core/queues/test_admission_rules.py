@@ -41,7 +41,7 @@ def test_a_guaranteed_claim_goes_before_an_older_borrowers_job() -> None:
     queues = tree(leaf("a", guarantee=1.0), leaf("b"), gpus=1.0)
     decision = admit(queues, [], [job("b0", "b", at=0.0), job("a0", "a", at=5.0)], now_s=10.0)
     assert decision.admitted == ("a0",)
-    assert decision.waiting["b0"].startswith("next to start")
+    assert decision.waiting["b0"] == "the cluster is short of 1 gpus for it"
 
 
 def test_a_higher_priority_job_preempts_its_own_queues_lower_priority_work_only() -> None:
@@ -80,18 +80,26 @@ def test_a_non_lenders_idle_guarantee_is_nobody_elses() -> None:
     assert admit(queues, [], [job("b1", "b", gpus=1.0)], now_s=0.0).admitted == ("b1",)
 
 
-def test_the_first_job_short_of_capacity_has_it_held_and_later_small_ones_wait() -> None:
-    queues = tree(leaf("a"), leaf("b"), gpus=4.0)
+def test_the_first_claim_short_of_capacity_has_it_held_and_later_small_ones_wait() -> None:
+    patient = Preemption(min_runtime_s=10_000.0)  # nothing old enough to reclaim
+    queues = tree(leaf("a", preemption=patient), leaf("b", guarantee=2.0, preemption=patient))
     running = [Holding("x", "a", {GPUS: 3.0}, started_s=0.0)]
-    decision = admit(
-        queues, running, [job("big", "b", gpus=2.0, at=1.0), job("small", "a", at=2.0)], now_s=10.0
-    )
+    stream = [job("big", "b", gpus=2.0, at=1.0), job("small", "a", at=2.0)]
+    decision = admit(queues, running, stream, now_s=10.0)
     assert decision.admitted == ()
-    assert (
-        decision.waiting["big"]
-        == "next to start: waiting for 1 gpus to free (capacity is held for it)"
+    assert decision.waiting["big"] == (
+        "next to start: waiting for 1 gpus to free (capacity is held for it)"
     )
     assert decision.waiting["small"] == "the free capacity is held for big, which is ahead of it"
+
+
+def test_a_borrower_holds_nothing_and_smaller_jobs_pass_it() -> None:
+    queues = tree(leaf("a"), leaf("b"), gpus=4.0)
+    running = [Holding("x", "a", {GPUS: 3.0}, started_s=0.0)]
+    stream = [job("big", "b", gpus=2.0, at=1.0), job("small", "a", at=2.0)]
+    decision = admit(queues, running, stream, now_s=10.0)
+    assert decision.admitted == ("small",)
+    assert decision.waiting["big"] == "the cluster is short of 1 gpus for it"
 
 
 def test_jobs_of_tenants_without_a_queue_are_told_so() -> None:
