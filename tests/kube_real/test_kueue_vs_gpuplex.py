@@ -12,9 +12,10 @@ than the cluster is held, and a high-priority job of beta's preempts beta's own 
 
 from __future__ import annotations
 
+import json
 import sys
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import pytest
 
@@ -141,11 +142,12 @@ def both(kueue: KueueManager, request: pytest.FixtureRequest) -> tuple[Scenario,
         {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace_for(applied, t)}}
         for t in ("alpha", "beta", "gamma")
     ]
-    objects: list[Manifest] = namespaces + [
-        m for m in manifests if (m["apiVersion"], m["kind"]) in KINDS
-    ]
+    kueue_objects = [m for m in manifests if (m["apiVersion"], m["kind"]) in KINDS]
+    objects: list[Manifest] = namespaces + [apart(m) for m in kueue_objects]
     submissions = [
-        Submission(j.name, namespace_for(applied, j.tenant), LOCAL_QUEUE, j.gpus, j.priority)
+        Submission(
+            j.name, namespace_for(applied, j.tenant), LOCAL_QUEUE, j.gpus, APART + j.priority
+        )
         for j in STREAM
     ]
     kueue_side = run_scenario(kueue.admin, objects, submissions)
@@ -160,6 +162,27 @@ def both(kueue: KueueManager, request: pytest.FixtureRequest) -> tuple[Scenario,
             + "\n"
         )
     return kueue_side, ours
+
+
+#: The test cluster is shared by the session's tests, and Kueue's flavors, cohorts, queues and
+#: priority classes are cluster-wide: this test's get names of their own, so that another test's
+#: rendered objects (the same spec names) neither clash with them nor join their cohort.
+APART = "cmp-"
+
+
+def apart(obj: Manifest) -> Manifest:
+    """`obj` with its cluster-wide Kueue names, and its references to them, prefixed."""
+    out = json.loads(json.dumps(obj))
+    if out["kind"] in ("ResourceFlavor", "Cohort", "ClusterQueue", "WorkloadPriorityClass"):
+        out["metadata"]["name"] = APART + out["metadata"]["name"]
+    spec = out.get("spec", {})
+    for field in ("parentName", "cohortName", "clusterQueue"):
+        if field in spec:
+            spec[field] = APART + spec[field]
+    for group in spec.get("resourceGroups", []):
+        for flavor in group.get("flavors", []):
+            flavor["name"] = APART + flavor["name"]
+    return cast(Manifest, out)
 
 
 def side_by_side(kueue_side: Scenario, ours: Outcomes) -> str:
