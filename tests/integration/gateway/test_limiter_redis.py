@@ -350,8 +350,11 @@ def test_window_slides(url: str, prefix: str, monkeypatch: pytest.MonkeyPatch) -
             assert r2_at + window_s - after <= refused.retry_after_s <= r2_at + window_s - before
             await asyncio.sleep(refused.retry_after_s + 0.02)
             assert isinstance(await limiter.admit([limit], "r4", 50), Admitted)
-            assert await probe.zrange(zset, 0, -1) == [b"r3", b"r4"]
-            assert await probe.get(limit_keys(prefix, limit)[2]) == b"90"
+            # r1 and r2 have left; r3 too if this loaded machine slept past its window as well
+            members = await probe.zrange(zset, 0, -1)
+            assert members in ([b"r3", b"r4"], [b"r4"])
+            in_window = b"90" if b"r3" in members else b"50"
+            assert await probe.get(limit_keys(prefix, limit)[2]) == in_window
         finally:
             await probe.aclose()
             await limiter.close()
