@@ -307,4 +307,43 @@ class JobEventRow(Base):
     reason: Mapped[str] = mapped_column(Text, default="")
 
 
+class JobRunRow(Base):
+    """One run of a job: the GPU capacity it held (its placement and share of a GPU) from the
+    moment it was placed until it left the GPU (`ended_at` None: it still holds it). Metering bills
+    job GPU time from these rows, as it bills replicas from the applied plans."""
+
+    __tablename__ = "job_runs"
+    __table_args__ = (
+        Index("ix_job_runs_job_id", "job_id"),
+        Index("ix_job_runs_started_at", "started_at"),
+        Index("ix_job_runs_ended_at", "ended_at"),
+    )
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
+    job_id: Mapped[str] = mapped_column(String(16))
+    tenant: Mapped[str] = mapped_column(String(253))
+    attempt: Mapped[int] = mapped_column(Integer)
+    node: Mapped[str] = mapped_column(String(253))
+    placement: Mapped[dict[str, Any]] = mapped_column(JSON)
+    gpu_share: Mapped[str] = mapped_column(String(32))  # a Decimal, as text: exact
+    started_at: Mapped[datetime] = mapped_column(UtcDateTime())
+    ended_at: Mapped[datetime | None] = mapped_column(UtcDateTime(), nullable=True)
+    end_state: Mapped[str | None] = mapped_column(String(16), nullable=True)
+
+
+class JobReportRow(Base):
+    """What the host running a job last saw of its process, for the attempt it ran: alive, or its
+    exit code (or, when it has none, a note: killed by a signal, could not start)."""
+
+    __tablename__ = "job_reports"
+
+    job_id: Mapped[str] = mapped_column(String(16), primary_key=True)
+    attempt: Mapped[int] = mapped_column(Integer)
+    node: Mapped[str] = mapped_column(String(253))
+    alive: Mapped[bool] = mapped_column(Boolean)
+    exit_code: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    note: Mapped[str | None] = mapped_column(Text, nullable=True)
+    reported_at: Mapped[datetime] = mapped_column(UtcDateTime())
+
+
 metadata = Base.metadata
