@@ -197,6 +197,8 @@ class ServerSettings:
     dcgm_interval_s: float = 15.0  # how often they are read
     #: raw GPU samples are deleted once rolled up and older than this (server/sample_retention.py)
     sample_retention_days: float = 7.0
+    #: how often the job runner admits, places and moves on jobs (server/job_runner.py)
+    jobs_interval_s: float = 2.0
 
 
 @dataclass(frozen=True, slots=True)

@@ -190,11 +190,15 @@ def run_command(
     from gpuplex.host.follow import RevisionFollower  # SQLAlchemy only for this command
     from gpuplex.revision import AppliedRevisions
     from gpuplex.store.db import open_store
+    from gpuplex.store.job_reports import JobReports
+    from gpuplex.store.jobs import JobRepository
     from gpuplex.store.spec_revisions import SpecRevisions
 
     engine = open_store(follow_store)
     try:
-        follower = RevisionFollower(AppliedRevisions(SpecRevisions(engine)), settings, transform)
+        revisions = AppliedRevisions(SpecRevisions(engine))
+        jobs, reports = JobRepository(engine), JobReports(engine)
+        follower = RevisionFollower(revisions, settings, transform, jobs, reports)
         session.run(settings, follower=follower)
     finally:
         engine.dispose()

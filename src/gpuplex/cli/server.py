@@ -99,6 +99,12 @@ def server_command(
             help="Days raw GPU samples are kept once rolled up (roll-ups are kept for good).",
         ),
     ] = 7.0,
+    jobs_interval_s: Annotated[
+        float,
+        typer.Option(
+            min=0.1, help="Seconds between passes of the job runner (admit, place, move on)."
+        ),
+    ] = 2.0,
 ) -> None:
     """Run the control plane: REST API under /api/v1, the dashboard, /metrics."""
     from gpuplex.observe.metrics_token import metrics_token_sha256
@@ -136,6 +142,7 @@ def server_command(
                 dcgm_urls=dcgm_urls,
                 dcgm_interval_s=dcgm_interval_s,
                 sample_retention_days=sample_retention_days,
+                jobs_interval_s=jobs_interval_s,
             )
         )
 

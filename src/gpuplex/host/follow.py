@@ -1,24 +1,43 @@
-"""`gpuplex host run --follow-store`: the host runs the control plane's applied revision.
+"""`gpuplex host run --follow-store`: the host runs the control plane's applied revision, and the
+jobs the runner placed on it.
 
-Each pass asks the store for the newest revision (one indexed query). A new one becomes this
-host's desired state with its placements exactly as planned when it was applied (this module never
-plans), is written to desired.json (what `host status` and a restarted supervisor read), and is
-reconciled on the same pass. A revision this host cannot run (its node missing, ports that clash,
-a command that cannot start) is refused with an event, and the previous one keeps running.
+Each pass asks the store for the newest revision (one indexed query) and the jobs that hold GPUs
+(another). When either changed, the revision with the `starting` and `running` jobs placed on this
+node (core.jobs.live) becomes this host's desired state, with every placement exactly as planned
+or placed (this module never plans), is written to desired.json (what `host status` and a
+restarted supervisor read), and is reconciled on the same pass. A revision this host cannot run
+(its node missing, ports that clash, a command that cannot start) is refused with an event, and the
+previous one keeps running; a job whose command cannot start here fails alone, with the reason,
+and never holds back the revision or other tenants' jobs.
+
+After each pass the host reports, for each job on it, whether its process runs or how it ended
+(host/job_reports.py): that is what the runner moves jobs on by.
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 
 from gpuplex.clock import utc_now
+from gpuplex.core.jobs.live import LiveJob, live_revision
+from gpuplex.core.jobs.placement import job_workload_name
+from gpuplex.core.jobs.states import HOLDING_STATES, LEAVING_STATES
+from gpuplex.core.plan.model import Placement
+from gpuplex.core.queues.tree import queue_tree
 from gpuplex.errors import GpuplexError
-from gpuplex.host.session import SpecTransform, desired_file
-from gpuplex.host.state import DesiredFile, Event, StateDir
-from gpuplex.revision import AppliedRevisions
+from gpuplex.host.job_reports import job_reports, placed_on
+from gpuplex.host.session import SpecTransform, choose_node, desired_file
+from gpuplex.host.state import DesiredFile, Event, HostState, StateDir
+from gpuplex.revision import AppliedRevision, AppliedRevisions
 from gpuplex.settings import HostSettings
+from gpuplex.store.job_reports import JobReport, JobReports
+from gpuplex.store.jobs import Job, JobRepository
 
 log = logging.getLogger(__name__)
+
+#: (revision, the live jobs on this node with their attempts): what the desired state follows
+Taken = tuple[int, tuple[tuple[str, int], ...]]
 
 
 class RevisionFollower:
@@ -27,35 +46,88 @@ class RevisionFollower:
         revisions: AppliedRevisions,
         settings: HostSettings,
         transform: SpecTransform | None = None,
+        jobs: JobRepository | None = None,
+        reports: JobReports | None = None,
     ) -> None:
         self._revisions = revisions
         self._settings = settings
         self._dirs = StateDir(settings.state_dir)
         self._transform = transform
-        self.taken: int | None = None  # the newest revision looked at, run or refused
+        self._jobs = jobs
+        self._reports = reports
+        self.taken: Taken | None = None  # the newest state looked at, run or refused
+        self._node: str | None = None
+        self._holding: list[Job] = []  # jobs that hold GPUs on this node, as last read
+        self._refused: dict[str, str] = {}  # job id -> why this host cannot run it
+        self._reported: dict[str, JobReport] = {}
 
     def take_newest(self) -> DesiredFile | None:
-        """The desired state of a revision newer than the last one taken, written to
-        desired.json; None when there is none, or when it cannot run here (an event says why)."""
+        """The desired state of a revision (or set of live jobs) newer than the last one taken,
+        written to desired.json; None when there is none, or when it cannot run here (an event
+        says why)."""
         try:
             applied = self._revisions.get()
+            if applied is None:
+                return None
+            self._node = choose_node(applied.spec, self._settings.node).name
+            self._holding = self._holding_jobs(self._node)
+            holding = {j.id for j in self._holding}
+            self._refused = {k: v for k, v in self._refused.items() if k in holding}
         except GpuplexError as error:  # the store is away: ask again on the next pass
-            log.warning("cannot read the applied revision: %s", error.message)
+            log.warning("cannot read the applied revision or the jobs: %s", error.message)
             return None
-        if applied is None or applied.revision == self.taken:
+        live = [j for j in self._holding if j.state not in LEAVING_STATES]
+        taken: Taken = (applied.revision, tuple(sorted((j.id, j.attempts) for j in live)))
+        if taken == self.taken:
             return None
-        self.taken = applied.revision
-        target = f"revision {applied.revision}"
+        self.taken = taken
+        return self._desired(applied, live)
+
+    def after_tick(self, state: HostState) -> None:
+        """Tell the runner what this pass saw of the jobs' processes (only what changed)."""
+        if self._reports is None or self._node is None:
+            return
+        now = [
+            r
+            for r in job_reports(self._node, self._holding, state.records, self._refused)
+            if self._reported.get(r.job_id) != r
+        ]
         try:
-            desired, problems = desired_file(
-                applied.spec,
-                applied.plan,
-                applied.revision,
-                applied.spec_sha256,
-                target,
-                self._settings,
-                self._transform,
-            )
+            self._reports.write(now, now=utc_now())
+        except GpuplexError as error:
+            log.warning("cannot report the jobs' processes: %s", error.message)
+            return
+        self._reported.update({r.job_id: r for r in now})
+        holding = {j.id for j in self._holding}
+        self._reported = {k: v for k, v in self._reported.items() if k in holding}
+
+    def _holding_jobs(self, node: str) -> list[Job]:
+        if self._jobs is None:
+            return []
+        return [j for j in self._jobs.list(states=HOLDING_STATES) if placed_on(j, node)]
+
+    def _desired(self, applied: AppliedRevision, live: Sequence[Job]) -> DesiredFile | None:
+        target = f"revision {applied.revision}"
+        spec, plan = applied.spec, applied.plan
+        if self._transform is not None:  # stand-ins for the spec's commands, never for jobs'
+            spec = self._transform(spec, plan)
+        tree = queue_tree(applied.spec)
+        running = [j for j in live if j.id not in self._refused]
+        try:
+            while True:
+                jobs = [
+                    LiveJob(j.id, j.spec, Placement.model_validate(j.placement)) for j in running
+                ]
+                run_spec, run_plan = live_revision(spec, plan, tree, jobs)
+                sha256, settings = applied.spec_sha256, self._settings
+                desired, problems = desired_file(
+                    run_spec, run_plan, applied.revision, sha256, target, settings
+                )
+                refused = _refused_jobs(running, problems)
+                if not refused:
+                    break
+                self._refuse(refused)
+                running = [j for j in running if j.id not in refused]
         except GpuplexError as error:
             self._event("revision_refused", target, f"not run here: {error.message}")
             return None
@@ -63,9 +135,26 @@ class RevisionFollower:
             self._event("revision_refused", target, "not run here: " + "; ".join(problems))
             return None
         self._dirs.write_desired(desired)
-        running = len(desired.host.workloads)
-        self._event("revision", target, f"running it: {running} replicas on this node")
+        replicas = len(desired.host.workloads)
+        jobs_here = f", {len(running)} of them jobs" if running else ""
+        self._event("revision", target, f"running it: {replicas} replicas on this node{jobs_here}")
         return desired
+
+    def _refuse(self, refused: dict[str, str]) -> None:
+        for job_id, why in refused.items():
+            self._refused[job_id] = why
+            self._event("job_refused", f"job {job_id}", f"not run here: {why}")
 
     def _event(self, kind: str, target: str, message: str) -> None:
         self._dirs.append_event(Event(at=utc_now(), kind=kind, target=target, message=message))
+
+
+def _refused_jobs(jobs: Sequence[Job], problems: Sequence[str]) -> dict[str, str]:
+    """The jobs that `problems` (launch_problems: `tenant/workload: ...`) name."""
+    refused: dict[str, str] = {}
+    for job in jobs:
+        prefix = f"{job.tenant}/{job_workload_name(job.id)}: "
+        for problem in problems:
+            if problem.startswith(prefix):
+                refused[job.id] = problem.removeprefix(prefix)
+    return refused

@@ -25,7 +25,7 @@ from gpuplex.core.spec.fleet import NodeSpec
 from gpuplex.errors import HostActionError, HostBusyError, NotFoundError, SpecError, SpecProblem
 from gpuplex.host.preflight import launch_problems
 from gpuplex.host.sim_driver import models_memory
-from gpuplex.host.state import DesiredFile, Event, StateDir
+from gpuplex.host.state import DesiredFile, Event, HostState, StateDir
 from gpuplex.host.tenant_users import remove_users
 from gpuplex.host.wiring import open_driver, open_runtime
 from gpuplex.settings import HostSettings, inherited_environment
@@ -222,6 +222,8 @@ class _Stop:
 class Follower(Protocol):
     def take_newest(self) -> DesiredFile | None: ...
 
+    def after_tick(self, state: HostState) -> None: ...
+
 
 def run(
     settings: HostSettings, *, max_ticks: int | None = None, follower: Follower | None = None
@@ -255,6 +257,8 @@ def run(
                     desired = follower.take_newest() or desired
                 current = dirs.read_desired() or desired
                 runtime.tick(current.host)
+                if follower is not None:
+                    follower.after_tick(runtime.state)
                 ticks += 1
                 sleep_s(max(0.0, settings.interval_s - (now_s() - started)))
         finally:

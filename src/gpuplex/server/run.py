@@ -1,6 +1,6 @@
 """Run the control plane: open the store, apply the spec file if it changed, serve the app, and
-roll usage up and check budgets in the background (and, on Kubernetes, read GPU samples from the
-DCGM exporters)."""
+roll usage up, check budgets and run the jobs in the background (and, on Kubernetes, read GPU
+samples from the DCGM exporters)."""
 
 from __future__ import annotations
 
@@ -18,6 +18,7 @@ from gpuplex.server.budget_alerts import check_budgets, month_figures
 from gpuplex.server.budget_enforcement import enforce_budgets
 from gpuplex.server.context import ServerContext
 from gpuplex.server.dcgm_scrape import DEFAULT_TIMEOUT_S, DcgmScraper
+from gpuplex.server.job_runner import JobRunner
 from gpuplex.server.sample_retention import prune_samples
 from gpuplex.server.spec_apply import apply, spec_sha256
 from gpuplex.settings import ServerSettings
@@ -91,6 +92,8 @@ def run_server(settings: ServerSettings) -> None:
         apply_spec_file(ctx, settings.spec_path, actor=f"spec file {settings.spec_path}")
     reconciler = Reconciler(ctx, settings)
     reconciler.start()
+    job_runner = JobRunner(ctx, settings.jobs_interval_s)
+    job_runner.start()
     scraper = None
     if settings.dcgm_urls:  # on Kubernetes: busy time and memory per tenant replica from DCGM
         timeout_s = min(DEFAULT_TIMEOUT_S, settings.dcgm_interval_s)
@@ -107,6 +110,7 @@ def run_server(settings: ServerSettings) -> None:
         )
     finally:
         reconciler.stopping.set()
+        job_runner.stopping.set()
         if scraper is not None:
             scraper.stopping.set()
         engine.dispose()

@@ -64,6 +64,7 @@ class Job:
     placement: dict[str, Any] | None  # where it runs: the runner's placement, as JSON
     actor: str  # who submitted it
     cancel_requested: bool
+    preempted_for: str | None = None  # while preempting: the job it makes room for
 
 
 class JobRepository:
@@ -180,11 +181,13 @@ class JobRepository:
         actor: str = SYSTEM_ACTOR,
         exit_code: int | None = None,
         placement: dict[str, Any] | None = None,
+        preempted_for: str | None = None,
     ) -> Job:
         """Move the job to `new_state` for `reason` (plain words), with a job event and an audit
         entry `job.<state>`. Entering `starting` with a `placement` records it; entering
         `queued` again (after preemption) counts one attempt more and clears the placement;
-        entering a finished state sets `finished_at` (and `exit_code`, if given). A move the
+        entering a finished state sets `finished_at` (and `exit_code`, if given); entering
+        `preempting` records the job it makes room for (`preempted_for`). A move the
         state machine does not allow is a JobStateError; nothing changes then."""
         now = aware_utc(now)
         with store_errors(self._engine), Session(self._engine) as session, session.begin():
@@ -196,6 +199,7 @@ class JobRepository:
             if exit_code is not None:
                 row.exit_code = exit_code
             _move(session, row, new_state, reason, now)
+            row.preempted_for = preempted_for if new_state is JobState.PREEMPTING else None
             session.flush()
             job = _job(row)
             append_audit(
@@ -261,6 +265,7 @@ def _job(row: JobRow) -> Job:
         placement=row.placement,
         actor=row.actor,
         cancel_requested=row.cancel_requested,
+        preempted_for=row.preempted_for,
     )
 
 

@@ -21,6 +21,7 @@ class StoreLock(IntEnum):
     MIGRATE = 0x67_70_78_01
     AUDIT = 0x67_70_78_02
     SPEC = 0x67_70_78_03
+    JOB_RUNNER = 0x67_70_78_04  # session-level: held by the one job runner (store/leader.py)
 
 
 def write_lock(session: Session, lock: StoreLock) -> None:

@@ -292,6 +292,8 @@ class JobRow(Base):
     placement: Mapped[Any] = mapped_column(NullableJson, nullable=True)
     actor: Mapped[str] = mapped_column(String(253))
     cancel_requested: Mapped[bool] = mapped_column(Boolean, default=False)
+    #: while `preempting`: the job it makes room for (the capacity stays held for that one)
+    preempted_for: Mapped[str | None] = mapped_column(String(16), nullable=True)
 
 
 class JobEventRow(Base):

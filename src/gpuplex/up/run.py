@@ -33,6 +33,7 @@ from gpuplex.host.wiring import open_driver
 from gpuplex.observe.metrics_token import metrics_token_sha256, new_metrics_token
 from gpuplex.server.app import create_app
 from gpuplex.server.context import ServerContext
+from gpuplex.server.job_runner import JobRunner
 from gpuplex.server.run import ROLLUP_WINDOW_S, Reconciler, apply_spec_file, http_options
 from gpuplex.server.sample_intake import store_samples
 from gpuplex.settings import (
@@ -197,7 +198,7 @@ def _bring_down(host_settings: HostSettings) -> None:
         err.print(f"[red]still running[/]: {line}", highlight=False)
 
 
-def _stop_threads(threads: list[Reconciler | Sampler]) -> None:
+def _stop_threads(threads: list[Reconciler | Sampler | JobRunner]) -> None:
     for thread in threads:
         thread.stopping.set()
 
@@ -267,9 +268,10 @@ def _background(
     driver: GpuDriver,
     node: str,
     settings: UpSettings,
-) -> list[Reconciler | Sampler]:
-    threads: list[Reconciler | Sampler] = [
+) -> list[Reconciler | Sampler | JobRunner]:
+    threads: list[Reconciler | Sampler | JobRunner] = [
         Reconciler(ctx, server_settings),
+        JobRunner(ctx, server_settings.jobs_interval_s),
         Sampler(
             dirs,
             driver,

@@ -118,6 +118,10 @@ class ExitStatus(ApplyModel):
     signal: int | None = None
     note: str | None = None  # e.g. "killed by the VRAM watchdog", "exit status unknown (adopted)"
 
+    def shell_code(self) -> int | None:
+        """The status a shell would give: the exit code, or 128 + the signal's number."""
+        return 128 + self.signal if self.signal is not None else self.code
+
     def describe(self) -> str:
         parts = []
         if self.signal is not None:
@@ -143,6 +147,8 @@ class WorkloadRecord(ApplyModel):
     restarts: int = 0
     exits_at_s: list[float] = Field(default_factory=list)  # exits inside the crash-loop window
     last_exit: str | None = None
+    #: the last exit's status as a shell gives it (128 + N for signal N); None when unknown
+    last_exit_code: int | None = None
     next_start_at_s: float | None = None
     health_failures: int = 0  # consecutive
     health_checks: int = 0

@@ -26,6 +26,7 @@ def after_exit(record: WorkloadRecord, exit_status: ExitStatus, now_s: float) ->
         "start_ticks": None,
         "exits_at_s": exits,
         "last_exit": described,
+        "last_exit_code": exit_status.shell_code(),
         "health_failures": 0,
         "cgroups": record.cgroups,
     }

@@ -24,6 +24,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from gpuplex.core.jobs.holdings import plan_holdings, request_ask
+from gpuplex.core.jobs.live import grace_s, job_placement, with_jobs
 from gpuplex.core.jobs.placement import job_workload_name, place_jobs
 from gpuplex.core.jobs.states import FINISHED_STATES, HOLDING_STATES, LEAVING_STATES, JobState
 from gpuplex.core.plan import Plan
@@ -50,6 +51,7 @@ class JobRecord:
     alive: bool | None = None
     exit_code: int | None = None
     stopping_to: JobState | None = None  # for a stopping job: cancelled or timed_out
+    exit_note: str | None = None  # how it ended when there is no exit code (signal, no start)
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,10 +120,7 @@ def step(
     placed: dict[str, Placement] = {}
     if admitted:
         everyone = {**{j.id: j.job for j in holding}, **admitted}
-        grace = {
-            job_id: tree.paths[job.tenant][-1].preemption.grace_s
-            for job_id, job in everyone.items()
-        }
+        grace = {job_id: grace_s(tree, job.tenant) for job_id, job in everyone.items()}
         placing = place_jobs(spec, occupied, {j.id: j.job for j in holding}, admitted, grace)
         occupied, placed = placing.plan, dict(placing.placed)
         for job_id, where in placed.items():
@@ -156,6 +155,8 @@ def _ended(record: JobRecord, now_s: float) -> Transition | None:
         if record.exit_code == 0:
             return Transition(record.id, JobState.SUCCEEDED, "exited 0")
         return Transition(record.id, JobState.FAILED, f"exited {record.exit_code}")
+    if record.alive is False:  # it ended with no exit code: killed, or it could not start
+        return Transition(record.id, JobState.FAILED, record.exit_note or "its process ended")
     if record.cancel_requested:
         return Transition(
             record.id,
@@ -189,13 +190,8 @@ def _holding(record: JobRecord) -> Holding:
 
 
 def _live_plan(plan: Plan, jobs: Sequence[JobRecord]) -> Plan:
-    """The applied plan plus the placements of the jobs that keep running."""
-    extra = [
-        j.placement.model_copy(update={"workload": job_workload_name(j.id), "replica": 0})
-        for j in jobs
-        if j.placement is not None
-    ]
-    return plan.model_copy(update={"placements": [*plan.placements, *extra]})
+    """The applied plan plus the placements of the jobs that hold GPUs."""
+    return with_jobs(plan, [job_placement(j.id, j.placement) for j in jobs if j.placement])
 
 
 def _moved(record: JobRecord, change: Transition) -> JobRecord:
@@ -214,4 +210,5 @@ def _moved(record: JobRecord, change: Transition) -> JobRecord:
         record.alive,
         record.exit_code,
         change.stopping_to,
+        record.exit_note,
     )

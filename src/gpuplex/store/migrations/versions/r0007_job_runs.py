@@ -1,5 +1,6 @@
-"""Each run of a job on a GPU (`job_runs`: what it held, from when until when, for metering) and
-what the host last saw of each job's process (`job_reports`).
+"""Each run of a job on a GPU (`job_runs`: what it held, from when until when, for metering), what
+the host last saw of each job's process (`job_reports`), and for a preempted job the job it makes
+room for (`jobs.preempted_for`).
 
 Revision ID: 0007
 Revises: 0006
@@ -21,6 +22,8 @@ UTC_DATETIME = sa.DateTime(timezone=True)
 
 
 def upgrade() -> None:
+    with op.batch_alter_table("jobs") as batch:
+        batch.add_column(sa.Column("preempted_for", sa.String(16), nullable=True))
     op.create_table(
         "job_runs",
         sa.Column("id", BIG_ID, autoincrement=True, nullable=False),
@@ -54,3 +57,5 @@ def upgrade() -> None:
 def downgrade() -> None:
     op.drop_table("job_reports")
     op.drop_table("job_runs")
+    with op.batch_alter_table("jobs") as batch:
+        batch.drop_column("preempted_for")

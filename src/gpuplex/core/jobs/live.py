@@ -1,0 +1,90 @@
+"""What the host runs while jobs run: the applied revision with the live jobs added. Pure.
+
+The applied revision's spec and plan are never planned again (gpuplex.revision). A job that is
+`starting` or `running` is one more replica of its tenant, placed where the runner placed it
+(`core.jobs.placement`); the host runtime runs `live_revision(...)` as it runs any revision, so a
+job starts as its placement is written and stops (SIGTERM, then SIGKILL after its queue's grace
+period) as it leaves: `desired_host` needs nothing job-specific.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from gpuplex.core.jobs.placement import job_workload_name, live_spec
+from gpuplex.core.plan import Plan
+from gpuplex.core.plan.model import GpuView, Occupant, Placement
+from gpuplex.core.queues.tree import QueueTree
+from gpuplex.core.spec.document import GpuplexSpec
+from gpuplex.core.spec.jobs import JobSpec
+
+#: SIGTERM to SIGKILL for a job whose tenant has no queue (it cannot be admitted; a safe default).
+DEFAULT_GRACE_S = 30.0
+
+
+@dataclass(frozen=True, slots=True)
+class LiveJob:
+    """A job the host should run: its file and where the runner placed it."""
+
+    id: str
+    job: JobSpec
+    placement: Placement
+
+
+def grace_s(tree: QueueTree | None, tenant: str) -> float:
+    """The grace period of `tenant`'s queue: how long a stopped job has from SIGTERM to SIGKILL."""
+    path = tree.paths.get(tenant) if tree is not None else None
+    return float(path[-1].preemption.grace_s) if path else DEFAULT_GRACE_S
+
+
+def job_placement(job_id: str, placement: Placement) -> Placement:
+    """The placement as the job's one replica (`job-<id>`, replica 0)."""
+    return placement.model_copy(update={"workload": job_workload_name(job_id), "replica": 0})
+
+
+def with_jobs(plan: Plan, placements: Sequence[Placement]) -> Plan:
+    """`plan` with `placements` added, on its GPU views too (their MIG slices and MPS shares are
+    what the host creates for them)."""
+    if not placements:
+        return plan
+    views = {(v.node, v.index): v for v in plan.gpus}
+    for placement in placements:
+        per_gpu_mib = placement.memory_mib // max(1, len(placement.gpu_indices))
+        occupant = Occupant(
+            tenant=placement.tenant,
+            workload=placement.workload,
+            replica=placement.replica,
+            mig=placement.mig,
+            memory_mib=per_gpu_mib,
+            thread_percent=placement.thread_percent,
+        )
+        for index in placement.gpu_indices:
+            view = views.get((placement.node, index))
+            if view is not None:
+                views[placement.node, index] = _occupied(view, occupant, placement)
+    return plan.model_copy(
+        update={
+            "placements": [*plan.placements, *placements],
+            "gpus": [views[v.node, v.index] for v in plan.gpus],
+        }
+    )
+
+
+def live_revision(
+    spec: GpuplexSpec, plan: Plan, tree: QueueTree | None, jobs: Sequence[LiveJob]
+) -> tuple[GpuplexSpec, Plan]:
+    """The spec and plan the host runs: the applied ones with each live job as a replica."""
+    files = {j.id: j.job for j in jobs}
+    graces = {j.id: grace_s(tree, j.job.tenant) for j in jobs}
+    placed = [job_placement(j.id, j.placement) for j in jobs]
+    return live_spec(spec, files, graces), with_jobs(plan, placed)
+
+
+def _occupied(view: GpuView, occupant: Occupant, placement: Placement) -> GpuView:
+    return view.model_copy(
+        update={
+            "mode": view.mode or placement.mode,
+            "occupants": [*view.occupants, occupant],
+        }
+    )

@@ -1,0 +1,127 @@
+"""The job runner: every few seconds, one lifecycle step (gpuplex.core.jobs.lifecycle) over the
+jobs in the store and what the hosts report of their processes, and its state changes written
+back, each with its job event and audit entry.
+
+The store is the truth: the runner keeps nothing between passes, so a control plane restarted (or
+killed with -9) picks up where it was, and no job is lost or run twice. The host runtimes read the
+same jobs (`host run --follow-store`) and run each `starting` or `running` one where it was
+placed; a job leaves the host's desired state as it becomes `preempting` or `stopping`, and the
+host stops it with SIGTERM, then SIGKILL after its queue's grace period.
+
+Only one runner acts on a store at a time (store/leader.py): a second control plane on the same
+store waits, and takes over if the first one dies.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from decimal import Decimal
+
+from gpuplex.core.jobs.lifecycle import JobRecord, LifecycleStep, Transition, step
+from gpuplex.core.jobs.placement import job_workload_name
+from gpuplex.core.jobs.states import JobState
+from gpuplex.core.meter.allocation import gpu_share
+from gpuplex.core.plan import Plan
+from gpuplex.core.plan.model import Placement
+from gpuplex.core.queues.tree import queue_tree
+from gpuplex.errors import JobStateError
+from gpuplex.retry import run_pass
+from gpuplex.server.context import ServerContext
+from gpuplex.store.job_reports import JobReport, JobReports
+from gpuplex.store.jobs import Job
+from gpuplex.store.leader import Leadership, try_lead
+from gpuplex.store.locks import StoreLock
+
+log = logging.getLogger("gpuplex.server.jobs")
+
+
+def job_record(job: Job, report: JobReport | None) -> JobRecord:
+    """A stored job, with its host's report when that report is about this attempt."""
+    seen = report if report is not None and report.attempt == job.attempts else None
+    stopping_to = None
+    if job.state is JobState.STOPPING:
+        stopping_to = JobState.CANCELLED if job.cancel_requested else JobState.TIMED_OUT
+    return JobRecord(
+        id=job.id,
+        job=job.spec,
+        state=job.state,
+        submitted_s=job.submitted_at.timestamp(),
+        started_s=job.started_at.timestamp() if job.started_at is not None else None,
+        placement=Placement.model_validate(job.placement) if job.placement else None,
+        preempted_for=job.preempted_for,
+        cancel_requested=job.cancel_requested,
+        alive=seen.alive if seen is not None else None,
+        exit_code=seen.exit_code if seen is not None else None,
+        stopping_to=stopping_to,
+        exit_note=seen.note if seen is not None else None,
+    )
+
+
+class JobRunner(threading.Thread):
+    def __init__(self, ctx: ServerContext, interval_s: float) -> None:
+        super().__init__(name="gpuplex-job-runner", daemon=True)
+        self.ctx = ctx
+        self.interval_s = interval_s
+        self.stopping = threading.Event()
+        self.reports = JobReports(ctx.engine)
+        self._lead: Leadership | None = None
+
+    def run(self) -> None:
+        try:
+            while not self.stopping.wait(self.interval_s):
+                run_pass(self.pass_once, job="job runner", retry_in_s=self.interval_s, log=log)
+        finally:
+            if self._lead is not None:
+                self._lead.release()
+
+    def pass_once(self) -> LifecycleStep | None:
+        """One step, written to the store; None when this process does not lead, or there are
+        no queues (no job can be submitted then)."""
+        if self._lead is None or not self._lead.held():
+            if self._lead is not None:
+                log.warning("lost the job runner's lead (store connection gone): taking it again")
+                self._lead.release()
+            self._lead = try_lead(self.ctx.engine, StoreLock.JOB_RUNNER)
+            if self._lead is None:
+                return None  # another control plane runs the jobs
+        applied = self.ctx.current.get()
+        tree = queue_tree(applied.spec) if applied is not None else None
+        if applied is None or tree is None:
+            return None
+        jobs = self.ctx.jobs.active()
+        if not jobs:
+            return None
+        reports = self.reports.of([j.id for j in jobs])
+        now = self.ctx.now()
+        records = [job_record(j, reports.get(j.id)) for j in jobs]
+        result = step(applied.spec, applied.plan, tree, records, now.timestamp())
+        for change in result.transitions:
+            self._write(change, result.live_plan)
+        return result
+
+    def _write(self, change: Transition, live_plan: Plan) -> None:
+        placement = change.placement
+        try:
+            self.ctx.jobs.transition(
+                change.job_id,
+                change.state,
+                change.reason,
+                now=self.ctx.now(),
+                placement=placement.model_dump(mode="json") if placement else None,
+                preempted_for=change.preempted_for,
+            )
+        except JobStateError as error:  # cancelled meanwhile, say: the next pass sees it
+            log.info("job %s: %s", change.job_id, error.message)
+            return
+        log.info("job %s: %s (%s)", change.job_id, change.state.value, change.reason)
+
+
+def job_gpu_share(change: Transition, live_plan: Plan) -> Decimal | None:
+    """The share of a GPU a job placed by `change` is billed for, as a replica placed alike."""
+    if change.placement is None:
+        return None
+    placement = change.placement.model_copy(
+        update={"workload": job_workload_name(change.job_id), "replica": 0}
+    )
+    return gpu_share(placement, live_plan)

@@ -1,0 +1,146 @@
+"""A control plane (`gpuplex server`) and a host runtime following its store (`gpuplex host run
+--follow-store`) on simulated GPUs, as separate processes, and a small REST client: the jobs
+lifecycle end to end, with a control plane that can be killed with -9 and started again."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar
+
+import httpx
+import yaml
+
+from gpuplex.clock import utc_now
+from gpuplex.store.db import open_store
+from gpuplex.store.tokens import TokenRepository
+from tests.e2e.gateway.stack import free_port, stop
+
+T = TypeVar("T")
+
+
+def eventually(check: Callable[[], T | None], what: str, timeout_s: float = 60) -> T:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        found = check()
+        if found:
+            return found
+        time.sleep(0.1)
+    raise AssertionError(f"{what}: not within {timeout_s} s")
+
+
+@dataclass
+class JobsStack:
+    base: Path  # a folder the tenants' users can pass through
+    spec: dict[str, Any]
+    interval_s: float = 0.3
+    port: int = field(default_factory=free_port)
+    server: subprocess.Popen[bytes] | None = None
+    host: subprocess.Popen[bytes] | None = None
+    token: str = ""
+
+    @property
+    def store_url(self) -> str:
+        return f"sqlite:///{self.base / 'store' / 'gpuplex.db'}"
+
+    @property
+    def state_dir(self) -> Path:
+        return self.base / "host"
+
+    def start(self) -> None:
+        (self.base / "store").mkdir(mode=0o700)
+        spec_path = self.base / "gpuplex.yaml"
+        spec_path.write_text(yaml.safe_dump(self.spec, sort_keys=False))
+        engine = open_store(self.store_url)
+        self.token, _ = TokenRepository(engine).create(
+            name="e2e",
+            role="platform-admin",
+            tenant=None,
+            expires_at=None,
+            now=utc_now(),
+            actor="t",
+        )
+        engine.dispose()
+        self.start_server(spec_path)
+        argv = [sys.executable, "-m", "gpuplex.cli", "host", "run", "--follow-store"]
+        argv += [self.store_url, "--state-dir", str(self.state_dir), "--driver", "sim"]
+        argv += ["--interval", str(self.interval_s)]
+        self.host = self._spawn("host", argv)
+
+    def start_server(self, spec_path: Path | None = None) -> None:
+        argv = [sys.executable, "-m", "gpuplex.cli", "server", "--store", self.store_url]
+        argv += ["--port", str(self.port), "--state-dir", str(self.state_dir)]
+        argv += ["--jobs-interval-s", str(self.interval_s)]
+        if spec_path is not None:
+            argv += ["--spec", str(spec_path)]
+        self.server = self._spawn("server", argv)
+        eventually(self._healthy, "the control plane answering /healthz", 60)
+
+    def kill_server(self) -> None:
+        """kill -9: no chance to finish what it was doing."""
+        assert self.server is not None
+        self.server.send_signal(signal.SIGKILL)
+        self.server.wait(timeout=10)
+
+    def stop(self) -> None:
+        for process in (self.server, self.host):
+            if process is not None and process.poll() is None:
+                stop(process)
+        if self.state_dir.exists():  # the tenants' processes: `host down` stops them all
+            down = [sys.executable, "-m", "gpuplex.cli", "host", "down", "--state-dir"]
+            subprocess.run(  # noqa: S603 - our own CLI
+                [*down, str(self.state_dir), "--forget-users"],
+                capture_output=True,
+                timeout=120,
+                check=False,
+            )
+
+    def log(self, name: str) -> str:
+        path = self.base / f"{name}.log"
+        return path.read_text(errors="replace") if path.exists() else ""
+
+    # --- the REST API ------------------------------------------------------------------------
+    def api(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
+        headers = {"authorization": f"Bearer {self.token}"}
+        url = f"http://127.0.0.1:{self.port}/api/v1{path}"
+        return httpx.request(method, url, headers=headers, timeout=30, **kwargs)
+
+    def submit(self, tenant: str, body: dict[str, Any]) -> str:
+        reply = self.api("POST", f"/tenants/{tenant}/jobs", json=body)
+        assert reply.status_code == 201, reply.text
+        job_id: str = reply.json()["id"]
+        return job_id
+
+    def show(self, tenant: str, job_id: str) -> dict[str, Any]:
+        reply = self.api("GET", f"/tenants/{tenant}/jobs/{job_id}")
+        assert reply.status_code == 200, reply.text
+        shown: dict[str, Any] = reply.json()
+        return shown
+
+    def host_events(self) -> list[dict[str, Any]]:
+        path = self.state_dir / "events.jsonl"
+        if not path.exists():
+            return []
+        return [json.loads(line) for line in path.read_text().splitlines()]
+
+    def _spawn(self, name: str, argv: list[str]) -> subprocess.Popen[bytes]:
+        with (self.base / f"{name}.log").open("ab") as log:
+            return subprocess.Popen(  # noqa: S603 - our own CLI
+                argv, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+            )
+
+    def _healthy(self) -> bool:
+        assert self.server is not None
+        if self.server.poll() is not None:
+            raise AssertionError(f"the control plane exited:\n{self.log('server')}")
+        try:
+            url = f"http://127.0.0.1:{self.port}/healthz"
+            return httpx.get(url, timeout=1).status_code == 200
+        except httpx.HTTPError:
+            return False
