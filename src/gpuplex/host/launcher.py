@@ -15,6 +15,7 @@ from gpuplex.clock import now_s, sleep_s
 from gpuplex.core.apply.launch import process_argv
 from gpuplex.core.apply.model import ExitStatus, WorkloadDesired, WorkloadRecord
 from gpuplex.core.apply.users import is_default_user, replica_user, runs_as_root
+from gpuplex.core.spec.runtime import RestartPolicy
 from gpuplex.errors import HostActionError
 from gpuplex.host.cgroups import Cgroups
 from gpuplex.host.children import Children
@@ -158,8 +159,14 @@ class ProcessRuntime:
             cwd = user.home
         run_as = None if user is None else (user.uid, user.gid)
         keep = kept_visible(self.users.homes.parent, env, wanted.argv)
-        argv = process_argv(wanted, procs, run_as, private_tmp=user is not None, keep=keep)
         stdout_path, stderr_path = log_paths(self.logs_dir, wanted.tenant, unit_name(wanted))
+        recorded = self._exit_file(wanted)
+        if recorded is not None:
+            recorded.unlink(missing_ok=True)  # an earlier run's
+        exit_file = str(recorded) if recorded is not None else None
+        argv = process_argv(
+            wanted, procs, run_as, private_tmp=user is not None, keep=keep, exit_file=exit_file
+        )
         with stdout_path.open("ab") as stdout, stderr_path.open("ab") as stderr:
             pid, ticks = self.children.spawn(argv, env=env, stdout=stdout, stderr=stderr, cwd=cwd)
         applied = self.cgroups.read_back(dirs).describe() if self.cgroups and dirs else None
@@ -170,7 +177,22 @@ class ProcessRuntime:
     def exit_status(self, record: WorkloadRecord) -> ExitStatus | None:
         if record.pid is None:
             return ExitStatus(note="never started")
-        return self.children.exit_status(record.pid, record.start_ticks)
+        status = self.children.exit_status(record.pid, record.start_ticks)
+        known = status is None or status.code is not None or status.signal is not None
+        recorded = self._exit_file(record.desired)
+        if known or recorded is None:
+            return status
+        try:  # not our child (adopted after a restart): its launching shell wrote the status
+            code = int(recorded.read_text(encoding="ascii").strip())
+        except (OSError, ValueError):
+            return status
+        return ExitStatus(code=code, note="adopted after a restart of gpuplex; status recorded")
+
+    def _exit_file(self, wanted: WorkloadDesired) -> Path | None:
+        """Where the exit status of a replica that is never restarted (a job) is recorded."""
+        if wanted.restart.policy is not RestartPolicy.NEVER:
+            return None
+        return self.logs_dir / wanted.tenant / f"{unit_name(wanted)}.exit"
 
     def ask_to_stop(self, record: WorkloadRecord) -> None:
         pid = record.pid

@@ -72,8 +72,13 @@ class JobRunner(threading.Thread):
             while not self.stopping.wait(self.interval_s):
                 run_pass(self.pass_once, job="job runner", retry_in_s=self.interval_s, log=log)
         finally:
-            if self._lead is not None:
-                self._lead.release()
+            self.release()
+
+    def release(self) -> None:
+        """Let another control plane run the jobs."""
+        if self._lead is not None:
+            self._lead.release()
+            self._lead = None
 
     def pass_once(self) -> LifecycleStep | None:
         """One step, written to the store; None when this process does not lead, or there are

@@ -2,7 +2,8 @@
 planes on one store, or a second one started by mistake, must not both place jobs on the same free
 GPU.
 
-PostgreSQL: a session-level advisory lock on a connection the leader keeps open; it goes with the
+PostgreSQL: a session-level advisory lock on a connection the leader keeps open, keyed by the lock
+and the store's schema (two stores in one database do not hold each other up); it goes with the
 connection, so a leader killed with -9 lets go as soon as the server notices the connection is
 gone. SQLite: an exclusive `flock` on a file beside the database, which the kernel releases when the
 process dies. An in-memory SQLite store belongs to one process: that process leads.
@@ -48,7 +49,10 @@ class _PostgresLead:
     def take(cls, engine: Engine, lock: StoreLock) -> _PostgresLead | None:
         connection = engine.connect()
         try:
-            got = connection.execute(select(func.pg_try_advisory_lock(int(lock)))).scalar()
+            schema_key = func.hashtext(func.current_schema())
+            got = connection.execute(
+                select(func.pg_try_advisory_lock(int(lock), schema_key))
+            ).scalar()
             connection.commit()  # the lock is the session's: it outlives this transaction
         except SQLAlchemyError:
             connection.close()
@@ -67,8 +71,9 @@ class _PostgresLead:
         return True
 
     def release(self) -> None:
-        try:
-            self._connection.close()  # ends the session, and its advisory locks with it
+        try:  # closes the connection for good (not back to the pool): its session and locks end
+            self._connection.invalidate()
+            self._connection.close()
         except SQLAlchemyError:
             return
 

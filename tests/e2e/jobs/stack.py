@@ -68,10 +68,19 @@ class JobsStack:
         )
         engine.dispose()
         self.start_server(spec_path)
+        self.start_host()
+
+    def start_host(self) -> None:
         argv = [sys.executable, "-m", "gpuplex.cli", "host", "run", "--follow-store"]
         argv += [self.store_url, "--state-dir", str(self.state_dir), "--driver", "sim"]
         argv += ["--interval", str(self.interval_s)]
         self.host = self._spawn("host", argv)
+
+    def kill_host(self) -> None:
+        """kill -9 the host runtime: the tenants' processes run on without it."""
+        assert self.host is not None
+        self.host.send_signal(signal.SIGKILL)
+        self.host.wait(timeout=10)
 
     def start_server(self, spec_path: Path | None = None) -> None:
         argv = [sys.executable, "-m", "gpuplex.cli", "server", "--store", self.store_url]
@@ -83,7 +92,7 @@ class JobsStack:
         eventually(self._healthy, "the control plane answering /healthz", 60)
 
     def kill_server(self) -> None:
-        """kill -9: no chance to finish what it was doing."""
+        """kill -9 the control plane: no chance to finish what it was doing."""
         assert self.server is not None
         self.server.send_signal(signal.SIGKILL)
         self.server.wait(timeout=10)

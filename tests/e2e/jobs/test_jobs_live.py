@@ -4,8 +4,8 @@
 Two tenants flood a 4-GPU box with jobs that borrow it all; a third, with a guarantee of two GPUs,
 submits one. The control plane preempts one borrowed job (SIGTERM: the job checkpoints and exits),
 the guaranteed job starts within the grace period plus start-up, and the preempted job goes back
-to the queue and later completes. Meanwhile the control plane is killed with -9 and started again:
-no job is lost, none runs twice."""
+to the queue and later completes. Meanwhile the control plane, then the host runtime, are killed
+with -9 and started again: no job is lost, none runs twice."""
 
 from __future__ import annotations
 
@@ -111,6 +111,14 @@ def test_a_guarantee_reclaims_a_borrowed_gpu_and_nothing_is_lost(stack: JobsStac
         60,
     )
     took = time.monotonic() - submitted
+    # the host runtime dies too, and comes back: it re-adopts the running jobs, restarts none
+    stack.kill_host()
+    stack.start_host()
+    eventually(
+        lambda: [e for e in stack.host_events() if e["kind"] == "adopted"],
+        "the restarted host re-adopting the running jobs",
+        30,
+    )
     sys.stdout.write(
         f"the guaranteed job ran {took:.1f} s after it was submitted (grace {GRACE_S} s)\n"
     )

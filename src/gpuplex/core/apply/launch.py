@@ -22,6 +22,18 @@ _JOIN_CGROUPS = (
 )
 
 
+# The same for a replica whose exit status must outlive gpuplex (one never restarted: a job): the
+# shell stays as the replica's main process instead of exec-ing, runs the rest, and writes its exit
+# status (128 + N for signal N) to the file given first, so a gpuplex restarted meanwhile, which
+# cannot wait for a process it did not start, still learns how it ended. It survives the SIGTERM
+# sent to the replica's group (a trap that does nothing; the program gets SIGTERM as usual).
+_JOIN_CGROUPS_RECORDING_EXIT = (
+    'f="$1"; shift; '
+    + _JOIN_CGROUPS.removesuffix('exec "$@"')
+    + 'trap : TERM INT HUP; "$@"; code=$?; echo "$code" > "$f"; exit "$code"'
+)
+
+
 def gpu_environment(
     wanted: WorkloadDesired, device_uuids: list[str], mps_pipe_dir: str | None
 ) -> dict[str, str]:
@@ -64,13 +76,20 @@ def process_argv(
     *,
     private_tmp: bool = False,
     keep: tuple[str, ...] = (),
+    exit_file: str | None = None,
 ) -> list[str]:
     """The argv for the process runtime: join cgroups; enter new namespaces where asked (network:
     none gets a network of its own with loopback only; `private_tmp` a mount namespace with its
     own /tmp, /var/tmp and /dev/shm, where the folders of `keep` that lie under those, such as
     the state directory, stay visible); drop to the tenant's Unix user (`run_as`, as uid and gid)
-    with no way back to privilege (no_new_privs, no capabilities); then exec the command."""
-    argv = ["/bin/sh", "-c", _JOIN_CGROUPS, "gpuplex-launch", *cgroup_procs, "--"]
+    with no way back to privilege (no_new_privs, no capabilities); then exec the command. With
+    `exit_file`, the launching shell (root, where gpuplex is) stays and writes the exit status
+    there."""
+    if exit_file is None:
+        argv = ["/bin/sh", "-c", _JOIN_CGROUPS, "gpuplex-launch", *cgroup_procs, "--"]
+    else:
+        script = _JOIN_CGROUPS_RECORDING_EXIT
+        argv = ["/bin/sh", "-c", script, "gpuplex-launch", exit_file, *cgroup_procs, "--"]
     setup: list[str] = []
     unshare = ["unshare"]
     if wanted.network is Network.NONE:

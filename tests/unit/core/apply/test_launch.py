@@ -134,6 +134,29 @@ def test_the_wrapper_writes_its_pid_into_each_cgroup_then_runs_the_command(
         assert path.read_text() == f"{child.pid}\n"  # exec keeps the pid: the program is inside
 
 
+@pytest.mark.parametrize(
+    ("script", "expected"),
+    [
+        ("exit 7", 7),
+        ("echo hello", 0),
+        # the group gets SIGTERM: the program ends as it chooses (a checkpoint), the shell stays
+        ("trap 'exit 143' TERM; kill -TERM 0; sleep 5 & wait $!", 143),
+        ("kill -KILL $$", 137),  # killed by a signal: 128 + its number, as a shell says
+    ],
+)
+def test_the_wrapper_records_the_exit_status_where_asked(
+    tmp_path: Path, script: str, expected: int
+) -> None:
+    procs = tmp_path / "cgroup.procs"
+    recorded = tmp_path / "job-j1-0.exit"
+    job = wanted("job-j1", binding(Mode.DEDICATED, 0), argv=["sh", "-c", script])
+    argv = process_argv(job, [str(procs)], exit_file=str(recorded))
+    child = subprocess.Popen(argv, start_new_session=True)  # noqa: S603 - /bin/sh, our files
+    assert child.wait(timeout=10) == expected
+    assert recorded.read_text() == f"{expected}\n"  # what a restarted gpuplex reads
+    assert procs.read_text() == f"{child.pid}\n"  # the shell, in the cgroup, is the main pid
+
+
 def test_the_wrapper_does_not_run_the_command_when_it_cannot_join(tmp_path: Path) -> None:
     ran = tmp_path / "ran"
     job = wanted("w", binding(Mode.DEDICATED, 0), argv=["touch", str(ran)])

@@ -167,3 +167,17 @@ def test_max_runtime_and_exit_codes_end_jobs() -> None:
     world.report("bad", alive=True, exit_code=3)
     world.step()
     assert world.state("bad") is JobState.FAILED
+
+
+def test_a_job_that_ends_without_an_exit_code_fails_with_how_it_ended() -> None:
+    world = World()
+    world.submit("watched", "contoso")
+    world.step()
+    world.report("watched", alive=True)
+    world.step()
+    assert world.state("watched") is JobState.RUNNING
+    world.report("watched", alive=False, exit_note="stopped by the VRAM watchdog")
+    result = world.step()
+    assert world.state("watched") is JobState.FAILED
+    assert [t.reason for t in result.transitions] == ["stopped by the VRAM watchdog"]
+    assert world.live_jobs() == set()
