@@ -58,6 +58,21 @@ def job_record(job: Job, report: JobReport | None) -> JobRecord:
     )
 
 
+def next_step(ctx: ServerContext, reports: JobReports) -> LifecycleStep | None:
+    """The step the runner would take now, read-only: what `job show` explains a wait by, and
+    what the runner writes. None when nothing is applied, there are no queues, or no jobs."""
+    applied = ctx.current.get()
+    tree = queue_tree(applied.spec) if applied is not None else None
+    if applied is None or tree is None:
+        return None
+    jobs = ctx.jobs.active()
+    if not jobs:
+        return None
+    seen = reports.of([j.id for j in jobs])
+    records = [job_record(j, seen.get(j.id)) for j in jobs]
+    return step(applied.spec, applied.plan, tree, records, ctx.now().timestamp())
+
+
 class JobRunner(threading.Thread):
     def __init__(self, ctx: ServerContext, interval_s: float) -> None:
         super().__init__(name="gpuplex-job-runner", daemon=True)
@@ -90,17 +105,9 @@ class JobRunner(threading.Thread):
             self._lead = try_lead(self.ctx.engine, StoreLock.JOB_RUNNER)
             if self._lead is None:
                 return None  # another control plane runs the jobs
-        applied = self.ctx.current.get()
-        tree = queue_tree(applied.spec) if applied is not None else None
-        if applied is None or tree is None:
+        result = next_step(self.ctx, self.reports)
+        if result is None:
             return None
-        jobs = self.ctx.jobs.active()
-        if not jobs:
-            return None
-        reports = self.reports.of([j.id for j in jobs])
-        now = self.ctx.now()
-        records = [job_record(j, reports.get(j.id)) for j in jobs]
-        result = step(applied.spec, applied.plan, tree, records, now.timestamp())
         for change in result.transitions:
             self._write(change, result.live_plan)
         return result

@@ -1,16 +1,17 @@
 """What the jobs API answers: a job, its events, why a queued job waits now, and its logs.
 
-Why a job waits is worked out on each request by the admission rules, read-only, over every
-tenant's queued jobs and what holds capacity now (the applied plan's replicas and the jobs that
-are starting, running or stopping): `gpuplex.core.jobs.waiting`. A reason that names another
-tenant's job or another tenant is shown to a tenant-scoped caller without that id or name.
+Why a job waits is worked out on each request as the job runner's next step, read-only
+(`server.job_runner.next_step`: the admission rules, then placement, over every tenant's jobs and
+what holds capacity now), so `job show` says exactly what the runner will do. A reason that names
+another tenant's job or another tenant is shown to a tenant-scoped caller without that id or
+name.
 """
 
 from __future__ import annotations
 
 import re
 from collections import deque
-from datetime import UTC, datetime
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -18,14 +19,15 @@ from pydantic import BaseModel
 
 from gpuplex.core.access import Principal
 from gpuplex.core.jobs.placement import job_workload_name
-from gpuplex.core.jobs.states import HOLDING_STATES, JobState
-from gpuplex.core.jobs.waiting import JobAsk, waiting_reasons
+from gpuplex.core.jobs.states import JobState
+from gpuplex.core.jobs.waiting import ADMITTED, NO_QUEUES
 from gpuplex.host.logs import log_files
 from gpuplex.host.state import StateDir
 from gpuplex.server.context import ServerContext
+from gpuplex.server.job_runner import next_step
+from gpuplex.store.job_reports import JobReports
 from gpuplex.store.jobs import Job, JobEvent
 
-EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 #: How a tenant-scoped caller sees another tenant's job named in a reason.
 OTHER_TENANTS_JOB = "another tenant's job"
 OTHER_TENANT = "another tenant"
@@ -92,19 +94,17 @@ def why_waiting(ctx: ServerContext, principal: Principal, job: Job) -> str:
     applied = ctx.current.get()
     if applied is None:
         return "no spec is applied: no job can start"
-    queued = ctx.jobs.list(states=[JobState.QUEUED])
-    holding = ctx.jobs.list(states=HOLDING_STATES)
-    reasons = waiting_reasons(
-        applied.spec,
-        applied.plan,
-        [_ask(j, j.submitted_at) for j in queued],
-        [_ask(j, j.started_at or j.submitted_at) for j in holding],
-        _seconds(ctx.now()),
-    )
+    if not applied.spec.queues.enabled:
+        return NO_QUEUES
+    upcoming = next_step(ctx, JobReports(ctx.engine))
+    reasons = dict(upcoming.waiting) if upcoming is not None else {}
+    for change in upcoming.transitions if upcoming is not None else ():
+        if change.state is JobState.STARTING:
+            reasons[change.job_id] = f"{ADMITTED} ({change.reason})"
     reason = reasons.get(job.id, "not looked at this round: an earlier job of its tenant waits")
     if principal.is_platform:
         return reason
-    for other in (*queued, *holding):
+    for other in ctx.jobs.active():
         if other.tenant != job.tenant:
             reason = reason.replace(other.id, OTHER_TENANTS_JOB)
     for name in applied.tenant_names:  # a queue that does not lend is named after its tenant
@@ -141,14 +141,6 @@ def _last_lines(path: Path, tail: int) -> list[str]:
             return [line.rstrip("\n") for line in deque(handle, maxlen=tail)]
     except FileNotFoundError:
         return []
-
-
-def _ask(job: Job, at: datetime) -> JobAsk:
-    return JobAsk(job.id, job.tenant, job.spec.gpu, job.priority, _seconds(at))
-
-
-def _seconds(at: datetime) -> float:
-    return (at - EPOCH).total_seconds()
 
 
 def _fields(job: Job) -> dict[str, Any]:

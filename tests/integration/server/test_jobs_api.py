@@ -17,10 +17,10 @@ from gpuplex.host.state import StateDir
 from gpuplex.store.audit import AuditLog
 from tests.integration.server.conftest import SPEC_YAML, TENANT_A, TENANT_B, Api, error_of
 
-#: The suite's spec with queues: alphaco may hold 40 GiB of shared GPU memory in all (its chat
-#: replica holds 20 of them); bravoco has no limit of its own.
+#: The suite's spec with queues and a third GPU, free for jobs: alphaco may hold 40 GiB of shared
+#: GPU memory in all (its chat replica holds 20 of them); bravoco has no limit of its own.
 QUEUES_SPEC_YAML = (
-    SPEC_YAML
+    SPEC_YAML.replace("{model: H100-80GB, count: 2}", "{model: H100-80GB, count: 3}")
     + """\
 queues:
   organisations:
@@ -74,7 +74,7 @@ def test_submit_list_and_show_a_job(queues: Api) -> None:
     assert [e["state"] for e in shown["events"]] == ["queued"]
     assert (
         shown["waiting_reason"]
-        == "admitted by the queues: it starts when the job runner picks it up"
+        == "admitted by the queues: it starts when the job runner picks it up (placed on node-one)"
     )
     [entry] = AuditLog(api.ctx.engine).entries("job.submit")
     assert (entry.actor, entry.tenant, entry.target) == (
