@@ -26,11 +26,14 @@ _JOIN_CGROUPS = (
 # shell stays as the replica's main process instead of exec-ing, runs the rest, and writes its exit
 # status (128 + N for signal N) to the file given first, so a gpuplex restarted meanwhile, which
 # cannot wait for a process it did not start, still learns how it ended. It survives the SIGTERM
-# sent to the replica's group (a trap that does nothing; the program gets SIGTERM as usual).
+# sent to the replica's group (a trap that does nothing; the program gets SIGTERM as usual), and
+# ends as the program did: killed by the same signal, or with the same exit code.
 _JOIN_CGROUPS_RECORDING_EXIT = (
     'f="$1"; shift; '
     + _JOIN_CGROUPS.removesuffix('exec "$@"')
-    + 'trap : TERM INT HUP; "$@"; code=$?; echo "$code" > "$f"; exit "$code"'
+    + 'trap : TERM INT HUP; "$@"; code=$?; echo "$code" > "$f"; '
+    + 'if [ "$code" -gt 128 ]; then trap - TERM INT HUP; kill -$((code - 128)) $$; fi; '
+    + 'exit "$code"'
 )
 
 

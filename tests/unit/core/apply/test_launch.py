@@ -135,24 +135,26 @@ def test_the_wrapper_writes_its_pid_into_each_cgroup_then_runs_the_command(
 
 
 @pytest.mark.parametrize(
-    ("script", "expected"),
+    ("script", "expected", "ends"),
     [
-        ("exit 7", 7),
-        ("echo hello", 0),
+        ("exit 7", 7, 7),
+        ("echo hello", 0, 0),
         # the group gets SIGTERM: the program ends as it chooses (a checkpoint), the shell stays
-        ("trap 'exit 143' TERM; kill -TERM 0; sleep 5 & wait $!", 143),
-        ("kill -KILL $$", 137),  # killed by a signal: 128 + its number, as a shell says
+        ("trap 'exit 3' TERM; kill -TERM 0; sleep 5 & wait $!", 3, 3),
+        # killed by a signal: recorded as 128 + its number, and the launcher dies of it too
+        ("kill -KILL $$", 137, -9),
+        ("kill -TERM $$", 143, -15),
     ],
 )
 def test_the_wrapper_records_the_exit_status_where_asked(
-    tmp_path: Path, script: str, expected: int
+    tmp_path: Path, script: str, expected: int, ends: int
 ) -> None:
     procs = tmp_path / "cgroup.procs"
     recorded = tmp_path / "job-j1-0.exit"
     job = wanted("job-j1", binding(Mode.DEDICATED, 0), argv=["sh", "-c", script])
     argv = process_argv(job, [str(procs)], exit_file=str(recorded))
     child = subprocess.Popen(argv, start_new_session=True)  # noqa: S603 - /bin/sh, our files
-    assert child.wait(timeout=10) == expected
+    assert child.wait(timeout=10) == ends  # as the program ended, for the gpuplex that waits
     assert recorded.read_text() == f"{expected}\n"  # what a restarted gpuplex reads
     assert procs.read_text() == f"{child.pid}\n"  # the shell, in the cgroup, is the main pid
 
