@@ -25,7 +25,7 @@ from gpuplex.core.jobs.placement import job_workload_name
 from gpuplex.core.jobs.states import HOLDING_STATES, LEAVING_STATES
 from gpuplex.core.plan.model import Placement
 from gpuplex.core.queues.tree import queue_tree
-from gpuplex.errors import GpuplexError
+from gpuplex.errors import GpuplexError, NotFoundError
 from gpuplex.host.job_reports import job_reports, placed_on
 from gpuplex.host.session import SpecTransform, choose_node, desired_file
 from gpuplex.host.state import DesiredFile, Event, HostState, StateDir
@@ -69,8 +69,8 @@ class RevisionFollower:
             applied = self._revisions.get()
             if applied is None:
                 return None
-            self._node = choose_node(applied.spec, self._settings.node).name
-            self._holding = self._holding_jobs(self._node)
+            self._node = _node_of(applied, self._settings)
+            self._holding = self._holding_jobs(self._node) if self._node else []
             holding = {j.id for j in self._holding}
             self._refused = {k: v for k, v in self._refused.items() if k in holding}
         except GpuplexError as error:  # the store is away: ask again on the next pass
@@ -147,6 +147,15 @@ class RevisionFollower:
 
     def _event(self, kind: str, target: str, message: str) -> None:
         self._dirs.append_event(Event(at=utc_now(), kind=kind, target=target, message=message))
+
+
+def _node_of(applied: AppliedRevision, settings: HostSettings) -> str | None:
+    """This host's node in the revision's fleet; None when it has none (the revision is then
+    refused, saying why)."""
+    try:
+        return choose_node(applied.spec, settings.node).name
+    except NotFoundError:
+        return None
 
 
 def _refused_jobs(jobs: Sequence[Job], problems: Sequence[str]) -> dict[str, str]:

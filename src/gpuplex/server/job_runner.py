@@ -124,7 +124,7 @@ class JobRunner(threading.Thread):
                 preempted_for=change.preempted_for,
             )
         except JobStateError as error:  # cancelled meanwhile, say: the next pass sees it
-            log.info("job %s: %s", change.job_id, error.message)
+            log.warning("job %s: %s", change.job_id, error.message)
             return
         log.info("job %s: %s (%s)", change.job_id, change.state.value, change.reason)
 

@@ -19,20 +19,27 @@ import yaml
 
 from gpuplex.clock import utc_now
 from gpuplex.store.db import open_store
+from gpuplex.store.job_reports import JobReports
 from gpuplex.store.tokens import TokenRepository
 from tests.e2e.gateway.stack import free_port, stop
 
 T = TypeVar("T")
 
 
-def eventually(check: Callable[[], T | None], what: str, timeout_s: float = 60) -> T:
+def eventually(
+    check: Callable[[], T | None],
+    what: str,
+    timeout_s: float = 60,
+    explain: Callable[[], str] | None = None,
+) -> T:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         found = check()
         if found:
             return found
         time.sleep(0.1)
-    raise AssertionError(f"{what}: not within {timeout_s} s")
+    detail = f"\n{explain()}" if explain is not None else ""
+    raise AssertionError(f"{what}: not within {timeout_s} s{detail}")
 
 
 @dataclass
@@ -131,6 +138,27 @@ class JobsStack:
         assert reply.status_code == 200, reply.text
         shown: dict[str, Any] = reply.json()
         return shown
+
+    def explain(self, jobs: dict[str, str]) -> str:
+        """Each job's state, events and reason, the host's last events and the processes' logs
+        ends: what a failing test prints."""
+        lines = []
+        for job_id, tenant in jobs.items():
+            shown = self.show(tenant, job_id)
+            steps = " -> ".join(e["state"] for e in shown["events"])
+            lines.append(f"{job_id} ({tenant}): {steps}; {shown['reason']}")
+        engine = open_store(self.store_url)
+        try:
+            for report in JobReports(engine).of(list(jobs)).values():
+                lines.append(f"report: {report}")
+        finally:
+            engine.dispose()
+        lines += [
+            f"host: {e['kind']} {e['target']}: {e['message']}" for e in self.host_events()[-15:]
+        ]
+        for name in ("server", "host"):
+            lines += [f"{name}.log: {line}" for line in self.log(name).splitlines()[-10:]]
+        return "\n".join(lines)
 
     def host_events(self) -> list[dict[str, Any]]:
         path = self.state_dir / "events.jsonl"

@@ -93,7 +93,9 @@ def test_a_guarantee_reclaims_a_borrowed_gpu_and_nothing_is_lost(stack: JobsStac
         now = states(stack, jobs)
         return now if list(now.values()).count("running") == 4 else None
 
-    first = eventually(four_running, "four flood jobs running on the four GPUs", 90)
+    first = eventually(
+        four_running, "four flood jobs running on the four GPUs", 90, lambda: stack.explain(jobs)
+    )
     waiting = [j for j, s in first.items() if s == "queued"]
     assert len(waiting) == 2
     for job_id in waiting:  # `job show` explains each wait in plain words
@@ -108,10 +110,11 @@ def test_a_guarantee_reclaims_a_borrowed_gpu_and_nothing_is_lost(stack: JobsStac
     eventually(lambda: "preempting" in states(stack, jobs).values(), "a borrowed job preempted", 30)
     stack.kill_server()
     stack.start_server()
-    eventually(
-        lambda: stack.show("guard", guarded)["state"] == "running",
+    eventually(  # a short job may be done before a pass of the runner sees it running
+        lambda: stack.show("guard", guarded)["state"] in ("running", "succeeded"),
         "the guaranteed job running",
         60,
+        lambda: stack.explain(jobs),
     )
     took = time.monotonic() - submitted
     assert took < GRACE_S + START_S
@@ -133,7 +136,7 @@ def test_a_guarantee_reclaims_a_borrowed_gpu_and_nothing_is_lost(stack: JobsStac
         now = states(stack, jobs)
         return now if set(now.values()) <= finished else None
 
-    final = eventually(all_finished, "every job finished", 180)
+    final = eventually(all_finished, "every job finished", 180, lambda: stack.explain(jobs))
     assert set(final.values()) == {"succeeded"}, final
     shown = {job_id: stack.show(t, job_id) for job_id, t in jobs.items()}
     preempted = [j for j, s in shown.items() if s["attempts"] > 0]

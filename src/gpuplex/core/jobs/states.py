@@ -41,16 +41,18 @@ LEAVING_STATES = frozenset({JobState.PREEMPTING, JobState.STOPPING})
 #: Every state the runner still has work to do for.
 ACTIVE_STATES = frozenset({JobState.QUEUED}) | HOLDING_STATES
 
-_ENDS = FINISHED_STATES - {JobState.SUCCEEDED}
-
 #: Which state may follow which.
 NEXT_STATES: dict[JobState, frozenset[JobState]] = {
     JobState.QUEUED: frozenset({JobState.STARTING, JobState.FAILED, JobState.CANCELLED}),
-    # a start that fails before the process is up may go back to the queue
-    JobState.STARTING: frozenset({JobState.RUNNING, JobState.QUEUED, JobState.STOPPING}) | _ENDS,
-    JobState.RUNNING: frozenset({JobState.PREEMPTING, JobState.STOPPING, JobState.SUCCEEDED})
-    | _ENDS,
-    JobState.PREEMPTING: frozenset({JobState.QUEUED, JobState.SUCCEEDED}) | _ENDS,
+    # a start that fails before the process is up may go back to the queue; a short job may end
+    # (even succeed) before the runner has seen it running; a job starting holds its GPU and may
+    # be preempted as a running one
+    JobState.STARTING: frozenset(
+        {JobState.RUNNING, JobState.QUEUED, JobState.PREEMPTING, JobState.STOPPING}
+    )
+    | FINISHED_STATES,
+    JobState.RUNNING: frozenset({JobState.PREEMPTING, JobState.STOPPING}) | FINISHED_STATES,
+    JobState.PREEMPTING: frozenset({JobState.QUEUED}) | FINISHED_STATES,
     JobState.STOPPING: FINISHED_STATES,
     **{state: frozenset() for state in FINISHED_STATES},
 }
