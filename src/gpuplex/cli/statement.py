@@ -3,7 +3,8 @@ from the running control plane (GET /api/v1/tenants/{tenant}/statements/{period}
 tenant the fleet's, GET /api/v1/statements/{period}).
 
 `table` prints the line items and the total (the fleet's: every tenant's lines, the idle capacity
-and the fleet's cost); `csv` and `json` print what the API answers, for scripts. Errors are one line
+and the fleet's cost), then the jobs' part of them (each job's GPU-seconds and cost, already in the
+total); `csv` and `json` print what the API answers, for scripts. Errors are one line
 on stderr with the error model's exit code: a bad period exits 2 before any call, an unknown tenant
 exits 2 (`not_found`), a control plane that cannot be reached exits 1
 (`control_plane_unreachable`)."""
@@ -67,8 +68,38 @@ def statement_command(
         sys.stdout.write(json.dumps(body, indent=2) + "\n")
     elif tenant:
         out.print(tenant_table(body, month))
+        _print_jobs([body], month, with_tenant=False)
     else:
         out.print(fleet_table(body, month))
+        _print_jobs(body["tenants"], month, with_tenant=True)
+
+
+def _print_jobs(statements: list[dict[str, Any]], month: str, *, with_tenant: bool) -> None:
+    if any(statement.get("jobs") for statement in statements):
+        out.print(jobs_table(statements, month, with_tenant=with_tenant))
+
+
+def jobs_table(statements: list[dict[str, Any]], month: str, *, with_tenant: bool) -> Table:
+    """Each job's GPU-seconds and cost per dimension: part of the lines above, not added to
+    them."""
+    table = Table(title=f"Jobs · {month} · in the lines above", title_justify="left")
+    if with_tenant:
+        table.add_column("tenant")
+    for name in ("job", "name", "dimension"):
+        table.add_column(name)
+    table.add_column("GPU-seconds", justify="right")
+    table.add_column("amount", justify="right")
+    for statement in statements:
+        for job in statement.get("jobs", []):
+            cells = (
+                escape(job["job_id"]),
+                escape(job["name"] or ""),
+                escape(job["dimension"]),
+                escape(job["gpu_seconds"]),
+                escape(job["amount"]),
+            )
+            table.add_row(*((escape(statement["tenant"]),) if with_tenant else ()), *cells)
+    return table
 
 
 def tenant_table(body: dict[str, Any], month: str) -> Table:

@@ -55,6 +55,7 @@ class ServerContext:
         usage = UsageRepository(engine)
         rollups = RollupRepository(engine)
         key_usage = KeyUsageRepository(engine)
+        jobs = JobRepository(engine)
         return cls(
             engine=engine,
             now=now,
@@ -68,12 +69,12 @@ class ServerContext:
             budgets=BudgetRepository(engine),
             audit=AuditLog(engine),
             metering=Metering(
-                revisions, current, samples, usage, rollups, rollup_window_s, key_usage
+                revisions, current, samples, usage, rollups, rollup_window_s, key_usage, jobs
             ),
             state_dir=state_dir,
             key_usage=key_usage,
             enforcement=EnforcementRepository(engine),
-            jobs=JobRepository(engine),
+            jobs=jobs,
         )
 
 

@@ -121,6 +121,7 @@ class JobRunner(threading.Thread):
                 change.reason,
                 now=self.ctx.now(),
                 placement=placement.model_dump(mode="json") if placement else None,
+                gpu_share=job_gpu_share(change, live_plan),
                 preempted_for=change.preempted_for,
             )
         except JobStateError as error:  # cancelled meanwhile, say: the next pass sees it

@@ -1,6 +1,10 @@
 """Metering and chargeback against the store: roll usage up window by window (idempotently: a
 window's rows are replaced, never added to), build statements from the roll-ups, and fire budget
-alerts once per threshold and period. The arithmetic is gpuplex.core.meter and core.report."""
+alerts once per threshold and period. The arithmetic is gpuplex.core.meter and core.report.
+
+Jobs are billed like replicas: their runs (store `job_runs`) add to their tenants' `allocation`
+lines of each window; the fleet's capacity stays that of the applied plans. A statement lists each
+job's part of it, over the windows rolled up so far."""
 
 from __future__ import annotations
 
@@ -11,6 +15,7 @@ from decimal import Decimal
 
 from gpuplex.core.meter import (
     DEFAULT_MAX_GAP_S,
+    JobRunInterval,
     MeterLine,
     MeterWindow,
     PlanInterval,
@@ -19,15 +24,25 @@ from gpuplex.core.meter import (
     allocation_lines,
     fleet_gpu_seconds,
     gateway_lines,
+    job_allocation_lines,
+    job_usage,
     server_usage,
     shared_measured_lines,
     shared_servers,
+    summed_lines,
 )
 from gpuplex.core.plan import Plan
-from gpuplex.core.report import FleetStatement, PriceBook, build_fleet_statement
+from gpuplex.core.report import (
+    FleetStatement,
+    PriceBook,
+    build_fleet_statement,
+    job_charges,
+    with_job_charges,
+)
 from gpuplex.errors import StoreError
 from gpuplex.revision import AppliedRevision, AppliedRevisions
 from gpuplex.specfile import load_spec_text
+from gpuplex.store.jobs import JobRepository
 from gpuplex.store.key_usage import KeyUsageRepository, key_usage_of
 from gpuplex.store.rollups import RollupRepository
 from gpuplex.store.samples import SampleRepository
@@ -62,6 +77,7 @@ class Metering:
         rollups: RollupRepository,
         window_s: int,
         key_usage: KeyUsageRepository | None = None,
+        jobs: JobRepository | None = None,
     ) -> None:
         self._revisions = revisions
         self._current = current
@@ -69,6 +85,7 @@ class Metering:
         self._usage = usage
         self._rollups = rollups
         self._key_usage = key_usage
+        self._jobs = jobs
         self.window_s = window_s
         # revision -> its plan, validated once: revisions never change, and validating every
         # revision's plan at every pass grew with the history (half a millisecond each)
@@ -110,15 +127,25 @@ class Metering:
             )
         return intervals
 
+    def job_runs(self, start: datetime, end: datetime) -> list[JobRunInterval]:
+        """The job runs that held capacity at some moment of [start, end)."""
+        if self._jobs is None:
+            return []
+        return [run.interval() for run in self._jobs.runs(start, end)]
+
     def roll_up_window(
         self,
         window: MeterWindow,
         intervals: list[PlanInterval],
         samples_pruned_before: datetime | None = None,
+        job_runs: list[JobRunInterval] | None = None,
     ) -> int:
         """Recompute one window from its inputs and replace what the store had for it. A window
         that starts before `samples_pruned_before` keeps its measured roll-ups: the samples they
-        were computed from are gone (server/sample_retention.py)."""
+        were computed from are gone (server/sample_retention.py). `job_runs` None: read from the
+        store."""
+        if job_runs is None:
+            job_runs = self.job_runs(window.start, window.end)
         records = self._usage.records(since=window.start, until=window.end)
         if self._key_usage is not None:  # each key's tokens, for its share of the spend
             self._key_usage.replace_window(window.start, window.end, key_usage_of(records))
@@ -131,7 +158,9 @@ class Metering:
         }
         usage = server_usage(records, window, list(servers.values()))
         by_source: dict[str, list[MeterLine]] = {
-            "allocation": allocation_lines(intervals, window, usage)
+            "allocation": summed_lines(
+                allocation_lines(intervals, window, usage) + job_allocation_lines(job_runs, window)
+            )
             + fleet_gpu_seconds(intervals, window),
             "gateway": gateway_lines(records, window),
         }
@@ -168,10 +197,11 @@ class Metering:
         cursor = _floor(start, self.window_s)
         intervals = self.plan_intervals(cursor, max(end, cursor))
         pruned_before = self._samples.pruned_before() if cursor < end else None
+        runs = self.job_runs(cursor, max(end, cursor)) if cursor < end else []
         windows = rows = 0
         while cursor < end:
             window = MeterWindow(cursor, cursor + timedelta(seconds=self.window_s))
-            rows += self.roll_up_window(window, intervals, pruned_before)
+            rows += self.roll_up_window(window, intervals, pruned_before, runs)
             windows += 1
             cursor = window.end
         return RollupResult(windows, rows, cursor)
@@ -204,6 +234,22 @@ class Metering:
         }
         self._statements[key] = fleet
         return fleet
+
+    def statement_with_jobs(
+        self, period: MeterWindow, applied: AppliedRevision, tenant: str | None = None
+    ) -> FleetStatement:
+        """The period's statement with each tenant's jobs (of `tenant` only, if given): what
+        their runs held in the windows rolled up so far, priced as the statement prices them."""
+        fleet = self.fleet_statement(period, applied)
+        rolled_up_to = self._rollups.last_window_end("allocation")
+        if self._jobs is None or rolled_up_to is None or rolled_up_to <= period.start:
+            return fleet
+        billed = MeterWindow(period.start, min(period.end, rolled_up_to))
+        runs = self._jobs.runs(billed.start, billed.end, tenant)
+        usages = job_usage([run.interval() for run in runs], billed)
+        names = {run.job_id: run.name for run in runs}
+        book = PriceBook.from_pricing(applied.spec.pricing)
+        return with_job_charges(fleet, job_charges(usages, names, book))
 
     def first_spend(self, period: MeterWindow) -> dict[str, datetime]:
         """Each tenant's first rolled-up window in the period (where its run rate may start);

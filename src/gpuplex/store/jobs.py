@@ -5,7 +5,8 @@ state moves only through `transition`, which checks the move against the state m
 (gpuplex.core.jobs.states), appends a `job_events` row and, for a change of state, an audit entry
 (actor `gpuplex` unless told otherwise), all in one transaction. Submitting (`job.submit`) and
 cancelling (`job.cancel`) are audited with the caller as actor. Every read that names a tenant
-sees only that tenant's jobs.
+sees only that tenant's jobs. The same transaction opens and closes the job's runs (`job_runs`,
+gpuplex.store.job_runs): what it held on a GPU, from when until when, for metering.
 """
 
 from __future__ import annotations
@@ -14,18 +15,25 @@ import builtins
 from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from datetime import datetime
+from decimal import Decimal
 from typing import Any
 
 from sqlalchemy import Engine, select
 from sqlalchemy.orm import Session
 
 from gpuplex import ids
-from gpuplex.core.jobs.states import ACTIVE_STATES, JobState, transition_refusal
+from gpuplex.core.jobs.states import (
+    ACTIVE_STATES,
+    HOLDING_STATES,
+    JobState,
+    transition_refusal,
+)
 from gpuplex.core.spec.jobs import JobSpec
 from gpuplex.errors import JobStateError, NotFoundError
 from gpuplex.store.audit import append_audit
 from gpuplex.store.columns import aware_utc
 from gpuplex.store.db import store_errors
+from gpuplex.store.job_runs import JobRun, close_run, job_runs, of_job, open_run, overlapping
 from gpuplex.store.locks import StoreLock, write_lock
 from gpuplex.store.tables import JobEventRow, JobRow
 
@@ -181,25 +189,34 @@ class JobRepository:
         actor: str = SYSTEM_ACTOR,
         exit_code: int | None = None,
         placement: dict[str, Any] | None = None,
+        gpu_share: Decimal | None = None,
         preempted_for: str | None = None,
     ) -> Job:
         """Move the job to `new_state` for `reason` (plain words), with a job event and an audit
-        entry `job.<state>`. Entering `starting` with a `placement` records it; entering
-        `queued` again (after preemption) counts one attempt more and clears the placement;
-        entering a finished state sets `finished_at` (and `exit_code`, if given); entering
-        `preempting` records the job it makes room for (`preempted_for`). A move the
-        state machine does not allow is a JobStateError; nothing changes then."""
+        entry `job.<state>`. Entering `starting` with a `placement` (a plan Placement as JSON)
+        records it and opens a run of the job on it, holding `gpu_share` GPUs (None: the
+        placement's compute_percent / 100; a time-slice share without compute_percent must pass
+        its share); leaving the states that hold capacity (back to `queued`, or finished) closes
+        that run at `now`. Entering `queued` again (after preemption) counts one attempt more and
+        clears the placement; entering a finished state sets `finished_at` (and `exit_code`, if
+        given); entering `preempting` records the job it makes room for (`preempted_for`). A move
+        the state machine does not allow is a JobStateError; nothing changes then."""
         now = aware_utc(now)
         with store_errors(self._engine), Session(self._engine) as session, session.begin():
             write_lock(session, StoreLock.AUDIT)
             row = _row_of(session, job_id, None)
             before = _shown(_job(row))
+            old = JobState(row.state)
             if placement is not None:
                 row.placement = placement
             if exit_code is not None:
                 row.exit_code = exit_code
+            if old in HOLDING_STATES and new_state not in HOLDING_STATES:
+                close_run(session, row.id, new_state, now)
             _move(session, row, new_state, reason, now)
             row.preempted_for = preempted_for if new_state is JobState.PREEMPTING else None
+            if new_state is JobState.STARTING and placement is not None:
+                open_run(session, row, placement, gpu_share, now)
             session.flush()
             job = _job(row)
             append_audit(
@@ -214,6 +231,20 @@ class JobRepository:
                 after=_shown(job),
             )
         return job
+
+    def runs(
+        self, start: datetime, end: datetime, tenant: str | None = None
+    ) -> builtins.list[JobRun]:
+        """The runs that held capacity at some moment of [start, end), still open ones included
+        (of `tenant` only, if given), oldest first."""
+        query = overlapping(aware_utc(start), aware_utc(end), tenant)
+        with store_errors(self._engine), Session(self._engine) as session:
+            return job_runs(session, query)
+
+    def runs_of(self, job_id: str) -> builtins.list[JobRun]:
+        """Every run of one job, oldest first: one per time it was placed."""
+        with store_errors(self._engine), Session(self._engine) as session:
+            return job_runs(session, of_job(job_id))
 
     def _free_id(self, session: Session) -> str:
         for _ in range(8):  # 16**8 ids: a clash is rare, and more than a few is a broken source

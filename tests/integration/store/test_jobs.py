@@ -11,6 +11,7 @@ import pytest
 from sqlalchemy import Engine
 
 from gpuplex.core.jobs.states import JobState
+from gpuplex.core.plan.model import Mode, Placement
 from gpuplex.core.spec.jobs import JobSpec
 from gpuplex.errors import JobStateError, NotFoundError
 from gpuplex.store.audit import AuditLog, verify_audit
@@ -24,6 +25,22 @@ def job_of(tenant: str, **fields: object) -> JobSpec:
     return JobSpec.model_validate(
         {"tenant": tenant, "gpu": {"memory_gib": 10}, "command": ["sleep", "60"], **fields}
     )
+
+
+def placed_on(node: str, tenant: str = "acme", job_id: str = "j1") -> dict[str, object]:
+    """A whole H100 on `node`, as the runner records a job's placement."""
+    return Placement(
+        tenant=tenant,
+        workload=f"job-{job_id}",
+        replica=0,
+        mode=Mode.DEDICATED,
+        node=node,
+        gpu_indices=[0],
+        gpu_model="H100-80GB",
+        memory_mib=81559,
+        compute_percent=100,
+        reason="free capacity",
+    ).model_dump(mode="json")
 
 
 def repository(engine: Engine, ids: list[str] | None = None) -> JobRepository:
@@ -115,7 +132,7 @@ def test_a_queued_job_is_cancelled_at_once(engine: Engine) -> None:
 def test_a_running_job_is_marked_and_left_to_the_runner(engine: Engine) -> None:
     jobs = repository(engine)
     job = jobs.submit(job_of("acme"), now=T0, actor="alice")
-    jobs.transition(job.id, JobState.STARTING, "admitted", now=T0, placement={"node": "n1"})
+    jobs.transition(job.id, JobState.STARTING, "admitted", now=T0, placement=placed_on("n1"))
     jobs.transition(job.id, JobState.RUNNING, "started", now=T0 + MINUTE)
     marked = jobs.request_cancel(job.id, "acme", now=T0 + 2 * MINUTE, actor="bob")
     assert (marked.state, marked.cancel_requested) == (JobState.RUNNING, True)
@@ -129,9 +146,9 @@ def test_a_job_through_preemption_to_success(engine: Engine) -> None:
     jobs = repository(engine)
     job = jobs.submit(job_of("acme"), now=T0, actor="alice")
     placed = jobs.transition(
-        job.id, JobState.STARTING, "admitted", now=T0, placement={"node": "n1", "gpus": [0]}
+        job.id, JobState.STARTING, "admitted", now=T0, placement=placed_on("n1", job_id=job.id)
     )
-    assert placed.placement == {"node": "n1", "gpus": [0]}
+    assert placed.placement == placed_on("n1", job_id=job.id)
     running = jobs.transition(job.id, JobState.RUNNING, "started", now=T0 + MINUTE)
     assert running.started_at == T0 + MINUTE
     jobs.transition(job.id, JobState.PREEMPTING, "reclaimed for j2", now=T0 + 2 * MINUTE)

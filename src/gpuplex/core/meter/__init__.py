@@ -1,4 +1,5 @@
-"""Metering, pure: plan revisions, GPU samples and gateway usage records in, MeterLines out.
+"""Metering, pure: plan revisions, job runs, GPU samples and gateway usage records in, MeterLines
+out.
 
 Each roll-up covers one MeterWindow and returns sorted lines; zero quantities are left out. Rolling
 up the same inputs twice gives the same lines; two adjacent windows add up to their union.
@@ -14,8 +15,16 @@ from gpuplex.core.meter.allocation import (
     fleet_gpu_seconds,
     gpu_share,
     parse_allocation_dimension,
+    placement_dimension,
 )
 from gpuplex.core.meter.gateway import gateway_lines
+from gpuplex.core.meter.jobs import (
+    JobRunInterval,
+    JobUsage,
+    job_allocation_lines,
+    job_usage,
+    placement_gpu_share,
+)
 from gpuplex.core.meter.measured import DEFAULT_MAX_GAP_S, measured_lines
 from gpuplex.core.meter.model import (
     BUSY_GPU_SECONDS,
@@ -34,6 +43,7 @@ from gpuplex.core.meter.model import (
     month_of,
     month_window,
     seconds_of,
+    summed_lines,
 )
 from gpuplex.core.meter.riders import (
     ServerKey,
@@ -60,6 +70,8 @@ __all__ = [
     "REQUESTS",
     "SAMPLE_SOURCES",
     "GpuSample",
+    "JobRunInterval",
+    "JobUsage",
     "MeterLine",
     "MeterWindow",
     "PlanInterval",
@@ -72,14 +84,19 @@ __all__ = [
     "fleet_gpu_seconds",
     "gateway_lines",
     "gpu_share",
+    "job_allocation_lines",
+    "job_usage",
     "measured_lines",
     "month_of",
     "month_window",
     "parse_allocation_dimension",
+    "placement_dimension",
+    "placement_gpu_share",
     "seconds_of",
     "server_usage",
     "shared_measured_lines",
     "shared_servers",
     "split_exactly",
+    "summed_lines",
     "token_shares",
 ]

@@ -63,6 +63,12 @@ def allocation_dimension(gpu_model: str, mode: Mode, mig_profile: str | None = N
     return f"{gpu_model}/{mode.value}"
 
 
+def placement_dimension(placement: Placement) -> str:
+    """The allocation dimension a placement is billed under."""
+    profile = placement.mig.profile if placement.mig else None
+    return allocation_dimension(placement.gpu_model, placement.mode, profile)
+
+
 def parse_allocation_dimension(dimension: str) -> tuple[str, Mode, str | None]:
     """The inverse of allocation_dimension: (GPU model, mode, MIG profile or None)."""
     gpu_model, _, rest = dimension.rpartition("/")
@@ -127,8 +133,7 @@ def allocation_lines(
         if seconds == 0:
             continue
         for placement in interval.plan.placements:
-            profile = placement.mig.profile if placement.mig else None
-            dimension = allocation_dimension(placement.gpu_model, placement.mode, profile)
+            dimension = placement_dimension(placement)
             share = gpu_share(placement, interval.plan)
             weights = used.get((placement.tenant, placement.workload), {})
             for metric, quantity in ((GPU_SECONDS, seconds * share), (INSTANCE_SECONDS, seconds)):

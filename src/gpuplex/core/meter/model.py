@@ -3,6 +3,7 @@ on time they share. Seconds are Decimal, counted from whole microseconds, so sum
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
@@ -106,6 +107,20 @@ class MeterLine:
     metric: str
     dimension: str  # GPU model + mode/profile, GPU model, or served model name; '' when none
     quantity: Decimal
+
+
+def summed_lines(lines: Iterable[MeterLine]) -> list[MeterLine]:
+    """Lines of the same tenant, source, metric and dimension added into one, sorted: a roll-up
+    keeps one line for each."""
+    totals: dict[tuple[str, Source, str, str], Decimal] = {}
+    for line in lines:
+        key = (line.tenant, line.source, line.metric, line.dimension)
+        totals[key] = totals.get(key, Decimal(0)) + line.quantity
+    return sorted(
+        MeterLine(tenant, source, metric, dimension, quantity)
+        for (tenant, source, metric, dimension), quantity in totals.items()
+        if quantity != 0
+    )
 
 
 def lines_from_totals(

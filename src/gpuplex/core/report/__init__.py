@@ -1,5 +1,5 @@
 """Chargeback, pure: the price book from `pricing:`, statements per tenant and for the fleet whose
-cents add up exactly, CSV and JSON renderings, budget threshold crossings. See docs/chargeback.md."""
+cents add up exactly, each job's part of them, CSV and JSON renderings, budget threshold crossings. See docs/chargeback.md."""
 
 from __future__ import annotations
 
@@ -18,6 +18,7 @@ from gpuplex.core.report.enforcement import (
     key_spends,
     stronger,
 )
+from gpuplex.core.report.job_charges import job_charge, job_charges, with_job_charges
 from gpuplex.core.report.prices import (
     DEFAULT_HYBRID_ALLOCATION_PERCENT,
     PriceBook,
@@ -36,6 +37,7 @@ from gpuplex.core.report.rounding import apportion_cents, to_cents
 from gpuplex.core.report.statement import (
     IDLE_SHARE,
     FleetStatement,
+    JobCharge,
     LineItem,
     Statement,
     build_fleet_statement,
@@ -51,6 +53,7 @@ __all__ = [
     "BudgetAction",
     "BudgetRule",
     "FleetStatement",
+    "JobCharge",
     "LineItem",
     "PriceBook",
     "Rate",
@@ -61,6 +64,8 @@ __all__ = [
     "build_fleet_statement",
     "fleet_statement_csv",
     "fleet_statement_json",
+    "job_charge",
+    "job_charges",
     "key_budget_name",
     "key_spends",
     "mig_compute_fraction",
@@ -70,4 +75,5 @@ __all__ = [
     "statement_json",
     "stronger",
     "to_cents",
+    "with_job_charges",
 ]

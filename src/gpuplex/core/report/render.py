@@ -1,5 +1,9 @@
 """Statements as CSV text and as plain JSON-ready dicts. Money and quantities are written as decimal
-strings ("39.00"), never floats; times as ISO 8601 UTC."""
+strings ("39.00"), never floats; times as ISO 8601 UTC.
+
+A statement's jobs (their part of its allocation lines, already in its total) come after its
+`Total` row in CSV, one row per job and dimension described `Job <id> (<name>), in the lines above`,
+and under `jobs` in JSON."""
 
 from __future__ import annotations
 
@@ -7,7 +11,7 @@ import csv
 from decimal import Decimal
 from typing import Any
 
-from gpuplex.core.report.statement import FleetStatement, LineItem, Statement
+from gpuplex.core.report.statement import FleetStatement, JobCharge, LineItem, Statement
 
 CSV_COLUMNS = (
     "tenant",
@@ -72,9 +76,30 @@ def _total_row(
     ]
 
 
+def job_description(job: JobCharge) -> str:
+    """`Job j1a2b3c4d (train)`, or without a name `Job j1a2b3c4d`."""
+    return f"Job {job.job_id}" + (f" ({job.name})" if job.name else "")
+
+
+def _job_row(statement: Statement, job: JobCharge) -> list[str]:
+    return [
+        statement.tenant,
+        statement.period_start.isoformat(),
+        statement.period_end.isoformat(),
+        statement.currency,
+        f"{job_description(job)}, in the lines above",
+        job.dimension,
+        _text(job.quantity),
+        job.unit,
+        _text(job.unit_price),
+        _text(job.amount),
+    ]
+
+
 def _statement_rows(statement: Statement) -> list[list[str]]:
     rows = [_row(statement.tenant, statement, item) for item in statement.lines]
     rows.append(_total_row(statement.tenant, statement, "Total", statement.total))
+    rows += [_job_row(statement, job) for job in statement.jobs]
     return rows
 
 
@@ -87,7 +112,8 @@ def _csv(rows: list[list[str]]) -> str:
 
 
 def statement_csv(statement: Statement) -> str:
-    """One row per line item, then a `Total` row."""
+    """One row per line item, then a `Total` row, then one row per job and dimension (a
+    breakdown of the lines above, not added to the total)."""
     return _csv(_statement_rows(statement))
 
 
@@ -114,6 +140,20 @@ def _item_json(item: LineItem) -> dict[str, Any]:
     }
 
 
+def _job_json(job: JobCharge) -> dict[str, Any]:
+    return {
+        "job_id": job.job_id,
+        "name": job.name,
+        "dimension": job.dimension,
+        "gpu_seconds": _text(job.gpu_seconds),
+        "instance_seconds": _text(job.instance_seconds),
+        "quantity": _text(job.quantity),
+        "unit": job.unit,
+        "unit_price": _text(job.unit_price),
+        "amount": _text(job.amount),
+    }
+
+
 def statement_json(statement: Statement) -> dict[str, Any]:
     return {
         "tenant": statement.tenant,
@@ -122,6 +162,7 @@ def statement_json(statement: Statement) -> dict[str, Any]:
         "currency": statement.currency,
         "lines": [_item_json(item) for item in statement.lines],
         "total": _text(statement.total),
+        "jobs": [_job_json(job) for job in statement.jobs],
     }
 
 

@@ -37,6 +37,23 @@ class LineItem:
 
 
 @dataclass(frozen=True, slots=True)
+class JobCharge:
+    """One job's part of a tenant's allocation lines, in one dimension: what its runs held in the
+    period and what that costs at the price of that dimension (core.report.job_charges). Already
+    in the statement's lines and total, never added to them."""
+
+    job_id: str
+    name: str | None
+    dimension: str
+    gpu_seconds: Decimal
+    instance_seconds: Decimal
+    quantity: Decimal  # six decimals, in `unit`: the hours the price applies to
+    unit: str  # gpu_hour or instance_hour
+    unit_price: Decimal  # six decimals; the amount comes from the exact price
+    amount: Decimal  # cents, rounded on its own
+
+
+@dataclass(frozen=True, slots=True)
 class Statement:
     tenant: str
     period_start: datetime
@@ -44,6 +61,7 @@ class Statement:
     currency: str
     lines: list[LineItem]
     total: Decimal  # == sum of the lines' amounts
+    jobs: tuple[JobCharge, ...] = ()  # the tenant's jobs, part of `lines`: a breakdown
 
 
 @dataclass(frozen=True, slots=True)

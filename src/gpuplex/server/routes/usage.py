@@ -193,10 +193,11 @@ def tenant_statement(
     format: Annotated[Literal["json", "csv"], Query()] = "json",
 ) -> Any:
     """One tenant's chargeback statement for a month (YYYY-MM), from the roll-ups so far; its line
-    items add up to its total."""
+    items add up to its total, and `jobs` says what each of its jobs held and cost (part of
+    those lines)."""
     require(principal, Permission.STATEMENT_READ, tenant)
     applied, _ = applied_tenant(ctx, tenant)
-    fleet = ctx.metering.fleet_statement(_month(period), applied)
+    fleet = ctx.metering.statement_with_jobs(_month(period), applied, tenant)
     statement = fleet.statement_for(tenant)
     if statement is None:
         raise ApiProblem(ErrorCode.NOT_FOUND, f"no statement for {tenant!r} in {period}")
@@ -221,7 +222,7 @@ def fleet_statement(
     applied = ctx.current.get()
     if applied is None:
         raise ApiProblem(ErrorCode.NOT_FOUND, "no spec applied yet: nothing to charge")
-    fleet = ctx.metering.fleet_statement(_month(period), applied)
+    fleet = ctx.metering.statement_with_jobs(_month(period), applied)
     if format == "csv":
         return _statement_response(fleet_statement_csv(fleet), "csv", f"fleet-{period}")
     return fleet_statement_json(fleet)
