@@ -94,12 +94,12 @@ class QueuesReply(BaseModel):
 def queues_view(ctx: ServerContext, principal: Principal, limit: int) -> QueuesReply:
     """The queues panel's data for `principal`, with at most `limit` queued jobs."""
     applied = ctx.current.get()
-    now = waiting_now(ctx, applied)
-    own = None if principal.is_platform else principal.tenant
     if applied is None:
         return QueuesReply(
             revision=None, configured=False, queues=[], jobs=[], queued_truncated=False
         )
+    now = waiting_now(ctx, applied)
+    own = None if principal.is_platform else principal.tenant
     tree = queue_tree(applied.spec)
     queues: list[QueueReply] = []
     if tree is not None:
