@@ -23,6 +23,7 @@ from gpuplex.server.routes import (
     keys,
     latency,
     nodes,
+    queues,
     spec,
     tenants,
     tokens,
@@ -65,6 +66,7 @@ def create_app(
         budgets,
         key_budgets,
         jobs,
+        queues,
         audit,
         nodes,
     ):

@@ -2,15 +2,16 @@
 
 Why a job waits is worked out on each request as the job runner's next step, read-only
 (`server.job_runner.next_step`: the admission rules, then placement, over every tenant's jobs and
-what holds capacity now), so `job show` says exactly what the runner will do. A reason that names
-another tenant's job or another tenant is shown to a tenant-scoped caller without that id or
-name.
+what holds capacity now), so `job show` and the dashboard say exactly what the runner will do. A
+reason that names another tenant's job, another tenant or a queue off the caller's path is shown
+to a tenant-scoped caller without that id or name (`gpuplex.server.reason_filter`).
 """
 
 from __future__ import annotations
 
-import re
 from collections import deque
+from collections.abc import Mapping
+from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -19,18 +20,21 @@ from pydantic import BaseModel
 
 from gpuplex.core.access import Principal
 from gpuplex.core.jobs.placement import job_workload_name
-from gpuplex.core.jobs.states import JobState
-from gpuplex.core.jobs.waiting import ADMITTED, NO_QUEUES
+from gpuplex.core.jobs.states import HOLDING_STATES, JobState
+from gpuplex.core.queues.tree import queue_tree
 from gpuplex.host.logs import log_files
 from gpuplex.host.state import StateDir
+from gpuplex.revision import AppliedRevision
 from gpuplex.server.context import ServerContext
 from gpuplex.server.job_runner import next_step
+from gpuplex.server.reason_filter import ReasonFilter
 from gpuplex.store.job_reports import JobReports
 from gpuplex.store.jobs import Job, JobEvent
 
-#: How a tenant-scoped caller sees another tenant's job named in a reason.
-OTHER_TENANTS_JOB = "another tenant's job"
-OTHER_TENANT = "another tenant"
+NO_SPEC = "no spec is applied: no job can start"
+NO_QUEUES = "the applied spec has no queues: no job can start"
+ADMITTED = "admitted by the queues: it starts when the job runner picks it up"
+NOT_LOOKED_AT = "not looked at this round: an earlier job of its tenant waits"
 
 
 class JobReply(BaseModel):
@@ -89,28 +93,49 @@ def job_detail(
     )
 
 
-def why_waiting(ctx: ServerContext, principal: Principal, job: Job) -> str:
-    """Why the queued `job` waits now, in plain words."""
-    applied = ctx.current.get()
+@dataclass(frozen=True, slots=True)
+class WaitingNow:
+    """Why each queued job waits now (`reasons`, by job id), with the jobs the rules looked at:
+    the queued ones and those that hold capacity."""
+
+    reasons: Mapping[str, str]
+    queued: list[Job]
+    holding: list[Job]
+
+    def reason(self, job_id: str) -> str:
+        return self.reasons.get(job_id, NOT_LOOKED_AT)
+
+
+def waiting_now(ctx: ServerContext, applied: AppliedRevision | None) -> WaitingNow:
+    """The job runner's next step, read-only, under the `applied` revision: why each queued job
+    waits, or where it is about to start."""
+    queued = ctx.jobs.list(states=[JobState.QUEUED])
+    holding = ctx.jobs.list(states=HOLDING_STATES)
     if applied is None:
-        return "no spec is applied: no job can start"
+        return WaitingNow(dict.fromkeys((j.id for j in queued), NO_SPEC), queued, holding)
     if not applied.spec.queues.enabled:
-        return NO_QUEUES
+        return WaitingNow(dict.fromkeys((j.id for j in queued), NO_QUEUES), queued, holding)
     upcoming = next_step(ctx, JobReports(ctx.engine))
     reasons = dict(upcoming.waiting) if upcoming is not None else {}
     for change in upcoming.transitions if upcoming is not None else ():
         if change.state is JobState.STARTING:
             reasons[change.job_id] = f"{ADMITTED} ({change.reason})"
-    reason = reasons.get(job.id, "not looked at this round: an earlier job of its tenant waits")
-    if principal.is_platform:
-        return reason
-    for other in ctx.jobs.active():
-        if other.tenant != job.tenant:
-            reason = reason.replace(other.id, OTHER_TENANTS_JOB)
-    for name in applied.tenant_names:  # a queue that does not lend is named after its tenant
-        if name != job.tenant:
-            reason = re.sub(rf"\b{re.escape(name)}\b", OTHER_TENANT, reason)
-    return reason
+    return WaitingNow(reasons, queued, holding)
+
+
+def why_waiting(ctx: ServerContext, principal: Principal, job: Job) -> str:
+    """Why the queued `job` waits now, in plain words, as `principal` may read it."""
+    applied = ctx.current.get()
+    now = waiting_now(ctx, applied)
+    if applied is None:
+        return now.reason(job.id)
+    shown = ReasonFilter.for_caller(
+        principal,
+        (*now.queued, *now.holding),
+        applied.tenant_names,
+        queue_tree(applied.spec),
+    )
+    return shown(now.reason(job.id))
 
 
 def job_logs(state_dir: Path | None, job: Job, tail: int) -> JobLogsReply:

@@ -209,6 +209,7 @@ MATRIX: dict[tuple[str, str], Case] = {
     ),
     ("GET", "/events"): Case(lambda api, who, t: api.get("/events", who), fleet(200, 200, 200)),
     ("GET", "/nodes"): Case(lambda api, who, t: api.get("/nodes", who), fleet(200, 200, 200)),
+    ("GET", "/queues"): Case(lambda api, who, t: api.get("/queues", who), fleet(200, 200, 200)),
 }
 
 
@@ -337,6 +338,7 @@ LISTINGS = [
     "/audit",
     "/events",
     "/nodes",
+    "/queues",
     f"/tenants/{TENANT_A}/budget",
     f"/tenants/{TENANT_A}/key-spend",
     f"/tenants/{TENANT_A}/jobs",

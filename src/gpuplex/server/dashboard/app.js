@@ -1,6 +1,6 @@
 // The dashboard: sign in with a control-plane token, then every 10 s fetch the GPU map, tenants,
-// usage, budgets and events and redraw. A tenant-scoped token sees only its own tenant: the API
-// filters, and the page draws only what it is given.
+// queues and jobs, usage, budgets and events and redraw. A tenant-scoped token sees only its own
+// tenant: the API filters, and the page draws only what it is given.
 
 import { ApiError, adoptTokenFromFragment, all, clearToken, get, getToken, setToken, tenantPath } from "./api.js";
 import { renderKeySpend } from "./budgets.js";
@@ -9,6 +9,7 @@ import { fill, h } from "./dom.js";
 import { renderGpuMap } from "./gpumap.js";
 import { renderLatency } from "./latency.js";
 import { renderBudgets, renderEvents, renderTenants } from "./panels.js";
+import { renderQueues } from "./queues.js";
 
 const REFRESH_MS = 10_000;
 const $ = (id) => document.getElementById(id);
@@ -52,7 +53,7 @@ async function start() {
 
 async function refresh(mine) {
   const range = usageRange();
-  const [nodes, tenants, events] = await Promise.allSettled([get("/nodes"), all("/tenants"), get("/events", { limit: 25 })]);
+  const [nodes, tenants, events, queues] = await Promise.allSettled([get("/nodes"), all("/tenants"), get("/events", { limit: 25 }), get("/queues")]);
   const names = tenants.status === "fulfilled" ? tenants.value.map((t) => t.name) : [];
   const [usages, budgets, keySpends, latencies] = await Promise.all([
     Promise.allSettled(names.map((t) => get(tenantPath(t, "/usage"), { start: range.start.toISOString(), end: range.end.toISOString(), bucket_s: 3600 }))),
@@ -61,7 +62,7 @@ async function refresh(mine) {
     Promise.allSettled(names.map((t) => get(tenantPath(t, "/latency")))),
   ]);
   if (mine !== generation) return;
-  const everything = [nodes, tenants, events, ...usages, ...budgets, ...keySpends, ...latencies];
+  const everything = [nodes, tenants, events, queues, ...usages, ...budgets, ...keySpends, ...latencies];
   const rejected = everything.find((r) => r.status === "rejected" && r.reason instanceof ApiError && r.reason.status === 401);
   if (rejected) {
     clearToken();
@@ -70,6 +71,7 @@ async function refresh(mine) {
   }
   panel("gpu-map-body", nodes, (reply) => renderGpuMap(reply, scopeTenant));
   panel("tenants-body", tenants, renderTenants);
+  panel("queues-body", queues, renderQueues);
   panel("usage-body", settledList(names, usages, (reply) => hourlySeries(reply, range)), (list) => renderUsage(list.map(({ tenant, value }) => ({ tenant, series: value })), range));
   panel("budgets-body", settledList(names, budgets, (b) => b), (list) => renderBudgets(list.map((x) => x.value)));
   panel("key-spend-body", settledList(names, keySpends, (page) => page), (list) => renderKeySpend(list.map((x) => x.value)));
