@@ -64,7 +64,7 @@ def run(api: Api, job_id: str, gpu_index: int, memory_gib: int) -> None:
         gpu_indices=[gpu_index],
         gpu_model="H100-80GB",
         memory_mib=memory_gib * 1024,
-        compute_percent=0,
+        compute_percent=25,
         reason="placed on free capacity",
     ).model_dump(mode="json")
     now = api.clock()
