@@ -5,13 +5,16 @@ Two tenants flood a 4-GPU box with jobs that borrow it all; a third, with a guar
 submits one. The control plane preempts one borrowed job (SIGTERM: the job checkpoints and exits),
 the guaranteed job starts within the grace period plus start-up, and the preempted job goes back
 to the queue and later completes. Meanwhile the control plane, then the host runtime, are killed
-with -9 and started again: no job is lost, none runs twice."""
+with -9 and started again: no job is lost, none runs twice. The statements bill every job's GPU
+time."""
 
 from __future__ import annotations
 
 import sys
 import time
 from collections.abc import Iterator
+from datetime import UTC, datetime
+from decimal import Decimal
 from typing import Any
 
 import pytest
@@ -22,6 +25,9 @@ from tests.e2e.jobs.stack import JobsStack, eventually
 pytestmark = pytest.mark.slow
 
 GRACE_S = 3
+#: a flood job runs long enough that no GPU frees on its own before the guarantee is claimed
+FLOOD_S = 30
+GUARD_S = 3
 #: generous: the runner's and the host's passes, a process start, and a control plane restarted
 #: in between (a bound on correctness, not a speed target: those are in bench/jobs.py)
 START_S = 30
@@ -46,6 +52,7 @@ SPEC: dict[str, Any] = {
     "version": 1,
     "fleet": {"nodes": [{"name": "box", "gpus": [{"model": "H100-80GB", "count": 4}]}]},
     "tenants": [tenant("flood-a"), tenant("flood-b"), tenant("guard")],
+    "pricing": {"currency": "USD", "gpu_hour": {"H100-80GB": "3.60"}},
     "queues": {
         "preemption": {"reclaim": True, "min_runtime_s": 0, "grace_s": GRACE_S},
         "organisations": [
@@ -83,11 +90,12 @@ def states(stack: JobsStack, jobs: dict[str, str]) -> dict[str, str]:
 
 
 def test_a_guarantee_reclaims_a_borrowed_gpu_and_nothing_is_lost(stack: JobsStack) -> None:
+    began = datetime.now(UTC)
     stack.start()
     jobs: dict[str, str] = {}  # job id -> tenant
     for n in range(3):
         for flooder in ("flood-a", "flood-b"):
-            jobs[stack.submit(flooder, job(15, name=f"{flooder}-{n}"))] = flooder
+            jobs[stack.submit(flooder, job(FLOOD_S, name=f"{flooder}-{n}"))] = flooder
 
     def four_running() -> dict[str, str] | None:
         now = states(stack, jobs)
@@ -104,10 +112,17 @@ def test_a_guarantee_reclaims_a_borrowed_gpu_and_nothing_is_lost(stack: JobsStac
         sys.stdout.write(f"{job_id} waits: {reason}\n")
 
     submitted = time.monotonic()
-    guarded = stack.submit("guard", job(3, name="guarded"))
+    guarded = stack.submit("guard", job(GUARD_S, name="guarded"))
     jobs[guarded] = "guard"
-    # the control plane dies while the preemption is under way, and comes back
-    eventually(lambda: "preempting" in states(stack, jobs).values(), "a borrowed job preempted", 30)
+
+    # the control plane dies around the preemption (a victim may stop within a pass), and comes back
+    def preempted() -> bool:
+        return any(
+            shown["state"] == "preempting" or shown["attempts"] > 0
+            for shown in (stack.show(t, j) for j, t in jobs.items() if t != "guard")
+        )
+
+    eventually(preempted, "a borrowed job preempted", 30, lambda: stack.explain(jobs))
     stack.kill_server()
     stack.start_server()
     eventually(  # a short job may be done before a pass of the runner sees it running
@@ -161,6 +176,26 @@ def test_a_guarantee_reclaims_a_borrowed_gpu_and_nothing_is_lost(stack: JobsStac
             job_id = event["target"].split("/job-")[1].split("#")[0]
             started[job_id] = started.get(job_id, 0) + 1
     assert started == {j: s["attempts"] + 1 for j, s in shown.items()}
+
+    # statements bill every job's GPU time: each run, from its placement until it left its GPU
+    rolled = stack.api(
+        "POST",
+        "/meter/rollup",
+        json={"start": began.isoformat(), "end": datetime.now(UTC).isoformat()},
+    )
+    assert rolled.status_code == 200, rolled.text
+    month = began.strftime("%Y-%m")
+    for name in ("flood-a", "flood-b", "guard"):
+        reply = stack.api("GET", f"/tenants/{name}/statements/{month}")
+        assert reply.status_code == 200, reply.text
+        billed = {j["job_id"]: Decimal(j["gpu_seconds"]) for j in reply.json()["jobs"]}
+        mine = {j for j, t in jobs.items() if t == name}
+        assert set(billed) == mine, (name, billed)
+        for job_id in mine:  # at least the time its process ran
+            assert billed[job_id] >= (GUARD_S if name == "guard" else FLOOD_S), job_id
+        gpu_hours = sum(billed.values()) / 3600
+        # priced as any replica's GPU time: $3.60 a GPU-hour (a statement rounds to the cent)
+        assert abs(Decimal(reply.json()["total"]) - gpu_hours * Decimal("3.60")) <= Decimal("0.01")
 
     # the preempted job was asked to checkpoint (SIGTERM) and said so in its log
     logs = stack.api("GET", f"/tenants/{jobs[victim]}/jobs/{victim}/logs").json()
