@@ -119,6 +119,13 @@ class JobStateError(GpuplexError):
     code = ErrorCode.JOB_STATE
 
 
+class TooManyJobsError(GpuplexError):
+    """The tenant already has as many jobs not finished as its queue allows
+    (`queues: max_active_jobs`); one more is taken once one finishes or is cancelled."""
+
+    code = ErrorCode.TOO_MANY_JOBS
+
+
 class PlanFileError(GpuplexError):
     code = ErrorCode.PLAN_INVALID
 

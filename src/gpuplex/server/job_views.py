@@ -2,33 +2,41 @@
 
 Why a job waits is worked out on each request by the admission rules, read-only, over every
 tenant's queued jobs and what holds capacity now (the applied plan's replicas and the jobs that
-are starting, running or stopping): `gpuplex.core.jobs.waiting`. A reason that names another
-tenant's job or another tenant is shown to a tenant-scoped caller without that id or name.
+are starting, running or stopping): `gpuplex.core.jobs.waiting`.
+
+What a caller sees depends on who it is (`JobsSeenBy`): a tenant-scoped caller never reads another
+tenant's job id or name in any reason (why it waits, why its state changed, its events: a job
+preempted to reclaim capacity is told so without naming whose); a caller who may not submit the
+tenant's jobs (a viewer) sees the names of a job's environment variables but not their values.
 """
 
 from __future__ import annotations
 
 import re
-from collections import deque
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel
 
-from gpuplex.core.access import Principal
+from gpuplex.core.access import Permission, Principal, Verdict, decide
 from gpuplex.core.jobs.placement import job_workload_name
 from gpuplex.core.jobs.states import HOLDING_STATES, JobState
 from gpuplex.core.jobs.waiting import JobAsk, waiting_reasons
 from gpuplex.host.logs import log_files
 from gpuplex.host.state import StateDir
 from gpuplex.server.context import ServerContext
+from gpuplex.server.job_logs import MAX_LOG_BYTES, read_tail
 from gpuplex.store.jobs import Job, JobEvent
 
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 #: How a tenant-scoped caller sees another tenant's job named in a reason.
 OTHER_TENANTS_JOB = "another tenant's job"
 OTHER_TENANT = "another tenant"
+#: What a caller who may not submit the tenant's jobs reads for each environment value.
+HIDDEN_VALUE = "<hidden>"
+#: A job id in a reason (`gpuplex.store.jobs.new_job_id`).
+_JOB_ID = re.compile(r"\bj[0-9a-f]{8}\b")
 
 
 class JobReply(BaseModel):
@@ -72,75 +80,118 @@ class JobLogsReply(BaseModel):
     note: str | None  # why there are none, when there are none
 
 
-def job_reply(job: Job) -> JobReply:
-    return JobReply(**_fields(job))
+class JobsSeenBy:
+    """Jobs as one caller may see them (see the module docstring)."""
 
+    def __init__(self, ctx: ServerContext, principal: Principal) -> None:
+        self.ctx = ctx
+        self.principal = principal
+        self._tenant_names: tuple[str, ...] | None = None  # of the applied spec, read once
 
-def job_detail(
-    ctx: ServerContext, principal: Principal, job: Job, events: list[JobEvent]
-) -> JobDetailReply:
-    waiting = why_waiting(ctx, principal, job) if job.state is JobState.QUEUED else None
-    return JobDetailReply(
-        **_fields(job),
-        events=[JobEventReply(at=e.at, state=e.state, reason=e.reason) for e in events],
-        waiting_reason=waiting,
-    )
+    def reply(self, job: Job) -> JobReply:
+        return JobReply(**self._fields(job))
 
+    def replies(self, jobs: list[Job]) -> list[JobReply]:
+        return [self.reply(job) for job in jobs]
 
-def why_waiting(ctx: ServerContext, principal: Principal, job: Job) -> str:
-    """Why the queued `job` waits now, in plain words."""
-    applied = ctx.current.get()
-    if applied is None:
-        return "no spec is applied: no job can start"
-    queued = ctx.jobs.list(states=[JobState.QUEUED])
-    holding = ctx.jobs.list(states=HOLDING_STATES)
-    reasons = waiting_reasons(
-        applied.spec,
-        applied.plan,
-        [_ask(j, j.submitted_at) for j in queued],
-        [_ask(j, j.started_at or j.submitted_at) for j in holding],
-        _seconds(ctx.now()),
-    )
-    reason = reasons.get(job.id, "not looked at this round: an earlier job of its tenant waits")
-    if principal.is_platform:
-        return reason
-    for other in (*queued, *holding):
-        if other.tenant != job.tenant:
-            reason = reason.replace(other.id, OTHER_TENANTS_JOB)
-    for name in applied.tenant_names:  # a queue that does not lend is named after its tenant
-        if name != job.tenant:
-            reason = re.sub(rf"\b{re.escape(name)}\b", OTHER_TENANT, reason)
-    return reason
+    def detail(self, job: Job, events: list[JobEvent]) -> JobDetailReply:
+        waiting = self.why_waiting(job) if job.state is JobState.QUEUED else None
+        return JobDetailReply(
+            **self._fields(job),
+            events=[
+                JobEventReply(at=e.at, state=e.state, reason=self.words(e.reason, job.tenant))
+                for e in events
+            ],
+            waiting_reason=waiting,
+        )
+
+    def why_waiting(self, job: Job) -> str:
+        """Why the queued `job` waits now, in plain words."""
+        ctx = self.ctx
+        applied = ctx.current.get()
+        if applied is None:
+            return "no spec is applied: no job can start"
+        queued = ctx.jobs.list(states=[JobState.QUEUED])
+        holding = ctx.jobs.list(states=HOLDING_STATES)
+        reasons = waiting_reasons(
+            applied.spec,
+            applied.plan,
+            [_ask(j, j.submitted_at) for j in queued],
+            [_ask(j, j.started_at or j.submitted_at) for j in holding],
+            _seconds(ctx.now()),
+        )
+        reason = reasons.get(job.id, "not looked at this round: an earlier job of its tenant waits")
+        return self.words(reason, job.tenant)
+
+    def words(self, text: str, tenant: str) -> str:
+        """`text` (about a job of `tenant`) without another tenant's job ids and names, for a
+        tenant-scoped caller; as it is for the platform."""
+        if self.principal.is_platform:
+            return text
+        ids = set(_JOB_ID.findall(text))
+        if ids:
+            owners = self.ctx.jobs.tenants_of(ids)
+            for job_id in ids:
+                if owners.get(job_id) != tenant:
+                    text = re.sub(rf"\b{job_id}\b", OTHER_TENANTS_JOB, text)
+        if self._tenant_names is None:
+            applied = self.ctx.current.get()
+            self._tenant_names = tuple(applied.tenant_names) if applied is not None else ()
+        for name in self._tenant_names:  # a queue that does not lend is named after its tenant
+            if name != tenant:
+                text = re.sub(rf"\b{re.escape(name)}\b", OTHER_TENANT, text)
+        return text
+
+    def _fields(self, job: Job) -> dict[str, Any]:
+        spec = job.spec.model_dump(mode="json")
+        may_write = decide(self.principal, Permission.JOB_WRITE, job.tenant) is Verdict.ALLOW
+        if not may_write:
+            spec["env"] = dict.fromkeys(spec["env"], HIDDEN_VALUE)
+        return {
+            "id": job.id,
+            "tenant": job.tenant,
+            "name": job.name,
+            "state": job.state,
+            "reason": self.words(job.reason, job.tenant),
+            "priority": job.priority,
+            "submitted_at": job.submitted_at,
+            "started_at": job.started_at,
+            "finished_at": job.finished_at,
+            "attempts": job.attempts,
+            "exit_code": job.exit_code,
+            "placement": job.placement,
+            "submitted_by": job.actor,
+            "cancel_requested": job.cancel_requested,
+            "job": spec,
+        }
 
 
 def job_logs(state_dir: Path | None, job: Job, tail: int) -> JobLogsReply:
-    """The last `tail` lines of each of the job's log files, where the runner writes them."""
+    """The last `tail` lines of each of the job's log files, where the runner writes them (read
+    by `gpuplex.server.job_logs`: bounded, never through a link)."""
     if state_dir is None:
         return JobLogsReply(
             id=job.id, lines=[], note="this control plane has no host state directory"
         )
     unit = f"{job_workload_name(job.id)}-0"
     lines: list[JobLogLine] = []
+    notes: list[str] = []
     for stream, path in zip(
         ("stdout", "stderr"), log_files(StateDir(state_dir).logs, job.tenant, unit), strict=True
     ):
-        lines += [JobLogLine(stream=stream, text=text) for text in _last_lines(path, tail)]
-    note = None
-    if not lines:
-        note = (
+        read = read_tail(path, tail)
+        lines += [JobLogLine(stream=stream, text=text) for text in read.lines]
+        if read.refused is not None and read.refused not in notes:
+            notes.append(read.refused)
+        elif read.truncated:
+            notes.append(f"{stream}: only its last {MAX_LOG_BYTES // 1024} KiB are read")
+    if not lines and not notes:
+        notes.append(
             "no output yet: the job has not started"
             if job.state is JobState.QUEUED
             else "the job wrote no output on this host"
         )
-    return JobLogsReply(id=job.id, lines=lines, note=note)
-
-
-def _last_lines(path: Path, tail: int) -> list[str]:
-    try:
-        with path.open(encoding="utf-8", errors="replace") as handle:
-            return [line.rstrip("\n") for line in deque(handle, maxlen=tail)]
-    except FileNotFoundError:
-        return []
+    return JobLogsReply(id=job.id, lines=lines, note="; ".join(notes) or None)
 
 
 def _ask(job: Job, at: datetime) -> JobAsk:
@@ -149,23 +200,3 @@ def _ask(job: Job, at: datetime) -> JobAsk:
 
 def _seconds(at: datetime) -> float:
     return (at - EPOCH).total_seconds()
-
-
-def _fields(job: Job) -> dict[str, Any]:
-    return {
-        "id": job.id,
-        "tenant": job.tenant,
-        "name": job.name,
-        "state": job.state,
-        "reason": job.reason,
-        "priority": job.priority,
-        "submitted_at": job.submitted_at,
-        "started_at": job.started_at,
-        "finished_at": job.finished_at,
-        "attempts": job.attempts,
-        "exit_code": job.exit_code,
-        "placement": job.placement,
-        "submitted_by": job.actor,
-        "cancel_requested": job.cancel_requested,
-        "job": job.spec.model_dump(mode="json"),
-    }

@@ -5,7 +5,8 @@ state moves only through `transition`, which checks the move against the state m
 (gpuplex.core.jobs.states), appends a `job_events` row and, for a change of state, an audit entry
 (actor `gpuplex` unless told otherwise), all in one transaction. Submitting (`job.submit`) and
 cancelling (`job.cancel`) are audited with the caller as actor. Every read that names a tenant
-sees only that tenant's jobs.
+sees only that tenant's jobs. Submitting counts the tenant's jobs not finished and stores the new
+one under one write lock, so concurrent submits cannot pass the tenant's cap together.
 """
 
 from __future__ import annotations
@@ -16,13 +17,13 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Engine, select
+from sqlalchemy import Engine, func, select
 from sqlalchemy.orm import Session
 
 from gpuplex import ids
 from gpuplex.core.jobs.states import ACTIVE_STATES, JobState, transition_refusal
 from gpuplex.core.spec.jobs import JobSpec
-from gpuplex.errors import JobStateError, NotFoundError
+from gpuplex.errors import JobStateError, NotFoundError, TooManyJobsError
 from gpuplex.store.audit import append_audit
 from gpuplex.store.columns import aware_utc
 from gpuplex.store.db import store_errors
@@ -71,10 +72,23 @@ class JobRepository:
         self._engine = engine
         self._new_id = new_id
 
-    def submit(self, spec: JobSpec, *, now: datetime, actor: str) -> Job:
-        """Store a new queued job of `spec.tenant`, with its first event and a `job.submit` entry."""
+    def submit(
+        self, spec: JobSpec, *, now: datetime, actor: str, max_active: int | None = None
+    ) -> Job:
+        """Store a new queued job of `spec.tenant`, with its first event and a `job.submit` entry.
+        With `max_active`: TooManyJobsError when the tenant already has that many jobs not
+        finished (counted under the write lock, so two submits never pass it together)."""
         now = aware_utc(now)
         with store_errors(self._engine), Session(self._engine) as session, session.begin():
+            if max_active is not None:
+                write_lock(session, StoreLock.AUDIT)
+                active = _active_count(session, spec.tenant)
+                if active >= max_active:
+                    raise TooManyJobsError(
+                        f"{spec.tenant} has {active} jobs not finished (queued, starting, running "
+                        f"or preempting), and its queue allows {max_active} (queues: "
+                        "max_active_jobs): cancel one or wait for one to finish"
+                    )
             row = JobRow(
                 id=self._free_id(session),
                 tenant=spec.tenant,
@@ -111,6 +125,12 @@ class JobRepository:
                 return None
             return _job(row)
 
+    def tenants_of(self, job_ids: Collection[str]) -> dict[str, str]:
+        """job id -> its tenant, for those of `job_ids` that exist."""
+        query = select(JobRow.id, JobRow.tenant).where(JobRow.id.in_(list(job_ids)))
+        with store_errors(self._engine), Session(self._engine) as session:
+            return {job_id: tenant for job_id, tenant in session.execute(query)}
+
     def events(self, job_id: str) -> builtins.list[JobEvent]:
         """The job's steps, oldest first."""
         query = select(JobEventRow).where(JobEventRow.job_id == job_id).order_by(JobEventRow.id)
@@ -129,6 +149,11 @@ class JobRepository:
             query = query.where(JobRow.state.in_([s.value for s in states]))
         with store_errors(self._engine), Session(self._engine) as session:
             return [_job(row) for row in session.scalars(query)]
+
+    def active_count(self, tenant: str) -> int:
+        """How many jobs of `tenant` have not finished (queued, starting, running, preempting)."""
+        with store_errors(self._engine), Session(self._engine) as session:
+            return _active_count(session, tenant)
 
     def active(self) -> builtins.list[Job]:
         """Every tenant's jobs the runner still has work for (queued, starting, running,
@@ -217,6 +242,15 @@ class JobRepository:
             if session.get(JobRow, job_id) is None:
                 return job_id
         raise RuntimeError("could not find a free job id: is the id source random?")
+
+
+def _active_count(session: Session, tenant: str) -> int:
+    query = (
+        select(func.count())
+        .select_from(JobRow)
+        .where(JobRow.tenant == tenant, JobRow.state.in_([s.value for s in ACTIVE_STATES]))
+    )
+    return int(session.scalar(query) or 0)
 
 
 def _row_of(session: Session, job_id: str, tenant: str | None) -> JobRow:

@@ -7,8 +7,13 @@ capacity for a guarantee; preempt lower priority work inside the queue; the mini
 a workload may be preempted; the grace period between SIGTERM and SIGKILL). Amounts are those of a
 tenant's `quota`: whole GPUs, shared GPU memory and compute, and MIG slices per profile.
 
+`max_active_jobs` caps how many jobs a tenant may have that have not finished (queued, starting,
+running or preempting): set once for every tenant under `queues:`, and per tenant's queue to
+override it. A submit past the cap is refused (`too_many_jobs`), so no tenant can flood the store.
+
     queues:
       preemption: {reclaim: true, within_queue: lower_priority, min_runtime_s: 300, grace_s: 30}
+      max_active_jobs: 1000      # per tenant; a tenant's queue may set its own
       organisations:
         - name: acme
           guarantee: {gpus: 8}
@@ -68,8 +73,20 @@ class QueueSpec(SpecModel):
     preemption: PreemptionSpec = Field(default_factory=PreemptionSpec)
 
 
+#: Jobs a tenant may have not finished yet, when `queues:` does not say.
+DEFAULT_MAX_ACTIVE_JOBS = 1000
+MAX_ACTIVE_JOBS_BOUND = 1_000_000
+
+
 class TenantQueueSpec(QueueSpec):
     """A leaf: `name` is a tenant of the spec."""
+
+    max_active_jobs: StrictInt | None = Field(
+        default=None,
+        ge=0,
+        le=MAX_ACTIVE_JOBS_BOUND,
+        description="Jobs of this tenant not finished yet, at most (unset: queues' own).",
+    )
 
 
 class TeamQueueSpec(QueueSpec):
@@ -82,8 +99,24 @@ class OrganisationQueueSpec(QueueSpec):
 
 class QueuesSpec(SpecModel):
     preemption: PreemptionSpec = Field(default_factory=PreemptionSpec)
+    max_active_jobs: StrictInt = Field(
+        default=DEFAULT_MAX_ACTIVE_JOBS,
+        ge=0,
+        le=MAX_ACTIVE_JOBS_BOUND,
+        description="Per tenant: jobs not finished yet (queued, starting, running), at most.",
+    )
     organisations: list[OrganisationQueueSpec] = Field(default_factory=list)
 
     @property
     def enabled(self) -> bool:
         return bool(self.organisations)
+
+    def max_active_jobs_of(self, tenant: str) -> int:
+        """The most jobs `tenant` may have not finished: its queue's own cap, else the
+        queues' (a tenant without a queue cannot submit at all)."""
+        for organisation in self.organisations:
+            for team in organisation.teams:
+                for leaf in team.tenants:
+                    if leaf.name == tenant and leaf.max_active_jobs is not None:
+                        return leaf.max_active_jobs
+        return self.max_active_jobs

@@ -157,3 +157,31 @@ def test_no_queues_no_tree() -> None:
     parsed = validate_spec({"fleet": FLEET, "tenants": TENANTS})
     assert isinstance(parsed, GpuplexSpec)
     assert queue_tree(parsed) is None
+
+
+def test_max_active_jobs_is_the_tenants_own_else_the_queues_else_1000() -> None:
+    default = validate_spec(spec([org(team(leaf("contoso"), leaf("fabrikam")))]))
+    assert isinstance(default, GpuplexSpec)
+    assert default.queues.max_active_jobs_of("contoso") == 1000
+    capped = validate_spec(
+        spec(
+            [org(team(leaf("contoso", max_active_jobs=5), leaf("fabrikam")))],
+            max_active_jobs=50,
+        )
+    )
+    assert isinstance(capped, GpuplexSpec)
+    assert capped.queues.max_active_jobs_of("contoso") == 5
+    assert capped.queues.max_active_jobs_of("fabrikam") == 50
+    closed = validate_spec(spec([org(team(leaf("contoso", max_active_jobs=0)))]))
+    assert isinstance(closed, GpuplexSpec)
+    assert closed.queues.max_active_jobs_of("contoso") == 0
+
+
+@pytest.mark.parametrize("value", [-1, 1_000_001, 1.5, True])
+def test_max_active_jobs_out_of_range_names_the_field(value: object) -> None:
+    problems = validate_spec(spec([org(team(leaf("contoso")))], max_active_jobs=value))
+    assert isinstance(problems, list)
+    assert [p.path for p in problems] == [("queues", "max_active_jobs")]
+    leaf_problems = validate_spec(spec([org(team(leaf("contoso", max_active_jobs=value)))]))
+    assert isinstance(leaf_problems, list)
+    assert [p.path for p in leaf_problems] == [(*PATH, 0, "max_active_jobs")]
