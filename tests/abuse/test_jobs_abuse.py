@@ -38,6 +38,7 @@ from gpuplex.core.jobs.states import JobState
 from gpuplex.core.queues.admission import Holding, QueuedJob, admit
 from gpuplex.core.queues.tree import GPU_MEMORY_GIB, QueueNode, QueueTree
 from gpuplex.core.spec.jobs import JobSpec
+from gpuplex.core.spec.queues import JobCaps
 from gpuplex.errors import TooManyJobsError
 from gpuplex.host.logs import log_paths
 from gpuplex.host.state import StateDir
@@ -60,8 +61,9 @@ from tests.integration.store.conftest import engine, postgres_dsn, store_url
 
 __all__ = ["engine", "postgres_dsn", "store_url"]
 
-#: alphaco may have 3 jobs not finished, bravoco 1 (its own cap); bravoco is guaranteed 80 GiB
-#: (its embed replica holds 20 of them), alphaco nothing. Two H100s: 159.3 GiB in all.
+#: alphaco may have 3 jobs not finished and submit 6 a minute, bravoco 1 (its own cap); bravoco
+#: is guaranteed 80 GiB (its embed replica holds 20 of them), alphaco nothing. Two H100s: 159.3
+#: GiB in all.
 QUEUES_SPEC_YAML = (
     SPEC_YAML
     + """\
@@ -76,6 +78,7 @@ queues:
           guarantee: {gpu_memory_gib: 80}
           tenants:
             - name: alphaco
+              max_submits_per_minute: 6
             - name: bravoco
               guarantee: {gpu_memory_gib: 80}
               max_active_jobs: 1
@@ -224,7 +227,7 @@ def test_past_its_cap_a_tenants_submit_is_429_saying_the_cap_and_how_many(api: A
     assert reply.status_code == 429, reply.text
     error = error_of(reply)
     assert error["code"] == "too_many_jobs"
-    assert error["max_active_jobs"] == 3
+    assert (error["max_active_jobs"], error["max_submits_per_minute"]) == (3, 6)
     assert "alphaco has 3 jobs not finished" in error["message"]
     assert "allows 3 (queues: max_active_jobs)" in error["message"]
     assert len(api.ctx.jobs.list(TENANT_A)) == 3
@@ -240,6 +243,23 @@ def test_past_its_cap_a_tenants_submit_is_429_saying_the_cap_and_how_many(api: A
     assert api.post(f"/tenants/{TENANT_A}/jobs", "a-admin", json=share()).status_code == 429
     # running jobs count as well as queued ones
     assert api.ctx.jobs.active_count(TENANT_A) == 3
+
+
+def test_submitting_and_cancelling_in_a_loop_is_held_to_a_rate(api: Api) -> None:
+    """Finished jobs stay in the store (and the audit log): the active cap alone would let a
+    tenant that cancels each job at once grow them without end."""
+    for _ in range(6):
+        job_id = submit(api, share())  # one a second
+        assert api.post(f"/tenants/{TENANT_A}/jobs/{job_id}/cancel", "a-admin").status_code == 200
+    reply = api.post(f"/tenants/{TENANT_A}/jobs", "a-admin", json=share())
+    assert reply.status_code == 429
+    error = error_of(reply)
+    assert error["code"] == "too_many_jobs"
+    assert "alphaco submitted 6 jobs in the last 60 s" in error["message"]
+    assert "allows 6 (queues: max_submits_per_minute)" in error["message"]
+    assert len(api.ctx.jobs.list(TENANT_A)) == 6
+    api.clock.advance(timedelta(seconds=55))  # the first submit is now 60 s old
+    assert submit(api, share())
 
 
 def test_a_cap_of_zero_closes_a_tenant_to_jobs(api: Api) -> None:
@@ -258,7 +278,7 @@ def test_submits_that_race_never_pass_the_cap(api: Api) -> None:
     def one() -> None:
         start.wait()
         try:
-            api.ctx.jobs.submit(spec, now=api.clock(), actor="racer", max_active=3)
+            api.ctx.jobs.submit(spec, now=api.clock(), actor="racer", caps=JobCaps(3, 100))
             outcomes.append("stored")
         except TooManyJobsError:
             outcomes.append("refused")

@@ -5,8 +5,9 @@ state moves only through `transition`, which checks the move against the state m
 (gpuplex.core.jobs.states), appends a `job_events` row and, for a change of state, an audit entry
 (actor `gpuplex` unless told otherwise), all in one transaction. Submitting (`job.submit`) and
 cancelling (`job.cancel`) are audited with the caller as actor. Every read that names a tenant
-sees only that tenant's jobs. Submitting counts the tenant's jobs not finished and stores the new
-one under one write lock, so concurrent submits cannot pass the tenant's cap together.
+sees only that tenant's jobs. Submitting counts the tenant's jobs not finished and those it
+submitted in the last 60 s, and stores the new one, under one write lock, so concurrent submits
+cannot pass the tenant's caps together.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from __future__ import annotations
 import builtins
 from collections.abc import Callable, Collection
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from sqlalchemy import Engine, func, select
@@ -23,6 +24,7 @@ from sqlalchemy.orm import Session
 from gpuplex import ids
 from gpuplex.core.jobs.states import ACTIVE_STATES, JobState, transition_refusal
 from gpuplex.core.spec.jobs import JobSpec
+from gpuplex.core.spec.queues import JobCaps
 from gpuplex.errors import JobStateError, NotFoundError, TooManyJobsError
 from gpuplex.store.audit import append_audit
 from gpuplex.store.columns import aware_utc
@@ -33,6 +35,8 @@ from gpuplex.store.tables import JobEventRow, JobRow
 #: Who the audit log names for the changes the job runner makes.
 SYSTEM_ACTOR = "gpuplex"
 SUBMITTED = "submitted: waiting for the queues to admit it"
+#: The window `JobCaps.max_submits_per_minute` counts over.
+SUBMIT_WINDOW = timedelta(seconds=60)
 CANCEL_REQUESTED = "cancel requested: the runner stops it"
 
 
@@ -73,22 +77,17 @@ class JobRepository:
         self._new_id = new_id
 
     def submit(
-        self, spec: JobSpec, *, now: datetime, actor: str, max_active: int | None = None
+        self, spec: JobSpec, *, now: datetime, actor: str, caps: JobCaps | None = None
     ) -> Job:
         """Store a new queued job of `spec.tenant`, with its first event and a `job.submit` entry.
-        With `max_active`: TooManyJobsError when the tenant already has that many jobs not
-        finished (counted under the write lock, so two submits never pass it together)."""
+        With `caps`: TooManyJobsError when the tenant already has that many jobs not finished, or
+        submitted that many in the last 60 s (counted under the write lock, so two submits never
+        pass a cap together)."""
         now = aware_utc(now)
         with store_errors(self._engine), Session(self._engine) as session, session.begin():
-            if max_active is not None:
+            if caps is not None:
                 write_lock(session, StoreLock.AUDIT)
-                active = _active_count(session, spec.tenant)
-                if active >= max_active:
-                    raise TooManyJobsError(
-                        f"{spec.tenant} has {active} jobs not finished (queued, starting, running "
-                        f"or preempting), and its queue allows {max_active} (queues: "
-                        "max_active_jobs): cancel one or wait for one to finish"
-                    )
+                _check_caps(session, spec.tenant, caps, now)
             row = JobRow(
                 id=self._free_id(session),
                 tenant=spec.tenant,
@@ -242,6 +241,28 @@ class JobRepository:
             if session.get(JobRow, job_id) is None:
                 return job_id
         raise RuntimeError("could not find a free job id: is the id source random?")
+
+
+def _check_caps(session: Session, tenant: str, caps: JobCaps, now: datetime) -> None:
+    active = _active_count(session, tenant)
+    if active >= caps.max_active:
+        raise TooManyJobsError(
+            f"{tenant} has {active} jobs not finished (queued, starting, running or "
+            f"preempting), and its queue allows {caps.max_active} (queues: max_active_jobs): "
+            "cancel one or wait for one to finish"
+        )
+    recent_query = (
+        select(func.count())
+        .select_from(JobRow)
+        .where(JobRow.tenant == tenant, JobRow.submitted_at > now - SUBMIT_WINDOW)
+    )
+    recent = int(session.scalar(recent_query) or 0)
+    if recent >= caps.max_submits_per_minute:
+        raise TooManyJobsError(
+            f"{tenant} submitted {recent} jobs in the last 60 s, and its queue allows "
+            f"{caps.max_submits_per_minute} (queues: max_submits_per_minute): submit again in a "
+            "minute"
+        )
 
 
 def _active_count(session: Session, tenant: str) -> int:

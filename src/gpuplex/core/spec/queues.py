@@ -8,12 +8,15 @@ a workload may be preempted; the grace period between SIGTERM and SIGKILL). Amou
 tenant's `quota`: whole GPUs, shared GPU memory and compute, and MIG slices per profile.
 
 `max_active_jobs` caps how many jobs a tenant may have that have not finished (queued, starting,
-running or preempting): set once for every tenant under `queues:`, and per tenant's queue to
-override it. A submit past the cap is refused (`too_many_jobs`), so no tenant can flood the store.
+running or preempting), and `max_submits_per_minute` how many it may submit in any 60 seconds
+(finished jobs stay in the store: without it, submitting and cancelling in a loop would grow it
+without end). Both are set once for every tenant under `queues:`, and per tenant's queue to
+override them. A submit past either is refused (`too_many_jobs`), so no tenant floods the store.
 
     queues:
       preemption: {reclaim: true, within_queue: lower_priority, min_runtime_s: 300, grace_s: 30}
       max_active_jobs: 1000      # per tenant; a tenant's queue may set its own
+      max_submits_per_minute: 600
       organisations:
         - name: acme
           guarantee: {gpus: 8}
@@ -29,6 +32,7 @@ override it. A submit past the cap is refused (`too_many_jobs`), so no tenant ca
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from enum import StrEnum
 
 from pydantic import Field, StrictFloat, StrictInt
@@ -73,9 +77,18 @@ class QueueSpec(SpecModel):
     preemption: PreemptionSpec = Field(default_factory=PreemptionSpec)
 
 
-#: Jobs a tenant may have not finished yet, when `queues:` does not say.
+#: Jobs a tenant may have not finished yet, and submit in any 60 s, when `queues:` does not say.
 DEFAULT_MAX_ACTIVE_JOBS = 1000
-MAX_ACTIVE_JOBS_BOUND = 1_000_000
+DEFAULT_MAX_SUBMITS_PER_MINUTE = 600
+MAX_JOBS_BOUND = 1_000_000
+
+
+@dataclass(frozen=True, slots=True)
+class JobCaps:
+    """How many jobs one tenant may have not finished at once, and submit in any 60 s."""
+
+    max_active: int
+    max_submits_per_minute: int
 
 
 class TenantQueueSpec(QueueSpec):
@@ -84,8 +97,14 @@ class TenantQueueSpec(QueueSpec):
     max_active_jobs: StrictInt | None = Field(
         default=None,
         ge=0,
-        le=MAX_ACTIVE_JOBS_BOUND,
+        le=MAX_JOBS_BOUND,
         description="Jobs of this tenant not finished yet, at most (unset: queues' own).",
+    )
+    max_submits_per_minute: StrictInt | None = Field(
+        default=None,
+        ge=0,
+        le=MAX_JOBS_BOUND,
+        description="Jobs this tenant may submit in any 60 s (unset: queues' own).",
     )
 
 
@@ -102,8 +121,14 @@ class QueuesSpec(SpecModel):
     max_active_jobs: StrictInt = Field(
         default=DEFAULT_MAX_ACTIVE_JOBS,
         ge=0,
-        le=MAX_ACTIVE_JOBS_BOUND,
+        le=MAX_JOBS_BOUND,
         description="Per tenant: jobs not finished yet (queued, starting, running), at most.",
+    )
+    max_submits_per_minute: StrictInt = Field(
+        default=DEFAULT_MAX_SUBMITS_PER_MINUTE,
+        ge=0,
+        le=MAX_JOBS_BOUND,
+        description="Per tenant: jobs submitted in any 60 s, at most.",
     )
     organisations: list[OrganisationQueueSpec] = Field(default_factory=list)
 
@@ -111,12 +136,24 @@ class QueuesSpec(SpecModel):
     def enabled(self) -> bool:
         return bool(self.organisations)
 
-    def max_active_jobs_of(self, tenant: str) -> int:
-        """The most jobs `tenant` may have not finished: its queue's own cap, else the
-        queues' (a tenant without a queue cannot submit at all)."""
-        for organisation in self.organisations:
-            for team in organisation.teams:
-                for leaf in team.tenants:
-                    if leaf.name == tenant and leaf.max_active_jobs is not None:
-                        return leaf.max_active_jobs
-        return self.max_active_jobs
+    def job_caps_of(self, tenant: str) -> JobCaps:
+        """What `tenant` may submit: its queue's own caps where it sets them, else the queues'
+        (a tenant without a queue cannot submit at all)."""
+        leaf = next(
+            (
+                leaf
+                for organisation in self.organisations
+                for team in organisation.teams
+                for leaf in team.tenants
+                if leaf.name == tenant
+            ),
+            None,
+        )
+        active = leaf.max_active_jobs if leaf is not None else None
+        per_minute = leaf.max_submits_per_minute if leaf is not None else None
+        return JobCaps(
+            max_active=self.max_active_jobs if active is None else active,
+            max_submits_per_minute=self.max_submits_per_minute
+            if per_minute is None
+            else per_minute,
+        )

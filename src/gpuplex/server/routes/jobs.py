@@ -4,8 +4,8 @@ events and why it waits, cancel one, read its logs.
 A job is checked against the applied spec when it is submitted (`check_job`): a problem is 422
 `job_invalid` with the field at fault; a spec without `queues:` cannot take jobs (409
 `queues_not_configured`); a tenant with as many jobs not finished as its queue allows
-(`max_active_jobs`) gets 429 `too_many_jobs`. Starting jobs is the job runner's work; until it
-runs, jobs stay queued.
+(`max_active_jobs`), or that submitted as many in the last minute (`max_submits_per_minute`), gets
+429 `too_many_jobs`. Starting jobs is the job runner's work; until it runs, jobs stay queued.
 
 A job id that is not the shape of one, another tenant's job and one that does not exist are all
 the same 404: the answer never tells whether an id is taken.
@@ -66,12 +66,16 @@ def submit_job(
     problems = list(check_job(applied.spec, job))
     if problems:
         raise JobFileError("job", problems)
-    cap = applied.spec.queues.max_active_jobs_of(tenant)
+    caps = applied.spec.queues.job_caps_of(tenant)
     try:
-        submitted = ctx.jobs.submit(job, now=ctx.now(), actor=principal.actor, max_active=cap)
+        submitted = ctx.jobs.submit(job, now=ctx.now(), actor=principal.actor, caps=caps)
     except TooManyJobsError as error:
         raise ApiProblem(
-            ErrorCode.TOO_MANY_JOBS, error.message, max_active_jobs=cap, field="tenant"
+            ErrorCode.TOO_MANY_JOBS,
+            error.message,
+            field="tenant",
+            max_active_jobs=caps.max_active,
+            max_submits_per_minute=caps.max_submits_per_minute,
         ) from None
     return JobsSeenBy(ctx, principal).reply(submitted)
 
