@@ -45,8 +45,10 @@ from gpuplex.host.state import StateDir
 from gpuplex.server.app import create_app
 from gpuplex.server.body_guard import BodyGuard
 from gpuplex.server.job_logs import CUT, MAX_LINE_CHARS, MAX_LOG_BYTES
+from gpuplex.store import jobs as jobs_store
 from gpuplex.store.audit import AuditLog
 from gpuplex.store.db import open_store
+from gpuplex.store.tables import JobRow
 from tests.integration.server.conftest import (
     SPEC_YAML,
     TENANT_A,
@@ -260,6 +262,37 @@ def test_submitting_and_cancelling_in_a_loop_is_held_to_a_rate(api: Api) -> None
     assert len(api.ctx.jobs.list(TENANT_A)) == 6
     api.clock.advance(timedelta(seconds=55))  # the first submit is now 60 s old
     assert submit(api, share())
+
+
+def test_a_list_reads_one_page_however_many_finished_jobs_a_tenant_has(
+    api: Api, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Finished jobs stay: listing them reads the page asked for from the store, not them all."""
+    spec = JobSpec(tenant=TENANT_A, gpu={"memory_gib": 1}, command=["x"])  # type: ignore[arg-type]
+    made = []
+    for _ in range(45):
+        api.clock.advance(timedelta(seconds=1))
+        made.append(api.ctx.jobs.submit(spec, now=api.clock(), actor="t").id)
+    read: list[str] = []
+    real = jobs_store._job
+
+    def counted(row: JobRow) -> jobs_store.Job:
+        read.append(row.id)
+        return real(row)
+
+    monkeypatch.setattr(jobs_store, "_job", counted)
+    seen: list[str] = []
+    cursor = None
+    while True:
+        params: dict[str, Any] = {"limit": 10} | ({"cursor": cursor} if cursor else {})
+        page = api.get(f"/tenants/{TENANT_A}/jobs", "a-viewer", params=params).json()
+        seen += [job["id"] for job in page["items"]]
+        assert len(read) <= 11  # the page and one more, to know there is a next one
+        read.clear()
+        cursor = page["next_cursor"]
+        if cursor is None:
+            break
+    assert seen == made[::-1]  # each once, newest first
 
 
 def test_a_cap_of_zero_closes_a_tenant_to_jobs(api: Api) -> None:

@@ -137,15 +137,23 @@ class JobRepository:
             return [JobEvent(r.at, JobState(r.state), r.reason) for r in session.scalars(query)]
 
     def list(
-        self, tenant: str | None = None, states: Collection[JobState] = ()
+        self,
+        tenant: str | None = None,
+        states: Collection[JobState] = (),
+        *,
+        limit: int | None = None,
+        offset: int = 0,
     ) -> builtins.list[Job]:
         """The jobs of `tenant` (every tenant's if None), in `states` (any if empty), newest
-        first."""
+        first; with `limit`, at most that many from `offset` on (a page: finished jobs stay, so
+        a tenant's whole list grows without end)."""
         query = select(JobRow).order_by(JobRow.submitted_at.desc(), JobRow.id.desc())
         if tenant is not None:
             query = query.where(JobRow.tenant == tenant)
         if states:
             query = query.where(JobRow.state.in_([s.value for s in states]))
+        if limit is not None:
+            query = query.limit(limit).offset(offset)
         with store_errors(self._engine), Session(self._engine) as session:
             return [_job(row) for row in session.scalars(query)]
 

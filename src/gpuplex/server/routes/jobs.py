@@ -26,7 +26,7 @@ from gpuplex.errors import ErrorCode, JobFileError, JobStateError, SpecProblem, 
 from gpuplex.server.auth import CurrentPrincipal, require
 from gpuplex.server.context import ServerContext, server_context
 from gpuplex.server.job_views import JobDetailReply, JobLogsReply, JobReply, JobsSeenBy, job_logs
-from gpuplex.server.pages import Cursor, Limit, Page, page_of
+from gpuplex.server.pages import Cursor, Limit, Page, decode_cursor, encode_cursor
 from gpuplex.server.problems import ERROR_RESPONSES, ApiProblem
 from gpuplex.server.request_model import RequestModel
 from gpuplex.server.routes.tenants import applied_tenant
@@ -89,11 +89,16 @@ def list_jobs(
     limit: Limit = 100,
     cursor: Cursor = None,
 ) -> Page[JobReply]:
-    """The tenant's jobs, newest first."""
+    """The tenant's jobs, newest first (only the page is read from the store)."""
     require(principal, Permission.JOB_READ, tenant)
     applied_tenant(ctx, tenant)
-    jobs = ctx.jobs.list(tenant, state or ())
-    return page_of(JobsSeenBy(ctx, principal).replies(jobs), limit, cursor)
+    start = decode_cursor(cursor)
+    jobs = ctx.jobs.list(tenant, state or (), limit=limit + 1, offset=start)
+    more = len(jobs) > limit
+    return Page[JobReply](
+        items=JobsSeenBy(ctx, principal).replies(jobs[:limit]),
+        next_cursor=encode_cursor(start + limit) if more else None,
+    )
 
 
 @router.get("/tenants/{tenant}/jobs/{job_id}", response_model=JobDetailReply)
