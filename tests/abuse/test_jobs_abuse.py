@@ -22,6 +22,7 @@ import asyncio
 import json
 import logging
 import os
+import re
 import threading
 import time
 from collections.abc import Iterator
@@ -48,6 +49,7 @@ from gpuplex.server.job_logs import CUT, MAX_LINE_CHARS, MAX_LOG_BYTES
 from gpuplex.store import jobs as jobs_store
 from gpuplex.store.audit import AuditLog
 from gpuplex.store.db import open_store
+from gpuplex.store.jobs import JOB_ID_PATTERN, new_job_id
 from gpuplex.store.tables import JobRow
 from tests.integration.server.conftest import (
     SPEC_YAML,
@@ -504,6 +506,8 @@ def test_a_preempted_job_is_not_told_whose_job_took_its_place(api: Api) -> None:
         assert TENANT_B not in seen
         assert "reclaimed for another tenant's job: another tenant is inside" in seen
     assert theirs in api.get(f"/tenants/{TENANT_A}/jobs/{mine}", "admin").text
+    # the ids are found in reasons by their shape: every id the store makes has it
+    assert all(re.fullmatch(JOB_ID_PATTERN, new_job_id()) for _ in range(100))
 
 
 # 4. logs -----------------------------------------------------------------------------------------

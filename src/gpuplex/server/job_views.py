@@ -27,7 +27,7 @@ from gpuplex.host.logs import log_files
 from gpuplex.host.state import StateDir
 from gpuplex.server.context import ServerContext
 from gpuplex.server.job_logs import MAX_LOG_BYTES, read_tail
-from gpuplex.store.jobs import Job, JobEvent
+from gpuplex.store.jobs import JOB_ID_PATTERN, Job, JobEvent
 
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 #: How a tenant-scoped caller sees another tenant's job named in a reason.
@@ -35,8 +35,8 @@ OTHER_TENANTS_JOB = "another tenant's job"
 OTHER_TENANT = "another tenant"
 #: What a caller who may not submit the tenant's jobs reads for each environment value.
 HIDDEN_VALUE = "<hidden>"
-#: A job id in a reason (`gpuplex.store.jobs.new_job_id`).
-_JOB_ID = re.compile(r"\bj[0-9a-f]{8}\b")
+#: A job id in a reason.
+_JOB_ID = re.compile(rf"\b{JOB_ID_PATTERN}\b")
 
 
 class JobReply(BaseModel):

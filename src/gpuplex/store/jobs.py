@@ -40,6 +40,10 @@ SUBMIT_WINDOW = timedelta(seconds=60)
 CANCEL_REQUESTED = "cancel requested: the runner stops it"
 
 
+#: Every id `new_job_id` makes matches this (the API finds job ids in reasons by it).
+JOB_ID_PATTERN = r"j[0-9a-f]{8}"
+
+
 def new_job_id() -> str:
     """`j` + 8 lowercase hex digits: short, and a valid DNS label (it names the job's workload)."""
     return "j" + ids.random_hex(8)
