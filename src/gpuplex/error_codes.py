@@ -76,6 +76,7 @@ class ErrorCode(CodeWithAnswers):
     SPEC_STALE = "spec_stale", 409, EXIT_FAILED, FINAL
     NO_QUEUES = "queues_not_configured", 409, EXIT_FAILED, FINAL
     JOB_STATE = "job_state_conflict", 409, EXIT_FAILED, FINAL
+    TOO_MANY_JOBS = "too_many_jobs", 429, EXIT_FAILED, RETRY
     LIMITER_UNAVAILABLE = "limiter_unavailable", 503, EXIT_FAILED, RETRY
     # The Kubernetes API
     KUBE_API = "kube_api_failed", 502, EXIT_FAILED, FINAL

@@ -119,6 +119,14 @@ class JobStateError(GpuplexError):
     code = ErrorCode.JOB_STATE
 
 
+class TooManyJobsError(GpuplexError):
+    """The tenant already has as many jobs not finished as its queue allows
+    (`queues: max_active_jobs`), or submitted as many in the last 60 s
+    (`max_submits_per_minute`); one more is taken once one finishes, or a minute later."""
+
+    code = ErrorCode.TOO_MANY_JOBS
+
+
 class PlanFileError(GpuplexError):
     code = ErrorCode.PLAN_INVALID
 

@@ -1,8 +1,14 @@
 """How `gpuplex job` prints what the jobs API answers: a table of jobs, one job with its events
-and why it waits, its log lines."""
+and why it waits, its log lines.
+
+What a tenant wrote (its job's command, its log lines) reaches the terminal of whoever reads it,
+an operator included, so every control character in it is printed as a visible escape (`\x1b`):
+a job cannot move the cursor, retitle the window or write the clipboard of the reader's terminal.
+"""
 
 from __future__ import annotations
 
+import re
 from enum import StrEnum
 from typing import Any
 
@@ -24,6 +30,20 @@ STATE_STYLES = {
 }
 
 
+#: Control characters (C0 but tab, DEL, C1) and the Unicode line and paragraph separators.
+_CONTROL = re.compile(r"[\x00-\x08\x0a-\x1f\x7f-\x9f\u2028\u2029]")
+
+
+def printable(text: str) -> str:
+    """`text` with each control character as a visible escape: `\x1b`, `\u2028`."""
+    return _CONTROL.sub(lambda m: ascii(m.group())[1:-1], text)
+
+
+def shown(text: str) -> str:
+    """`text` for rich: control characters made visible, markup escaped."""
+    return escape(printable(text))
+
+
 class OutputFormat(StrEnum):
     TABLE = "table"
     JSON = "json"
@@ -35,13 +55,13 @@ def jobs_table(tenant: str, items: list[dict[str, Any]]) -> Table:
         table.add_column(column)
     for job in items:
         table.add_row(
-            escape(job["id"]),
-            escape(job["name"] or ""),
+            shown(job["id"]),
+            shown(job["name"] or ""),
             _state(job["state"]),
             str(job["priority"]),
-            escape(gpu_words(job["job"]["gpu"])),
-            escape(_time(job["submitted_at"])),
-            escape(job["reason"]),
+            shown(gpu_words(job["job"]["gpu"])),
+            shown(_time(job["submitted_at"])),
+            shown(job["reason"]),
         )
     if not items:
         table.caption = "no jobs"
@@ -68,28 +88,29 @@ def job_panel(job: dict[str, Any]) -> RenderableType:
         ("exit code", "-" if job["exit_code"] is None else str(job["exit_code"])),
     ]
     for label, value in rows:
-        facts.add_row(label, escape(value))
+        facts.add_row(label, shown(value))
     facts.add_row("state", _state(job["state"]))
     if job["cancel_requested"] and job["state"] != "cancelled":
         facts.add_row("cancel", "requested: the runner stops it")
     parts: list[RenderableType] = [facts]
     if job.get("waiting_reason"):
-        parts.append(Text.assemble(("\nwhy it waits: ", "bold yellow"), job["waiting_reason"]))
+        why = printable(job["waiting_reason"])
+        parts.append(Text.assemble(("\nwhy it waits: ", "bold yellow"), why))
     events = Table(title="events", title_justify="left", box=None)
     for column in ("at", "state", "reason"):
         events.add_column(column)
     for event in job["events"]:
-        events.add_row(escape(_time(event["at"])), _state(event["state"]), escape(event["reason"]))
+        events.add_row(shown(_time(event["at"])), _state(event["state"]), shown(event["reason"]))
     parts.append(Text(""))
     parts.append(events)
-    return Panel(Group(*parts), title=escape(f"job {job['id']}"), title_align="left")
+    return Panel(Group(*parts), title=shown(f"job {job['id']}"), title_align="left")
 
 
 def logs_text(reply: dict[str, Any]) -> str:
     """Each line with its stream, or the note why there are none."""
     if not reply["lines"]:
-        return f"({reply['note'] or 'no output'})\n"
-    return "".join(f"{line['stream']}: {line['text']}\n" for line in reply["lines"])
+        return f"({printable(reply['note'] or 'no output')})\n"
+    return "".join(f"{line['stream']}: {printable(line['text'])}\n" for line in reply["lines"])
 
 
 def gpu_words(gpu: dict[str, Any]) -> str:
@@ -106,7 +127,7 @@ def gpu_words(gpu: dict[str, Any]) -> str:
 
 
 def _state(state: str) -> str:
-    return f"[{STATE_STYLES.get(state, 'white')}]{escape(state)}[/]"
+    return f"[{STATE_STYLES.get(state, 'white')}]{shown(state)}[/]"
 
 
 def _time(at: str | None) -> str:

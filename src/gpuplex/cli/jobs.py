@@ -21,7 +21,7 @@ import typer
 from gpuplex.cli.control_plane import ApiRefusal, ControlPlane, ServerOption, TokenOption
 from gpuplex.cli.conventions import reported
 from gpuplex.cli.help_pages import command_group
-from gpuplex.cli.job_view import OutputFormat, job_panel, jobs_table, logs_text
+from gpuplex.cli.job_view import OutputFormat, job_panel, jobs_table, logs_text, shown
 from gpuplex.consoles import stdout_console
 from gpuplex.core.jobs.states import JobState
 from gpuplex.core.spec.jobs import JobSpec, parse_job
@@ -100,7 +100,9 @@ def submit_command(
     if output is OutputFormat.JSON:
         sys.stdout.write(json.dumps(reply, indent=2) + "\n")
     else:
-        out.print(f"[green]queued[/] {reply['id']} ({owner}): {reply['reason']}")
+        out.print(
+            f"[green]queued[/] {shown(reply['id'])} ({shown(owner)}): {shown(reply['reason'])}"
+        )
 
 
 @job_app.command("list")
@@ -172,7 +174,7 @@ def cancel_command(
     with reported():
         api = ControlPlane.of(server, token)
         reply = api.post_json(f"/tenants/{tenant or _own_tenant(api)}/jobs/{job_id}/cancel")
-    out.print(f"{reply['id']}: {reply['state']} ({reply['reason']})")
+    out.print(f"{shown(reply['id'])}: {shown(reply['state'])} ({shown(reply['reason'])})")
 
 
 def _from_file(

@@ -39,11 +39,13 @@ class ContainerRuntime:
         name = container_name(wanted, self.instance)
         user = self.users.user_of(wanted)
         self._engine("rm", "--force", name, check=False)  # a leftover from an earlier run
-        passed = {k: v for k, v in env.items() if k.startswith(CONTAINER_VARIABLES)}
+        ours = {k: v for k, v in env.items() if k.startswith(CONTAINER_VARIABLES)}
         devices = [d for d in env.get("GPUPLEX_DEVICE_UUIDS", "").split(",") if d]
-        if "CUDA_MPS_PIPE_DIRECTORY" in passed:
+        if "CUDA_MPS_PIPE_DIRECTORY" in ours:
             devices = []  # MPS clients reach the GPU through the daemon's pipe, not a device
-        passed.update(wanted.env)
+        # gpuplex's GPU variables win over the workload's own: a spec's env cannot widen the GPU
+        # share it was given (CUDA_VISIBLE_DEVICES, the MPS limits), as for processes
+        passed = {**wanted.env, **ours}
         run_as = None if user is None else (user.uid, user.gid)
         argv = container_argv(self.engine, wanted, devices, passed, self.instance, run_as)
         self._engine(*argv[1:])

@@ -2,14 +2,18 @@
 
 Why a job waits is worked out on each request as the job runner's next step, read-only
 (`server.job_runner.next_step`: the admission rules, then placement, over every tenant's jobs and
-what holds capacity now), so `job show` and the dashboard say exactly what the runner will do. A
-reason that names another tenant's job, another tenant or a queue off the caller's path is shown
-to a tenant-scoped caller without that id or name (`gpuplex.server.reason_filter`).
+what holds capacity now), so `job show` and the dashboard say exactly what the runner will do.
+
+What a caller sees depends on who it is (`JobsSeenBy`): a tenant-scoped caller never reads another
+tenant's job id or name, nor a queue off its own path, in any reason (why it waits, why its state
+changed, its events: a job preempted to reclaim capacity is told so without naming whose; the
+words are hidden by `gpuplex.server.reason_filter`); a caller who may not submit the
+tenant's jobs (a viewer) sees the names of a job's environment variables but not their values.
 """
 
 from __future__ import annotations
 
-from collections import deque
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
@@ -18,7 +22,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from gpuplex.core.access import Principal
+from gpuplex.core.access import Permission, Principal, Verdict, decide
 from gpuplex.core.jobs.placement import job_workload_name
 from gpuplex.core.jobs.states import HOLDING_STATES, JobState
 from gpuplex.core.queues.tree import queue_tree
@@ -26,15 +30,20 @@ from gpuplex.host.logs import log_files
 from gpuplex.host.state import StateDir
 from gpuplex.revision import AppliedRevision
 from gpuplex.server.context import ServerContext
+from gpuplex.server.job_logs import MAX_LOG_BYTES, read_tail
 from gpuplex.server.job_runner import next_step
-from gpuplex.server.reason_filter import ReasonFilter
+from gpuplex.server.reason_filter import OTHER_TENANTS_JOB, ReasonFilter
 from gpuplex.store.job_reports import JobReports
-from gpuplex.store.jobs import Job, JobEvent
+from gpuplex.store.jobs import JOB_ID_PATTERN, Job, JobEvent
 
 NO_SPEC = "no spec is applied: no job can start"
 NO_QUEUES = "the applied spec has no queues: no job can start"
 ADMITTED = "admitted by the queues: it starts when the job runner picks it up"
 NOT_LOOKED_AT = "not looked at this round: an earlier job of its tenant waits"
+#: What a caller who may not submit the tenant's jobs reads for each environment value.
+HIDDEN_VALUE = "<hidden>"
+#: A job id in a reason.
+_JOB_ID = re.compile(rf"\b{JOB_ID_PATTERN}\b")
 
 
 class JobReply(BaseModel):
@@ -78,21 +87,6 @@ class JobLogsReply(BaseModel):
     note: str | None  # why there are none, when there are none
 
 
-def job_reply(job: Job) -> JobReply:
-    return JobReply(**_fields(job))
-
-
-def job_detail(
-    ctx: ServerContext, principal: Principal, job: Job, events: list[JobEvent]
-) -> JobDetailReply:
-    waiting = why_waiting(ctx, principal, job) if job.state is JobState.QUEUED else None
-    return JobDetailReply(
-        **_fields(job),
-        events=[JobEventReply(at=e.at, state=e.state, reason=e.reason) for e in events],
-        waiting_reason=waiting,
-    )
-
-
 @dataclass(frozen=True, slots=True)
 class WaitingNow:
     """Why each queued job waits now (`reasons`, by job id), with the jobs the rules looked at:
@@ -123,66 +117,104 @@ def waiting_now(ctx: ServerContext, applied: AppliedRevision | None) -> WaitingN
     return WaitingNow(reasons, queued, holding)
 
 
-def why_waiting(ctx: ServerContext, principal: Principal, job: Job) -> str:
-    """Why the queued `job` waits now, in plain words, as `principal` may read it."""
-    applied = ctx.current.get()
-    now = waiting_now(ctx, applied)
-    if applied is None:
-        return now.reason(job.id)
-    shown = ReasonFilter.for_caller(
-        principal,
-        (*now.queued, *now.holding),
-        applied.tenant_names,
-        queue_tree(applied.spec),
-    )
-    return shown(now.reason(job.id))
+class JobsSeenBy:
+    """Jobs as one caller may see them (see the module docstring)."""
+
+    def __init__(self, ctx: ServerContext, principal: Principal) -> None:
+        self.ctx = ctx
+        self.principal = principal
+        self._filter: ReasonFilter | None = None  # for the applied spec, made once
+
+    def reply(self, job: Job) -> JobReply:
+        return JobReply(**self._fields(job))
+
+    def replies(self, jobs: list[Job]) -> list[JobReply]:
+        return [self.reply(job) for job in jobs]
+
+    def detail(self, job: Job, events: list[JobEvent]) -> JobDetailReply:
+        waiting = self.why_waiting(job) if job.state is JobState.QUEUED else None
+        return JobDetailReply(
+            **self._fields(job),
+            events=[
+                JobEventReply(at=e.at, state=e.state, reason=self.words(e.reason, job.tenant))
+                for e in events
+            ],
+            waiting_reason=waiting,
+        )
+
+    def why_waiting(self, job: Job) -> str:
+        """Why the queued `job` waits now, in plain words."""
+        return self.words(waiting_now(self.ctx, self.ctx.current.get()).reason(job.id), job.tenant)
+
+    def words(self, text: str, tenant: str) -> str:
+        """`text` (about a job of `tenant`) without another tenant's job ids and names, or the
+        queues off the caller's path, for a tenant-scoped caller; as it is for the platform."""
+        if self.principal.is_platform:
+            return text
+        ids = set(_JOB_ID.findall(text))
+        if ids:
+            owners = self.ctx.jobs.tenants_of(ids)
+            for job_id in ids:
+                if owners.get(job_id) != tenant:
+                    text = re.sub(rf"\b{job_id}\b", OTHER_TENANTS_JOB, text)
+        if self._filter is None:
+            applied = self.ctx.current.get()
+            self._filter = (
+                ReasonFilter.for_caller(
+                    self.principal, (), applied.tenant_names, queue_tree(applied.spec)
+                )
+                if applied is not None
+                else ReasonFilter()
+            )
+        return self._filter(text)
+
+    def _fields(self, job: Job) -> dict[str, Any]:
+        spec = job.spec.model_dump(mode="json")
+        may_write = decide(self.principal, Permission.JOB_WRITE, job.tenant) is Verdict.ALLOW
+        if not may_write:
+            spec["env"] = dict.fromkeys(spec["env"], HIDDEN_VALUE)
+        return {
+            "id": job.id,
+            "tenant": job.tenant,
+            "name": job.name,
+            "state": job.state,
+            "reason": self.words(job.reason, job.tenant),
+            "priority": job.priority,
+            "submitted_at": job.submitted_at,
+            "started_at": job.started_at,
+            "finished_at": job.finished_at,
+            "attempts": job.attempts,
+            "exit_code": job.exit_code,
+            "placement": job.placement,
+            "submitted_by": job.actor,
+            "cancel_requested": job.cancel_requested,
+            "job": spec,
+        }
 
 
 def job_logs(state_dir: Path | None, job: Job, tail: int) -> JobLogsReply:
-    """The last `tail` lines of each of the job's log files, where the runner writes them."""
+    """The last `tail` lines of each of the job's log files, where the runner writes them (read
+    by `gpuplex.server.job_logs`: bounded, never through a link)."""
     if state_dir is None:
         return JobLogsReply(
             id=job.id, lines=[], note="this control plane has no host state directory"
         )
     unit = f"{job_workload_name(job.id)}-0"
     lines: list[JobLogLine] = []
+    notes: list[str] = []
     for stream, path in zip(
         ("stdout", "stderr"), log_files(StateDir(state_dir).logs, job.tenant, unit), strict=True
     ):
-        lines += [JobLogLine(stream=stream, text=text) for text in _last_lines(path, tail)]
-    note = None
-    if not lines:
-        note = (
+        read = read_tail(path, tail)
+        lines += [JobLogLine(stream=stream, text=text) for text in read.lines]
+        if read.refused is not None and read.refused not in notes:
+            notes.append(read.refused)
+        elif read.truncated:
+            notes.append(f"{stream}: only its last {MAX_LOG_BYTES // 1024} KiB are read")
+    if not lines and not notes:
+        notes.append(
             "no output yet: the job has not started"
             if job.state is JobState.QUEUED
             else "the job wrote no output on this host"
         )
-    return JobLogsReply(id=job.id, lines=lines, note=note)
-
-
-def _last_lines(path: Path, tail: int) -> list[str]:
-    try:
-        with path.open(encoding="utf-8", errors="replace") as handle:
-            return [line.rstrip("\n") for line in deque(handle, maxlen=tail)]
-    except FileNotFoundError:
-        return []
-
-
-def _fields(job: Job) -> dict[str, Any]:
-    return {
-        "id": job.id,
-        "tenant": job.tenant,
-        "name": job.name,
-        "state": job.state,
-        "reason": job.reason,
-        "priority": job.priority,
-        "submitted_at": job.submitted_at,
-        "started_at": job.started_at,
-        "finished_at": job.finished_at,
-        "attempts": job.attempts,
-        "exit_code": job.exit_code,
-        "placement": job.placement,
-        "submitted_by": job.actor,
-        "cancel_requested": job.cancel_requested,
-        "job": job.spec.model_dump(mode="json"),
-    }
+    return JobLogsReply(id=job.id, lines=lines, note="; ".join(notes) or None)

@@ -40,6 +40,7 @@ API_CODES: tuple[ErrorCode, ...] = (
     ErrorCode.NO_QUEUES,
     ErrorCode.JOB_STATE,
     ErrorCode.CONFLICT,
+    ErrorCode.TOO_MANY_JOBS,
     ErrorCode.REQUEST_TOO_LARGE,
     ErrorCode.INVALID_REQUEST,
     ErrorCode.SPEC_INVALID,
@@ -64,6 +65,7 @@ _MEANING = {
     409: "A conflict, such as a spec applied on a stale revision or a finished job cancelled.",
     413: "The request body is larger than the API takes (8 MiB).",
     422: "Invalid input; `field` names it.",
+    429: "Too many of something at once, such as a tenant's jobs not finished; retry later.",
     500: "An unexpected failure; the server log has the details.",
     503: "The store is unavailable; retry.",
 }

@@ -6,7 +6,9 @@ state moves only through `transition`, which checks the move against the state m
 (actor `gpuplex` unless told otherwise), all in one transaction. Submitting (`job.submit`) and
 cancelling (`job.cancel`) are audited with the caller as actor. Every read that names a tenant
 sees only that tenant's jobs. The same transaction opens and closes the job's runs (`job_runs`,
-gpuplex.store.job_runs): what it held on a GPU, from when until when, for metering.
+gpuplex.store.job_runs): what it held on a GPU, from when until when, for metering. Submitting
+counts the tenant's jobs not finished and those it submitted in the last 60 s, and stores the new
+one, under one write lock, so concurrent submits cannot pass the tenant's caps together.
 """
 
 from __future__ import annotations
@@ -14,11 +16,11 @@ from __future__ import annotations
 import builtins
 from collections.abc import Callable, Collection
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from decimal import Decimal
 from typing import Any
 
-from sqlalchemy import Engine, select
+from sqlalchemy import Engine, func, select
 from sqlalchemy.orm import Session
 
 from gpuplex import ids
@@ -29,7 +31,8 @@ from gpuplex.core.jobs.states import (
     transition_refusal,
 )
 from gpuplex.core.spec.jobs import JobSpec
-from gpuplex.errors import JobStateError, NotFoundError
+from gpuplex.core.spec.queues import JobCaps
+from gpuplex.errors import JobStateError, NotFoundError, TooManyJobsError
 from gpuplex.store.audit import append_audit
 from gpuplex.store.columns import aware_utc
 from gpuplex.store.db import store_errors
@@ -40,7 +43,13 @@ from gpuplex.store.tables import JobEventRow, JobRow
 #: Who the audit log names for the changes the job runner makes.
 SYSTEM_ACTOR = "gpuplex"
 SUBMITTED = "submitted: waiting for the queues to admit it"
+#: The window `JobCaps.max_submits_per_minute` counts over.
+SUBMIT_WINDOW = timedelta(seconds=60)
 CANCEL_REQUESTED = "cancel requested: the runner stops it"
+
+
+#: Every id `new_job_id` makes matches this (the API finds job ids in reasons by it).
+JOB_ID_PATTERN = r"j[0-9a-f]{8}"
 
 
 def new_job_id() -> str:
@@ -80,10 +89,18 @@ class JobRepository:
         self._engine = engine
         self._new_id = new_id
 
-    def submit(self, spec: JobSpec, *, now: datetime, actor: str) -> Job:
-        """Store a new queued job of `spec.tenant`, with its first event and a `job.submit` entry."""
+    def submit(
+        self, spec: JobSpec, *, now: datetime, actor: str, caps: JobCaps | None = None
+    ) -> Job:
+        """Store a new queued job of `spec.tenant`, with its first event and a `job.submit` entry.
+        With `caps`: TooManyJobsError when the tenant already has that many jobs not finished, or
+        submitted that many in the last 60 s (counted under the write lock, so two submits never
+        pass a cap together)."""
         now = aware_utc(now)
         with store_errors(self._engine), Session(self._engine) as session, session.begin():
+            if caps is not None:
+                write_lock(session, StoreLock.AUDIT)
+                _check_caps(session, spec.tenant, caps, now)
             row = JobRow(
                 id=self._free_id(session),
                 tenant=spec.tenant,
@@ -120,6 +137,12 @@ class JobRepository:
                 return None
             return _job(row)
 
+    def tenants_of(self, job_ids: Collection[str]) -> dict[str, str]:
+        """job id -> its tenant, for those of `job_ids` that exist."""
+        query = select(JobRow.id, JobRow.tenant).where(JobRow.id.in_(list(job_ids)))
+        with store_errors(self._engine), Session(self._engine) as session:
+            return {job_id: tenant for job_id, tenant in session.execute(query)}
+
     def events(self, job_id: str) -> builtins.list[JobEvent]:
         """The job's steps, oldest first."""
         query = select(JobEventRow).where(JobEventRow.job_id == job_id).order_by(JobEventRow.id)
@@ -127,17 +150,30 @@ class JobRepository:
             return [JobEvent(r.at, JobState(r.state), r.reason) for r in session.scalars(query)]
 
     def list(
-        self, tenant: str | None = None, states: Collection[JobState] = ()
+        self,
+        tenant: str | None = None,
+        states: Collection[JobState] = (),
+        *,
+        limit: int | None = None,
+        offset: int = 0,
     ) -> builtins.list[Job]:
         """The jobs of `tenant` (every tenant's if None), in `states` (any if empty), newest
-        first."""
+        first; with `limit`, at most that many from `offset` on (a page: finished jobs stay, so
+        a tenant's whole list grows without end)."""
         query = select(JobRow).order_by(JobRow.submitted_at.desc(), JobRow.id.desc())
         if tenant is not None:
             query = query.where(JobRow.tenant == tenant)
         if states:
             query = query.where(JobRow.state.in_([s.value for s in states]))
+        if limit is not None:
+            query = query.limit(limit).offset(offset)
         with store_errors(self._engine), Session(self._engine) as session:
             return [_job(row) for row in session.scalars(query)]
+
+    def active_count(self, tenant: str) -> int:
+        """How many jobs of `tenant` have not finished (queued, starting, running, preempting)."""
+        with store_errors(self._engine), Session(self._engine) as session:
+            return _active_count(session, tenant)
 
     def active(self) -> builtins.list[Job]:
         """Every tenant's jobs the runner still has work for (queued, starting, running,
@@ -252,6 +288,37 @@ class JobRepository:
             if session.get(JobRow, job_id) is None:
                 return job_id
         raise RuntimeError("could not find a free job id: is the id source random?")
+
+
+def _check_caps(session: Session, tenant: str, caps: JobCaps, now: datetime) -> None:
+    active = _active_count(session, tenant)
+    if active >= caps.max_active:
+        raise TooManyJobsError(
+            f"{tenant} has {active} jobs not finished (queued, starting, running or "
+            f"preempting), and its queue allows {caps.max_active} (queues: max_active_jobs): "
+            "cancel one or wait for one to finish"
+        )
+    recent_query = (
+        select(func.count())
+        .select_from(JobRow)
+        .where(JobRow.tenant == tenant, JobRow.submitted_at > now - SUBMIT_WINDOW)
+    )
+    recent = int(session.scalar(recent_query) or 0)
+    if recent >= caps.max_submits_per_minute:
+        raise TooManyJobsError(
+            f"{tenant} submitted {recent} jobs in the last 60 s, and its queue allows "
+            f"{caps.max_submits_per_minute} (queues: max_submits_per_minute): submit again in a "
+            "minute"
+        )
+
+
+def _active_count(session: Session, tenant: str) -> int:
+    query = (
+        select(func.count())
+        .select_from(JobRow)
+        .where(JobRow.tenant == tenant, JobRow.state.in_([s.value for s in ACTIVE_STATES]))
+    )
+    return int(session.scalar(query) or 0)
 
 
 def _row_of(session: Session, job_id: str, tenant: str | None) -> JobRow:

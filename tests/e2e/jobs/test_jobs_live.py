@@ -116,13 +116,13 @@ def test_a_guarantee_reclaims_a_borrowed_gpu_and_nothing_is_lost(stack: JobsStac
     jobs[guarded] = "guard"
 
     # the control plane dies around the preemption (a victim may stop within a pass), and comes back
-    def preempted() -> bool:
+    def one_preempted() -> bool:
         return any(
             shown["state"] == "preempting" or shown["attempts"] > 0
             for shown in (stack.show(t, j) for j, t in jobs.items() if t != "guard")
         )
 
-    eventually(preempted, "a borrowed job preempted", 30, lambda: stack.explain(jobs))
+    eventually(one_preempted, "a borrowed job preempted", 30, lambda: stack.explain(jobs))
     stack.kill_server()
     stack.start_server()
     eventually(  # a short job may be done before a pass of the runner sees it running
@@ -193,7 +193,7 @@ def test_a_guarantee_reclaims_a_borrowed_gpu_and_nothing_is_lost(stack: JobsStac
         assert set(billed) == mine, (name, billed)
         for job_id in mine:  # at least the time its process ran
             assert billed[job_id] >= (GUARD_S if name == "guard" else FLOOD_S), job_id
-        gpu_hours = sum(billed.values()) / 3600
+        gpu_hours = sum(billed.values(), Decimal(0)) / 3600
         # priced as any replica's GPU time: $3.60 a GPU-hour (a statement rounds to the cent)
         assert abs(Decimal(reply.json()["total"]) - gpu_hours * Decimal("3.60")) <= Decimal("0.01")
 

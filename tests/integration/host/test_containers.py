@@ -33,7 +33,8 @@ def test_a_container_replica_runs_with_its_limits_and_restarts(host: Host) -> No
                 "image": "registry.example/kit/api:1.2",
                 "command": ["serve", "--port", "{port}"],
                 "serve": {"model": "kit-api", "port": 9400},
-                "env": {"MODEL_DIR": "/models"},
+                # its own CUDA_VISIBLE_DEVICES does not widen the GPU it was given
+                "env": {"MODEL_DIR": "/models", "CUDA_VISIBLE_DEVICES": "all"},
                 "limits": {"cpu_cores": 2, "memory_gib": 8, "pids": 256},
                 "restart": {"backoff_initial_s": 0.2},
             }
@@ -70,6 +71,7 @@ def test_a_container_replica_runs_with_its_limits_and_restarts(host: Host) -> No
         ["--env", f"CUDA_VISIBLE_DEVICES={gpu_uuid}"],
     ):
         assert any(run[i : i + 2] == option for i in range(len(run))), option
+    assert ["--env", "CUDA_VISIBLE_DEVICES=all"] not in [run[i : i + 2] for i in range(len(run))]
     assert "--read-only" in run
     assert run[-4:] == ["registry.example/kit/api:1.2", "serve", "--port", "9400"]
     assert not any(arg.startswith("PATH=") for arg in run)  # the host's environment stays out

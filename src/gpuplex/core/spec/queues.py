@@ -7,8 +7,16 @@ capacity for a guarantee; preempt lower priority work inside the queue; the mini
 a workload may be preempted; the grace period between SIGTERM and SIGKILL). Amounts are those of a
 tenant's `quota`: whole GPUs, shared GPU memory and compute, and MIG slices per profile.
 
+`max_active_jobs` caps how many jobs a tenant may have that have not finished (queued, starting,
+running or preempting), and `max_submits_per_minute` how many it may submit in any 60 seconds
+(finished jobs stay in the store: without it, submitting and cancelling in a loop would grow it
+without end). Both are set once for every tenant under `queues:`, and per tenant's queue to
+override them. A submit past either is refused (`too_many_jobs`), so no tenant floods the store.
+
     queues:
       preemption: {reclaim: true, within_queue: lower_priority, min_runtime_s: 300, grace_s: 30}
+      max_active_jobs: 1000      # per tenant; a tenant's queue may set its own
+      max_submits_per_minute: 600
       organisations:
         - name: acme
           guarantee: {gpus: 8}
@@ -24,6 +32,7 @@ tenant's `quota`: whole GPUs, shared GPU memory and compute, and MIG slices per 
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from enum import StrEnum
 
 from pydantic import Field, StrictFloat, StrictInt
@@ -68,8 +77,35 @@ class QueueSpec(SpecModel):
     preemption: PreemptionSpec = Field(default_factory=PreemptionSpec)
 
 
+#: Jobs a tenant may have not finished yet, and submit in any 60 s, when `queues:` does not say.
+DEFAULT_MAX_ACTIVE_JOBS = 1000
+DEFAULT_MAX_SUBMITS_PER_MINUTE = 600
+MAX_JOBS_BOUND = 1_000_000
+
+
+@dataclass(frozen=True, slots=True)
+class JobCaps:
+    """How many jobs one tenant may have not finished at once, and submit in any 60 s."""
+
+    max_active: int
+    max_submits_per_minute: int
+
+
 class TenantQueueSpec(QueueSpec):
     """A leaf: `name` is a tenant of the spec."""
+
+    max_active_jobs: StrictInt | None = Field(
+        default=None,
+        ge=0,
+        le=MAX_JOBS_BOUND,
+        description="Jobs of this tenant not finished yet, at most (unset: queues' own).",
+    )
+    max_submits_per_minute: StrictInt | None = Field(
+        default=None,
+        ge=0,
+        le=MAX_JOBS_BOUND,
+        description="Jobs this tenant may submit in any 60 s (unset: queues' own).",
+    )
 
 
 class TeamQueueSpec(QueueSpec):
@@ -82,8 +118,42 @@ class OrganisationQueueSpec(QueueSpec):
 
 class QueuesSpec(SpecModel):
     preemption: PreemptionSpec = Field(default_factory=PreemptionSpec)
+    max_active_jobs: StrictInt = Field(
+        default=DEFAULT_MAX_ACTIVE_JOBS,
+        ge=0,
+        le=MAX_JOBS_BOUND,
+        description="Per tenant: jobs not finished yet (queued, starting, running), at most.",
+    )
+    max_submits_per_minute: StrictInt = Field(
+        default=DEFAULT_MAX_SUBMITS_PER_MINUTE,
+        ge=0,
+        le=MAX_JOBS_BOUND,
+        description="Per tenant: jobs submitted in any 60 s, at most.",
+    )
     organisations: list[OrganisationQueueSpec] = Field(default_factory=list)
 
     @property
     def enabled(self) -> bool:
         return bool(self.organisations)
+
+    def job_caps_of(self, tenant: str) -> JobCaps:
+        """What `tenant` may submit: its queue's own caps where it sets them, else the queues'
+        (a tenant without a queue cannot submit at all)."""
+        leaf = next(
+            (
+                leaf
+                for organisation in self.organisations
+                for team in organisation.teams
+                for leaf in team.tenants
+                if leaf.name == tenant
+            ),
+            None,
+        )
+        active = leaf.max_active_jobs if leaf is not None else None
+        per_minute = leaf.max_submits_per_minute if leaf is not None else None
+        return JobCaps(
+            max_active=self.max_active_jobs if active is None else active,
+            max_submits_per_minute=self.max_submits_per_minute
+            if per_minute is None
+            else per_minute,
+        )

@@ -3,31 +3,30 @@ events and why it waits, cancel one, read its logs.
 
 A job is checked against the applied spec when it is submitted (`check_job`): a problem is 422
 `job_invalid` with the field at fault; a spec without `queues:` cannot take jobs (409
-`queues_not_configured`). Starting jobs is the job runner's work; until it runs, jobs stay queued.
+`queues_not_configured`); a tenant with as many jobs not finished as its queue allows
+(`max_active_jobs`), or that submitted as many in the last minute (`max_submits_per_minute`), gets
+429 `too_many_jobs`. Starting jobs is the job runner's work; until it runs, jobs stay queued.
+
+A job id that is not the shape of one, another tenant's job and one that does not exist are all
+the same 404: the answer never tells whether an id is taken.
 """
 
 from __future__ import annotations
 
+import re
 from typing import Annotated
 
-from fastapi import APIRouter, Depends, Path, Query
+from fastapi import APIRouter, Depends, Query
 
 from gpuplex.core.access import Permission
 from gpuplex.core.jobs.states import JobState
 from gpuplex.core.spec.fields import DnsLabel
 from gpuplex.core.spec.jobs import JobSpec, check_job
-from gpuplex.errors import ErrorCode, JobFileError, JobStateError, SpecProblem
+from gpuplex.errors import ErrorCode, JobFileError, JobStateError, SpecProblem, TooManyJobsError
 from gpuplex.server.auth import CurrentPrincipal, require
 from gpuplex.server.context import ServerContext, server_context
-from gpuplex.server.job_views import (
-    JobDetailReply,
-    JobLogsReply,
-    JobReply,
-    job_detail,
-    job_logs,
-    job_reply,
-)
-from gpuplex.server.pages import Cursor, Limit, Page, page_of
+from gpuplex.server.job_views import JobDetailReply, JobLogsReply, JobReply, JobsSeenBy, job_logs
+from gpuplex.server.pages import Cursor, Limit, Page, decode_cursor, encode_cursor
 from gpuplex.server.problems import ERROR_RESPONSES, ApiProblem
 from gpuplex.server.request_model import RequestModel
 from gpuplex.server.routes.tenants import applied_tenant
@@ -35,7 +34,8 @@ from gpuplex.store.jobs import Job
 
 router = APIRouter(tags=["jobs"], responses=ERROR_RESPONSES)
 Context = Annotated[ServerContext, Depends(server_context)]
-JobId = Annotated[str, Path(min_length=1, max_length=16, pattern=r"^[a-z0-9]+$")]
+#: The shape of a job id (`gpuplex.store.jobs.new_job_id` makes `j` + 8 hex digits).
+JOB_ID_SHAPE = re.compile(r"[a-z0-9]{1,16}")
 MAX_TAIL = 10_000
 
 
@@ -66,7 +66,18 @@ def submit_job(
     problems = list(check_job(applied.spec, job))
     if problems:
         raise JobFileError("job", problems)
-    return job_reply(ctx.jobs.submit(job, now=ctx.now(), actor=principal.actor))
+    caps = applied.spec.queues.job_caps_of(tenant)
+    try:
+        submitted = ctx.jobs.submit(job, now=ctx.now(), actor=principal.actor, caps=caps)
+    except TooManyJobsError as error:
+        raise ApiProblem(
+            ErrorCode.TOO_MANY_JOBS,
+            error.message,
+            field="tenant",
+            max_active_jobs=caps.max_active,
+            max_submits_per_minute=caps.max_submits_per_minute,
+        ) from None
+    return JobsSeenBy(ctx, principal).reply(submitted)
 
 
 @router.get("/tenants/{tenant}/jobs", response_model=Page[JobReply])
@@ -78,25 +89,28 @@ def list_jobs(
     limit: Limit = 100,
     cursor: Cursor = None,
 ) -> Page[JobReply]:
-    """The tenant's jobs, newest first."""
+    """The tenant's jobs, newest first (only the page is read from the store)."""
     require(principal, Permission.JOB_READ, tenant)
     applied_tenant(ctx, tenant)
-    jobs = ctx.jobs.list(tenant, state or ())
-    return page_of([job_reply(j) for j in jobs], limit, cursor)
+    start = decode_cursor(cursor)
+    jobs = ctx.jobs.list(tenant, state or (), limit=limit + 1, offset=start)
+    more = len(jobs) > limit
+    return Page[JobReply](
+        items=JobsSeenBy(ctx, principal).replies(jobs[:limit]),
+        next_cursor=encode_cursor(start + limit) if more else None,
+    )
 
 
 @router.get("/tenants/{tenant}/jobs/{job_id}", response_model=JobDetailReply)
-def show_job(
-    tenant: str, job_id: JobId, principal: CurrentPrincipal, ctx: Context
-) -> JobDetailReply:
+def show_job(tenant: str, job_id: str, principal: CurrentPrincipal, ctx: Context) -> JobDetailReply:
     """The job, its events, and for a queued job why it waits now."""
     require(principal, Permission.JOB_READ, tenant)
     job = _job_of(ctx, tenant, job_id)
-    return job_detail(ctx, principal, job, ctx.jobs.events(job.id))
+    return JobsSeenBy(ctx, principal).detail(job, ctx.jobs.events(job.id))
 
 
 @router.post("/tenants/{tenant}/jobs/{job_id}/cancel", response_model=JobReply)
-def cancel_job(tenant: str, job_id: JobId, principal: CurrentPrincipal, ctx: Context) -> JobReply:
+def cancel_job(tenant: str, job_id: str, principal: CurrentPrincipal, ctx: Context) -> JobReply:
     """Cancel the job: a queued job at once; a starting or running one is stopped by the runner
     (`cancel_requested`). A finished job: 409 `job_state_conflict`."""
     require(principal, Permission.JOB_WRITE, tenant)
@@ -105,13 +119,13 @@ def cancel_job(tenant: str, job_id: JobId, principal: CurrentPrincipal, ctx: Con
         job = ctx.jobs.request_cancel(job_id, tenant, now=ctx.now(), actor=principal.actor)
     except JobStateError as error:
         raise ApiProblem(ErrorCode.JOB_STATE, error.message, field="job_id") from None
-    return job_reply(job)
+    return JobsSeenBy(ctx, principal).reply(job)
 
 
 @router.get("/tenants/{tenant}/jobs/{job_id}/logs", response_model=JobLogsReply)
 def read_job_logs(
     tenant: str,
-    job_id: JobId,
+    job_id: str,
     principal: CurrentPrincipal,
     ctx: Context,
     tail: Annotated[int, Query(ge=1, le=MAX_TAIL, description="Last lines per stream.")] = 200,
@@ -122,9 +136,14 @@ def read_job_logs(
 
 
 def _job_of(ctx: ServerContext, tenant: str, job_id: str) -> Job:
-    job = ctx.jobs.get(job_id, tenant)
+    """The tenant's job; one 404, with the same words, for an id of another tenant's job, one
+    that does not exist and one that is not the shape of an id (not looked up at all)."""
+    job = ctx.jobs.get(job_id, tenant) if JOB_ID_SHAPE.fullmatch(job_id) else None
     if job is None:
+        shown = job_id if JOB_ID_SHAPE.fullmatch(job_id) else "with that id"
         raise ApiProblem(
-            ErrorCode.NOT_FOUND, f"tenant {tenant!r} has no job {job_id!r}", field="job_id"
+            ErrorCode.NOT_FOUND,
+            f"tenant {tenant!r} has no job {shown}: `gpuplex job list` shows its jobs",
+            field="job_id",
         )
     return job

@@ -9,7 +9,7 @@ import pytest
 
 from gpuplex.core.queues.tree import GPUS, MIG_PREFIX, Preemption, queue_tree
 from gpuplex.core.spec import GpuplexSpec, validate_spec
-from gpuplex.core.spec.queues import WithinQueue
+from gpuplex.core.spec.queues import JobCaps, WithinQueue
 
 FLEET = {
     "nodes": [
@@ -157,3 +157,40 @@ def test_no_queues_no_tree() -> None:
     parsed = validate_spec({"fleet": FLEET, "tenants": TENANTS})
     assert isinstance(parsed, GpuplexSpec)
     assert queue_tree(parsed) is None
+
+
+def test_job_caps_are_the_tenants_own_else_the_queues_else_the_defaults() -> None:
+    default = validate_spec(spec([org(team(leaf("contoso"), leaf("fabrikam")))]))
+    assert isinstance(default, GpuplexSpec)
+    assert default.queues.job_caps_of("contoso") == JobCaps(1000, 600)
+    capped = validate_spec(
+        spec(
+            [
+                org(
+                    team(
+                        leaf("contoso", max_active_jobs=5),
+                        leaf("fabrikam", max_submits_per_minute=7),
+                    )
+                )
+            ],
+            max_active_jobs=50,
+            max_submits_per_minute=60,
+        )
+    )
+    assert isinstance(capped, GpuplexSpec)
+    assert capped.queues.job_caps_of("contoso") == JobCaps(5, 60)
+    assert capped.queues.job_caps_of("fabrikam") == JobCaps(50, 7)
+    closed = validate_spec(spec([org(team(leaf("contoso", max_active_jobs=0)))]))
+    assert isinstance(closed, GpuplexSpec)
+    assert closed.queues.job_caps_of("contoso").max_active == 0
+
+
+@pytest.mark.parametrize("field", ["max_active_jobs", "max_submits_per_minute"])
+@pytest.mark.parametrize("value", [-1, 1_000_001, 1.5, True])
+def test_job_caps_out_of_range_name_the_field(field: str, value: object) -> None:
+    problems = validate_spec(spec([org(team(leaf("contoso")))], **{field: value}))
+    assert isinstance(problems, list)
+    assert [p.path for p in problems] == [("queues", field)]
+    leaf_problems = validate_spec(spec([org(team(leaf("contoso", **{field: value})))]))
+    assert isinstance(leaf_problems, list)
+    assert [p.path for p in leaf_problems] == [(*PATH, 0, field)]
