@@ -127,6 +127,14 @@ class TooManyJobsError(GpuplexError):
     code = ErrorCode.TOO_MANY_JOBS
 
 
+class OidcTokenError(GpuplexError):
+    """A token from the identity provider that gpuplex does not take: not a JWT, a signature that
+    does not verify with the issuer's keys (or none, or an algorithm not allowed), another issuer
+    or audience, expired or not yet valid. One code (`unauthenticated`); the message says which."""
+
+    code = ErrorCode.UNAUTHENTICATED
+
+
 class PlanFileError(GpuplexError):
     code = ErrorCode.PLAN_INVALID
 

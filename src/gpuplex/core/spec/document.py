@@ -8,6 +8,7 @@ from typing import Annotated
 
 from pydantic import Field, StrictInt
 
+from gpuplex.core.spec.auth import AuthSpec
 from gpuplex.core.spec.fields import Money, SpecModel
 from gpuplex.core.spec.fleet import FleetSpec
 from gpuplex.core.spec.gateway import GatewaySpec
@@ -107,4 +108,8 @@ class GpuplexSpec(SpecModel):
     queues: QueuesSpec = Field(
         default_factory=QueuesSpec,
         description="Organisation -> team -> tenant quota queues for jobs (none: no jobs).",
+    )
+    auth: AuthSpec = Field(
+        default_factory=AuthSpec,
+        description="Signing in with the company's identity provider (OpenID Connect).",
     )

@@ -8,6 +8,7 @@ from collections import Counter
 from collections.abc import Iterator, Sequence
 
 from gpuplex.core.catalog import GPU_MODELS
+from gpuplex.core.spec.auth_rules import check_auth
 from gpuplex.core.spec.document import GpuplexSpec
 from gpuplex.core.spec.fleet import MigModeSpec
 from gpuplex.core.spec.gateway import LimiterBackend
@@ -40,6 +41,7 @@ def check_spec(spec: GpuplexSpec) -> list[SpecProblem]:
     problems += check_pricing(spec)
     problems += _check_gateway(spec)
     problems += check_queues(spec)
+    problems += check_auth(spec)
     return problems
 
 

@@ -1,0 +1,64 @@
+"""Tokens from the company's identity provider (OpenID Connect), checked with joserfc: the
+signature against the issuer's published keys (JWKS), then the claims: `iss` exactly the
+issuer, `aud` holding gpuplex's audience, `exp` in the future and `nbf`/`iat` not in it, each
+with the spec's clock skew.
+
+Only asymmetric algorithms are taken (`ALGORITHMS`): `alg: none` and HS256 (a token "signed" with
+the provider's public key as an HMAC secret) are refused whatever key set is given, and a token
+whose `kid` is not in the key set (a key the provider rotated out) does not verify. Fetching the
+discovery document and the key set, and following rotation, is the caller's part; this module
+decides on the token alone.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from joserfc import jwt
+from joserfc.errors import JoseError
+from joserfc.jwk import KeySet
+
+from gpuplex.errors import OidcTokenError
+
+#: Signature algorithms an identity provider's tokens may use: asymmetric only.
+ALGORITHMS = ("RS256", "RS384", "RS512", "PS256", "PS384", "PS512", "ES256", "ES384", "ES512")
+
+
+def verified_claims(
+    token: str,
+    jwks: Mapping[str, Any],
+    *,
+    issuer: str,
+    audience: str,
+    now_s: float,
+    skew_s: int,
+) -> dict[str, Any]:
+    """The token's claims once its signature and claims hold; OidcTokenError saying why not."""
+    try:
+        keys = KeySet.import_key_set(dict(jwks))  # type: ignore[arg-type]
+    except (JoseError, ValueError, TypeError) as error:
+        raise OidcTokenError(f"the issuer's key set cannot be read: {error}") from None
+    try:
+        decoded = jwt.decode(token, keys, algorithms=list(ALGORITHMS))
+    except (JoseError, ValueError, TypeError) as error:
+        raise OidcTokenError(f"the token's signature does not verify: {_said(error)}") from None
+    claims = dict(decoded.claims)
+    registry = jwt.JWTClaimsRegistry(
+        now=int(now_s),
+        leeway=skew_s,
+        iss={"essential": True, "value": issuer},
+        aud={"essential": True, "value": audience},
+        exp={"essential": True},
+        sub={"essential": True},
+    )
+    try:
+        registry.validate(claims)
+    except (JoseError, ValueError, TypeError) as error:
+        raise OidcTokenError(f"the token's claims do not hold: {_said(error)}") from None
+    return claims
+
+
+def _said(error: Exception) -> str:
+    text = str(error) or type(error).__name__
+    return text.splitlines()[0][:200]

@@ -1,0 +1,129 @@
+"""Tokens from the identity provider: one that holds is taken; a wrong audience, a wrong issuer, an
+expired one, one not yet valid, one signed by a key rotated out of the key set, `alg: none`, an
+HS256 token "signed" with the provider's public key, a tampered payload and garbage are all
+refused, with one error (`unauthenticated`) that says which."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import hmac
+import json
+from typing import Any
+
+import pytest
+from joserfc import jwt
+from joserfc.jwk import ECKey, RSAKey
+
+from gpuplex.errors import ErrorCode, OidcTokenError
+from gpuplex.server.oidc_tokens import verified_claims
+
+ISSUER = "https://login.example.com/realms/acme"
+AUDIENCE = "gpuplex"
+NOW = 1_800_000_000
+KEY = RSAKey.generate_key(2048, parameters={"kid": "current"})
+OLD_KEY = RSAKey.generate_key(2048, parameters={"kid": "rotated-out"})
+EC_KEY = ECKey.generate_key("P-256", parameters={"kid": "ec"})
+JWKS = {"keys": [KEY.as_dict(private=False), EC_KEY.as_dict(private=False)]}
+
+
+def claims(**changes: Any) -> dict[str, Any]:
+    base: dict[str, Any] = {
+        "iss": ISSUER,
+        "aud": AUDIENCE,
+        "sub": "alice",
+        "iat": NOW - 10,
+        "exp": NOW + 300,
+        "groups": ["gpu-contoso-viewers"],
+    }
+    base.update(changes)
+    return {k: v for k, v in base.items() if v is not None}
+
+
+def signed(payload: dict[str, Any], key: Any = KEY, alg: str = "RS256") -> str:
+    return jwt.encode({"alg": alg, "kid": key.kid}, payload, key)
+
+
+def check(token: str) -> dict[str, Any]:
+    return verified_claims(token, JWKS, issuer=ISSUER, audience=AUDIENCE, now_s=NOW, skew_s=60)
+
+
+def b64(data: bytes) -> str:
+    return base64.urlsafe_b64encode(data).rstrip(b"=").decode()
+
+
+def test_a_token_that_holds_is_taken_rsa_and_ec() -> None:
+    assert check(signed(claims()))["sub"] == "alice"
+    assert check(signed(claims(), EC_KEY, "ES256"))["groups"] == ["gpu-contoso-viewers"]
+    assert check(signed(claims(aud=["other", AUDIENCE])))["sub"] == "alice"
+    assert check(signed(claims(exp=NOW - 30)))["sub"] == "alice"  # within the clock skew
+
+
+def _none_token() -> str:
+    header = b64(json.dumps({"alg": "none", "kid": "current"}).encode())
+    return f"{header}.{b64(json.dumps(claims()).encode())}."
+
+
+def _hs256_with_the_public_key() -> str:
+    """The classic confusion: HMAC with the provider's public key (which anyone can fetch)."""
+    header = b64(json.dumps({"alg": "HS256", "kid": "current"}).encode())
+    body = b64(json.dumps(claims()).encode())
+    secret = KEY.as_pem(private=False)
+    mac = hmac.new(secret, f"{header}.{body}".encode(), hashlib.sha256).digest()
+    return f"{header}.{body}.{b64(mac)}"
+
+
+def _tampered() -> str:
+    header, _, signature = signed(claims()).split(".")
+    forged = b64(json.dumps(claims(sub="mallory", groups=["gpu-platform-admins"])).encode())
+    return f"{header}.{forged}.{signature}"
+
+
+@pytest.mark.parametrize(
+    ("token", "said"),
+    [
+        (signed(claims(aud="someone-else")), "claims"),
+        (signed(claims(iss="https://evil.example.com")), "claims"),
+        (signed(claims(exp=NOW - 3600)), "claims"),
+        (signed(claims(nbf=NOW + 3600)), "claims"),
+        (signed(claims(exp=None)), "claims"),
+        (signed(claims(sub=None)), "claims"),
+        (signed(claims(), OLD_KEY), "signature"),
+        (_none_token(), "signature"),
+        (_hs256_with_the_public_key(), "signature"),
+        (_tampered(), "signature"),
+        ("not-a-jwt", "signature"),
+        ("", "signature"),
+    ],
+    ids=[
+        "wrong-audience",
+        "wrong-issuer",
+        "expired",
+        "not-yet-valid",
+        "no-expiry",
+        "no-subject",
+        "rotated-out-key",
+        "alg-none",
+        "hs256-with-public-key",
+        "tampered-payload",
+        "garbage",
+        "empty",
+    ],
+)
+def test_every_bad_token_is_refused_with_one_code(token: str, said: str) -> None:
+    with pytest.raises(OidcTokenError) as refused:
+        check(token)
+    assert refused.value.code is ErrorCode.UNAUTHENTICATED
+    assert said in refused.value.message
+
+
+def test_a_key_set_that_cannot_be_read_refuses_every_token() -> None:
+    with pytest.raises(OidcTokenError, match="key set"):
+        verified_claims(
+            signed(claims()),
+            {"keys": "nope"},
+            issuer=ISSUER,
+            audience=AUDIENCE,
+            now_s=NOW,
+            skew_s=0,
+        )
