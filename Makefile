@@ -32,11 +32,20 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(BIN)/mypy
 
+# oidc-provider (an OpenID Certified provider for Node.js) for the identity tests, from the locked
+# versions in tests/oidc; where npm is missing or cannot install, those tests skip and say why.
+OIDC_PROVIDER := tests/oidc/node_modules/.package-lock.json
+$(OIDC_PROVIDER): tests/oidc/package-lock.json
+	@if command -v npm >/dev/null; then \
+	  npm ci --prefix tests/oidc --no-audit --no-fund --loglevel=error \
+	    || echo "make: could not install oidc-provider: the OpenID provider tests skip"; \
+	else echo "make: no npm: the OpenID provider tests skip (install Node.js 20 to run them)"; fi
+
 # Two workers: the tests that start and measure whole stacks of processes run one at a time on one
 # of them (the `lane` group, tests/conftest.py), the rest is shared (about 40 % less wall time on 2
 # cores than one process). `make unit PYTEST_WORKERS=0` runs everything in one process.
 PYTEST_WORKERS ?= 2
-unit: $(STAMP)
+unit: $(STAMP) $(OIDC_PROVIDER)
 	$(BIN)/pytest $(if $(filter 0,$(PYTEST_WORKERS)),,-n $(PYTEST_WORKERS) --dist loadgroup)
 
 test: lint typecheck unit

@@ -1,0 +1,43 @@
+// oidc-provider (OpenID Certified, https://github.com/panva/node-oidc-provider) on loopback for
+// gpuplex's identity tests. Usage: node provider.mjs PORT CONFIG.json, where the config holds the
+// signing keys (jwks), the clients, the resource server's audience, and per client or user the
+// groups claim. Client credentials (service accounts) and the device flow are enabled; access
+// tokens for the audience are JWTs signed with RS256.
+import fs from 'node:fs';
+import Provider from 'oidc-provider';
+
+const [port, configPath] = process.argv.slice(2);
+const config = JSON.parse(fs.readFileSync(configPath, 'utf8'));
+const issuer = `http://127.0.0.1:${port}`;
+const groupsOf = (id) => (config.groups || {})[id];
+
+const provider = new Provider(issuer, {
+  clients: config.clients,
+  jwks: config.jwks,
+  claims: { openid: ['sub'], groups: ['groups'] },
+  findAccount: (ctx, id) => ({
+    accountId: id,
+    claims: () => ({ sub: id, groups: groupsOf(id) || [] }),
+  }),
+  features: {
+    clientCredentials: { enabled: true },
+    deviceFlow: { enabled: true },
+    resourceIndicators: {
+      enabled: true,
+      defaultResource: () => config.audience,
+      getResourceServerInfo: () => ({
+        scope: 'gpuplex',
+        audience: config.audience,
+        accessTokenFormat: 'jwt',
+        jwt: { sign: { alg: 'RS256' } },
+      }),
+      useGrantedResource: () => true,
+    },
+  },
+  // a service account's groups ride in its access token
+  extraTokenClaims: (ctx, token) => {
+    const groups = groupsOf(token.clientId);
+    return groups ? { groups } : undefined;
+  },
+});
+provider.listen(Number(port), '127.0.0.1', () => console.log(`listening ${issuer}`));

@@ -1,0 +1,118 @@
+"""The real OpenID provider for tests: oidc-provider (OpenID Certified, Node.js) started on loopback
+with a config the test writes (its signing keys, clients, audience, groups). Installed by the
+project's own files (`make test` runs `npm ci` in tests/oidc where npm exists); where Node.js or the
+package is missing the tests skip and say why, unless GPUPLEX_REQUIRE_OIDC=1 (CI), where they fail."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from joserfc.jwk import RSAKey
+
+from tests.e2e.gateway.stack import free_port, stop
+
+HERE = Path(__file__).parent
+AUDIENCE = "urn:gpuplex:api"
+
+
+def provider_or_skip() -> str:
+    """The `node` to run the provider with; skips (or fails in CI) where it cannot run."""
+    node = shutil.which("node")
+    why = None
+    if node is None:
+        why = "Node.js is not installed: the OpenID provider tests need it"
+    elif not (HERE / "node_modules" / "oidc-provider").is_dir():
+        why = "oidc-provider is not installed: run `npm ci --prefix tests/oidc` (make test does)"
+    if why is not None:
+        if os.environ.get("GPUPLEX_REQUIRE_OIDC") == "1":
+            pytest.fail(f"{why}, and GPUPLEX_REQUIRE_OIDC=1 makes it mandatory")
+        pytest.skip(why)
+    assert node is not None
+    return node
+
+
+def signing_key(kid: str) -> RSAKey:
+    return RSAKey.generate_key(2048, parameters={"kid": kid, "use": "sig", "alg": "RS256"})
+
+
+@dataclass
+class OidcProvider:
+    """One provider process: `issuer` is its URL; `keys` sign its tokens."""
+
+    workdir: Path
+    keys: list[RSAKey]
+    clients: list[dict[str, Any]]
+    groups: dict[str, list[str]] = field(default_factory=dict)
+    port: int = field(default_factory=free_port)
+    process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def issuer(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self, node: str) -> None:
+        config = {
+            "audience": AUDIENCE,
+            "jwks": {"keys": [k.as_dict(private=True) for k in self.keys]},
+            "clients": self.clients,
+            "groups": self.groups,
+        }
+        path = self.workdir / f"provider-{self.port}.json"
+        path.write_text(json.dumps(config))
+        path.chmod(0o600)  # private keys
+        log = (self.workdir / f"provider-{self.port}.log").open("ab")
+        self.process = subprocess.Popen(  # noqa: S603 - node and our own script
+            [node, str(HERE / "provider.mjs"), str(self.port), str(path)],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        log.close()
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise AssertionError(self.log())
+            try:
+                if httpx.get(self.discovery_url, timeout=1).status_code == 200:
+                    return
+            except httpx.HTTPError:
+                time.sleep(0.1)
+        raise AssertionError(f"the OpenID provider did not start within 30 s:\n{self.log()}")
+
+    def stop(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            stop(self.process)
+
+    @property
+    def discovery_url(self) -> str:
+        return f"{self.issuer}/.well-known/openid-configuration"
+
+    def jwks(self) -> dict[str, Any]:
+        discovery = httpx.get(self.discovery_url, timeout=5).json()
+        keys: dict[str, Any] = httpx.get(discovery["jwks_uri"], timeout=5).json()
+        return keys
+
+    def client_token(self, client_id: str, secret: str) -> str:
+        """An access token for a service account (the client credentials grant)."""
+        reply = httpx.post(
+            f"{self.issuer}/token",
+            auth=(client_id, secret),
+            data={"grant_type": "client_credentials", "scope": "gpuplex", "resource": AUDIENCE},
+            timeout=5,
+        )
+        assert reply.status_code == 200, reply.text
+        token: str = reply.json()["access_token"]
+        return token
+
+    def log(self) -> str:
+        path = self.workdir / f"provider-{self.port}.log"
+        return path.read_text(errors="replace") if path.exists() else ""
