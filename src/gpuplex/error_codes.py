@@ -93,6 +93,7 @@ class ErrorCode(CodeWithAnswers):
     REQUEST_TIMEOUT = "request_timeout", 408, EXIT_FAILED, RETRY
     INTERNAL = "internal_error", 500, EXIT_FAILED, FINAL
     CONTROL_PLANE_UNREACHABLE = "control_plane_unreachable", 503, EXIT_FAILED, RETRY
+    IDENTITY_PROVIDER_UNAVAILABLE = "identity_provider_unavailable", 503, EXIT_FAILED, RETRY
     # The gateway (OpenAI-compatible API)
     INVALID_JSON = "invalid_json", 400, EXIT_BAD_INPUT, FINAL
     INVALID_API_KEY = "invalid_api_key", 401, EXIT_FAILED, FINAL

@@ -135,6 +135,14 @@ class OidcTokenError(GpuplexError):
     code = ErrorCode.UNAUTHENTICATED
 
 
+class IdentityProviderUnavailable(GpuplexError):
+    """The identity provider's discovery document or key set cannot be fetched or read (down,
+    unreachable, an answer that is not what OpenID Connect Discovery says): tokens cannot be
+    checked now, whoever sent them; retry."""
+
+    code = ErrorCode.IDENTITY_PROVIDER_UNAVAILABLE
+
+
 class PlanFileError(GpuplexError):
     code = ErrorCode.PLAN_INVALID
 

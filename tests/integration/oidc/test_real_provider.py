@@ -14,6 +14,7 @@ import pytest
 from gpuplex.core.access import Role
 from gpuplex.core.access.oidc_groups import Grant, GroupRule, grants_of
 from gpuplex.errors import OidcTokenError
+from gpuplex.server.oidc_keys import IssuerKeys
 from gpuplex.server.oidc_tokens import verified_claims
 from tests.oidc.provider import AUDIENCE, OidcProvider, provider_or_skip, signing_key
 
@@ -94,3 +95,18 @@ def test_a_token_from_another_provider_is_refused(provider: OidcProvider, tmp_pa
             )
     finally:
         other.stop()
+
+
+def test_gpuplex_follows_the_providers_key_rotation_by_itself(provider: OidcProvider) -> None:
+    """Discovery and the key set fetched from the provider and cached; after a rotation the
+    cache is refetched once for the new key, and the old key's token is refused."""
+    keys = IssuerKeys(provider.issuer, time.time, min_refresh_s=0)
+    old = provider.client_token("svc-contoso", SECRET)
+    assert keys.verify(old, audience=AUDIENCE, skew_s=60)["sub"] == "svc-contoso"
+    provider.stop()
+    provider.keys = [signing_key("second")]
+    provider.start(provider_or_skip())  # the same issuer (port), a new signing key
+    new = provider.client_token("svc-contoso", SECRET)
+    assert keys.verify(new, audience=AUDIENCE, skew_s=60)["sub"] == "svc-contoso"
+    with pytest.raises(OidcTokenError, match="signature"):
+        keys.verify(old, audience=AUDIENCE, skew_s=60)
