@@ -1,5 +1,6 @@
-"""Who is calling: the bearer token becomes a Principal, and `require` turns an RBAC verdict into
-the API's answer (403, or 404 for another tenant's object, worded as if it did not exist)."""
+"""Who is calling: the bearer token (gpuplex's own, or the identity provider's: server/oidc_principal.py)
+becomes a Principal, and `require` turns an RBAC verdict into the API's answer (403, or 404 for
+another tenant's object, worded as if it did not exist)."""
 
 from __future__ import annotations
 
@@ -11,9 +12,14 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from gpuplex.core.access import Permission, Principal, Role, Verdict, decide
 from gpuplex.errors import ErrorCode
 from gpuplex.server.context import ServerContext, server_context
+from gpuplex.server.oidc_principal import looks_like_jwt, oidc_principal
 from gpuplex.server.problems import ApiProblem
 
-_bearer = HTTPBearer(auto_error=False, description="A control-plane token: gpt_<prefix>_<secret>")
+_bearer = HTTPBearer(
+    auto_error=False,
+    description="A control-plane token (gpt_<prefix>_<secret>), or a token from the identity "
+    "provider the spec's auth.oidc names",
+)
 
 
 def current_principal(
@@ -27,6 +33,10 @@ def current_principal(
             "send `Authorization: Bearer <token>`; an admin creates tokens with "
             "`gpuplex token create` or POST /api/v1/tokens",
         )
+    if looks_like_jwt(credentials.credentials):  # the identity provider's (auth.oidc)
+        principal = oidc_principal(ctx, credentials.credentials)
+        request.state.principal = principal
+        return principal
     identity = ctx.tokens.authenticate(credentials.credentials, ctx.now())
     if identity is None:
         raise ApiProblem(ErrorCode.UNAUTHENTICATED, "the token is unknown, revoked or expired")

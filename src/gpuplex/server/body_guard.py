@@ -29,6 +29,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from gpuplex.core.serve.keys import bearer_token
 from gpuplex.errors import ErrorCode, StoreError
 from gpuplex.server.context import ServerContext
+from gpuplex.server.oidc_principal import looks_like_jwt, oidc_principal
 from gpuplex.server.problems import ApiProblem, problem_response
 
 #: The largest body the API takes: a whole spec (1,000,000 characters) as JSON, with room.
@@ -48,9 +49,17 @@ Authenticate = Callable[[str], bool]
 
 
 def active_token_check(context: ServerContext) -> Authenticate:
-    """The check of gpuplex.server.auth: a known token, neither revoked nor expired, now."""
+    """The check of gpuplex.server.auth: a known token, neither revoked nor expired, now; or an
+    identity provider's token that verifies (the route then says whether its groups give a role,
+    and answers for a provider it cannot read)."""
 
     def active(token: str) -> bool:
+        if looks_like_jwt(token):
+            try:
+                oidc_principal(context, token)
+            except ApiProblem as refused:
+                return refused.code is not ErrorCode.UNAUTHENTICATED
+            return True
         return context.tokens.authenticate(token, context.now()) is not None
 
     return active

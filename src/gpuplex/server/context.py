@@ -9,8 +9,10 @@ from pathlib import Path
 
 from fastapi import Request
 
+from gpuplex.clock import now_s
 from gpuplex.revision import AppliedRevisions
 from gpuplex.server.metering import Metering
+from gpuplex.server.oidc_keys import IssuerKeysCache
 from gpuplex.store import AuditLog, Engine, KeyRepository, UsageRepository
 from gpuplex.store.budget_enforcement import EnforcementRepository
 from gpuplex.store.budgets import BudgetRepository
@@ -40,6 +42,8 @@ class ServerContext:
     key_usage: KeyUsageRepository
     enforcement: EnforcementRepository
     jobs: JobRepository
+    #: the identity provider's keys, per issuer (wall-clock time: tokens expire in real time)
+    issuer_keys: IssuerKeysCache
 
     @classmethod
     def open(
@@ -75,6 +79,7 @@ class ServerContext:
             key_usage=key_usage,
             enforcement=EnforcementRepository(engine),
             jobs=jobs,
+            issuer_keys=IssuerKeysCache(now_s),
         )
 
 

@@ -126,3 +126,19 @@ def _has_kid(keys: dict[str, Any] | None, kid: str) -> bool:
     if keys is None:
         return False
     return any(isinstance(k, dict) and k.get("kid") == kid for k in keys.get("keys", []))
+
+
+class IssuerKeysCache:
+    """One IssuerKeys per issuer, made on first use (the applied spec names the issuer)."""
+
+    def __init__(self, clock: Callable[[], float]) -> None:
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._by_issuer: dict[str, IssuerKeys] = {}
+
+    def of(self, issuer: str) -> IssuerKeys:
+        with self._lock:
+            keys = self._by_issuer.get(issuer)
+            if keys is None:
+                keys = self._by_issuer[issuer] = IssuerKeys(issuer, self._clock)
+            return keys

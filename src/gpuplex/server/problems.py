@@ -50,6 +50,7 @@ API_CODES: tuple[ErrorCode, ...] = (
     ErrorCode.STORE_VALUE_REFUSED,
     ErrorCode.INTERNAL,
     ErrorCode.STORE_UNAVAILABLE,
+    ErrorCode.IDENTITY_PROVIDER_UNAVAILABLE,
 )
 
 #: Names and labels: no control characters (PostgreSQL refuses NUL; none belongs in a name).
@@ -67,7 +68,7 @@ _MEANING = {
     422: "Invalid input; `field` names it.",
     429: "Too many of something at once, such as a tenant's jobs not finished; retry later.",
     500: "An unexpected failure; the server log has the details.",
-    503: "The store is unavailable; retry.",
+    503: "The store, or the identity provider that checks a sign-in token, is unavailable; retry.",
 }
 #: The codes of the errors Starlette and FastAPI raise themselves, by the status they give.
 _STARLETTE_CODES = {

@@ -46,12 +46,16 @@ class Verdict(StrEnum):
 
 @dataclass(frozen=True, slots=True)
 class Principal:
-    """Who is asking: a token's name, role and (for tenant roles) tenant."""
+    """Who is asking: a token's name, role and (for tenant roles) tenant; or a person (or service
+    account) signed in with the identity provider: its issuer and subject, and the name or email
+    its token gave."""
 
     name: str
     role: Role
     tenant: str | None = None  # None only for platform admins
     token_prefix: str | None = None  # the token's public prefix: names it beyond doubt
+    issuer: str | None = None  # set for an identity provider's token
+    subject: str | None = None
 
     @property
     def is_platform(self) -> bool:
@@ -60,7 +64,10 @@ class Principal:
     @property
     def actor(self) -> str:
         """Who the audit log says did it: the token's name, which its creator chose freely, and
-        its prefix, which nobody chooses, so no one can pass for another."""
+        its prefix, which nobody chooses, so no one can pass for another; for the identity
+        provider's tokens, the person's name or email and its subject at its issuer."""
+        if self.issuer is not None:
+            return f"{self.name} (oidc {self.subject} at {self.issuer})"
         if self.token_prefix is None:
             return self.name
         return f"{self.name} (token {self.token_prefix})"
