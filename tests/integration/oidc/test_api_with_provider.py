@@ -39,9 +39,12 @@ def client(client_id: str) -> dict[str, Any]:
 
 
 def with_auth(issuer: str, audience: str = AUDIENCE) -> str:
-    return (
-        SPEC_YAML
-        + f"""\
+    return SPEC_YAML + auth_section(issuer, audience)
+
+
+def auth_section(issuer: str, audience: str = AUDIENCE) -> str:
+    """`auth.oidc` for the test provider, with the suite's group rules, to add to a spec."""
+    return f"""\
 auth:
   oidc:
     issuer: {issuer}
@@ -52,7 +55,6 @@ auth:
       - {{group: "gpu-{{tenant}}-admins", role: tenant-admin}}
       - {{group: "gpu-{{tenant}}-viewers", role: tenant-viewer}}
 """
-    )
 
 
 @pytest.fixture

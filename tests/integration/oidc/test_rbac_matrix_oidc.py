@@ -1,0 +1,55 @@
+"""The RBAC matrix (tests/integration/server/test_rbac_matrix.py: every published operation x
+every role x own tenant and another's) once more, with the callers signed in through the real
+identity provider instead of gpuplex's tokens: service accounts in `gpu-platform-admins`,
+`gpu-alphaco-admins` and `gpu-alphaco-viewers` get exactly the statuses the matrix gives the
+roles those groups map to, bodies included (another tenant's objects answered as a tenant that does
+not exist). Every spec the matrix applies carries the same `auth.oidc`."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from gpuplex.store.db import open_store
+from tests.integration.oidc.test_api_with_provider import (
+    GROUPS,
+    SECRET,
+    auth_section,
+    client,
+)
+from tests.integration.server import test_rbac_matrix as matrix
+from tests.integration.server.conftest import SPEC_YAML, Api, make_api
+from tests.oidc.provider import OidcProvider, provider_or_skip, signing_key
+
+#: The matrix's callers, as the service accounts whose groups give their roles.
+SIGNED_IN = {"admin": "svc-platform", "a-admin": "svc-a-admin", "a-viewer": "svc-a-viewer"}
+
+
+@pytest.fixture
+def oidc_api(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Api]:
+    provider = OidcProvider(
+        tmp_path, [signing_key("k1")], [client(c) for c in GROUPS], dict(GROUPS)
+    )
+    provider.start(provider_or_skip())
+    auth = auth_section(provider.issuer)
+    monkeypatch.setattr(matrix, "SPEC_YAML", SPEC_YAML + auth)
+    monkeypatch.setattr(matrix, "QUEUES_SPEC_YAML", matrix.QUEUES_SPEC_YAML + auth)
+    engine = open_store(f"sqlite:///{tmp_path / 'gpuplex.db'}")
+    made = make_api(engine, tmp_path, apply_spec=False)
+    try:
+        with made.client:
+            made.apply(SPEC_YAML + auth)
+            for caller, client_id in SIGNED_IN.items():
+                made.tokens[caller] = provider.client_token(client_id, SECRET)
+            yield made
+    finally:
+        engine.dispose()
+        provider.stop()
+
+
+@pytest.mark.parametrize("role", matrix.ROLES)
+def test_each_signed_in_role_gets_the_status_the_matrix_gives(oidc_api: Api, role: str) -> None:
+    assert oidc_api.tokens[role].count(".") == 2  # the provider's JWT, not a gpuplex token
+    matrix.test_each_role_gets_the_status_the_matrix_gives(oidc_api, role)
