@@ -94,6 +94,20 @@ class HostSettings:
         return replace(self, driver=driver)
 
 
+#: Where `gpuplex login` keeps this user's token (else ~/.config/gpuplex/login.json).
+LOGIN_FILE_VARIABLE = "GPUPLEX_LOGIN_FILE"
+
+
+def login_file() -> Path:
+    """Where `gpuplex login` keeps the signed-in user's token: $GPUPLEX_LOGIN_FILE, else
+    $XDG_CONFIG_HOME/gpuplex/login.json (~/.config by default)."""
+    chosen = os.environ.get(LOGIN_FILE_VARIABLE)
+    if chosen:
+        return Path(chosen)
+    config = os.environ.get("XDG_CONFIG_HOME") or str(Path.home() / ".config")
+    return Path(config) / "gpuplex" / "login.json"
+
+
 def default_store_url() -> str:
     """$GPUPLEX_STORE_URL, else the home's SQLite store (HOME/store/gpuplex.db)."""
     return os.environ.get(STORE_URL_VARIABLE) or gpuplex_home().store_url

@@ -34,9 +34,9 @@ const provider = new Provider(issuer, {
       useGrantedResource: () => true,
     },
   },
-  // a service account's groups ride in its access token
+  // a person's (or a service account's) groups ride in its access token
   extraTokenClaims: (ctx, token) => {
-    const groups = groupsOf(token.clientId);
+    const groups = (token.accountId && groupsOf(token.accountId)) || groupsOf(token.clientId);
     return groups ? { groups } : undefined;
   },
 });

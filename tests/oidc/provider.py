@@ -5,8 +5,10 @@ package is missing the tests skip and say why, unless GPUPLEX_REQUIRE_OIDC=1 (CI
 
 from __future__ import annotations
 
+import html
 import json
 import os
+import re
 import shutil
 import subprocess
 import time
@@ -116,3 +118,26 @@ class OidcProvider:
     def log(self) -> str:
         path = self.workdir / f"provider-{self.port}.log"
         return path.read_text(errors="replace") if path.exists() else ""
+
+    def approve_device(self, user_code: str, login: str) -> None:
+        """What a person does in a browser: open the verification page, confirm the code, sign in
+        (the provider's development login takes any name), consent."""
+        with httpx.Client(follow_redirects=True, timeout=10) as browser:
+            page = browser.get(f"{self.issuer}/device", params={"user_code": user_code})
+            for _ in range(10):
+                forms = re.findall(r'<form[^>]*action="([^"]*)"[^>]*>(.*?)</form>', page.text, re.S)
+                if not forms:
+                    break
+                action, body = forms[0]
+                fields = {
+                    name: html.unescape(value)
+                    for name, value in re.findall(
+                        r'<input[^>]*name="([^"]+)"[^>]*value="([^"]*)"', body
+                    )
+                }
+                for name in re.findall(r'<input[^>]*name="([^"]+)"', body):
+                    fields.setdefault(name, {"login": login, "password": "any"}.get(name, ""))
+                if "confirm" in body:
+                    fields.setdefault("confirm", "yes")
+                page = browser.post(action, data=fields)
+            assert "Success" in page.text, page.text[:500]

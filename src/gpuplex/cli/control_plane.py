@@ -1,6 +1,6 @@
 """How a command asks the running control plane's REST API: where it is (`--server`, else
 $GPUPLEX_SERVER_URL, else `gpuplex up`'s address), with which bearer token (`--token`, else
-$GPUPLEX_TOKEN), and how its answers end the command. An error the API answers keeps its code, so the
+$GPUPLEX_TOKEN, else the token `gpuplex login` kept), and how its answers end the command. An error the API answers keeps its code, so the
 command exits as the error model says (gpuplex/error_codes.py); a server that cannot be reached is
 `control_plane_unreachable`."""
 
@@ -15,6 +15,8 @@ from typing import Annotated, Any
 
 import typer
 
+from gpuplex.cli.device_flow import saved_token
+from gpuplex.clock import now_s
 from gpuplex.errors import ControlPlaneUnreachable, ErrorCode, RequestRefused
 from gpuplex.settings import DEFAULT_SERVER_URL, SERVER_URL_VARIABLE, TOKEN_VARIABLE
 
@@ -52,11 +54,12 @@ class ControlPlane:
 
     @classmethod
     def of(cls, server: str, token: str | None) -> ControlPlane:
+        token = token or saved_token(now_s())  # else the token of `gpuplex login`
         if not token:
             raise RequestRefused(
                 ErrorCode.UNAUTHENTICATED,
                 f"no token: give --token or set ${TOKEN_VARIABLE} (`gpuplex up` prints the admin "
-                "token; `gpuplex token create` makes one)",
+                "token; `gpuplex token create` makes one), or sign in with `gpuplex login`",
             )
         parts = urllib.parse.urlsplit(server)
         if parts.scheme not in ("http", "https") or not parts.netloc:

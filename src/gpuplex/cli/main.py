@@ -24,6 +24,7 @@ from gpuplex.cli.host import host_app
 from gpuplex.cli.jobs import job_app
 from gpuplex.cli.keys import keys_app
 from gpuplex.cli.kube import kube_app
+from gpuplex.cli.login import login_command
 from gpuplex.cli.queues import queues_command
 from gpuplex.cli.render import (
     changes_table,
@@ -89,6 +90,7 @@ app.command(name="up")(up_command)
 app.command(name="simulate")(simulate_command)
 app.command(name="queues")(queues_command)
 app.command(name="statement")(statement_command)
+app.command(name="login")(login_command)
 out = stdout_console()
 err = stderr_console()
 

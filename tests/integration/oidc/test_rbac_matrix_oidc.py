@@ -21,6 +21,7 @@ from tests.integration.oidc.test_api_with_provider import (
 )
 from tests.integration.server import test_rbac_matrix as matrix
 from tests.integration.server.conftest import SPEC_YAML, Api, make_api
+from tests.integration.server.test_jobs_api import QUEUES_SPEC_YAML
 from tests.oidc.provider import OidcProvider, provider_or_skip, signing_key
 
 #: The matrix's callers, as the service accounts whose groups give their roles.
@@ -35,7 +36,7 @@ def oidc_api(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Api]:
     provider.start(provider_or_skip())
     auth = auth_section(provider.issuer)
     monkeypatch.setattr(matrix, "SPEC_YAML", SPEC_YAML + auth)
-    monkeypatch.setattr(matrix, "QUEUES_SPEC_YAML", matrix.QUEUES_SPEC_YAML + auth)
+    monkeypatch.setattr(matrix, "QUEUES_SPEC_YAML", QUEUES_SPEC_YAML + auth)
     engine = open_store(f"sqlite:///{tmp_path / 'gpuplex.db'}")
     made = make_api(engine, tmp_path, apply_spec=False)
     try:

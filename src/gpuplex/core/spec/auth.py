@@ -16,9 +16,9 @@ variable or a file, named here.
           - {group: "gpu-{tenant}-admins", role: tenant-admin}      # one rule for every tenant
           - {group: contoso-readers, role: tenant-viewer, tenant: contoso}
 
-The control plane's API takes the provider's tokens by it (server/oidc_principal.py), and
-`core.access.oidc_groups` maps a person's groups to roles; the dashboard's sign-in, `gpuplex
-login` and the gateway are to come.
+The control plane's API takes the provider's tokens by it (server/oidc_principal.py),
+`core.access.oidc_groups` maps a person's groups to roles, and `gpuplex login` gets a person's
+token on a terminal; the dashboard's sign-in and the gateway are to come.
 """
 
 from __future__ import annotations
