@@ -216,14 +216,34 @@ class KueueManager:
 
     def _apply_crds(self) -> None:
         names = []
+        served: list[tuple[str, str]] = []  # (group/version, plural)
         for path in self.crds:
             crd = yaml.safe_load(path.read_text())
             created = self.send("POST", CRD_PATH, crd)
             if created.status != 409:  # 409: an earlier session's, same schemas
                 _ok(created.status, created.text, f"creating the CRD of {path.name}")
             names.append(crd["metadata"]["name"])
+            spec = crd["spec"]
+            served += [
+                (f"{spec['group']}/{v['name']}", spec["names"]["plural"])
+                for v in spec["versions"]
+                if v.get("served", True)
+            ]
         for name in names:
             self._wait(f"CRD {name} to be established", lambda n=name: self._established(n))
+        # Established is not yet served: Kueue's start-up fails ("no matches for kind Workload")
+        # if discovery does not list the resources when it builds its indexes
+        for group_version, plural in served:
+            self._wait(
+                f"{plural} served under /apis/{group_version}",
+                lambda gv=group_version, p=plural: self._discovered(gv, p),
+            )
+
+    def _discovered(self, group_version: str, plural: str) -> bool:
+        reply = self.send("GET", f"/apis/{group_version}")
+        if reply.status != 200:
+            return False
+        return any(r.get("name") == plural for r in reply.body.get("resources") or [])
 
     def _established(self, name: str) -> bool:
         reply = self.send("GET", f"{CRD_PATH}/{name}")
