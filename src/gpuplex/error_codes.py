@@ -86,6 +86,7 @@ class ErrorCode(CodeWithAnswers):
     # Requests to either API
     UNAUTHENTICATED = "unauthenticated", 401, EXIT_FAILED, FINAL
     FORBIDDEN = "forbidden", 403, EXIT_FAILED, FINAL
+    CSRF_REJECTED = "csrf_rejected", 403, EXIT_FAILED, FINAL
     INVALID_REQUEST = "invalid_request", 422, EXIT_BAD_INPUT, FINAL
     CONFLICT = "conflict", 409, EXIT_FAILED, FINAL
     METHOD_NOT_ALLOWED = "method_not_allowed", 405, EXIT_BAD_INPUT, FINAL

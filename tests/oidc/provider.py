@@ -15,6 +15,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from urllib.parse import urljoin
 
 import httpx
 import pytest
@@ -124,20 +125,25 @@ class OidcProvider:
         (the provider's development login takes any name), consent."""
         with httpx.Client(follow_redirects=True, timeout=10) as browser:
             page = browser.get(f"{self.issuer}/device", params={"user_code": user_code})
-            for _ in range(10):
-                forms = re.findall(r'<form[^>]*action="([^"]*)"[^>]*>(.*?)</form>', page.text, re.S)
-                if not forms:
-                    break
-                action, body = forms[0]
-                fields = {
-                    name: html.unescape(value)
-                    for name, value in re.findall(
-                        r'<input[^>]*name="([^"]+)"[^>]*value="([^"]*)"', body
-                    )
-                }
-                for name in re.findall(r'<input[^>]*name="([^"]+)"', body):
-                    fields.setdefault(name, {"login": login, "password": "any"}.get(name, ""))
-                if "confirm" in body:
-                    fields.setdefault("confirm", "yes")
-                page = browser.post(action, data=fields)
+            page = fill_in_forms(browser, page, login)
             assert "Success" in page.text, page.text[:500]
+
+
+def fill_in_forms(browser: httpx.Client, page: httpx.Response, login: str) -> httpx.Response:
+    """Go through the provider's pages as a person would, from `page`: sign in as `login` (its
+    development login takes any name and password), confirm, consent; the page it ends on."""
+    for _ in range(10):
+        forms = re.findall(r'<form[^>]*action="([^"]*)"[^>]*>(.*?)</form>', page.text, re.S)
+        if not forms:
+            break
+        action, body = forms[0]
+        fields = {
+            name: html.unescape(value)
+            for name, value in re.findall(r'<input[^>]*name="([^"]+)"[^>]*value="([^"]*)"', body)
+        }
+        for name in re.findall(r'<input[^>]*name="([^"]+)"', body):
+            fields.setdefault(name, {"login": login, "password": "any"}.get(name, ""))
+        if "confirm" in body:
+            fields.setdefault("confirm", "yes")
+        page = browser.post(urljoin(str(page.url), html.unescape(action)), data=fields)
+    return page

@@ -1,5 +1,6 @@
 """The control plane's ASGI app: the REST API under /api/v1 (OpenAPI at /api/v1/openapi.json),
-the dashboard's static files under /dashboard/, /metrics and /healthz."""
+the dashboard's static files under /dashboard/ and its sign-in under /auth/, /metrics and
+/healthz."""
 
 from __future__ import annotations
 
@@ -11,7 +12,8 @@ from fastapi.responses import RedirectResponse
 from fastapi.staticfiles import StaticFiles
 
 from gpuplex import __version__
-from gpuplex.server.body_guard import BodyGuard, active_token_check
+from gpuplex.server import sign_in
+from gpuplex.server.body_guard import BodyGuard, active_token_check, live_session_check
 from gpuplex.server.context import ServerContext
 from gpuplex.server.metrics.endpoint import mount_metrics
 from gpuplex.server.problems import install_handlers
@@ -55,7 +57,11 @@ def create_app(
     app.state.context = context
     install_handlers(app)
     # bodies: the caller checked before one is read, each bounded while it is read
-    app.add_middleware(BodyGuard, authenticate=active_token_check(context))
+    app.add_middleware(
+        BodyGuard,
+        authenticate=active_token_check(context),
+        known_session=live_session_check(context),
+    )
     for module in (
         tenants,
         spec,
@@ -71,6 +77,7 @@ def create_app(
         nodes,
     ):
         app.include_router(module.router, prefix=API_PREFIX)
+    app.include_router(sign_in.router)  # /auth/...: the dashboard's sign-in
 
     @app.get("/healthz", include_in_schema=False)
     def healthz() -> dict[str, str]:

@@ -1,5 +1,5 @@
-"""Who is calling: the bearer token (gpuplex's own, or the identity provider's: server/oidc_principal.py)
-becomes a Principal, and `require` turns an RBAC verdict into the API's answer (403, or 404 for
+"""Who is calling: the bearer token (gpuplex's own, or the identity provider's: server/oidc_principal.py),
+or else the dashboard's session cookie (server/sign_in.py), becomes a Principal, and `require` turns an RBAC verdict into the API's answer (403, or 404 for
 another tenant's object, worded as if it did not exist)."""
 
 from __future__ import annotations
@@ -11,9 +11,11 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from gpuplex.core.access import Permission, Principal, Role, Verdict, decide
 from gpuplex.errors import ErrorCode
+from gpuplex.server.body_guard import ENDED_SESSION
 from gpuplex.server.context import ServerContext, server_context
-from gpuplex.server.oidc_principal import looks_like_jwt, oidc_principal
+from gpuplex.server.oidc_principal import looks_like_jwt, oidc_principal, principal_of_groups
 from gpuplex.server.problems import ApiProblem
+from gpuplex.server.sign_in import SESSION_COOKIE, require_csrf
 
 _bearer = HTTPBearer(
     auto_error=False,
@@ -27,6 +29,11 @@ def current_principal(
     credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
     ctx: Annotated[ServerContext, Depends(server_context)],
 ) -> Principal:
+    cookie = request.cookies.get(SESSION_COOKIE)
+    if credentials is None and cookie:  # the dashboard, signed in with the identity provider
+        principal = session_principal(ctx, request, cookie)
+        request.state.principal = principal
+        return principal
     if credentials is None or credentials.scheme.lower() != "bearer":
         raise ApiProblem(
             ErrorCode.UNAUTHENTICATED,
@@ -48,6 +55,18 @@ def current_principal(
     )
     request.state.principal = principal
     return principal
+
+
+def session_principal(ctx: ServerContext, request: Request, cookie: str) -> Principal:
+    """The person a dashboard session cookie speaks for, with roles from the groups their sign-in
+    saw under the rules applied now; a change needs the session's CSRF token."""
+    session = ctx.web_sessions.find(cookie, ctx.now())
+    if session is None:
+        raise ApiProblem(ErrorCode.UNAUTHENTICATED, ENDED_SESSION)
+    require_csrf(request, session)
+    return principal_of_groups(
+        ctx, list(session.groups), session.subject, session.name, session.issuer
+    )
 
 
 CurrentPrincipal = Annotated[Principal, Depends(current_principal)]

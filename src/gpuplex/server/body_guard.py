@@ -2,8 +2,9 @@
 body is read before the caller is known and none is read past its limit.
 
 For a request that carries a body:
-- under /api/v1, the caller is checked first: no bearer token at all, or one the store does not
-  know (or has revoked, or has seen expire), gets 401 before a byte of the body is read;
+- under /api/v1, the caller is checked first: no bearer token at all (nor a dashboard session
+  cookie), or one the store does not know (or has revoked, or has seen expire), gets 401 before a
+  byte of the body is read;
 - a declared Content-Length over `max_body_bytes` gets 413 before a byte is read;
 - while the app reads, the bytes are counted: past `max_body_bytes` the app reads no more and the
   client gets 413; a body that has not all come within `body_timeout_s` gets 408.
@@ -13,8 +14,8 @@ The answers are the server's problem JSON (gpuplex.server.problems) with stable 
 sends after an early answer is not parsed: the front door (gpuplex/http_guard.py) drops a little,
 stops reading, and closes the connection soon after.
 
-Every /api/v1 route that takes a body needs a bearer token today; one that must not (a login, say)
-has to be let through here by path.
+Every /api/v1 route that takes a body needs a bearer token or a dashboard session today (the
+sign-in's own routes live under /auth/, outside this check).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from collections.abc import Callable
 from typing import Any
 
 import anyio.to_thread
+from starlette.requests import cookie_parser
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from gpuplex.core.serve.keys import bearer_token
@@ -31,6 +33,7 @@ from gpuplex.errors import ErrorCode, StoreError
 from gpuplex.server.context import ServerContext
 from gpuplex.server.oidc_principal import looks_like_jwt, oidc_principal
 from gpuplex.server.problems import ApiProblem, problem_response
+from gpuplex.server.sign_in import SESSION_COOKIE
 
 #: The largest body the API takes: a whole spec (1,000,000 characters) as JSON, with room.
 MAX_BODY_BYTES = 8 * 1024 * 1024
@@ -43,9 +46,12 @@ NO_CREDENTIALS = (
     "`gpuplex token create` or POST /api/v1/tokens"
 )
 UNKNOWN_CREDENTIALS = "the token is unknown, revoked or expired"
+ENDED_SESSION = "the dashboard session ended or is unknown: sign in again"
 
 #: token -> whether it is a known, active control-plane token (called in a worker thread).
 Authenticate = Callable[[str], bool]
+#: session cookie -> whether it is a live dashboard session (called in a worker thread).
+KnownSession = Callable[[str], bool]
 
 
 def active_token_check(context: ServerContext) -> Authenticate:
@@ -65,16 +71,23 @@ def active_token_check(context: ServerContext) -> Authenticate:
     return active
 
 
+def live_session_check(context: ServerContext) -> KnownSession:
+    """The dashboard session check of gpuplex.server.auth (which checks its CSRF token too)."""
+    return lambda cookie: context.web_sessions.find(cookie, context.now()) is not None
+
+
 class BodyGuard:
     def __init__(
         self,
         app: ASGIApp,
         authenticate: Authenticate | None = None,
+        known_session: KnownSession | None = None,
         max_body_bytes: int = MAX_BODY_BYTES,
         body_timeout_s: float = BODY_TIMEOUT_S,
     ) -> None:
         self.app = app
         self.authenticate = authenticate
+        self.known_session = known_session
         self.max_body_bytes = max_body_bytes
         self.body_timeout_s = body_timeout_s
 
@@ -102,12 +115,22 @@ class BodyGuard:
         if str(scope["path"]).startswith(API_PREFIX):
             token = bearer_token(_header(scope, b"authorization"))
             if token is None:
-                return ApiProblem(ErrorCode.UNAUTHENTICATED, NO_CREDENTIALS)
+                return await self._session_refusal(scope)
             if self.authenticate is not None and not await _known(self.authenticate, token):
                 return ApiProblem(ErrorCode.UNAUTHENTICATED, UNKNOWN_CREDENTIALS)
         size = declared.strip() if declared is not None else b""
         if size.isdigit() and int(size) > self.max_body_bytes:
             return too_large(self.max_body_bytes)
+        return None
+
+    async def _session_refusal(self, scope: Scope) -> ApiProblem | None:
+        cookie = cookie_parser((_header(scope, b"cookie") or b"").decode("latin-1")).get(
+            SESSION_COOKIE
+        )
+        if not cookie:
+            return ApiProblem(ErrorCode.UNAUTHENTICATED, NO_CREDENTIALS)
+        if self.known_session is not None and not await _known(self.known_session, cookie):
+            return ApiProblem(ErrorCode.UNAUTHENTICATED, ENDED_SESSION)
         return None
 
 

@@ -22,6 +22,7 @@ from gpuplex.store.rollups import RollupRepository
 from gpuplex.store.samples import SampleRepository
 from gpuplex.store.spec_revisions import SpecRevisions
 from gpuplex.store.tokens import TokenRepository
+from gpuplex.store.web_sessions import WebSessions
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,6 +45,8 @@ class ServerContext:
     jobs: JobRepository
     #: the identity provider's keys, per issuer (wall-clock time: tokens expire in real time)
     issuer_keys: IssuerKeysCache
+    #: people signed in to the dashboard with the identity provider (server/sign_in.py)
+    web_sessions: WebSessions
 
     @classmethod
     def open(
@@ -80,6 +83,7 @@ class ServerContext:
             enforcement=EnforcementRepository(engine),
             jobs=jobs,
             issuer_keys=IssuerKeysCache(now_s),
+            web_sessions=WebSessions(engine),
         )
 
 

@@ -69,7 +69,7 @@ class IssuerKeys:
         self._max_age_s = max_age_s
         self._min_refresh_s = min_refresh_s
         self._lock = threading.Lock()
-        self._jwks_uri: str | None = None
+        self._discovery: dict[str, Any] | None = None
         self._keys: dict[str, Any] | None = None
         self._fetched_at = float("-inf")
 
@@ -98,19 +98,28 @@ class IssuerKeys:
             assert self._keys is not None
             return self._keys
 
+    def endpoint(self, name: str) -> str:
+        """An endpoint the discovery document names (`authorization_endpoint`,
+        `token_endpoint`, ...); IdentityProviderUnavailable when it names none."""
+        with self._lock:
+            return self._endpoint(name)
+
     def _jwks_location(self) -> str:
-        if self._jwks_uri is None:
+        return self._endpoint("jwks_uri")
+
+    def _endpoint(self, name: str) -> str:
+        if self._discovery is None:
             discovery = self._fetch(self.issuer.rstrip("/") + "/.well-known/openid-configuration")
             if discovery.get("issuer") != self.issuer:
                 raise IdentityProviderUnavailable(
                     f"{self.issuer}: the discovery document names issuer "
                     f"{discovery.get('issuer')!r}, not this one (OpenID Connect Discovery 4.3)"
                 )
-            jwks_uri = discovery.get("jwks_uri")
-            if not isinstance(jwks_uri, str) or not jwks_uri:
-                raise IdentityProviderUnavailable(f"{self.issuer}: discovery names no jwks_uri")
-            self._jwks_uri = jwks_uri
-        return self._jwks_uri
+            self._discovery = discovery
+        found = self._discovery.get(name)
+        if not isinstance(found, str) or not found.startswith(("https://", "http://")):
+            raise IdentityProviderUnavailable(f"{self.issuer}: discovery names no {name}")
+        return found
 
 
 def _kid_of(token: str) -> str | None:

@@ -42,12 +42,43 @@ def oidc_principal(ctx: ServerContext, token: str) -> Principal:
         raise ApiProblem(ErrorCode.UNAUTHENTICATED, error.message) from None
     except IdentityProviderUnavailable as error:
         raise ApiProblem(ErrorCode.IDENTITY_PROVIDER_UNAVAILABLE, error.message) from None
+    subject = str(claims["sub"])
+    return principal_of_groups(
+        ctx,
+        groups_of(claims, oidc.groups_claim),
+        subject,
+        person_name(claims, subject),
+        oidc.issuer,
+    )
+
+
+def principal_of_groups(
+    ctx: ServerContext, groups: list[str], subject: str, name: str, issuer: str
+) -> Principal:
+    """A person's principal from their groups, by the applied spec's rules as they are now (a
+    dashboard session keeps the groups its sign-in saw and takes the rules afresh each time). A
+    person signed in at an issuer the spec no longer names is 401."""
+    applied = ctx.current.get()
+    oidc = applied.spec.auth.oidc if applied is not None else None
+    if applied is None or oidc is None or oidc.issuer != issuer:
+        raise ApiProblem(
+            ErrorCode.UNAUTHENTICATED,
+            "the applied spec no longer takes sign-ins from this identity provider (auth.oidc)",
+        )
     rules = [GroupRule(r.group, r.role, r.tenant) for r in oidc.roles]
-    grants = grants_of(_groups(claims, oidc.groups_claim), rules, applied.tenant_names)
-    return _one_principal(grants, claims, oidc.issuer)
+    grants = grants_of(groups, rules, applied.tenant_names)
+    return _one_principal(grants, name, subject, issuer)
 
 
-def _groups(claims: dict[str, Any], claim: str) -> list[str]:
+def person_name(claims: dict[str, Any], subject: str) -> str:
+    """What the audit log calls a person: their email, user name or name, else their subject."""
+    return next(
+        (str(claims[c]) for c in ("email", "preferred_username", "name") if claims.get(c)),
+        subject,
+    )
+
+
+def groups_of(claims: dict[str, Any], claim: str) -> list[str]:
     value = claims.get(claim)
     if isinstance(value, str):
         return [value]
@@ -56,12 +87,7 @@ def _groups(claims: dict[str, Any], claim: str) -> list[str]:
     return []
 
 
-def _one_principal(grants: list[Grant], claims: dict[str, Any], issuer: str) -> Principal:
-    subject = str(claims["sub"])
-    name = next(
-        (str(claims[c]) for c in ("email", "preferred_username", "name") if claims.get(c)),
-        subject,
-    )
+def _one_principal(grants: list[Grant], name: str, subject: str, issuer: str) -> Principal:
     common = {"name": name, "issuer": issuer, "subject": subject}
     if any(g.role is Role.PLATFORM_ADMIN for g in grants):
         return Principal(role=Role.PLATFORM_ADMIN, **common)

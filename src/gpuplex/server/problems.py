@@ -33,6 +33,7 @@ UNAUTHENTICATED = ErrorCode.UNAUTHENTICATED
 API_CODES: tuple[ErrorCode, ...] = (
     ErrorCode.UNAUTHENTICATED,
     ErrorCode.FORBIDDEN,
+    ErrorCode.CSRF_REJECTED,
     ErrorCode.NOT_FOUND,
     ErrorCode.METHOD_NOT_ALLOWED,
     ErrorCode.REQUEST_TIMEOUT,

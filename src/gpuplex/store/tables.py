@@ -348,4 +348,35 @@ class JobReportRow(Base):
     reported_at: Mapped[datetime] = mapped_column(UtcDateTime())
 
 
+class WebSessionRow(Base):
+    """A person signed in to the dashboard with the identity provider: the SHA-256 of the session
+    cookie and of its CSRF token (never either), who they are at the issuer, and the groups their
+    token carried at sign-in; roles are derived from the groups on each request."""
+
+    __tablename__ = "web_sessions"
+
+    session_hash: Mapped[str] = mapped_column(String(64), primary_key=True)
+    csrf_hash: Mapped[str] = mapped_column(String(64))
+    issuer: Mapped[str] = mapped_column(String(2048))
+    subject: Mapped[str] = mapped_column(String(255))
+    name: Mapped[str] = mapped_column(String(255))
+    groups: Mapped[list[str]] = mapped_column(JSON)
+    created_at: Mapped[datetime] = mapped_column(UtcDateTime())
+    expires_at: Mapped[datetime] = mapped_column(UtcDateTime(), index=True)
+
+
+class WebSignInRow(Base):
+    """A dashboard sign-in under way (authorization code + PKCE): found by the SHA-256 of its
+    `state`, bound to the browser that began it by the SHA-256 of a cookie, used once."""
+
+    __tablename__ = "web_sign_ins"
+
+    state_hash: Mapped[str] = mapped_column(String(64), primary_key=True)
+    browser_hash: Mapped[str] = mapped_column(String(64))
+    code_verifier: Mapped[str] = mapped_column(String(128))
+    nonce: Mapped[str] = mapped_column(String(128))
+    return_to: Mapped[str] = mapped_column(String(2048))
+    expires_at: Mapped[datetime] = mapped_column(UtcDateTime(), index=True)
+
+
 metadata = Base.metadata

@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -19,6 +18,7 @@ from pathlib import Path
 
 from gpuplex.clock import utc_now
 from tests.e2e.dashboard.seed import seed_history
+from tests.e2e.gateway.stack import free_port
 
 ROOT = Path(__file__).resolve().parents[3]
 SPEC = ROOT / "examples" / "saas-single-server.yaml"
@@ -34,13 +34,6 @@ class Stack:
     contoso_token: str
     state_dir: Path  # the host runtime's, whose events.jsonl the server reads
     log_path: Path
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 def _cli(*args: str) -> str:
@@ -91,12 +84,24 @@ def _wait_until_applied(
 
 
 @contextmanager
-def running_stack(workdir: Path) -> Iterator[Stack]:
+def running_stack(
+    workdir: Path,
+    *,
+    spec_extra: str = "",
+    port: int | None = None,
+    env: dict[str, str] | None = None,
+) -> Iterator[Stack]:
+    """`spec_extra`: YAML added to the example spec (an `auth:` section, say); `port`: the
+    server's (a free one by default); `env`: more environment for the server."""
+    spec = SPEC
+    if spec_extra:
+        spec = workdir / "gpuplex.yaml"
+        spec.write_text(SPEC.read_text() + spec_extra)
     store_url = f"sqlite:///{workdir / 'gpuplex.db'}"
     state_dir = workdir / "state"
     admin = _token(store_url, ADMIN_NAME)  # also creates the store
-    seed_history(store_url, SPEC, state_dir, utc_now())
-    port = _free_port()
+    seed_history(store_url, spec, state_dir, utc_now())
+    port = port or free_port()
     log_path = workdir / "server.log"
     with log_path.open("wb") as log:
         server = subprocess.Popen(  # noqa: S603 - our own interpreter and module, fixed arguments
@@ -106,7 +111,7 @@ def running_stack(workdir: Path) -> Iterator[Stack]:
                 "gpuplex.cli",
                 "server",
                 "--spec",
-                str(SPEC),
+                str(spec),
                 "--store",
                 store_url,
                 "--state-dir",
@@ -119,7 +124,7 @@ def running_stack(workdir: Path) -> Iterator[Stack]:
             stdout=log,
             stderr=subprocess.STDOUT,
             cwd=ROOT,
-            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+            env={**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})},
         )
     try:
         base_url = f"http://127.0.0.1:{port}"

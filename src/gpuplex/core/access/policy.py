@@ -44,6 +44,11 @@ class Verdict(StrEnum):
     NOT_FOUND = "not_found"  # 404: another tenant's object, whose existence is not revealed
 
 
+def oidc_actor(name: str, subject: str, issuer: str) -> str:
+    """How the audit log names a person signed in with the identity provider."""
+    return f"{name} (oidc {subject} at {issuer})"
+
+
 @dataclass(frozen=True, slots=True)
 class Principal:
     """Who is asking: a token's name, role and (for tenant roles) tenant; or a person (or service
@@ -67,7 +72,7 @@ class Principal:
         its prefix, which nobody chooses, so no one can pass for another; for the identity
         provider's tokens, the person's name or email and its subject at its issuer."""
         if self.issuer is not None:
-            return f"{self.name} (oidc {self.subject} at {self.issuer})"
+            return oidc_actor(self.name, self.subject or "", self.issuer)
         if self.token_prefix is None:
             return self.name
         return f"{self.name} (token {self.token_prefix})"

@@ -1,4 +1,6 @@
-// The REST API client: the token lives in sessionStorage and goes out as a Bearer header.
+// The REST API client: a pasted token (or a `#token=` link's) lives in sessionStorage and goes out
+// as a Bearer header; without one, the browser sends the session cookie of a sign-in with the
+// identity provider (HttpOnly: this code never sees it), and changes carry its CSRF token.
 
 const TOKEN_KEY = "gpuplex.token";
 export const API = "/api/v1";
@@ -36,13 +38,45 @@ export function clearToken() {
   window.sessionStorage.removeItem(TOKEN_KEY);
 }
 
+const CSRF_COOKIE = "gpuplex_csrf";
+
+/** The CSRF token of the identity-provider session, sent back on every change. */
+export function csrfToken() {
+  const found = document.cookie.split("; ").find((c) => c.startsWith(`${CSRF_COOKIE}=`));
+  return found ? decodeURIComponent(found.slice(CSRF_COOKIE.length + 1)) : null;
+}
+
+function headers(method) {
+  const sent = { Accept: "application/json" };
+  const token = getToken();
+  if (token) sent.Authorization = `Bearer ${token}`;
+  else if (method !== "GET" && csrfToken()) sent["X-CSRF-Token"] = csrfToken();
+  return sent;
+}
+
 export async function get(path, query = {}) {
   const url = new URL(API + path, window.location.origin);
   for (const [name, value] of Object.entries(query)) url.searchParams.set(name, value);
-  const reply = await fetch(url, {
-    headers: { Authorization: `Bearer ${getToken()}`, Accept: "application/json" },
-    cache: "no-store",
-  });
+  return answer(await fetch(url, { headers: headers("GET"), cache: "no-store" }));
+}
+
+/** End the identity-provider session: the server forgets it, so its cookie stops working. */
+export async function signOutOfSession() {
+  const reply = await fetch("/auth/logout", { method: "POST", headers: headers("POST"), cache: "no-store" });
+  if (reply.status !== 401) await answer(reply); // 401: it had ended already
+}
+
+/** Whether this control plane offers sign-in with an identity provider: {issuer} or null. */
+export async function identityProvider() {
+  try {
+    const reply = await fetch("/auth/config", { cache: "no-store" });
+    return reply.ok ? (await reply.json()).oidc : null;
+  } catch {
+    return null;
+  }
+}
+
+async function answer(reply) {
   if (!reply.ok) {
     let code = "http_error";
     let message = `${reply.status} ${reply.statusText}`;

@@ -1,8 +1,9 @@
-// The dashboard: sign in with a control-plane token, then every 10 s fetch the GPU map, tenants,
+// The dashboard: sign in with a control-plane token or with the identity provider (a session
+// cookie the server keeps; server/sign_in.py), then every 10 s fetch the GPU map, tenants,
 // queues and jobs, usage, budgets and events and redraw. A tenant-scoped token sees only its own
 // tenant: the API filters, and the page draws only what it is given.
 
-import { ApiError, adoptTokenFromFragment, all, clearToken, get, getToken, setToken, tenantPath } from "./api.js";
+import { ApiError, adoptTokenFromFragment, all, clearToken, csrfToken, get, getToken, identityProvider, setToken, signOutOfSession, tenantPath } from "./api.js";
 import { renderKeySpend } from "./budgets.js";
 import { hourlySeries, renderUsage, usageRange } from "./charts.js";
 import { fill, h } from "./dom.js";
@@ -27,6 +28,25 @@ function showSignIn(message) {
   $("signin-error").hidden = !message;
   $("token-input").value = "";
   $("token-input").focus();
+  offerIdentityProvider();
+}
+
+/** Show "Sign in with <issuer>" when the control plane takes its identity provider's sign-ins. */
+async function offerIdentityProvider() {
+  const provider = await identityProvider();
+  $("oidc-signin").hidden = !provider;
+  if (!provider) return;
+  fill($("oidc-issuer"), new URL(provider.issuer).host);
+  $("oidc-signin-link").href = `/auth/login?return_to=${encodeURIComponent(window.location.pathname)}`;
+}
+
+/** A failed sign-in comes back as `#signin_error=...`: say it once, then clear the address. */
+function takeSignInError() {
+  const params = new URLSearchParams(window.location.hash.replace(/^#/, ""));
+  const said = params.get("signin_error");
+  if (said === null) return null;
+  window.history.replaceState(null, "", window.location.pathname + window.location.search);
+  return `Signing in with the identity provider failed: ${said}`;
 }
 
 async function start() {
@@ -37,7 +57,8 @@ async function start() {
   } catch (error) {
     if (mine !== generation) return;
     if (error instanceof ApiError && error.status === 401) clearToken();
-    showSignIn(error instanceof ApiError && error.status === 401 ? `That token was not accepted: ${error.message}` : `Cannot reach the control plane: ${error.message}`);
+    const what = getToken() === null && csrfToken() ? "Your session was not accepted" : "That token was not accepted";
+    showSignIn(error instanceof ApiError && error.status === 401 ? `${what}: ${error.message}` : `Cannot reach the control plane: ${error.message}`);
     return;
   }
   if (mine !== generation) return;
@@ -116,12 +137,22 @@ function main() {
     setToken(token);
     start();
   });
-  $("signout").addEventListener("click", () => {
-    clearToken();
+  $("signout").addEventListener("click", async () => {
+    if (getToken()) clearToken();
+    else {
+      try {
+        await signOutOfSession();
+      } catch (error) {
+        showSignIn(`Signing out failed: ${error.message}`);
+        return;
+      }
+    }
     showSignIn();
   });
-  if (getToken()) start();
-  else showSignIn();
+  const signInError = takeSignInError();
+  // a session cookie is HttpOnly; its CSRF cookie, readable, says there is one
+  if (signInError === null && (getToken() || csrfToken())) start();
+  else showSignIn(signInError);
 }
 
 main();

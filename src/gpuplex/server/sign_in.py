@@ -1,0 +1,208 @@
+"""Signing in to the dashboard with the identity provider, and out again (`/auth/...`).
+
+- `GET /auth/config`: whether this control plane offers the sign-in (the applied spec's auth.oidc).
+- `GET /auth/login?return_to=/dashboard/`: begins a sign-in (authorization code + PKCE, a state and
+  a nonce kept server-side, bound to this browser by a short-lived cookie) and sends the browser to
+  the provider.
+- `GET /auth/callback`: where the provider sends the browser back; the code is exchanged, the
+  tokens verified, the person's groups must give a role, and a session begins: an HttpOnly
+  `SameSite=Strict` session cookie (`Secure` when served over TLS) and a CSRF token the page sends
+  back as `X-CSRF-Token` on every mutation (server/auth.py checks it). Failures come back to the
+  dashboard as `#signin_error=...`, never as a token or a stack trace.
+- `POST /auth/logout`: ends the session (with its CSRF token): the cookie stops working at once.
+
+Bearer tokens (gpuplex's own, the `#token=` links, and the provider's) keep working beside it.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import urllib.parse
+from datetime import UTC, datetime
+from typing import Annotated
+
+from fastapi import APIRouter, Depends, Request
+from fastapi.responses import JSONResponse, RedirectResponse, Response
+
+from gpuplex.clock import now_s
+from gpuplex.core.spec.auth import OidcSpec
+from gpuplex.errors import ErrorCode, IdentityProviderUnavailable, OidcTokenError
+from gpuplex.server.context import ServerContext, server_context
+from gpuplex.server.oidc_code_flow import authorization_url, exchange_code, signed_in_person
+from gpuplex.server.oidc_principal import principal_of_groups
+from gpuplex.server.problems import ApiProblem
+from gpuplex.store.web_sessions import PendingSignIn, WebSession, new_secret
+
+SESSION_COOKIE = "gpuplex_session"
+CSRF_COOKIE = "gpuplex_csrf"
+CSRF_HEADER = "x-csrf-token"
+SIGN_IN_COOKIE = "gpuplex_sign_in"
+DASHBOARD = "/dashboard/"
+#: A local path to come back to after signing in: never another site (`//evil`, `/\evil`).
+_LOCAL_PATH = re.compile(r"^/(?![/\\])[^\x00-\x20\x7f\\]{0,2000}$")
+#: Methods that change nothing: everything else needs the session's CSRF token.
+SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
+
+log = logging.getLogger(__name__)
+router = APIRouter(prefix="/auth", include_in_schema=False)
+Context = Annotated[ServerContext, Depends(server_context)]
+
+
+def _oidc(ctx: ServerContext) -> OidcSpec | None:
+    applied = ctx.current.get()
+    return applied.spec.auth.oidc if applied is not None else None
+
+
+@router.get("/config")
+def sign_in_config(ctx: Context) -> dict[str, object]:
+    oidc = _oidc(ctx)
+    return {"oidc": None if oidc is None else {"issuer": oidc.issuer}}
+
+
+@router.get("/login")
+def begin_sign_in(request: Request, ctx: Context, return_to: str = DASHBOARD) -> Response:
+    oidc = _oidc(ctx)
+    if oidc is None:
+        raise ApiProblem(
+            ErrorCode.NOT_FOUND,
+            "this control plane has no identity provider (the applied spec has no auth.oidc): "
+            "sign in with a gpuplex token",
+        )
+    if not _LOCAL_PATH.match(return_to):
+        raise ApiProblem(
+            ErrorCode.INVALID_REQUEST, "return_to must be a path on this site", field="return_to"
+        )
+    state, browser = new_secret(), new_secret()
+    pending = PendingSignIn(code_verifier=new_secret(), nonce=new_secret(), return_to=return_to)
+    try:
+        endpoint = ctx.issuer_keys.of(oidc.issuer).endpoint("authorization_endpoint")
+    except IdentityProviderUnavailable as error:
+        raise ApiProblem(ErrorCode.IDENTITY_PROVIDER_UNAVAILABLE, error.message) from None
+    ctx.web_sessions.begin_sign_in(state=state, browser=browser, pending=pending, now=ctx.now())
+    target = authorization_url(
+        endpoint,
+        oidc,
+        redirect_uri=_callback_url(request),
+        state=state,
+        nonce=pending.nonce,
+        code_verifier=pending.code_verifier,
+    )
+    reply = RedirectResponse(target, status_code=303)
+    reply.set_cookie(
+        SIGN_IN_COOKIE,
+        browser,
+        max_age=600,
+        path="/auth/",
+        httponly=True,
+        secure=_tls(request),
+        samesite="lax",  # it must come back with the provider's redirect, a cross-site navigation
+    )
+    return reply
+
+
+@router.get("/callback", name="sign_in_callback")
+def finish_sign_in(
+    request: Request,
+    ctx: Context,
+    state: str = "",
+    code: str = "",
+    error: str = "",
+    error_description: str = "",
+) -> Response:
+    oidc = _oidc(ctx)
+    if error:
+        return _back_with_error(f"the identity provider said {error}: {error_description}"[:300])
+    if oidc is None or not state or not code:
+        return _back_with_error("this control plane takes no sign-in now; use a gpuplex token")
+    pending = ctx.web_sessions.take_sign_in(
+        state=state, browser=request.cookies.get(SIGN_IN_COOKIE), now=ctx.now()
+    )
+    if pending is None:
+        return _back_with_error(
+            "this sign-in expired, was used already or began in another browser: sign in again"
+        )
+    keys = ctx.issuer_keys.of(oidc.issuer)
+    try:
+        tokens = exchange_code(
+            keys.endpoint("token_endpoint"),
+            oidc,
+            code=code,
+            redirect_uri=_callback_url(request),
+            code_verifier=pending.code_verifier,
+        )
+        person = signed_in_person(keys, oidc, tokens, nonce=pending.nonce, now_s=now_s())
+        principal_of_groups(ctx, person.groups, person.subject, person.name, oidc.issuer)
+    except (OidcTokenError, IdentityProviderUnavailable) as failed:
+        log.warning("a dashboard sign-in failed: %s", failed.message)
+        return _back_with_error(failed.message)
+    except ApiProblem as refused:  # signed in, but the groups give no role here
+        return _back_with_error(refused.message)
+    now = ctx.now()
+    made = ctx.web_sessions.create(
+        issuer=oidc.issuer,
+        subject=person.subject,
+        name=person.name,
+        groups=person.groups,
+        now=now,
+        expires_at=datetime.fromtimestamp(person.expires_at_s, UTC),
+    )
+    reply = RedirectResponse(pending.return_to, status_code=303)
+    lifetime = max(1, int(person.expires_at_s - now_s()))
+    secure = _tls(request)
+    reply.set_cookie(
+        SESSION_COOKIE,
+        made.cookie,
+        max_age=lifetime,
+        path="/",
+        httponly=True,
+        secure=secure,
+        samesite="strict",
+    )
+    # the page reads this one and sends it back as X-CSRF-Token: another site can do neither
+    reply.set_cookie(
+        CSRF_COOKIE, made.csrf_token, max_age=lifetime, path="/", secure=secure, samesite="strict"
+    )
+    reply.delete_cookie(SIGN_IN_COOKIE, path="/auth/")
+    return reply
+
+
+@router.post("/logout")
+def sign_out(request: Request, ctx: Context) -> Response:
+    cookie = request.cookies.get(SESSION_COOKIE)
+    session = ctx.web_sessions.find(cookie, ctx.now()) if cookie else None
+    if cookie is None or session is None:
+        raise ApiProblem(ErrorCode.UNAUTHENTICATED, "there is no dashboard session to end")
+    require_csrf(request, session)
+    ctx.web_sessions.end(cookie, ctx.now())
+    reply = JSONResponse({"signed_out": True})
+    reply.delete_cookie(SESSION_COOKIE, path="/")
+    reply.delete_cookie(CSRF_COOKIE, path="/")
+    return reply
+
+
+def require_csrf(request: Request, session: WebSession) -> None:
+    """A mutation under a session cookie must carry the session's CSRF token."""
+    if request.method in SAFE_METHODS:
+        return
+    if not session.csrf_matches(request.headers.get(CSRF_HEADER)):
+        raise ApiProblem(
+            ErrorCode.CSRF_REJECTED,
+            "a change made with a dashboard session must carry its X-CSRF-Token header "
+            "(the gpuplex_csrf cookie's value)",
+        )
+
+
+def _callback_url(request: Request) -> str:
+    return str(request.url_for("sign_in_callback"))
+
+
+def _tls(request: Request) -> bool:
+    return request.url.scheme == "https"
+
+
+def _back_with_error(message: str) -> Response:
+    fragment = urllib.parse.urlencode({"signin_error": message})
+    reply = RedirectResponse(f"{DASHBOARD}#{fragment}", status_code=303)
+    reply.delete_cookie(SIGN_IN_COOKIE, path="/auth/")
+    return reply

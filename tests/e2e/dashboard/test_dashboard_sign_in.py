@@ -1,0 +1,147 @@
+"""Signing in to the dashboard with the identity provider, in Chromium, the whole redirect dance:
+the sign-in card offers the provider, the provider's own pages take the person's name and consent,
+and the dashboard comes back signed in. A member of `gpu-contoso-viewers` sees contoso only; a
+platform admin sees every tenant; after signing out, the session cookie (taken from the browser
+beforehand) no longer works. The token links keep working beside it (tests/e2e/dashboard)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import httpx
+import pytest
+
+from tests.e2e.dashboard.stack import Stack, running_stack
+from tests.e2e.gateway.stack import free_port
+from tests.integration.oidc.test_api_with_provider import auth_section
+from tests.oidc.provider import OidcProvider, provider_or_skip, signing_key
+
+pytest.importorskip("playwright", reason="the dashboard tests drive chromium with playwright")
+from playwright.sync_api import Browser, Page, expect
+
+pytestmark = pytest.mark.slow
+
+SECRET = "dashboard-client-secret-0123456789abcdef"  # noqa: S105 - the test client's secret
+PEOPLE = {"vic": ["gpu-contoso-viewers"], "pat": ["gpu-platform-admins", "coffee-club"]}
+TENANTS = {"northwind", "contoso", "fabrikam", "adatum", "hobbyists"}
+
+
+@pytest.fixture(scope="module")
+def provider(tmp_path_factory: pytest.TempPathFactory) -> Iterator[OidcProvider]:
+    provider_or_skip()
+    running = OidcProvider(tmp_path_factory.mktemp("provider"), [signing_key("k1")], [], PEOPLE)
+    yield running  # started by `stack`, once the callback it must know is known
+    running.stop()
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory: pytest.TempPathFactory, provider: OidcProvider) -> Iterator[Stack]:
+    port = free_port()
+    provider.clients.append(
+        {
+            "client_id": "gpuplex",
+            "client_secret": SECRET,
+            "grant_types": ["authorization_code"],
+            "response_types": ["code"],
+            "redirect_uris": [f"http://127.0.0.1:{port}/auth/callback"],
+        }
+    )
+    provider.start(provider_or_skip())
+    extra = (
+        auth_section(provider.issuer)
+        + "    client_secret_env: GPUPLEX_DASHBOARD_OIDC_SECRET\n"
+        + "    scopes: [openid, gpuplex]\n"
+    )
+    with running_stack(
+        tmp_path_factory.mktemp("control-plane"),
+        spec_extra=extra,
+        port=port,
+        env={"GPUPLEX_DASHBOARD_OIDC_SECRET": SECRET},
+    ) as running:
+        yield running
+
+
+def sign_in(page: Page, login: str) -> None:
+    page.goto("/dashboard/")
+    button = page.get_by_test_id("oidc-signin")
+    expect(button).to_be_visible()
+    expect(button).to_contain_text("127.0.0.1")
+    button.click()
+    # the provider's own pages: its development login takes any name, then consent
+    page.locator("input[name=login]").fill(login)
+    page.locator("input[name=password]").fill("any")
+    page.locator("button[type=submit]").click()
+    page.locator("button[type=submit]").click()
+    page.wait_for_url("**/dashboard/")
+    expect(page.get_by_test_id("whoami-name")).to_have_text(login)
+
+
+def tenants_shown(page: Page) -> set[str]:
+    """Every tenant the page draws anything of: tenant rows, GPU slices, usage, budgets."""
+    page.wait_for_selector("body[data-loaded=true]")
+    page.wait_for_selector("[data-testid=gpu-slice]")
+    found: list[str] = page.locator("[data-tenant]").evaluate_all(
+        "els => els.map(e => e.dataset.tenant).filter(t => t)"
+    )
+    return set(found)
+
+
+def our_errors(errors: list[str], stack: Stack) -> list[str]:
+    """The page's errors but those of the provider's pages (which ask for web fonts from the
+    internet, which this machine cannot reach): uncaught exceptions and errors at our site."""
+    return [e for e in errors if e.startswith("uncaught") or stack.base_url in e]
+
+
+def test_a_contoso_viewer_sees_contoso_only(
+    page: Page, stack: Stack, page_errors: list[str]
+) -> None:
+    sign_in(page, "vic")
+    expect(page.get_by_test_id("whoami-role")).to_have_text("tenant-viewer")
+    expect(page.get_by_test_id("whoami-tenant")).to_have_text("tenant contoso")
+    assert tenants_shown(page) == {"contoso"}
+    html = page.content()
+    assert not [other for other in TENANTS - {"contoso"} if other in html]
+    assert our_errors(page_errors, stack) == []
+
+
+def test_a_platform_admin_sees_every_tenant(
+    page: Page, stack: Stack, page_errors: list[str]
+) -> None:
+    sign_in(page, "pat")
+    expect(page.get_by_test_id("whoami-role")).to_have_text("platform-admin")
+    assert tenants_shown(page) == TENANTS
+    assert our_errors(page_errors, stack) == []
+
+
+def test_after_sign_out_the_session_cookie_no_longer_works(
+    page: Page, stack: Stack, page_errors: list[str]
+) -> None:
+    sign_in(page, "pat")
+    cookies = {c["name"]: c for c in page.context.cookies(stack.base_url)}
+    session = cookies["gpuplex_session"]
+    assert session["httpOnly"] is True
+    assert session["sameSite"] == "Strict"
+    before = httpx.get(
+        f"{stack.base_url}/api/v1/whoami", cookies={"gpuplex_session": session["value"]}
+    )
+    assert before.status_code == 200
+    page.locator("#signout").click()
+    expect(page.get_by_test_id("signin")).to_be_visible()
+    assert "gpuplex_session" not in {c["name"] for c in page.context.cookies(stack.base_url)}
+    after = httpx.get(
+        f"{stack.base_url}/api/v1/whoami", cookies={"gpuplex_session": session["value"]}
+    )
+    assert after.status_code == 401
+    assert after.json()["error"]["code"] == "unauthenticated"
+    # reloading shows the sign-in card again, not a half-signed-in page
+    page.reload()
+    expect(page.get_by_test_id("signin")).to_be_visible()
+    assert our_errors(page_errors, stack) == []
+
+
+def test_a_token_link_still_works_beside_the_sign_in(browser: Browser, stack: Stack) -> None:
+    context = browser.new_context(base_url=stack.base_url)
+    page = context.new_page()
+    page.goto(f"/dashboard/#token={stack.contoso_token}")
+    expect(page.get_by_test_id("whoami-tenant")).to_have_text("tenant contoso")
+    context.close()
