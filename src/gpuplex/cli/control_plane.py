@@ -15,7 +15,7 @@ from typing import Annotated, Any
 
 import typer
 
-from gpuplex.cli.device_flow import saved_token
+from gpuplex.cli.saved_login import saved_token
 from gpuplex.clock import now_s
 from gpuplex.errors import ControlPlaneUnreachable, ErrorCode, RequestRefused
 from gpuplex.settings import DEFAULT_SERVER_URL, SERVER_URL_VARIABLE, TOKEN_VARIABLE

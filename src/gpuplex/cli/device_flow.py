@@ -1,27 +1,21 @@
 """Signing in on a terminal with the identity provider's device authorization grant (RFC 8628):
 ask the provider for a code, show the person where to enter it, poll the token endpoint until they
-have (or the code expires, or they refuse), and keep the token for later commands.
-
-The token is saved for this user only (`~/.config/gpuplex/login.json`, mode 600; $GPUPLEX_LOGIN_FILE
-elsewhere) with its issuer and expiry; commands that call the control plane use it when neither
---token nor $GPUPLEX_TOKEN is given, until it expires.
+have (or the code expires, or they refuse). gpuplex.cli.saved_login keeps the token for later
+commands. The HTTP helpers here serve the client credentials grant too (cli/client_credentials.py).
 """
 
 from __future__ import annotations
 
 import json
-import os
 import urllib.error
 import urllib.parse
 import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from gpuplex.clock import now_s, sleep_s
 from gpuplex.errors import ErrorCode, RequestRefused
-from gpuplex.settings import login_file
 
 DEVICE_GRANT = "urn:ietf:params:oauth:grant-type:device_code"
 TIMEOUT_S = 10.0
@@ -38,21 +32,20 @@ class DeviceCode:
     interval_s: float
 
 
-@dataclass(frozen=True, slots=True)
-class Login:
-    issuer: str
-    access_token: str
-    expires_at_s: float
+def discovery(issuer: str) -> dict[str, Any]:
+    """The provider's discovery document, which must name the issuer exactly."""
+    found = _json("GET", issuer.rstrip("/") + "/.well-known/openid-configuration", None)
+    if found.get("issuer") != issuer:
+        raise refused(f"{issuer}: its discovery document names issuer {found.get('issuer')!r}")
+    return found
 
 
 def endpoints(issuer: str) -> tuple[str, str]:
     """The provider's device authorization and token endpoints, from its discovery document."""
-    found = _json("GET", issuer.rstrip("/") + "/.well-known/openid-configuration", None)
-    if found.get("issuer") != issuer:
-        raise _refused(f"{issuer}: its discovery document names issuer {found.get('issuer')!r}")
+    found = discovery(issuer)
     device, token = found.get("device_authorization_endpoint"), found.get("token_endpoint")
     if not isinstance(device, str) or not isinstance(token, str):
-        raise _refused(f"{issuer}: the provider offers no device authorization grant")
+        raise refused(f"{issuer}: the provider offers no device authorization grant")
     return device, token
 
 
@@ -73,7 +66,7 @@ def start(
             interval_s=float(got.get("interval", 5)),
         )
     except (KeyError, TypeError, ValueError):
-        raise _refused(f"{device_endpoint}: not a device authorization answer") from None
+        raise refused(f"{device_endpoint}: not a device authorization answer") from None
 
 
 def wait_for_token(
@@ -91,7 +84,7 @@ def wait_for_token(
     form = {"grant_type": DEVICE_GRANT, "device_code": code.device_code, "client_id": client_id}
     while clock() < deadline:
         sleep(interval)
-        status, got = _post_form(token_endpoint, form)
+        status, got = post_form(token_endpoint, form)
         if status == 200 and isinstance(got.get("access_token"), str):
             return got
         error = got.get("error")
@@ -101,44 +94,22 @@ def wait_for_token(
             interval += 5
             continue
         if error == "access_denied":
-            raise _refused("sign-in refused at the identity provider")
+            raise refused("sign-in refused at the identity provider")
         if error == "expired_token":
             break
-        raise _refused(f"the identity provider answered {status}: {error or got}")
-    raise _refused("the code expired before anyone signed in with it: run `gpuplex login` again")
+        raise refused(f"the identity provider answered {status}: {error or got}")
+    raise refused("the code expired before anyone signed in with it: run `gpuplex login` again")
 
 
-def save(login: Login, path: Path | None = None) -> Path:
-    where = path or login_file()
-    where.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-    fd = os.open(where, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w", encoding="utf-8") as out:
-        json.dump(
-            {
-                "issuer": login.issuer,
-                "access_token": login.access_token,
-                "expires_at": login.expires_at_s,
-            },
-            out,
-        )
-    os.chmod(where, 0o600)
-    return where
-
-
-def saved_token(now_s: float, path: Path | None = None) -> str | None:
-    """The saved login's token while it is valid; None when there is none, or it has expired."""
-    try:
-        data = json.loads((path or login_file()).read_text(encoding="utf-8"))
-        token, expires = str(data["access_token"]), float(data["expires_at"])
-    except (OSError, ValueError, KeyError, TypeError):
-        return None
-    return token if expires > now_s + 30 else None
-
-
-def _post_form(url: str, form: dict[str, str]) -> tuple[int, dict[str, Any]]:
+def post_form(
+    url: str, form: dict[str, str], authorization: str | None = None
+) -> tuple[int, dict[str, Any]]:
     body = urllib.parse.urlencode(form).encode()
+    headers = {"content-type": "application/x-www-form-urlencoded"}
+    if authorization is not None:
+        headers["authorization"] = authorization
     request = urllib.request.Request(  # noqa: S310 - the provider's https (or loopback) URL
-        url, data=body, headers={"content-type": "application/x-www-form-urlencoded"}
+        url, data=body, headers=headers
     )
     try:
         with urllib.request.urlopen(request, timeout=TIMEOUT_S) as reply:  # noqa: S310
@@ -151,9 +122,9 @@ def _post_form(url: str, form: dict[str, str]) -> tuple[int, dict[str, Any]]:
 
 def _json(method: str, url: str, form: dict[str, str] | None) -> dict[str, Any]:
     if form is not None:
-        status, got = _post_form(url, form)
+        status, got = post_form(url, form)
         if status != 200:
-            raise _refused(f"{url} answered {status}: {got.get('error_description') or got}")
+            raise refused(f"{url} answered {status}: {got.get('error_description') or got}")
         return got
     request = urllib.request.Request(url, method=method)  # noqa: S310
     try:
@@ -171,5 +142,5 @@ def _parsed(body: bytes) -> dict[str, Any]:
     return data if isinstance(data, dict) else {}
 
 
-def _refused(message: str) -> RequestRefused:
+def refused(message: str) -> RequestRefused:
     return RequestRefused(ErrorCode.UNAUTHENTICATED, message)

@@ -1,5 +1,7 @@
-"""`gpuplex login`: sign in with the company's identity provider on this terminal (the device
-flow, gpuplex.cli.device_flow); later commands that call the control plane use that token."""
+"""`gpuplex login`: sign in with the company's identity provider on this terminal (a person: the
+device flow, gpuplex.cli.device_flow), or as a service account (its client id and a secret from an
+environment variable or a file: the client credentials grant, gpuplex.cli.client_credentials);
+later commands that call the control plane use that token (gpuplex.cli.saved_login)."""
 
 from __future__ import annotations
 
@@ -8,8 +10,10 @@ from typing import Annotated
 import typer
 from rich.markup import escape
 
+from gpuplex.cli.client_credentials import ServiceAccount, token_for
 from gpuplex.cli.conventions import reported
-from gpuplex.cli.device_flow import Login, endpoints, save, start, wait_for_token
+from gpuplex.cli.device_flow import discovery, endpoints, refused, start, wait_for_token
+from gpuplex.cli.saved_login import Login, save
 from gpuplex.clock import now_s
 from gpuplex.consoles import stderr_console
 
@@ -28,7 +32,8 @@ def login_command(
         str,
         typer.Option(
             envvar="GPUPLEX_OIDC_CLIENT_ID",
-            help="The provider's public client for the device flow (no secret).",
+            help="The provider's public client for the device flow (no secret), or the "
+            "service account's client with --client-secret-env or --client-secret-file.",
         ),
     ],
     audience: Annotated[
@@ -42,11 +47,48 @@ def login_command(
     ] = None,
     scope: Annotated[
         list[str] | None,
-        typer.Option(help="A scope to ask for (repeat); default: openid profile email groups."),
+        typer.Option(
+            help="A scope to ask for (repeat); default: openid profile email groups for a "
+            "person, none for a service account."
+        ),
+    ] = None,
+    client_secret_env: Annotated[
+        str | None,
+        typer.Option(
+            help="Sign in as a service account (client credentials) whose secret is in this "
+            "environment variable; the token is renewed from it when it runs out.",
+            show_default=False,
+        ),
+    ] = None,
+    client_secret_file: Annotated[
+        str | None,
+        typer.Option(
+            help="Sign in as a service account whose secret is in this file.", show_default=False
+        ),
     ] = None,
 ) -> None:
-    """Sign in with the identity provider (device flow); the token is kept for this user."""
+    """Sign in with the identity provider (device flow, or a service account's client
+    credentials); the token is kept for this user."""
     with reported():
+        if client_secret_env is not None or client_secret_file is not None:
+            token_endpoint = discovery(issuer).get("token_endpoint")
+            if not isinstance(token_endpoint, str):
+                raise refused(f"{issuer}: its discovery document names no token endpoint")
+            account = ServiceAccount(
+                client_id,
+                token_endpoint,
+                tuple(scope or ()),
+                audience,
+                client_secret_env,
+                client_secret_file,
+            )
+            token, expires = token_for(account, now_s())
+            path = save(Login(issuer, token, expires, account))
+            err.print(
+                f"signed in as service account {escape(client_id)}; the token is kept in "
+                f"{escape(str(path))} and renewed from the secret when it runs out"
+            )
+            return
         device_endpoint, token_endpoint = endpoints(issuer)
         code = start(
             device_endpoint, client_id, scope or ["openid", "profile", "email", "groups"], audience

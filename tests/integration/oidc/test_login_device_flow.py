@@ -5,6 +5,7 @@ jobs answer, another tenant's are not found."""
 
 from __future__ import annotations
 
+import json
 import os
 import stat
 import subprocess
@@ -86,3 +87,58 @@ def test_login_then_a_cli_call_runs_as_that_person(provider: OidcProvider, tmp_p
         assert "bravoco" in theirs.stderr
     finally:
         stop(server)
+
+
+SERVICE_SECRET = "ci-robot-secret-0123456789abcdef"  # noqa: S105 - the test client's secret
+SERVICE_CLIENT = {
+    "client_id": "ci-robot",
+    "client_secret": SERVICE_SECRET,
+    "grant_types": ["client_credentials"],
+    "redirect_uris": [],
+    "response_types": [],
+}
+
+
+def test_a_service_account_logs_in_with_its_secret_and_its_token_is_renewed(
+    tmp_path: Path,
+) -> None:
+    provider = OidcProvider(
+        tmp_path, [signing_key("k1")], [SERVICE_CLIENT], {"ci-robot": ["gpu-alphaco-admins"]}
+    )
+    provider.start(provider_or_skip())
+    spec = tmp_path / "gpuplex.yaml"
+    spec.write_text(with_auth(provider.issuer))
+    server, port, _ = start_control_plane(tmp_path, spec)
+    login_file = tmp_path / "robot" / "login.json"
+    env = {
+        **{k: v for k, v in os.environ.items() if k != "GPUPLEX_TOKEN"},
+        "GPUPLEX_LOGIN_FILE": str(login_file),
+        "GPUPLEX_SERVER_URL": f"http://127.0.0.1:{port}",
+        "ROBOT_SECRET": SERVICE_SECRET,
+    }
+    login = ["login", "--issuer", provider.issuer, "--client-id", "ci-robot"]
+    login += ["--audience", AUDIENCE, "--scope", "gpuplex"]
+    try:
+        wrong = gpuplex(*login, "--client-secret-env", "NOT_SET_ANYWHERE", env=env)
+        assert wrong.returncode != 0
+        assert "NOT_SET_ANYWHERE is not set" in wrong.stderr
+        signed_in = gpuplex(*login, "--client-secret-env", "ROBOT_SECRET", env=env)
+        assert signed_in.returncode == 0, signed_in.stderr
+        saved = json.loads(login_file.read_text())
+        assert SERVICE_SECRET not in login_file.read_text()  # where the secret is, not the secret
+        assert saved["service_account"]["secret_env"] == "ROBOT_SECRET"  # noqa: S105
+        assert stat.S_IMODE(login_file.stat().st_mode) == 0o600
+
+        first = gpuplex("job", "list", "alphaco", "-o", "json", env=env)
+        assert first.returncode == 0, first.stderr
+        assert gpuplex("job", "list", "bravoco", "-o", "json", env=env).returncode != 0
+        # the token ran out: the next command asks the provider for a new one by itself
+        login_file.write_text(json.dumps({**saved, "expires_at": 0}))
+        listed = gpuplex("job", "list", "alphaco", "-o", "json", env=env)
+        assert listed.returncode == 0, listed.stderr
+        renewed = json.loads(login_file.read_text())
+        assert renewed["access_token"] != saved["access_token"]
+        assert renewed["expires_at"] > saved["expires_at"] - 1
+    finally:
+        stop(server)
+        provider.stop()

@@ -10,7 +10,8 @@ from typing import Any
 import pytest
 
 from gpuplex.cli import device_flow
-from gpuplex.cli.device_flow import DeviceCode, Login, save, saved_token, wait_for_token
+from gpuplex.cli.device_flow import DeviceCode, wait_for_token
+from gpuplex.cli.saved_login import Login, save, saved_token
 from gpuplex.errors import ErrorCode, RequestRefused
 
 CODE = DeviceCode("dev", "ABCD-EFGH", "https://idp/device", None, 600, 5)
@@ -26,7 +27,7 @@ def poll(
         slept.append(seconds)
         clock[0] += seconds
 
-    monkeypatch.setattr(device_flow, "_post_form", lambda url, form: answers.pop(0))
+    monkeypatch.setattr(device_flow, "post_form", lambda url, form: answers.pop(0))
     got = wait_for_token("https://idp/token", "cli", CODE, sleep=sleep, clock=lambda: clock[0])
     return got, slept
 

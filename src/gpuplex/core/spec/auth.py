@@ -17,8 +17,8 @@ variable or a file, named here.
           - {group: contoso-readers, role: tenant-viewer, tenant: contoso}
 
 The control plane's API takes the provider's tokens by it (server/oidc_principal.py),
-`core.access.oidc_groups` maps a person's groups to roles, and `gpuplex login` gets a person's
-token on a terminal; the dashboard's sign-in and the gateway are to come.
+`core.access.oidc_groups` maps a person's groups to roles, the dashboard signs people in with it
+(server/sign_in.py), and `gpuplex login` gets a person's or a service account's token for the CLI.
 """
 
 from __future__ import annotations
