@@ -13,7 +13,13 @@ from gpuplex.core.access import Permission, Principal, Role, Verdict, decide
 from gpuplex.errors import ErrorCode
 from gpuplex.server.body_guard import ENDED_SESSION
 from gpuplex.server.context import ServerContext, server_context
-from gpuplex.server.oidc_principal import looks_like_jwt, oidc_principal, principal_of_groups
+from gpuplex.server.oidc_principal import (
+    TENANT_HEADER,
+    TenantChoice,
+    looks_like_jwt,
+    oidc_principal,
+    principal_of_groups,
+)
 from gpuplex.server.problems import ApiProblem
 from gpuplex.server.sign_in import SESSION_COOKIE, require_csrf
 
@@ -41,7 +47,7 @@ def current_principal(
             "`gpuplex token create` or POST /api/v1/tokens",
         )
     if looks_like_jwt(credentials.credentials):  # the identity provider's (auth.oidc)
-        principal = oidc_principal(ctx, credentials.credentials)
+        principal = oidc_principal(ctx, credentials.credentials, chosen_tenant(request))
         request.state.principal = principal
         return principal
     identity = ctx.tokens.authenticate(credentials.credentials, ctx.now())
@@ -65,8 +71,20 @@ def session_principal(ctx: ServerContext, request: Request, cookie: str) -> Prin
         raise ApiProblem(ErrorCode.UNAUTHENTICATED, ENDED_SESSION)
     require_csrf(request, session)
     return principal_of_groups(
-        ctx, list(session.groups), session.subject, session.name, session.issuer
+        ctx,
+        list(session.groups),
+        session.subject,
+        session.name,
+        session.issuer,
+        chosen_tenant(request),
     )
+
+
+def chosen_tenant(request: Request) -> TenantChoice:
+    """The tenant a person with roles on several says this request is for: the X-Gpuplex-Tenant
+    header, and the path's `{tenant}`."""
+    in_path = request.path_params.get("tenant")
+    return request.headers.get(TENANT_HEADER) or None, in_path if isinstance(in_path, str) else None
 
 
 CurrentPrincipal = Annotated[Principal, Depends(current_principal)]

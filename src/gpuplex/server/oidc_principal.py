@@ -2,11 +2,13 @@
 spec's `auth.oidc` (signature with the issuer's keys, issuer, audience, expiry), then the person's
 groups become roles by its rules (core.access.oidc_groups).
 
-This version maps a person to one principal: a platform-admin group makes a platform admin;
-otherwise the groups must give roles on one tenant (the stronger of admin and viewer counts). A
-person whose groups give roles on several tenants is refused (403), saying so, until principals
-with several grants are built; one whose groups give none is refused too. Audit entries name the
-person by the token's name or email and its subject at its issuer.
+A request acts as one principal: a platform-admin group makes a platform admin; otherwise a
+tenant role, the stronger of admin and viewer on that tenant. A person whose groups give roles on
+several tenants says which tenant a request is for (the `X-Gpuplex-Tenant` header, else the
+request's `{tenant}` path parameter), so each request sees one tenant's data, as with a gpuplex
+token; without either they are refused (403), told their choices. One whose groups give no role is
+refused too. Audit entries name the person by the token's name or email and its subject at its
+issuer.
 """
 
 from __future__ import annotations
@@ -25,7 +27,16 @@ def looks_like_jwt(token: str) -> bool:
     return token.count(".") == 2 and not token.startswith("gpt_")
 
 
-def oidc_principal(ctx: ServerContext, token: str) -> Principal:
+#: Where a person with roles on several tenants says which one a request is for.
+TENANT_HEADER = "X-Gpuplex-Tenant"
+NO_ROLE = "signed in, but none of your groups gives a role in gpuplex (auth.oidc.roles)"
+
+
+#: The tenant a request says it is for: (the header's, the path's); either may be None.
+TenantChoice = tuple[str | None, str | None]
+
+
+def oidc_principal(ctx: ServerContext, token: str, chosen: TenantChoice | None = None) -> Principal:
     applied = ctx.current.get()
     oidc = applied.spec.auth.oidc if applied is not None else None
     if applied is None or oidc is None:
@@ -49,15 +60,48 @@ def oidc_principal(ctx: ServerContext, token: str) -> Principal:
         subject,
         person_name(claims, subject),
         oidc.issuer,
+        chosen,
     )
 
 
 def principal_of_groups(
-    ctx: ServerContext, groups: list[str], subject: str, name: str, issuer: str
+    ctx: ServerContext,
+    groups: list[str],
+    subject: str,
+    name: str,
+    issuer: str,
+    chosen: TenantChoice | None = None,
 ) -> Principal:
     """A person's principal from their groups, by the applied spec's rules as they are now (a
-    dashboard session keeps the groups its sign-in saw and takes the rules afresh each time). A
-    person signed in at an issuer the spec no longer names is 401."""
+    dashboard session keeps the groups its sign-in saw and takes the rules afresh each time).
+    `chosen`: the tenant the request acts on, for a person with roles on several."""
+    said, in_path = chosen if chosen is not None else (None, None)
+    grants = grants_for(ctx, groups, issuer)
+    common = {"name": name, "issuer": issuer, "subject": subject}
+    if any(g.role is Role.PLATFORM_ADMIN for g in grants):
+        return Principal(role=Role.PLATFORM_ADMIN, **common)
+    tenants = sorted({g.tenant for g in grants if g.tenant is not None})
+    if not tenants:
+        raise ApiProblem(ErrorCode.FORBIDDEN, NO_ROLE)
+    # the path's tenant picks among the person's own; another's is left to RBAC (404, as for a token)
+    tenant = said or (in_path if in_path in tenants else None)
+    if tenant is None and len(tenants) > 1:
+        raise ApiProblem(
+            ErrorCode.FORBIDDEN,
+            f"your groups give roles on several tenants ({', '.join(tenants)}): say which this "
+            f"request is for with the {TENANT_HEADER} header (the dashboard asks you)",
+        )
+    tenant = tenant or tenants[0]
+    if tenant not in tenants:
+        raise ApiProblem(ErrorCode.FORBIDDEN, f"your groups give no role on tenant {tenant!r}")
+    admin = any(g.role is Role.TENANT_ADMIN and g.tenant == tenant for g in grants)
+    role = Role.TENANT_ADMIN if admin else Role.TENANT_VIEWER
+    return Principal(role=role, tenant=tenant, **common)
+
+
+def grants_for(ctx: ServerContext, groups: list[str], issuer: str) -> list[Grant]:
+    """What a person's groups give under the rules applied now. A person signed in at an issuer
+    the spec no longer names is 401."""
     applied = ctx.current.get()
     oidc = applied.spec.auth.oidc if applied is not None else None
     if applied is None or oidc is None or oidc.issuer != issuer:
@@ -66,8 +110,7 @@ def principal_of_groups(
             "the applied spec no longer takes sign-ins from this identity provider (auth.oidc)",
         )
     rules = [GroupRule(r.group, r.role, r.tenant) for r in oidc.roles]
-    grants = grants_of(groups, rules, applied.tenant_names)
-    return _one_principal(grants, name, subject, issuer)
+    return grants_of(groups, rules, applied.tenant_names)
 
 
 def person_name(claims: dict[str, Any], subject: str) -> str:
@@ -85,24 +128,3 @@ def groups_of(claims: dict[str, Any], claim: str) -> list[str]:
     if isinstance(value, list):
         return [g for g in value if isinstance(g, str)]
     return []
-
-
-def _one_principal(grants: list[Grant], name: str, subject: str, issuer: str) -> Principal:
-    common = {"name": name, "issuer": issuer, "subject": subject}
-    if any(g.role is Role.PLATFORM_ADMIN for g in grants):
-        return Principal(role=Role.PLATFORM_ADMIN, **common)
-    tenants = sorted({g.tenant for g in grants if g.tenant is not None})
-    if not tenants:
-        raise ApiProblem(
-            ErrorCode.FORBIDDEN,
-            "signed in, but none of your groups gives a role in gpuplex (auth.oidc.roles)",
-        )
-    if len(tenants) > 1:
-        raise ApiProblem(
-            ErrorCode.FORBIDDEN,
-            f"your groups give roles on several tenants ({', '.join(tenants)}); this version "
-            "takes one tenant per identity-provider token: use a gpuplex token per tenant",
-        )
-    admin = any(g.role is Role.TENANT_ADMIN for g in grants)
-    role = Role.TENANT_ADMIN if admin else Role.TENANT_VIEWER
-    return Principal(role=role, tenant=tenants[0], **common)

@@ -30,7 +30,7 @@ from gpuplex.core.spec.auth import OidcSpec
 from gpuplex.errors import ErrorCode, IdentityProviderUnavailable, OidcTokenError
 from gpuplex.server.context import ServerContext, server_context
 from gpuplex.server.oidc_code_flow import authorization_url, exchange_code, signed_in_person
-from gpuplex.server.oidc_principal import principal_of_groups
+from gpuplex.server.oidc_principal import NO_ROLE, grants_for
 from gpuplex.server.problems import ApiProblem
 from gpuplex.store.web_sessions import PendingSignIn, WebSession, new_secret
 
@@ -132,12 +132,11 @@ def finish_sign_in(
             code_verifier=pending.code_verifier,
         )
         person = signed_in_person(keys, oidc, tokens, nonce=pending.nonce, now_s=now_s())
-        principal_of_groups(ctx, person.groups, person.subject, person.name, oidc.issuer)
+        if not grants_for(ctx, person.groups, oidc.issuer):
+            return _back_with_error(NO_ROLE)
     except (OidcTokenError, IdentityProviderUnavailable) as failed:
         log.warning("a dashboard sign-in failed: %s", failed.message)
         return _back_with_error(failed.message)
-    except ApiProblem as refused:  # signed in, but the groups give no role here
-        return _back_with_error(refused.message)
     now = ctx.now()
     made = ctx.web_sessions.create(
         issuer=oidc.issuer,
@@ -165,6 +164,23 @@ def finish_sign_in(
     )
     reply.delete_cookie(SIGN_IN_COOKIE, path="/auth/")
     return reply
+
+
+@router.get("/session")
+def current_session(request: Request, ctx: Context) -> dict[str, object]:
+    """Who the session cookie speaks for and what they may choose: the platform, or the tenants
+    their groups give roles on (the dashboard asks which, and sends it as X-Gpuplex-Tenant)."""
+    cookie = request.cookies.get(SESSION_COOKIE)
+    session = ctx.web_sessions.find(cookie, ctx.now()) if cookie else None
+    if session is None:
+        raise ApiProblem(ErrorCode.UNAUTHENTICATED, "there is no dashboard session")
+    grants = grants_for(ctx, list(session.groups), session.issuer)
+    return {
+        "name": session.name,
+        "platform": any(g.tenant is None for g in grants),
+        "tenants": sorted({g.tenant for g in grants if g.tenant is not None}),
+        "expires_at": session.expires_at.isoformat(),
+    }
 
 
 @router.post("/logout")

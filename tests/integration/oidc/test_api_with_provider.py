@@ -24,6 +24,7 @@ GROUPS = {
     "svc-a-admin": ["gpu-alphaco-admins", "unrelated-group"],
     "svc-a-viewer": ["gpu-alphaco-viewers"],
     "svc-two": ["gpu-alphaco-viewers", "gpu-bravoco-viewers"],
+    "svc-mixed": ["gpu-alphaco-admins", "gpu-bravoco-viewers"],
     "svc-none": ["coffee-club"],
 }
 
@@ -110,12 +111,38 @@ def test_an_admins_change_is_audited_with_its_subject_at_its_issuer(
 @pytest.mark.parametrize(
     ("caller", "says"), [("svc-two", "several tenants"), ("svc-none", "none of your groups")]
 )
-def test_groups_giving_roles_on_two_tenants_or_none_are_refused(
+def test_groups_giving_roles_on_two_tenants_need_a_choice_and_none_are_refused(
     api: Api, caller: str, says: str
 ) -> None:
     refused = api.get("/tenants", caller)
     assert refused.status_code == 403
     assert says in error_of(refused)["message"]
+
+
+def test_a_person_with_roles_on_two_tenants_acts_on_one_per_request(api: Api) -> None:
+    def seen(tenant: str) -> list[str]:
+        reply = api.get("/tenants", "svc-mixed", headers={"x-gpuplex-tenant": tenant})
+        assert reply.status_code == 200, reply.text
+        return [t["name"] for t in reply.json()["items"]]
+
+    assert seen(TENANT_A) == [TENANT_A]
+    assert seen("bravoco") == ["bravoco"]
+    me = api.get("/whoami", "svc-mixed", headers={"x-gpuplex-tenant": "bravoco"}).json()
+    assert (me["role"], me["tenant"]) == ("tenant-viewer", "bravoco")
+    # the path names the tenant: no header needed; the role is the one held on that tenant
+    assert api.get("/tenants/bravoco", "svc-mixed").status_code == 200
+    made = api.post(f"/tenants/{TENANT_A}/keys", "svc-mixed", json={"name": "ci"})
+    assert made.status_code == 201, made.text
+    refused = api.post("/tenants/bravoco/keys", "svc-mixed", json={"name": "ci"})
+    assert refused.status_code == 403
+    # a tenant the groups give nothing on, by header or by path, is refused
+    other = api.get("/tenants", "svc-mixed", headers={"x-gpuplex-tenant": "charlieco"})
+    assert other.status_code == 403
+    assert "no role on tenant 'charlieco'" in error_of(other)["message"]
+    assert api.get("/tenants/charlieco", "svc-mixed").status_code == 403
+    # one header cannot reach past what the path says: the path's tenant is checked by RBAC
+    crossed = api.get("/tenants/bravoco/keys", "svc-mixed", headers={"x-gpuplex-tenant": TENANT_A})
+    assert crossed.status_code == 404
 
 
 def test_foreign_and_forged_tokens_are_401(api: Api, provider: OidcProvider) -> None:
