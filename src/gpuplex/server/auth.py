@@ -11,8 +11,9 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from gpuplex.core.access import Permission, Principal, Role, Verdict, decide
 from gpuplex.errors import ErrorCode
+from gpuplex.oidc.tokens import looks_like_jwt
 from gpuplex.server.context import ServerContext, server_context
-from gpuplex.server.oidc_principal import looks_like_jwt, oidc_principal
+from gpuplex.server.oidc_principal import oidc_principal
 from gpuplex.server.problems import ApiProblem
 
 _bearer = HTTPBearer(

@@ -20,11 +20,6 @@ from gpuplex.server.context import ServerContext
 from gpuplex.server.problems import ApiProblem
 
 
-def looks_like_jwt(token: str) -> bool:
-    """Three dot-separated parts: not one of gpuplex's own tokens (`gpt_...`)."""
-    return token.count(".") == 2 and not token.startswith("gpt_")
-
-
 def oidc_principal(ctx: ServerContext, token: str) -> Principal:
     applied = ctx.current.get()
     oidc = applied.spec.auth.oidc if applied is not None else None

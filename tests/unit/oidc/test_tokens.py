@@ -16,7 +16,7 @@ from joserfc import jwt
 from joserfc.jwk import ECKey, RSAKey
 
 from gpuplex.errors import ErrorCode, OidcTokenError
-from gpuplex.server.oidc_tokens import verified_claims
+from gpuplex.oidc.tokens import verified_claims
 
 ISSUER = "https://login.example.com/realms/acme"
 AUDIENCE = "gpuplex"

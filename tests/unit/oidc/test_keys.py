@@ -12,7 +12,7 @@ from joserfc import jwt
 from joserfc.jwk import RSAKey
 
 from gpuplex.errors import ErrorCode, IdentityProviderUnavailable, OidcTokenError
-from gpuplex.server.oidc_keys import IssuerKeys
+from gpuplex.oidc.keys import IssuerKeys
 
 ISSUER = "https://login.example.com"
 DISCOVERY = f"{ISSUER}/.well-known/openid-configuration"
