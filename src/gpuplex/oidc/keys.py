@@ -103,9 +103,14 @@ class IssuerKeys:
 
     def cached_key_set(self, kid: str | None = None) -> dict[str, Any] | None:
         """The key set when `key_set(kid)` would answer without fetching, else None: what an
-        event loop may call (it never blocks on the provider)."""
-        with self._lock:
+        event loop may call. It never waits, not even for the lock a fetch in progress holds
+        (None then: the fetch is what the caller needs)."""
+        if not self._lock.acquire(blocking=False):
+            return None
+        try:
             return None if self._must_fetch(kid, self._clock()) else self._keys
+        finally:
+            self._lock.release()
 
     def _must_fetch(self, kid: str | None, now: float) -> bool:
         stale = self._keys is None or now - self._fetched_at >= self._max_age_s
@@ -147,8 +152,11 @@ def _has_kid(keys: dict[str, Any] | None, kid: str) -> bool:
 class IssuerKeysCache:
     """One IssuerKeys per issuer, made on first use (the applied spec names the issuer)."""
 
-    def __init__(self, clock: Callable[[], float]) -> None:
+    def __init__(
+        self, clock: Callable[[], float], fetch: Callable[[str], dict[str, Any]] = fetch_json
+    ) -> None:
         self._clock = clock
+        self._fetch = fetch
         self._lock = threading.Lock()
         self._by_issuer: dict[str, IssuerKeys] = {}
 
@@ -156,5 +164,5 @@ class IssuerKeysCache:
         with self._lock:
             keys = self._by_issuer.get(issuer)
             if keys is None:
-                keys = self._by_issuer[issuer] = IssuerKeys(issuer, self._clock)
+                keys = self._by_issuer[issuer] = IssuerKeys(issuer, self._clock, fetch=self._fetch)
             return keys
