@@ -10,6 +10,9 @@ address always gets in (`core.serve.failed_auth`). The scheme is case-insensitiv
 The same refresh reads the budgets the control plane enforces now (`budget_enforcement`): a caller
 whose tenant or key name is blocked carries the refusal, one whose budget throttles carries an
 extra requests-per-minute limit, so admission costs one attribute check and nothing more.
+
+A tenant's service account (the identity provider's token, gateway/service_accounts.py) is a caller
+made by the same rule (`tenant_caller`): its tenant's limits and budget, every model of the tenant.
 """
 
 from __future__ import annotations

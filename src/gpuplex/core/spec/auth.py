@@ -37,6 +37,8 @@ from gpuplex.core.spec.fields import DnsLabel, SpecModel
 TENANT_PLACEHOLDER = "{tenant}"
 #: Loopback issuers may be plain http (a provider on the same machine, in tests or a lab).
 _LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "[::1]")
+#: Registered claims (RFC 7519) that say something about the token, never the tenant.
+_NOT_TENANT_CLAIMS = frozenset({"iss", "aud", "exp", "nbf", "iat", "jti"})
 
 
 class GroupRoleSpec(SpecModel):
@@ -59,6 +61,16 @@ class OidcGatewaySpec(SpecModel):
 
     tenant_claim: str = Field(min_length=1, max_length=256)
     audience: str | None = Field(default=None, min_length=1, max_length=2048)
+
+    @field_validator("tenant_claim")
+    @classmethod
+    def _names_a_claim_of_the_account(cls, value: str) -> str:
+        if value in _NOT_TENANT_CLAIMS:
+            raise ValueError(
+                f"`{value}` is a registered claim about the token itself, not its account: name "
+                "the claim the identity provider puts the tenant in (e.g. gpuplex_tenant)"
+            )
+        return value
 
 
 class OidcSpec(SpecModel):
