@@ -55,6 +55,10 @@ class OidcProvider:
     keys: list[RSAKey]
     clients: list[dict[str, Any]]
     groups: dict[str, list[str]] = field(default_factory=dict)
+    #: per client (or user) id, other claims its access tokens carry
+    claims: dict[str, dict[str, Any]] = field(default_factory=dict)
+    #: audiences besides AUDIENCE a client may ask a token for (`client_token(resource=...)`)
+    audiences: list[str] = field(default_factory=list)
     port: int = field(default_factory=free_port)
     process: subprocess.Popen[bytes] | None = None
 
@@ -68,6 +72,8 @@ class OidcProvider:
             "jwks": {"keys": [k.as_dict(private=True) for k in self.keys]},
             "clients": self.clients,
             "groups": self.groups,
+            "claims": self.claims,
+            "audiences": self.audiences,
         }
         path = self.workdir / f"provider-{self.port}.json"
         path.write_text(json.dumps(config))
@@ -104,12 +110,13 @@ class OidcProvider:
         keys: dict[str, Any] = httpx.get(discovery["jwks_uri"], timeout=5).json()
         return keys
 
-    def client_token(self, client_id: str, secret: str) -> str:
-        """An access token for a service account (the client credentials grant)."""
+    def client_token(self, client_id: str, secret: str, resource: str = AUDIENCE) -> str:
+        """An access token for a service account (the client credentials grant), for the
+        audience `resource` (AUDIENCE or one of `audiences`)."""
         reply = httpx.post(
             f"{self.issuer}/token",
             auth=(client_id, secret),
-            data={"grant_type": "client_credentials", "scope": "gpuplex", "resource": AUDIENCE},
+            data={"grant_type": "client_credentials", "scope": "gpuplex", "resource": resource},
             timeout=5,
         )
         assert reply.status_code == 200, reply.text

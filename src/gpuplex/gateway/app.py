@@ -120,7 +120,7 @@ def _require(method: str, wanted: str) -> None:
 
 async def _models(rt: GatewayRuntime, scope: Scope, send: Send, model_id: str) -> None:
     client = scope.get("client") or ("unknown", 0)
-    caller = rt.keys.authenticate(header(scope, b"authorization"), str(client[0]))
+    caller = await rt.authenticate(header(scope, b"authorization"), str(client[0]))
     names = [
         name
         for name in rt.live.routes.models_of(caller.tenant)

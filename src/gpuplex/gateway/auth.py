@@ -10,6 +10,9 @@ address always gets in (`core.serve.failed_auth`). The scheme is case-insensitiv
 The same refresh reads the budgets the control plane enforces now (`budget_enforcement`): a caller
 whose tenant or key name is blocked carries the refusal, one whose budget throttles carries an
 extra requests-per-minute limit, so admission costs one attribute check and nothing more.
+
+A tenant's service account (the identity provider's token, gateway/service_accounts.py) is a caller
+made by the same rule (`tenant_caller`): its tenant's limits and budget, every model of the tenant.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ import contextlib
 import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import NoReturn
 
 from gpuplex.clock import monotonic_s, now_s, utc_now
 from gpuplex.core.report import BudgetAction, key_budget_name
@@ -33,6 +37,8 @@ from gpuplex.store.keys import KeyRecord, KeyRepository
 
 #: The scope of a throttled budget's limit starts with this (`budget:tenant:acme`).
 BUDGET_SCOPE = "budget:"
+#: Service accounts' callers kept between rebuilds at most (made again when dropped).
+MAX_ACCOUNT_CALLERS = 10_000
 Gates = Mapping[tuple[str, str], EnforcedBudget]
 
 log = logging.getLogger(__name__)
@@ -59,12 +65,38 @@ def caller_of(
     record: KeyRecord, tenant_limits: Callable[[str], tuple[Limit, ...]], gates: Gates
 ) -> Caller:
     key = record.key
-    own = scope_limits(f"key:{key.prefix}", key.limits)
-    expires = key.expires_at.timestamp() if key.expires_at is not None else None
+    return tenant_caller(
+        key.tenant,
+        key.prefix,
+        tenant_limits,
+        gates,
+        budget_name=key_budget_name(key.name, key.prefix),
+        models=frozenset(key.models),
+        expires_at_s=key.expires_at.timestamp() if key.expires_at is not None else None,
+        own_limits=scope_limits(f"key:{key.prefix}", key.limits),
+    )
+
+
+def tenant_caller(
+    tenant: str,
+    prefix: str,
+    tenant_limits: Callable[[str], tuple[Limit, ...]],
+    gates: Gates,
+    *,
+    budget_name: str | None = None,
+    models: frozenset[str] = frozenset(),
+    expires_at_s: float | None = None,
+    own_limits: tuple[Limit, ...] = (),
+) -> Caller:
+    """A caller of `tenant` known as `prefix`: its own limits, then its tenant's, then those of a
+    budget that throttles it; a blocked budget's refusal. The tenant's budget always counts; a
+    key's budget (by `budget_name`) only where there is a name: a service account has none."""
     block = throttle = None
     budget_limits = []
-    name = key_budget_name(key.name, key.prefix)
-    for gate in (gates.get((key.tenant, "")), gates.get((key.tenant, name))):
+    for gate in (
+        gates.get((tenant, "")),
+        gates.get((tenant, budget_name)) if budget_name else None,
+    ):
         if gate is None:
             continue
         whose = f"API key {gate.key_name!r}" if gate.key_name else f"tenant {gate.tenant!r}"
@@ -77,20 +109,18 @@ def caller_of(
                 f"{figures}. Requests are refused until the budget is raised or a new period begins"
             )
         elif gate.action is BudgetAction.THROTTLE:
-            scope = (
-                f"{BUDGET_SCOPE}{'key' if gate.key_name else 'tenant'}:{key.tenant}/{gate.key_name}"
-            )
+            scope = f"{BUDGET_SCOPE}{'key' if gate.key_name else 'tenant'}:{tenant}/{gate.key_name}"
             budget_limits.append(Limit(scope, LimitKind.REQUESTS, gate.throttle_requests_per_min))
             throttle = (
                 f"{figures}; throttled to {gate.throttle_requests_per_min} requests per minute "
                 "until the budget is raised or a new period begins"
             )
     return Caller(
-        key.tenant,
-        key.prefix,
-        frozenset(key.models),
-        expires,
-        (*own, *tenant_limits(key.tenant), *budget_limits),
+        tenant,
+        prefix,
+        models,
+        expires_at_s,
+        (*own_limits, *tenant_limits(tenant), *budget_limits),
         block,
         throttle,
     )
@@ -111,6 +141,8 @@ class KeyCache:
         self._tenant_limits = tenant_limits
         self._refresh_s = refresh_s
         self._by_prefix: dict[str, tuple[str, Caller]] = {}
+        #: (tenant, identity) -> the caller a service account of the tenant is; made on first use
+        self._accounts: dict[tuple[str, str], Caller] = {}
         self._records: list[KeyRecord] = []
         self._version: str | None = None
         self._failures = FailedAttempts(failed_auth_per_min)
@@ -143,6 +175,7 @@ class KeyCache:
             r.key.prefix: (r.key_hash, caller_of(r, self._tenant_limits, self._gates))
             for r in self._records
         }
+        self._accounts = {}
 
     def _refresh(self) -> bool | None:
         """`_fetch` as a background pass: whether the keys changed; None when it failed (logged)."""
@@ -158,10 +191,25 @@ class KeyCache:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), self._refresh_s)
 
+    def account_caller(self, tenant: str, identity: str) -> Caller:
+        """The caller a tenant's service account is (gateway/service_accounts.py): every model
+        of the tenant, the tenant's limits and budget, as they were at the last rebuild."""
+        found = self._accounts.get((tenant, identity))
+        if found is None:
+            if len(self._accounts) >= MAX_ACCOUNT_CALLERS:
+                self._accounts = {}
+            found = tenant_caller(tenant, identity, self._tenant_limits, self._gates)
+            self._accounts[(tenant, identity)] = found
+        return found
+
     def authenticate(self, authorization: bytes | None, client: str) -> Caller:
         caller = self._match(authorization, now_s())
         if caller is not None:
             return caller
+        self.refuse(client)
+
+    def refuse(self, client: str) -> NoReturn:
+        """A failed check from `client`: counted, and 401 (429 past the address's limit)."""
         now = monotonic_s()
         if self._failures.throttled(client, now):
             raise ApiError(

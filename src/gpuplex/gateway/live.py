@@ -25,6 +25,7 @@ from typing import Protocol
 
 from gpuplex.core.serve.routes import RouteTable, route_table
 from gpuplex.core.spec import GpuplexSpec
+from gpuplex.core.spec.auth import OidcSpec
 from gpuplex.core.spec.gateway import GatewaySpec
 from gpuplex.errors import GatewayError
 from gpuplex.gateway.backends import BackendPool
@@ -75,6 +76,8 @@ class LiveConfig:
     routes: RouteTable
     pools: Mapping[str, BackendPool]
     metrics_networks: tuple[IpNetwork, ...]  # who may read /metrics without the token
+    #: whose service accounts' tokens are taken (auth.oidc with `gateway:`); None: API keys only
+    oidc: OidcSpec | None = None
 
 
 def live_config(
@@ -97,7 +100,8 @@ def live_config(
             kept = BackendPool(backend, config, workers)
         pools[backend_id] = kept
     networks = tuple(ipaddress.ip_network(net, strict=False) for net in config.metrics_from)
-    return LiveConfig(version, config, routes, pools, networks)
+    oidc = spec.auth.oidc if spec.auth.oidc is not None and spec.auth.oidc.gateway else None
+    return LiveConfig(version, config, routes, pools, networks, oidc)
 
 
 def _pool_settings(config: GatewaySpec) -> tuple[object, ...]:

@@ -48,7 +48,7 @@ async def handle_inference(
     rt: GatewayRuntime, scope: Scope, receive: Receive, send: Send, endpoint: Endpoint
 ) -> None:
     client = scope.get("client") or ("unknown", 0)
-    caller = rt.keys.authenticate(header(scope, b"authorization"), str(client[0]))
+    caller = await rt.authenticate(header(scope, b"authorization"), str(client[0]))
     if caller.budget_block is not None:
         metrics.REJECTIONS.labels(caller.tenant, str(ErrorCode.BUDGET_EXCEEDED)).inc()
         raise ApiError(ErrorCode.BUDGET_EXCEEDED, caller.budget_block)

@@ -1,6 +1,7 @@
 """Everything one gateway worker holds: the routing table and backend pools from the spec, the key
 cache, the rate limiter, the usage spool, the upstream HTTP client, and the background tasks that
-keep them fresh. Built at startup, closed at shutdown. The spool is moved into the store by a
+keep them fresh. Built at startup, closed at shutdown. Requests are authenticated here
+(`authenticate`: API keys, and service accounts' tokens). The spool is moved into the store by a
 process of its own (`mover_process`); a worker moves it only once, as it stops."""
 
 from __future__ import annotations
@@ -12,12 +13,13 @@ import os
 
 import aiohttp
 
+from gpuplex.core.serve.keys import bearer_token
 from gpuplex.core.serve.limits import Limit, concurrency_lease_s, scope_limits
 from gpuplex.core.serve.routes import RouteTable
 from gpuplex.core.spec import GpuplexSpec
 from gpuplex.core.spec.gateway import GatewaySpec, LimiterBackend
 from gpuplex.errors import GatewayError, GpuplexError
-from gpuplex.gateway.auth import KeyCache
+from gpuplex.gateway.auth import Caller, KeyCache
 from gpuplex.gateway.backends import run_health_checks
 from gpuplex.gateway.limiter_memory import Limiter, MemoryLimiter
 from gpuplex.gateway.live import (
@@ -29,8 +31,10 @@ from gpuplex.gateway.live import (
     restart_only_changes,
 )
 from gpuplex.gateway.relay import DisconnectWatch
+from gpuplex.gateway.service_accounts import ServiceAccounts
 from gpuplex.gateway.spool import UsageSpool
 from gpuplex.gateway.spool_mover import SpoolMover
+from gpuplex.oidc.tokens import looks_like_jwt
 from gpuplex.revision import AppliedRevisions
 from gpuplex.settings import GatewaySettings
 from gpuplex.store.budget_enforcement import EnforcementRepository
@@ -78,6 +82,7 @@ class GatewayRuntime:
             enforcement=EnforcementRepository(engine),
         )
         self.keys.load()
+        self.service_accounts = ServiceAccounts()
         self.usage_sink = UsageRepository(engine)
         self.limiter: Limiter = self._limiter()
         self.spool = UsageSpool(settings.spool_dir, f"w{os.getpid()}")
@@ -92,6 +97,20 @@ class GatewayRuntime:
     def config(self) -> GatewaySpec:
         """The `gateway:` settings served by now (per-request limits: body, reply, event size)."""
         return self.live.config
+
+    async def authenticate(self, authorization: bytes | None, client: str) -> Caller:
+        """The caller of a request: an API key's, or, where the revision served takes them
+        (auth.oidc.gateway), a service account's by the identity provider's token. A credential
+        that is neither is refused the same way (401 `invalid_api_key`, counted per address)."""
+        live = self.live
+        if live.oidc is not None:
+            token = bearer_token(authorization)
+            if token is not None and looks_like_jwt(token):
+                account = await self.service_accounts.account(token, live.oidc, live.routes.tenants)
+                if account is None:
+                    self.keys.refuse(client)
+                return self.keys.account_caller(account.tenant, account.prefix)
+        return self.keys.authenticate(authorization, client)
 
     def take(self, version: str, spec: GpuplexSpec) -> bool:
         """Serve by `spec` from now on, unless it is the version served; whether it changed."""

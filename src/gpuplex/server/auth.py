@@ -11,12 +11,12 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from gpuplex.core.access import Permission, Principal, Role, Verdict, decide
 from gpuplex.errors import ErrorCode
+from gpuplex.oidc.tokens import looks_like_jwt
 from gpuplex.server.body_guard import ENDED_SESSION
 from gpuplex.server.context import ServerContext, server_context
 from gpuplex.server.oidc_principal import (
     TENANT_HEADER,
     TenantChoice,
-    looks_like_jwt,
     oidc_principal,
     principal_of_groups,
 )

@@ -30,8 +30,9 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from gpuplex.core.serve.keys import bearer_token
 from gpuplex.errors import ErrorCode, StoreError
+from gpuplex.oidc.tokens import looks_like_jwt
 from gpuplex.server.context import ServerContext
-from gpuplex.server.oidc_principal import looks_like_jwt, oidc_principal
+from gpuplex.server.oidc_principal import oidc_principal
 from gpuplex.server.problems import ApiProblem, problem_response
 from gpuplex.server.sign_in import SESSION_COOKIE
 

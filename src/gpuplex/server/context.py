@@ -10,9 +10,9 @@ from pathlib import Path
 from fastapi import Request
 
 from gpuplex.clock import now_s
+from gpuplex.oidc.keys import IssuerKeysCache
 from gpuplex.revision import AppliedRevisions
 from gpuplex.server.metering import Metering
-from gpuplex.server.oidc_keys import IssuerKeysCache
 from gpuplex.store import AuditLog, Engine, KeyRepository, UsageRepository
 from gpuplex.store.budget_enforcement import EnforcementRepository
 from gpuplex.store.budgets import BudgetRepository

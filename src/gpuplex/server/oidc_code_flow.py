@@ -24,7 +24,7 @@ from typing import Any
 
 from gpuplex.core.spec.auth import OidcSpec
 from gpuplex.errors import IdentityProviderUnavailable, OidcTokenError
-from gpuplex.server.oidc_keys import MAX_ANSWER_BYTES, TIMEOUT_S, IssuerKeys
+from gpuplex.oidc.keys import MAX_ANSWER_BYTES, TIMEOUT_S, IssuerKeys
 from gpuplex.server.oidc_principal import groups_of, person_name
 from gpuplex.settings import environment_value
 

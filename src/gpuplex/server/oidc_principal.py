@@ -21,12 +21,6 @@ from gpuplex.errors import ErrorCode, IdentityProviderUnavailable, OidcTokenErro
 from gpuplex.server.context import ServerContext
 from gpuplex.server.problems import ApiProblem
 
-
-def looks_like_jwt(token: str) -> bool:
-    """Three dot-separated parts: not one of gpuplex's own tokens (`gpt_...`)."""
-    return token.count(".") == 2 and not token.startswith("gpt_")
-
-
 #: Where a person with roles on several tenants says which one a request is for.
 TENANT_HEADER = "X-Gpuplex-Tenant"
 NO_ROLE = "signed in, but none of your groups gives a role in gpuplex (auth.oidc.roles)"

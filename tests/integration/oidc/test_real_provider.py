@@ -14,8 +14,8 @@ import pytest
 from gpuplex.core.access import Role
 from gpuplex.core.access.oidc_groups import Grant, GroupRule, grants_of
 from gpuplex.errors import OidcTokenError
-from gpuplex.server.oidc_keys import IssuerKeys
-from gpuplex.server.oidc_tokens import verified_claims
+from gpuplex.oidc.keys import IssuerKeys
+from gpuplex.oidc.tokens import verified_claims
 from tests.oidc.provider import AUDIENCE, OidcProvider, provider_or_skip, signing_key
 
 SECRET = "contoso-service-account-secret-0123456789"  # noqa: S105 - a test client's secret

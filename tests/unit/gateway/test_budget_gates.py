@@ -11,7 +11,7 @@ from gpuplex.core.report import BudgetAction
 from gpuplex.core.serve.limits import Limit, LimitKind, Refused
 from gpuplex.core.spec import RateLimits
 from gpuplex.errors import ErrorCode
-from gpuplex.gateway.auth import BUDGET_SCOPE, caller_of
+from gpuplex.gateway.auth import BUDGET_SCOPE, caller_of, tenant_caller
 from gpuplex.gateway.proxy import _refusal
 from gpuplex.store.budget_enforcement import EnforcedBudget
 from gpuplex.store.keys import ApiKey, KeyRecord
@@ -71,3 +71,17 @@ def test_a_throttled_budget_adds_a_rate_that_is_refused_as_budget_throttled() ->
     # a rate limit of the key's own is still rate_limit_exceeded
     own = Limit("key:gpx_ab12", LimitKind.REQUESTS, 60)
     assert _refusal(Refused(own, 1.0), caller.budget_throttle).code is ErrorCode.RATE_LIMITED
+
+
+def test_a_service_account_is_held_by_its_tenants_budget_and_by_no_keys() -> None:
+    gates = {
+        ("acme", ""): _gate("", BudgetAction.THROTTLE),
+        ("acme", "sa-0123456789abc"): _gate("sa-0123456789abc", BudgetAction.BLOCK),
+    }
+    caller = tenant_caller("acme", "sa-0123456789abc", no_tenant_limits, gates)
+    assert caller.budget_block is None  # a key budget, even one named like it, is not its own
+    assert caller.budget_throttle is not None
+    [limit] = caller.limits
+    assert limit.scope == f"{BUDGET_SCOPE}tenant:acme/"
+    blocked = {("acme", ""): _gate("", BudgetAction.BLOCK)}
+    assert tenant_caller("acme", "sa-x", no_tenant_limits, blocked).budget_block is not None

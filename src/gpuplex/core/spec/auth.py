@@ -15,10 +15,16 @@ variable or a file, named here.
           - {group: gpu-platform-admins, role: platform-admin}
           - {group: "gpu-{tenant}-admins", role: tenant-admin}      # one rule for every tenant
           - {group: contoso-readers, role: tenant-viewer, tenant: contoso}
+        gateway:                          # optional: the gateway takes service accounts' tokens
+          tenant_claim: gpuplex_tenant    # the claim naming the tenant the account belongs to
+          audience: urn:gpuplex:gateway   # default: the audience above
 
 The control plane's API takes the provider's tokens by it (server/oidc_principal.py),
 `core.access.oidc_groups` maps a person's groups to roles, the dashboard signs people in with it
 (server/sign_in.py), and `gpuplex login` gets a person's or a service account's token for the CLI.
+With `gateway:`, the gateway takes a service account's client-credential token as a caller of the
+tenant its `tenant_claim` names (gateway/service_accounts.py); without it, the gateway takes API
+keys only.
 """
 
 from __future__ import annotations
@@ -32,6 +38,8 @@ from gpuplex.core.spec.fields import DnsLabel, SpecModel
 TENANT_PLACEHOLDER = "{tenant}"
 #: Loopback issuers may be plain http (a provider on the same machine, in tests or a lab).
 _LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "[::1]")
+#: Registered claims (RFC 7519) that say something about the token, never the tenant.
+_NOT_TENANT_CLAIMS = frozenset({"iss", "aud", "exp", "nbf", "iat", "jti"})
 
 
 class GroupRoleSpec(SpecModel):
@@ -47,6 +55,25 @@ class GroupRoleSpec(SpecModel):
         return TENANT_PLACEHOLDER in self.group
 
 
+class OidcGatewaySpec(SpecModel):
+    """The gateway takes the provider's access tokens for service accounts (the client
+    credentials grant): `tenant_claim` names the tenant the account calls as; the token's `aud`
+    must hold `audience` (default: auth.oidc's audience)."""
+
+    tenant_claim: str = Field(min_length=1, max_length=256)
+    audience: str | None = Field(default=None, min_length=1, max_length=2048)
+
+    @field_validator("tenant_claim")
+    @classmethod
+    def _names_a_claim_of_the_account(cls, value: str) -> str:
+        if value in _NOT_TENANT_CLAIMS:
+            raise ValueError(
+                f"`{value}` is a registered claim about the token itself, not its account: name "
+                "the claim the identity provider puts the tenant in (e.g. gpuplex_tenant)"
+            )
+        return value
+
+
 class OidcSpec(SpecModel):
     issuer: str = Field(min_length=1, max_length=2048, description="The issuer URL, exactly.")
     client_id: str = Field(min_length=1, max_length=256)
@@ -59,6 +86,7 @@ class OidcSpec(SpecModel):
     groups_claim: str = Field(default="groups", min_length=1, max_length=256)
     clock_skew_s: StrictInt = Field(default=60, ge=0, le=300)
     roles: list[GroupRoleSpec] = Field(default_factory=list)
+    gateway: OidcGatewaySpec | None = None
 
     @field_validator("issuer")
     @classmethod
@@ -73,6 +101,13 @@ class OidcSpec(SpecModel):
     @property
     def expected_audience(self) -> str:
         return self.audience or self.client_id
+
+    @property
+    def gateway_audience(self) -> str | None:
+        """The `aud` the gateway's service-account tokens must carry; None: it takes none."""
+        if self.gateway is None:
+            return None
+        return self.gateway.audience or self.expected_audience
 
 
 class AuthSpec(SpecModel):

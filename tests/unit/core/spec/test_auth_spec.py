@@ -43,6 +43,30 @@ def test_a_valid_section() -> None:
     assert oidc.expected_audience == "gpuplex"
     assert oidc.scopes == ["openid", "profile", "email"]
     assert validate_spec({"fleet": FLEET, "tenants": TENANTS}).auth.oidc is None  # type: ignore[union-attr]
+    assert oidc.gateway is None
+    assert oidc.gateway_audience is None  # the gateway takes no provider tokens
+
+
+@pytest.mark.parametrize(
+    ("gateway", "audience"),
+    [
+        ({"tenant_claim": "gpuplex_tenant"}, "urn:gpuplex:api"),  # auth.oidc's audience
+        (
+            {"tenant_claim": "gpuplex_tenant", "audience": "urn:gpuplex:gateway"},
+            "urn:gpuplex:gateway",
+        ),
+    ],
+)
+def test_the_gateway_section_and_the_audience_its_tokens_carry(
+    gateway: dict[str, Any], audience: str
+) -> None:
+    parsed = validate_spec(spec(audience="urn:gpuplex:api", gateway=gateway))
+    assert isinstance(parsed, GpuplexSpec), parsed
+    oidc = parsed.auth.oidc
+    assert oidc is not None
+    assert oidc.gateway is not None
+    assert oidc.gateway.tenant_claim == "gpuplex_tenant"
+    assert oidc.gateway_audience == audience
 
 
 @pytest.mark.parametrize(
@@ -82,6 +106,27 @@ def test_a_valid_section() -> None:
             "name no tenant",
         ),
         ({"roles": [{"group": "g", "role": "root"}]}, ("auth", "oidc", "roles", 0, "role"), ""),
+        ({"gateway": {}}, ("auth", "oidc", "gateway", "tenant_claim"), ""),
+        (
+            {"gateway": {"tenant_claim": ""}},
+            ("auth", "oidc", "gateway", "tenant_claim"),
+            "at least 1",
+        ),
+        (
+            {"gateway": {"tenant_claim": "aud"}},
+            ("auth", "oidc", "gateway", "tenant_claim"),
+            "not its account",
+        ),
+        (
+            {"gateway": {"tenant_claim": "t", "audience": ""}},
+            ("auth", "oidc", "gateway", "audience"),
+            "",
+        ),
+        (
+            {"gateway": {"tenant_claim": "t", "tenant_map": {}}},
+            ("auth", "oidc", "gateway", "tenant_map"),
+            "",
+        ),
     ],
 )
 def test_each_problem_is_at_its_field(

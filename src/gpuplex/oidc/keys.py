@@ -23,7 +23,7 @@ from joserfc.errors import JoseError
 from joserfc.jws import extract_compact
 
 from gpuplex.errors import IdentityProviderUnavailable, OidcTokenError
-from gpuplex.server.oidc_tokens import verified_claims
+from gpuplex.oidc.tokens import verified_claims
 
 #: A discovery document or key set larger than this is not one.
 MAX_ANSWER_BYTES = 1024 * 1024
@@ -74,22 +74,25 @@ class IssuerKeys:
         self._fetched_at = float("-inf")
 
     def verify(self, token: str, *, audience: str, skew_s: int) -> dict[str, Any]:
-        """The token's claims (see oidc_tokens.verified_claims), with the key set refetched once
+        """The token's claims (see tokens.verified_claims), with the key set refetched once
         when the token names a key the cached set lacks."""
-        kid = _kid_of(token)
-        keys = self.key_set(kid)
-        now = self._clock()
+        keys = self.key_set(kid_of(token))
+        return self.verify_with(keys, token, audience=audience, skew_s=skew_s)
+
+    def verify_with(
+        self, keys: dict[str, Any], token: str, *, audience: str, skew_s: int
+    ) -> dict[str, Any]:
+        """The token's claims checked against `keys` (from key_set or cached_key_set): no I/O."""
         return verified_claims(
-            token, keys, issuer=self.issuer, audience=audience, now_s=now, skew_s=skew_s
+            token, keys, issuer=self.issuer, audience=audience, now_s=self._clock(), skew_s=skew_s
         )
 
     def key_set(self, kid: str | None = None) -> dict[str, Any]:
+        """The key set, fetched first when it is stale or lacks `kid` (and may be refetched):
+        may block on the provider for up to TIMEOUT_S per request made."""
         with self._lock:
             now = self._clock()
-            stale = self._keys is None or now - self._fetched_at >= self._max_age_s
-            unknown = kid is not None and not _has_kid(self._keys, kid)
-            may_refresh = now - self._fetched_at >= self._min_refresh_s
-            if stale or (unknown and may_refresh):
+            if self._must_fetch(kid, now):
                 self._keys = self._fetch(self._jwks_location())
                 if not isinstance(self._keys.get("keys"), list):
                     self._keys = None
@@ -103,6 +106,23 @@ class IssuerKeys:
         `token_endpoint`, ...); IdentityProviderUnavailable when it names none."""
         with self._lock:
             return self._endpoint(name)
+
+    def cached_key_set(self, kid: str | None = None) -> dict[str, Any] | None:
+        """The key set when `key_set(kid)` would answer without fetching, else None: what an
+        event loop may call. It never waits, not even for the lock a fetch in progress holds
+        (None then: the fetch is what the caller needs)."""
+        if not self._lock.acquire(blocking=False):
+            return None
+        try:
+            return None if self._must_fetch(kid, self._clock()) else self._keys
+        finally:
+            self._lock.release()
+
+    def _must_fetch(self, kid: str | None, now: float) -> bool:
+        stale = self._keys is None or now - self._fetched_at >= self._max_age_s
+        unknown = kid is not None and not _has_kid(self._keys, kid)
+        may_refresh = now - self._fetched_at >= self._min_refresh_s
+        return stale or (unknown and may_refresh)
 
     def _jwks_location(self) -> str:
         return self._endpoint("jwks_uri")
@@ -122,7 +142,8 @@ class IssuerKeys:
         return found
 
 
-def _kid_of(token: str) -> str | None:
+def kid_of(token: str) -> str | None:
+    """The `kid` of a signed JWT's header; OidcTokenError when it is not one."""
     try:
         header = extract_compact(token.encode()).headers()
     except (JoseError, ValueError, TypeError):  # any unreadable token is refused the same way
@@ -140,8 +161,11 @@ def _has_kid(keys: dict[str, Any] | None, kid: str) -> bool:
 class IssuerKeysCache:
     """One IssuerKeys per issuer, made on first use (the applied spec names the issuer)."""
 
-    def __init__(self, clock: Callable[[], float]) -> None:
+    def __init__(
+        self, clock: Callable[[], float], fetch: Callable[[str], dict[str, Any]] = fetch_json
+    ) -> None:
         self._clock = clock
+        self._fetch = fetch
         self._lock = threading.Lock()
         self._by_issuer: dict[str, IssuerKeys] = {}
 
@@ -149,5 +173,5 @@ class IssuerKeysCache:
         with self._lock:
             keys = self._by_issuer.get(issuer)
             if keys is None:
-                keys = self._by_issuer[issuer] = IssuerKeys(issuer, self._clock)
+                keys = self._by_issuer[issuer] = IssuerKeys(issuer, self._clock, fetch=self._fetch)
             return keys

@@ -25,6 +25,12 @@ from gpuplex.errors import OidcTokenError
 ALGORITHMS = ("RS256", "RS384", "RS512", "PS256", "PS384", "PS512", "ES256", "ES384", "ES512")
 
 
+def looks_like_jwt(token: str) -> bool:
+    """Three dot-separated parts: not one of gpuplex's own credentials (`gpx_...`, `gpt_...`,
+    which hold no dot), so worth verifying as the identity provider's."""
+    return token.count(".") == 2 and not token.startswith(("gpx_", "gpt_"))
+
+
 def verified_claims(
     token: str,
     jwks: Mapping[str, Any],

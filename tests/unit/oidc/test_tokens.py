@@ -16,7 +16,7 @@ from joserfc import jwt
 from joserfc.jwk import ECKey, RSAKey
 
 from gpuplex.errors import ErrorCode, OidcTokenError
-from gpuplex.server.oidc_tokens import verified_claims
+from gpuplex.oidc.tokens import looks_like_jwt, verified_claims
 
 ISSUER = "https://login.example.com/realms/acme"
 AUDIENCE = "gpuplex"
@@ -127,3 +127,19 @@ def test_a_key_set_that_cannot_be_read_refuses_every_token() -> None:
             now_s=NOW,
             skew_s=0,
         )
+
+
+@pytest.mark.parametrize(
+    ("text", "is_jwt"),
+    [
+        (jwt.encode({"alg": "RS256"}, claims(), KEY), True),
+        ("a.b.c", True),
+        ("gpx_ab12cd34_" + "s" * 43, False),
+        ("gpt_ab12cd34_" + "s" * 43, False),
+        ("gpx_a.b.c", False),
+        ("a.b", False),
+        ("a.b.c.d", False),
+    ],
+)
+def test_what_looks_like_a_jwt(text: str, is_jwt: bool) -> None:
+    assert looks_like_jwt(text) is is_jwt

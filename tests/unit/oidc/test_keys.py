@@ -12,7 +12,7 @@ from joserfc import jwt
 from joserfc.jwk import RSAKey
 
 from gpuplex.errors import ErrorCode, IdentityProviderUnavailable, OidcTokenError
-from gpuplex.server.oidc_keys import IssuerKeys
+from gpuplex.oidc.keys import IssuerKeys
 
 ISSUER = "https://login.example.com"
 DISCOVERY = f"{ISSUER}/.well-known/openid-configuration"
@@ -127,3 +127,20 @@ def test_a_key_set_without_keys_and_a_token_that_is_not_a_jwt_are_refused(
     )
     with pytest.raises(IdentityProviderUnavailable, match="no keys"):
         verify(empty, token(FIRST))
+
+
+def test_the_cached_key_set_is_had_without_a_fetch_or_not_at_all(
+    setup: tuple[Provider, Clock, IssuerKeys],
+) -> None:
+    provider, clock, keys = setup
+    assert keys.cached_key_set("first") is None  # nothing fetched yet: the caller must fetch
+    assert provider.asked == []
+    fetched = keys.key_set("first")
+    assert keys.cached_key_set("first") is fetched
+    assert keys.cached_key_set(None) is fetched
+    # an unknown kid within min_refresh_s: the set as it is (the token will not verify)
+    assert keys.cached_key_set("made-up") is fetched
+    clock.now += 10
+    assert keys.cached_key_set("made-up") is None  # a refetch is due
+    assert keys.cached_key_set("first") is fetched
+    assert len(provider.asked) == 2  # discovery and the key set, once
