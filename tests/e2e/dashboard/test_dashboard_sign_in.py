@@ -22,7 +22,11 @@ from playwright.sync_api import Browser, Page, expect
 pytestmark = pytest.mark.slow
 
 SECRET = "dashboard-client-secret-0123456789abcdef"  # noqa: S105 - the test client's secret
-PEOPLE = {"vic": ["gpu-contoso-viewers"], "pat": ["gpu-platform-admins", "coffee-club"]}
+PEOPLE = {
+    "vic": ["gpu-contoso-viewers"],
+    "pat": ["gpu-platform-admins", "coffee-club"],
+    "mia": ["gpu-contoso-viewers", "gpu-fabrikam-admins"],
+}
 TENANTS = {"northwind", "contoso", "fabrikam", "adatum", "hobbyists"}
 
 
@@ -110,6 +114,25 @@ def test_a_platform_admin_sees_every_tenant(
     sign_in(page, "pat")
     expect(page.get_by_test_id("whoami-role")).to_have_text("platform-admin")
     assert tenants_shown(page) == TENANTS
+    assert our_errors(page_errors, stack) == []
+
+
+def test_a_person_on_two_tenants_picks_which_one_the_page_shows(
+    page: Page, stack: Stack, page_errors: list[str]
+) -> None:
+    sign_in(page, "mia")
+    picker = page.get_by_test_id("tenant-choice")
+    expect(picker).to_be_visible()
+    assert picker.locator("option").all_inner_texts() == ["contoso", "fabrikam"]
+    expect(page.get_by_test_id("whoami-tenant")).to_have_text("tenant contoso")
+    expect(page.get_by_test_id("whoami-role")).to_have_text("tenant-viewer")
+    assert tenants_shown(page) == {"contoso"}
+    picker.select_option("fabrikam")
+    expect(page.get_by_test_id("whoami-tenant")).to_have_text("tenant fabrikam")
+    expect(page.get_by_test_id("whoami-role")).to_have_text("tenant-admin")
+    rows = page.locator("[data-testid=tenant-row]")
+    expect(rows).to_have_count(1)
+    expect(rows).to_have_attribute("data-tenant", "fabrikam")
     assert our_errors(page_errors, stack) == []
 
 

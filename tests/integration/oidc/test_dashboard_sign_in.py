@@ -29,6 +29,7 @@ PEOPLE = {
     "alice": ["gpu-alphaco-admins"],
     "pat": ["gpu-platform-admins"],
     "nobody": ["coffee-club"],
+    "max": ["gpu-alphaco-viewers", "gpu-bravoco-admins"],
 }
 
 
@@ -135,6 +136,20 @@ def test_a_platform_admin_sees_every_tenant_and_the_sign_in_is_audited(site: Sit
         audit = browser.get(f"{site.url}/api/v1/audit", params={"action": "session.sign-in"})
         (entry,) = audit.json()["items"]
         assert entry["actor"] == f"pat (oidc pat at {site.provider.issuer})"
+
+
+def test_a_person_on_two_tenants_is_signed_in_and_chooses_per_request(site: Site) -> None:
+    with site.browser() as browser:
+        site.sign_in(browser, "max")
+        session = browser.get(f"{site.url}/auth/session").json()
+        assert (session["name"], session["platform"]) == ("max", False)
+        assert session["tenants"] == [TENANT_A, "bravoco"]
+        unsaid = browser.get(f"{site.url}/api/v1/tenants")
+        assert unsaid.status_code == 403
+        assert "X-Gpuplex-Tenant" in unsaid.json()["error"]["message"]
+        said = browser.get(f"{site.url}/api/v1/whoami", headers={"x-gpuplex-tenant": "bravoco"})
+        assert (said.json()["role"], said.json()["tenant"]) == ("tenant-admin", "bravoco")
+    assert httpx.get(f"{site.url}/auth/session", timeout=10).status_code == 401
 
 
 def test_a_person_whose_groups_give_no_role_is_not_signed_in(site: Site) -> None:

@@ -39,6 +39,22 @@ export function clearToken() {
 }
 
 const CSRF_COOKIE = "gpuplex_csrf";
+const TENANT_KEY = "gpuplex.tenant";
+
+/** For a person whose groups give roles on several tenants: the one this tab shows. */
+export function chosenTenant() {
+  return window.sessionStorage.getItem(TENANT_KEY);
+}
+
+export function chooseTenant(tenant) {
+  if (tenant) window.sessionStorage.setItem(TENANT_KEY, tenant);
+  else window.sessionStorage.removeItem(TENANT_KEY);
+}
+
+/** The identity-provider session: {name, platform, tenants, expires_at}. */
+export async function currentSession() {
+  return answer(await fetch("/auth/session", { headers: { Accept: "application/json" }, cache: "no-store" }));
+}
 
 /** The CSRF token of the identity-provider session, sent back on every change. */
 export function csrfToken() {
@@ -50,7 +66,10 @@ function headers(method) {
   const sent = { Accept: "application/json" };
   const token = getToken();
   if (token) sent.Authorization = `Bearer ${token}`;
-  else if (method !== "GET" && csrfToken()) sent["X-CSRF-Token"] = csrfToken();
+  else {
+    if (chosenTenant()) sent["X-Gpuplex-Tenant"] = chosenTenant();
+    if (method !== "GET" && csrfToken()) sent["X-CSRF-Token"] = csrfToken();
+  }
   return sent;
 }
 

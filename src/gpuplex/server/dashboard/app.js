@@ -3,7 +3,7 @@
 // queues and jobs, usage, budgets and events and redraw. A tenant-scoped token sees only its own
 // tenant: the API filters, and the page draws only what it is given.
 
-import { ApiError, adoptTokenFromFragment, all, clearToken, csrfToken, get, getToken, identityProvider, setToken, signOutOfSession, tenantPath } from "./api.js";
+import { ApiError, adoptTokenFromFragment, all, chooseTenant, chosenTenant, clearToken, csrfToken, currentSession, get, getToken, identityProvider, setToken, signOutOfSession, tenantPath } from "./api.js";
 import { renderKeySpend } from "./budgets.js";
 import { hourlySeries, renderUsage, usageRange } from "./charts.js";
 import { fill, h } from "./dom.js";
@@ -49,10 +49,27 @@ function takeSignInError() {
   return `Signing in with the identity provider failed: ${said}`;
 }
 
+/** A person with roles on several tenants picks the one to show (sent as X-Gpuplex-Tenant). */
+async function offerTenantChoice() {
+  const picker = $("tenant-choice");
+  picker.hidden = true;
+  if (getToken()) return;
+  const session = await currentSession();
+  if (session.platform || session.tenants.length < 2) {
+    chooseTenant(null);
+    return;
+  }
+  if (!session.tenants.includes(chosenTenant())) chooseTenant(session.tenants[0]);
+  fill(picker, ...session.tenants.map((t) => h("option", { value: t }, t)));
+  picker.value = chosenTenant();
+  picker.hidden = false;
+}
+
 async function start() {
   const mine = ++generation;
   let me;
   try {
+    await offerTenantChoice();
     me = await get("/whoami");
   } catch (error) {
     if (mine !== generation) return;
@@ -137,7 +154,12 @@ function main() {
     setToken(token);
     start();
   });
+  $("tenant-choice").addEventListener("change", (event) => {
+    chooseTenant(event.target.value);
+    start();
+  });
   $("signout").addEventListener("click", async () => {
+    chooseTenant(null);
     if (getToken()) clearToken();
     else {
       try {
