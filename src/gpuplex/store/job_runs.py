@@ -19,7 +19,8 @@ from sqlalchemy import Select, or_, select
 from sqlalchemy.orm import Session
 
 from gpuplex.core.jobs.states import JobState
-from gpuplex.core.meter.jobs import JobRunInterval, placement_gpu_share
+from gpuplex.core.meter.allocation import placement_gpu_share
+from gpuplex.core.meter.jobs import JobRunInterval
 from gpuplex.core.plan.model import Placement
 from gpuplex.errors import JobStateError
 from gpuplex.store.tables import JobRow, JobRunRow

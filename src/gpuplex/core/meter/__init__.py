@@ -16,6 +16,7 @@ from gpuplex.core.meter.allocation import (
     gpu_share,
     parse_allocation_dimension,
     placement_dimension,
+    placement_gpu_share,
 )
 from gpuplex.core.meter.gateway import gateway_lines
 from gpuplex.core.meter.jobs import (
@@ -23,7 +24,6 @@ from gpuplex.core.meter.jobs import (
     JobUsage,
     job_allocation_lines,
     job_usage,
-    placement_gpu_share,
 )
 from gpuplex.core.meter.measured import DEFAULT_MAX_GAP_S, measured_lines
 from gpuplex.core.meter.model import (

@@ -25,7 +25,7 @@ from gpuplex.core.meter.model import (
     MeterLine,
     MeterWindow,
     lines_from_totals,
-    require_utc,
+    utc_span,
 )
 from gpuplex.core.meter.riders import ServerKey, SharedServer, split_exactly
 from gpuplex.core.plan.model import Mode, Placement, Plan
@@ -45,15 +45,11 @@ class PlanInterval:
     shared_servers: tuple[SharedServer, ...] = ()
 
     def __post_init__(self) -> None:
-        start = require_utc(self.active_from, "active_from")
+        start, end = utc_span(
+            self.active_from, self.active_until, ("active_from", "active_until"), "plan interval"
+        )
         object.__setattr__(self, "active_from", start)
-        if self.active_until is not None:
-            end = require_utc(self.active_until, "active_until")
-            if end < start:
-                raise MeterInputError(
-                    f"plan interval ends ({end.isoformat()}) before it starts ({start.isoformat()})"
-                )
-            object.__setattr__(self, "active_until", end)
+        object.__setattr__(self, "active_until", end)
 
 
 def allocation_dimension(gpu_model: str, mode: Mode, mig_profile: str | None = None) -> str:
@@ -86,10 +82,17 @@ def parse_allocation_dimension(dimension: str) -> tuple[str, Mode, str | None]:
     return gpu_model, mode, profile or None
 
 
+def placement_gpu_share(placement: Placement) -> Decimal:
+    """The GPUs a placement holds by itself: compute_percent / 100 (1 per whole GPU). A time-slice
+    share that names no compute_percent holds 0 here: its share depends on its neighbours
+    (`gpu_share` with the plan)."""
+    return Decimal(placement.compute_percent) / _HUNDRED
+
+
 def gpu_share(placement: Placement, plan: Plan) -> Decimal:
     """The GPUs a placement holds: compute_percent / 100, with the time-slice rule above."""
     if placement.mode is not Mode.TIMESLICE or placement.compute_percent > 0:
-        return Decimal(placement.compute_percent) / _HUNDRED
+        return placement_gpu_share(placement)
     neighbours = [
         p
         for p in plan.placements

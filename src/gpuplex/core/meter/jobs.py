@@ -22,19 +22,10 @@ from gpuplex.core.meter.model import (
     MeterLine,
     MeterWindow,
     lines_from_totals,
-    require_utc,
+    utc_span,
 )
 from gpuplex.core.plan.model import Placement
 from gpuplex.errors import MeterInputError
-
-_HUNDRED = Decimal(100)
-
-
-def placement_gpu_share(placement: Placement) -> Decimal:
-    """The GPUs a placement holds by itself: compute_percent / 100 (1 per whole GPU). A time-slice
-    share that names no compute_percent holds 0 here: its share depends on its neighbours
-    (core.meter.allocation.gpu_share with the plan)."""
-    return Decimal(placement.compute_percent) / _HUNDRED
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,16 +41,11 @@ class JobRunInterval:
     ended_at: datetime | None = None  # None: it still holds its place
 
     def __post_init__(self) -> None:
-        start = require_utc(self.started_at, "run start")
+        start, end = utc_span(
+            self.started_at, self.ended_at, ("run start", "run end"), f"job {self.job_id}: its run"
+        )
         object.__setattr__(self, "started_at", start)
-        if self.ended_at is not None:
-            end = require_utc(self.ended_at, "run end")
-            if end < start:
-                raise MeterInputError(
-                    f"job {self.job_id}: its run ends ({end.isoformat()}) before it starts "
-                    f"({start.isoformat()})"
-                )
-            object.__setattr__(self, "ended_at", end)
+        object.__setattr__(self, "ended_at", end)
         if not self.gpu_share.is_finite() or self.gpu_share < 0:
             raise MeterInputError(
                 f"job {self.job_id}: GPU share {self.gpu_share} is not a number of GPUs >= 0"

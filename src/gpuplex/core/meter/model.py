@@ -37,6 +37,22 @@ def require_utc(value: datetime, name: str) -> datetime:
     return value.astimezone(UTC)
 
 
+def utc_span(
+    start: datetime, end: datetime | None, names: tuple[str, str], what: str
+) -> tuple[datetime, datetime | None]:
+    """[start, end) as UTC (`end` None: still open); MeterInputError when either has no zone
+    (`names` name them) or `what` ends before it starts."""
+    start = require_utc(start, names[0])
+    if end is None:
+        return start, None
+    end = require_utc(end, names[1])
+    if end < start:
+        raise MeterInputError(
+            f"{what} ends ({end.isoformat()}) before it starts ({start.isoformat()})"
+        )
+    return start, end
+
+
 def seconds_of(delta: timedelta) -> Decimal:
     """Exact seconds of a timedelta (a float's total_seconds() would round)."""
     microseconds = (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds
