@@ -21,7 +21,7 @@ from gpuplex.server.oidc_principal import (
     principal_of_groups,
 )
 from gpuplex.server.problems import ApiProblem
-from gpuplex.server.sign_in import SESSION_COOKIE, require_csrf
+from gpuplex.server.sign_in import require_csrf, session_cookie
 
 _bearer = HTTPBearer(
     auto_error=False,
@@ -35,7 +35,7 @@ def current_principal(
     credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
     ctx: Annotated[ServerContext, Depends(server_context)],
 ) -> Principal:
-    cookie = request.cookies.get(SESSION_COOKIE)
+    cookie = session_cookie(request)
     if credentials is None and cookie:  # the dashboard, signed in with the identity provider
         principal = session_principal(ctx, request, cookie)
         request.state.principal = principal
@@ -69,7 +69,7 @@ def session_principal(ctx: ServerContext, request: Request, cookie: str) -> Prin
     session = ctx.web_sessions.find(cookie, ctx.now())
     if session is None:
         raise ApiProblem(ErrorCode.UNAUTHENTICATED, ENDED_SESSION)
-    require_csrf(request, session)
+    require_csrf(request, cookie)
     return principal_of_groups(
         ctx,
         list(session.groups),

@@ -34,7 +34,7 @@ from gpuplex.oidc.tokens import looks_like_jwt
 from gpuplex.server.context import ServerContext
 from gpuplex.server.oidc_principal import oidc_principal
 from gpuplex.server.problems import ApiProblem, problem_response
-from gpuplex.server.sign_in import SESSION_COOKIE
+from gpuplex.server.sign_in import SESSION_COOKIE, cookie_name
 
 #: The largest body the API takes: a whole spec (1,000,000 characters) as JSON, with room.
 MAX_BODY_BYTES = 8 * 1024 * 1024
@@ -125,9 +125,9 @@ class BodyGuard:
         return None
 
     async def _session_refusal(self, scope: Scope) -> ApiProblem | None:
-        cookie = cookie_parser((_header(scope, b"cookie") or b"").decode("latin-1")).get(
-            SESSION_COOKIE
-        )
+        host = (_header(scope, b"host") or b"").decode("latin-1")
+        cookies = cookie_parser((_header(scope, b"cookie") or b"").decode("latin-1"))
+        cookie = cookies.get(cookie_name(SESSION_COOKIE, host))
         if not cookie:
             return ApiProblem(ErrorCode.UNAUTHENTICATED, NO_CREDENTIALS)
         if self.known_session is not None and not await _known(self.known_session, cookie):

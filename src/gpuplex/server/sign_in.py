@@ -6,10 +6,16 @@
   the provider.
 - `GET /auth/callback`: where the provider sends the browser back; the code is exchanged, the
   tokens verified, the person's groups must give a role, and a session begins: an HttpOnly
-  `SameSite=Strict` session cookie (`Secure` when served over TLS) and a CSRF token the page sends
-  back as `X-CSRF-Token` on every mutation (server/auth.py checks it). Failures come back to the
+  `SameSite=Strict` session cookie (`Secure` when served over TLS). Failures come back to the
   dashboard as `#signin_error=...`, never as a token or a stack trace.
+- `GET /auth/session`: whether this browser is signed in, and if so who, what they may choose, and
+  the session's CSRF token, which the page sends back as `X-CSRF-Token` on every change
+  (server/auth.py checks it). Another site can neither read this answer nor make the token.
 - `POST /auth/logout`: ends the session (with its CSRF token): the cookie stops working at once.
+
+Browsers share cookies between the ports of one host name, so the cookies are named after the
+port the request came to (`gpuplex_session_8090`): two control planes on one machine keep their
+sessions apart.
 
 Bearer tokens (gpuplex's own, the `#token=` links, and the provider's) keep working beside it.
 """
@@ -32,10 +38,9 @@ from gpuplex.server.context import ServerContext, server_context
 from gpuplex.server.oidc_code_flow import authorization_url, exchange_code, signed_in_person
 from gpuplex.server.oidc_principal import NO_ROLE, grants_for
 from gpuplex.server.problems import ApiProblem
-from gpuplex.store.web_sessions import PendingSignIn, WebSession, new_secret
+from gpuplex.store.web_sessions import PendingSignIn, csrf_matches, csrf_token_of, new_secret
 
 SESSION_COOKIE = "gpuplex_session"
-CSRF_COOKIE = "gpuplex_csrf"
 CSRF_HEADER = "x-csrf-token"
 SIGN_IN_COOKIE = "gpuplex_sign_in"
 DASHBOARD = "/dashboard/"
@@ -47,6 +52,17 @@ SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 log = logging.getLogger(__name__)
 router = APIRouter(prefix="/auth", include_in_schema=False)
 Context = Annotated[ServerContext, Depends(server_context)]
+
+
+def cookie_name(base: str, host: str | None) -> str:
+    """`base`, with the port of the request's Host when it names one: `gpuplex_session_8090`."""
+    port = (host or "").rpartition("]")[2].rpartition(":")[2] if ":" in (host or "") else ""
+    return f"{base}_{port}" if port.isdigit() else base
+
+
+def session_cookie(request: Request) -> str | None:
+    """The session cookie this request carries, if any."""
+    return request.cookies.get(cookie_name(SESSION_COOKIE, request.headers.get("host")))
 
 
 def _oidc(ctx: ServerContext) -> OidcSpec | None:
@@ -90,7 +106,7 @@ def begin_sign_in(request: Request, ctx: Context, return_to: str = DASHBOARD) ->
     )
     reply = RedirectResponse(target, status_code=303)
     reply.set_cookie(
-        SIGN_IN_COOKIE,
+        cookie_name(SIGN_IN_COOKIE, request.headers.get("host")),
         browser,
         max_age=600,
         path="/auth/",
@@ -112,15 +128,21 @@ def finish_sign_in(
 ) -> Response:
     oidc = _oidc(ctx)
     if error:
-        return _back_with_error(f"the identity provider said {error}: {error_description}"[:300])
+        return _back_with_error(
+            request, f"the identity provider said {error}: {error_description}"[:300]
+        )
     if oidc is None or not state or not code:
-        return _back_with_error("this control plane takes no sign-in now; use a gpuplex token")
+        return _back_with_error(
+            request, "this control plane takes no sign-in now; use a gpuplex token"
+        )
+    sign_in_cookie = cookie_name(SIGN_IN_COOKIE, request.headers.get("host"))
     pending = ctx.web_sessions.take_sign_in(
-        state=state, browser=request.cookies.get(SIGN_IN_COOKIE), now=ctx.now()
+        state=state, browser=request.cookies.get(sign_in_cookie), now=ctx.now()
     )
     if pending is None:
         return _back_with_error(
-            "this sign-in expired, was used already or began in another browser: sign in again"
+            request,
+            "this sign-in expired, was used already or began in another browser: sign in again",
         )
     keys = ctx.issuer_keys.of(oidc.issuer)
     try:
@@ -133,12 +155,12 @@ def finish_sign_in(
         )
         person = signed_in_person(keys, oidc, tokens, nonce=pending.nonce, now_s=now_s())
         if not grants_for(ctx, person.groups, oidc.issuer):
-            return _back_with_error(NO_ROLE)
+            return _back_with_error(request, NO_ROLE)
     except (OidcTokenError, IdentityProviderUnavailable) as failed:
         log.warning("a dashboard sign-in failed: %s", failed.message)
-        return _back_with_error(failed.message)
+        return _back_with_error(request, failed.message)
     now = ctx.now()
-    made = ctx.web_sessions.create(
+    cookie, _ = ctx.web_sessions.create(
         issuer=oidc.issuer,
         subject=person.subject,
         name=person.name,
@@ -147,65 +169,61 @@ def finish_sign_in(
         expires_at=datetime.fromtimestamp(person.expires_at_s, UTC),
     )
     reply = RedirectResponse(pending.return_to, status_code=303)
-    lifetime = max(1, int(person.expires_at_s - now_s()))
-    secure = _tls(request)
     reply.set_cookie(
-        SESSION_COOKIE,
-        made.cookie,
-        max_age=lifetime,
+        cookie_name(SESSION_COOKIE, request.headers.get("host")),
+        cookie,
+        max_age=max(1, int(person.expires_at_s - now_s())),
         path="/",
         httponly=True,
-        secure=secure,
+        secure=_tls(request),
         samesite="strict",
     )
-    # the page reads this one and sends it back as X-CSRF-Token: another site can do neither
-    reply.set_cookie(
-        CSRF_COOKIE, made.csrf_token, max_age=lifetime, path="/", secure=secure, samesite="strict"
-    )
-    reply.delete_cookie(SIGN_IN_COOKIE, path="/auth/")
+    reply.delete_cookie(sign_in_cookie, path="/auth/")
     return reply
 
 
 @router.get("/session")
 def current_session(request: Request, ctx: Context) -> dict[str, object]:
-    """Who the session cookie speaks for and what they may choose: the platform, or the tenants
-    their groups give roles on (the dashboard asks which, and sends it as X-Gpuplex-Tenant)."""
-    cookie = request.cookies.get(SESSION_COOKIE)
+    """Whether this browser is signed in; if so, who, what they may choose (the platform, or the
+    tenants their groups give roles on: the dashboard asks which and sends X-Gpuplex-Tenant), and
+    the CSRF token its changes must carry. 200 either way: the page asks before it knows."""
+    cookie = session_cookie(request)
     session = ctx.web_sessions.find(cookie, ctx.now()) if cookie else None
-    if session is None:
-        raise ApiProblem(ErrorCode.UNAUTHENTICATED, "there is no dashboard session")
+    if cookie is None or session is None:
+        return {"signed_in": False}
     grants = grants_for(ctx, list(session.groups), session.issuer)
     return {
+        "signed_in": True,
         "name": session.name,
         "platform": any(g.tenant is None for g in grants),
         "tenants": sorted({g.tenant for g in grants if g.tenant is not None}),
         "expires_at": session.expires_at.isoformat(),
+        "csrf_token": csrf_token_of(cookie),
     }
 
 
 @router.post("/logout")
 def sign_out(request: Request, ctx: Context) -> Response:
-    cookie = request.cookies.get(SESSION_COOKIE)
+    cookie = session_cookie(request)
     session = ctx.web_sessions.find(cookie, ctx.now()) if cookie else None
     if cookie is None or session is None:
         raise ApiProblem(ErrorCode.UNAUTHENTICATED, "there is no dashboard session to end")
-    require_csrf(request, session)
+    require_csrf(request, cookie)
     ctx.web_sessions.end(cookie, ctx.now())
     reply = JSONResponse({"signed_out": True})
-    reply.delete_cookie(SESSION_COOKIE, path="/")
-    reply.delete_cookie(CSRF_COOKIE, path="/")
+    reply.delete_cookie(cookie_name(SESSION_COOKIE, request.headers.get("host")), path="/")
     return reply
 
 
-def require_csrf(request: Request, session: WebSession) -> None:
-    """A mutation under a session cookie must carry the session's CSRF token."""
+def require_csrf(request: Request, cookie: str) -> None:
+    """A change made with a session cookie must carry the session's CSRF token."""
     if request.method in SAFE_METHODS:
         return
-    if not session.csrf_matches(request.headers.get(CSRF_HEADER)):
+    if not csrf_matches(cookie, request.headers.get(CSRF_HEADER)):
         raise ApiProblem(
             ErrorCode.CSRF_REJECTED,
             "a change made with a dashboard session must carry its X-CSRF-Token header "
-            "(the gpuplex_csrf cookie's value)",
+            "(GET /auth/session gives it)",
         )
 
 
@@ -217,8 +235,8 @@ def _tls(request: Request) -> bool:
     return request.url.scheme == "https"
 
 
-def _back_with_error(message: str) -> Response:
+def _back_with_error(request: Request, message: str) -> Response:
     fragment = urllib.parse.urlencode({"signin_error": message})
     reply = RedirectResponse(f"{DASHBOARD}#{fragment}", status_code=303)
-    reply.delete_cookie(SIGN_IN_COOKIE, path="/auth/")
+    reply.delete_cookie(cookie_name(SIGN_IN_COOKIE, request.headers.get("host")), path="/auth/")
     return reply

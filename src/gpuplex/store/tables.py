@@ -350,13 +350,12 @@ class JobReportRow(Base):
 
 class WebSessionRow(Base):
     """A person signed in to the dashboard with the identity provider: the SHA-256 of the session
-    cookie and of its CSRF token (never either), who they are at the issuer, and the groups their
-    token carried at sign-in; roles are derived from the groups on each request."""
+    cookie (never the cookie), who they are at the issuer, and the groups their token carried at
+    sign-in; roles are derived from the groups on each request."""
 
     __tablename__ = "web_sessions"
 
     session_hash: Mapped[str] = mapped_column(String(64), primary_key=True)
-    csrf_hash: Mapped[str] = mapped_column(String(64))
     issuer: Mapped[str] = mapped_column(String(2048))
     subject: Mapped[str] = mapped_column(String(255))
     name: Mapped[str] = mapped_column(String(255))

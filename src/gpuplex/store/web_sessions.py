@@ -2,14 +2,16 @@
 
 A sign-in under way (authorization code + PKCE) is found by its `state`, must come back to the
 browser that began it (a cookie whose hash is kept), is used once and lasts ten minutes. A session
-is found by its cookie; only SHA-256 hashes of the cookie and of its CSRF token are stored, and
-both are compared in constant time. Signing in and out are audited, naming the person by their
+is found by its cookie, of which only the SHA-256 is stored. Its CSRF token is derived from the
+cookie (an HMAC keyed with it), so the page can be given it while the cookie stays HttpOnly, and
+is compared in constant time. Signing in and out are audited, naming the person by their
 subject at their issuer. Expired rows are removed as new ones are written; the number of sign-ins
 under way is capped, so a flood of /auth/login requests cannot grow the table without bound.
 """
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import hmac
 import secrets
@@ -34,6 +36,12 @@ def secret_hash(secret: str) -> str:
     return hashlib.sha256(secret.encode()).hexdigest()
 
 
+def csrf_token_of(cookie: str) -> str:
+    """The CSRF token of the session `cookie` opens: only who holds the cookie can make it."""
+    digest = hmac.new(cookie.encode(), b"gpuplex dashboard csrf", hashlib.sha256).digest()
+    return base64.urlsafe_b64encode(digest).rstrip(b"=").decode("ascii")
+
+
 def new_secret() -> str:
     """256 random bits, URL-safe: a session cookie, a CSRF token, a state, a PKCE verifier."""
     return secrets.token_urlsafe(32)
@@ -48,30 +56,22 @@ class PendingSignIn:
 
 @dataclass(frozen=True, slots=True)
 class WebSession:
-    """Who a session cookie speaks for; `csrf_hash` checks the token its mutations must carry."""
+    """Who a session cookie speaks for."""
 
     issuer: str
     subject: str
     name: str
     groups: tuple[str, ...]
     expires_at: datetime
-    csrf_hash: str
-
-    def csrf_matches(self, token: str | None) -> bool:
-        return token is not None and hmac.compare_digest(self.csrf_hash, secret_hash(token))
 
     @property
     def actor(self) -> str:
         return oidc_actor(self.name, self.subject, self.issuer)
 
 
-@dataclass(frozen=True, slots=True)
-class NewSession:
-    """What the browser is given once: the session cookie and the CSRF token."""
-
-    cookie: str
-    csrf_token: str
-    session: WebSession
+def csrf_matches(cookie: str, token: str | None) -> bool:
+    """Whether `token` is the CSRF token of the session `cookie` opens."""
+    return token is not None and hmac.compare_digest(csrf_token_of(cookie), token)
 
 
 class WebSessions:
@@ -127,16 +127,16 @@ class WebSessions:
         groups: list[str],
         now: datetime,
         expires_at: datetime,
-    ) -> NewSession:
+    ) -> tuple[str, WebSession]:
+        """A new session: (its cookie, to give the browser once; what is stored about it)."""
         now, expires_at = aware_utc(now), aware_utc(expires_at)
-        cookie, csrf = new_secret(), new_secret()
-        made = WebSession(issuer, subject, name, tuple(groups), expires_at, secret_hash(csrf))
+        cookie = new_secret()
+        made = WebSession(issuer, subject, name, tuple(groups), expires_at)
         with store_errors(self._engine), Session(self._engine) as session, session.begin():
             session.execute(delete(WebSessionRow).where(WebSessionRow.expires_at <= now))
             session.add(
                 WebSessionRow(
                     session_hash=secret_hash(cookie),
-                    csrf_hash=made.csrf_hash,
                     issuer=issuer,
                     subject=subject,
                     name=name,
@@ -153,7 +153,7 @@ class WebSessions:
                 target=f"oidc:{subject}",
                 detail={"groups": list(groups), "expires_at": expires_at.isoformat()},
             )
-        return NewSession(cookie, csrf, made)
+        return cookie, made
 
     def find(self, cookie: str, now: datetime) -> WebSession | None:
         """The live session of this cookie, else None."""
@@ -167,7 +167,6 @@ class WebSessions:
                 row.name,
                 tuple(row.groups),
                 aware_utc(row.expires_at),
-                row.csrf_hash,
             )
 
     def end(self, cookie: str, now: datetime) -> bool:

@@ -7,6 +7,7 @@ beforehand) no longer works. The token links keep working beside it (tests/e2e/d
 from __future__ import annotations
 
 from collections.abc import Iterator
+from urllib.parse import urlsplit
 
 import httpx
 import pytest
@@ -140,20 +141,17 @@ def test_after_sign_out_the_session_cookie_no_longer_works(
     page: Page, stack: Stack, page_errors: list[str]
 ) -> None:
     sign_in(page, "pat")
+    name = f"gpuplex_session_{urlsplit(stack.base_url).port}"
     cookies = {c["name"]: c for c in page.context.cookies(stack.base_url)}
-    session = cookies["gpuplex_session"]
+    session = cookies[name]
     assert session["httpOnly"] is True
     assert session["sameSite"] == "Strict"
-    before = httpx.get(
-        f"{stack.base_url}/api/v1/whoami", cookies={"gpuplex_session": session["value"]}
-    )
+    before = httpx.get(f"{stack.base_url}/api/v1/whoami", cookies={name: session["value"]})
     assert before.status_code == 200
     page.locator("#signout").click()
     expect(page.get_by_test_id("signin")).to_be_visible()
-    assert "gpuplex_session" not in {c["name"] for c in page.context.cookies(stack.base_url)}
-    after = httpx.get(
-        f"{stack.base_url}/api/v1/whoami", cookies={"gpuplex_session": session["value"]}
-    )
+    assert name not in {c["name"] for c in page.context.cookies(stack.base_url)}
+    after = httpx.get(f"{stack.base_url}/api/v1/whoami", cookies={name: session["value"]})
     assert after.status_code == 401
     assert after.json()["error"]["code"] == "unauthenticated"
     # reloading shows the sign-in card again, not a half-signed-in page

@@ -38,6 +38,11 @@ class Site:
     url: str
     provider: OidcProvider
 
+    @property
+    def cookie(self) -> str:
+        """The session cookie's name: after the port, as two control planes on one host need."""
+        return f"gpuplex_session_{urlsplit(self.url).port}"
+
     def browser(self) -> httpx.Client:
         return httpx.Client(follow_redirects=True, timeout=15)
 
@@ -76,10 +81,10 @@ def site(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Site]:
         stop(server)
 
 
-def session_cookie_header(reply: httpx.Response) -> str:
+def session_cookie_header(reply: httpx.Response, name: str) -> str:
     for response in (*reply.history, reply):
         for header in response.headers.get_list("set-cookie"):
-            if header.startswith("gpuplex_session="):
+            if header.startswith(f"{name}="):
                 return header
     raise AssertionError("no session cookie was set")
 
@@ -89,7 +94,7 @@ def test_a_viewer_signs_in_and_sees_only_their_tenant(site: Site) -> None:
         landed = site.sign_in(browser, "carol")
         assert landed.status_code == 200
         assert urlsplit(str(landed.url)).path == "/dashboard/"
-        cookie = session_cookie_header(landed).lower()
+        cookie = session_cookie_header(landed, site.cookie).lower()
         assert "httponly" in cookie
         assert "samesite=strict" in cookie
         assert "secure" not in cookie  # plain http on loopback; Secure over TLS
@@ -103,8 +108,9 @@ def test_a_viewer_signs_in_and_sees_only_their_tenant(site: Site) -> None:
 def test_changes_need_the_csrf_token_and_sign_out_ends_the_session(site: Site) -> None:
     with site.browser() as browser:
         site.sign_in(browser, "alice")
-        session = browser.cookies["gpuplex_session"]
-        csrf = browser.cookies["gpuplex_csrf"]
+        session = browser.cookies[site.cookie]
+        csrf = browser.get(f"{site.url}/auth/session").json()["csrf_token"]
+        assert csrf not in [c.value for c in browser.cookies.jar]  # only the server gives it
         keys = f"{site.url}/api/v1/tenants/{TENANT_A}/keys"
         refused = browser.post(keys, json={"name": "forged"})
         assert refused.status_code == 403
@@ -119,7 +125,7 @@ def test_changes_need_the_csrf_token_and_sign_out_ends_the_session(site: Site) -
         out = browser.post(f"{site.url}/auth/logout", headers={"x-csrf-token": csrf})
         assert out.status_code == 200, out.text
     # the old cookie, replayed by someone who kept it, no longer works
-    with httpx.Client(cookies={"gpuplex_session": session}, timeout=10) as replay:
+    with httpx.Client(cookies={site.cookie: session}, timeout=10) as replay:
         after = replay.get(f"{site.url}/api/v1/whoami")
         assert after.status_code == 401
         assert after.json()["error"]["code"] == "unauthenticated"
@@ -142,14 +148,14 @@ def test_a_person_on_two_tenants_is_signed_in_and_chooses_per_request(site: Site
     with site.browser() as browser:
         site.sign_in(browser, "max")
         session = browser.get(f"{site.url}/auth/session").json()
-        assert (session["name"], session["platform"]) == ("max", False)
+        assert (session["signed_in"], session["name"], session["platform"]) == (True, "max", False)
         assert session["tenants"] == [TENANT_A, "bravoco"]
         unsaid = browser.get(f"{site.url}/api/v1/tenants")
         assert unsaid.status_code == 403
         assert "X-Gpuplex-Tenant" in unsaid.json()["error"]["message"]
         said = browser.get(f"{site.url}/api/v1/whoami", headers={"x-gpuplex-tenant": "bravoco"})
         assert (said.json()["role"], said.json()["tenant"]) == ("tenant-admin", "bravoco")
-    assert httpx.get(f"{site.url}/auth/session", timeout=10).status_code == 401
+    assert httpx.get(f"{site.url}/auth/session", timeout=10).json() == {"signed_in": False}
 
 
 def test_a_person_whose_groups_give_no_role_is_not_signed_in(site: Site) -> None:
@@ -157,7 +163,7 @@ def test_a_person_whose_groups_give_no_role_is_not_signed_in(site: Site) -> None
         landed = site.sign_in(browser, "nobody")
         said = parse_qs(urlsplit(str(landed.url)).fragment)["signin_error"][0]
         assert "none of your groups" in said
-        assert "gpuplex_session" not in browser.cookies
+        assert site.cookie not in browser.cookies
 
 
 def test_a_state_works_once_and_only_in_the_browser_that_began_it(site: Site) -> None:
@@ -172,7 +178,7 @@ def test_a_state_works_once_and_only_in_the_browser_that_began_it(site: Site) ->
         landed = other.get(f"{site.url}/auth/callback", params={"state": state, "code": "x"})
         said = parse_qs(urlsplit(str(landed.url)).fragment)["signin_error"][0]
         assert "another browser" in said
-        assert "gpuplex_session" not in other.cookies
+        assert site.cookie not in other.cookies
 
 
 def test_return_to_must_stay_on_this_site(site: Site) -> None:
@@ -180,6 +186,19 @@ def test_return_to_must_stay_on_this_site(site: Site) -> None:
         reply = httpx.get(f"{site.url}/auth/login", params={"return_to": elsewhere}, timeout=10)
         assert reply.status_code == 422, elsewhere
         assert reply.json()["error"]["field"] == "return_to"
+
+
+def test_a_cookie_of_another_port_on_the_same_host_is_not_taken(site: Site) -> None:
+    """Browsers send a host's cookies to all its ports: another control plane's session cookie
+    (another port's name) is not this one's, even with the same value."""
+    with site.browser() as browser:
+        site.sign_in(browser, "pat")
+        value = browser.cookies[site.cookie]
+    for name in ("gpuplex_session", "gpuplex_session_1"):
+        reply = httpx.get(f"{site.url}/api/v1/whoami", cookies={name: value}, timeout=10)
+        assert reply.status_code == 401, name
+    ok = httpx.get(f"{site.url}/api/v1/whoami", cookies={site.cookie: value}, timeout=10)
+    assert ok.status_code == 200
 
 
 def test_the_config_says_whether_sign_in_is_offered(site: Site) -> None:

@@ -1,6 +1,6 @@
 """Dashboard sessions and sign-ins under way, on SQLite and PostgreSQL: a sign-in's state is good
 once, only in the browser that began it and only for ten minutes; a session is found by its cookie
-until it expires or is ended; only hashes are stored; signing in and out are audited; a flood of
+until it expires or is ended, and only its cookie makes its CSRF token; only hashes are stored; signing in and out are audited; a flood of
 sign-ins cannot grow the table past its cap."""
 
 from __future__ import annotations
@@ -49,7 +49,7 @@ def test_a_session_is_found_until_it_expires_or_ends_and_both_are_audited(
     engine: Engine,
 ) -> None:
     sessions = WebSessions(engine)
-    made = sessions.create(
+    cookie, _ = sessions.create(
         issuer=ISSUER,
         subject="u-42",
         name="ada@example.com",
@@ -57,39 +57,41 @@ def test_a_session_is_found_until_it_expires_or_ends_and_both_are_audited(
         now=T0,
         expires_at=T0 + timedelta(hours=1),
     )
-    found = sessions.find(made.cookie, T0 + timedelta(minutes=59))
+    found = sessions.find(cookie, T0 + timedelta(minutes=59))
     assert found is not None
     assert (found.subject, found.groups) == ("u-42", ("gpu-acme-admins",))
-    assert found.csrf_matches(made.csrf_token)
-    assert not found.csrf_matches("guess")
-    assert not found.csrf_matches(None)
-    assert sessions.find(made.cookie, T0 + timedelta(hours=1)) is None  # expired
+    assert web.csrf_matches(cookie, web.csrf_token_of(cookie))
+    assert not web.csrf_matches(cookie, "guess")
+    assert not web.csrf_matches(cookie, None)
+    assert not web.csrf_matches(web.new_secret(), web.csrf_token_of(cookie))  # another session's
+    assert sessions.find(cookie, T0 + timedelta(hours=1)) is None  # expired
     assert sessions.find("not-a-cookie", T0) is None
-    assert sessions.end(made.cookie, T0 + timedelta(minutes=5))
-    assert sessions.find(made.cookie, T0 + timedelta(minutes=6)) is None
-    assert not sessions.end(made.cookie, T0 + timedelta(minutes=7))
+    assert sessions.end(cookie, T0 + timedelta(minutes=5))
+    assert sessions.find(cookie, T0 + timedelta(minutes=6)) is None
+    assert not sessions.end(cookie, T0 + timedelta(minutes=7))
     actors = {e.action: e.actor for e in AuditLog(engine).entries()}
     assert actors["session.sign-in"] == f"ada@example.com (oidc u-42 at {ISSUER})"
     assert actors["session.sign-out"] == actors["session.sign-in"]
 
 
-def test_only_hashes_of_the_cookie_csrf_token_state_and_browser_are_stored(
+def test_only_hashes_of_the_cookie_state_and_browser_are_stored(
     engine: Engine,
 ) -> None:
     sessions = WebSessions(engine)
     begin(sessions, "the-state", "the-browser")
-    made = sessions.create(
+    cookie, _ = sessions.create(
         issuer=ISSUER, subject="s", name="n", groups=[], now=T0, expires_at=T0 + timedelta(hours=1)
     )
     with Session(engine) as session:
         stored = [
-            *session.execute(select(WebSessionRow.session_hash, WebSessionRow.csrf_hash)),
+            *session.execute(select(WebSessionRow.session_hash)),
             *session.execute(select(WebSignInRow.state_hash, WebSignInRow.browser_hash)),
         ]
     values = {value for row in stored for value in row}
-    for secret in (made.cookie, made.csrf_token, "the-state", "the-browser"):
+    for secret in (cookie, "the-state", "the-browser"):
         assert secret not in values
         assert web.secret_hash(secret) in values
+    assert web.csrf_token_of(cookie) not in values
 
 
 def test_a_flood_of_sign_ins_stays_under_the_cap(

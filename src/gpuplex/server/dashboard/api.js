@@ -38,7 +38,6 @@ export function clearToken() {
   window.sessionStorage.removeItem(TOKEN_KEY);
 }
 
-const CSRF_COOKIE = "gpuplex_csrf";
 const TENANT_KEY = "gpuplex.tenant";
 
 /** For a person whose groups give roles on several tenants: the one this tab shows. */
@@ -51,15 +50,13 @@ export function chooseTenant(tenant) {
   else window.sessionStorage.removeItem(TENANT_KEY);
 }
 
-/** The identity-provider session: {name, platform, tenants, expires_at}. */
-export async function currentSession() {
-  return answer(await fetch("/auth/session", { headers: { Accept: "application/json" }, cache: "no-store" }));
-}
+let sessionCsrf = null; // the CSRF token of the identity-provider session, from /auth/session
 
-/** The CSRF token of the identity-provider session, sent back on every change. */
-export function csrfToken() {
-  const found = document.cookie.split("; ").find((c) => c.startsWith(`${CSRF_COOKIE}=`));
-  return found ? decodeURIComponent(found.slice(CSRF_COOKIE.length + 1)) : null;
+/** The identity-provider session: {signed_in, name, platform, tenants, expires_at, csrf_token}. */
+export async function currentSession() {
+  const session = await answer(await fetch("/auth/session", { headers: { Accept: "application/json" }, cache: "no-store" }));
+  sessionCsrf = session.signed_in ? session.csrf_token : null;
+  return session;
 }
 
 function headers(method) {
@@ -68,7 +65,7 @@ function headers(method) {
   if (token) sent.Authorization = `Bearer ${token}`;
   else {
     if (chosenTenant()) sent["X-Gpuplex-Tenant"] = chosenTenant();
-    if (method !== "GET" && csrfToken()) sent["X-CSRF-Token"] = csrfToken();
+    if (method !== "GET" && sessionCsrf) sent["X-CSRF-Token"] = sessionCsrf;
   }
   return sent;
 }
@@ -82,6 +79,7 @@ export async function get(path, query = {}) {
 /** End the identity-provider session: the server forgets it, so its cookie stops working. */
 export async function signOutOfSession() {
   const reply = await fetch("/auth/logout", { method: "POST", headers: headers("POST"), cache: "no-store" });
+  sessionCsrf = null;
   if (reply.status !== 401) await answer(reply); // 401: it had ended already
 }
 

@@ -3,7 +3,7 @@
 // queues and jobs, usage, budgets and events and redraw. A tenant-scoped token sees only its own
 // tenant: the API filters, and the page draws only what it is given.
 
-import { ApiError, adoptTokenFromFragment, all, chooseTenant, chosenTenant, clearToken, csrfToken, currentSession, get, getToken, identityProvider, setToken, signOutOfSession, tenantPath } from "./api.js";
+import { ApiError, adoptTokenFromFragment, all, chooseTenant, chosenTenant, clearToken, currentSession, get, getToken, identityProvider, setToken, signOutOfSession, tenantPath } from "./api.js";
 import { renderKeySpend } from "./budgets.js";
 import { hourlySeries, renderUsage, usageRange } from "./charts.js";
 import { fill, h } from "./dom.js";
@@ -55,6 +55,7 @@ async function offerTenantChoice() {
   picker.hidden = true;
   if (getToken()) return;
   const session = await currentSession();
+  if (!session.signed_in) throw new ApiError(401, "unauthenticated", "the dashboard session ended: sign in again");
   if (session.platform || session.tenants.length < 2) {
     chooseTenant(null);
     return;
@@ -74,7 +75,7 @@ async function start() {
   } catch (error) {
     if (mine !== generation) return;
     if (error instanceof ApiError && error.status === 401) clearToken();
-    const what = getToken() === null && csrfToken() ? "Your session was not accepted" : "That token was not accepted";
+    const what = getToken() === null ? "Your session was not accepted" : "That token was not accepted";
     showSignIn(error instanceof ApiError && error.status === 401 ? `${what}: ${error.message}` : `Cannot reach the control plane: ${error.message}`);
     return;
   }
@@ -145,6 +146,20 @@ function reportError(error) {
   timer = setTimeout(() => refresh(generation).catch(reportError), REFRESH_MS);
 }
 
+/** Without a token: carry on with the identity-provider session this browser has, if any (its
+ * cookie is HttpOnly, so the server says). */
+async function resumeSession() {
+  let session;
+  try {
+    session = await currentSession();
+  } catch (error) {
+    showSignIn(`Cannot reach the control plane: ${error.message}`);
+    return;
+  }
+  if (session.signed_in) start();
+  else showSignIn();
+}
+
 function main() {
   adoptTokenFromFragment();
   $("signin-form").addEventListener("submit", (event) => {
@@ -172,9 +187,9 @@ function main() {
     showSignIn();
   });
   const signInError = takeSignInError();
-  // a session cookie is HttpOnly; its CSRF cookie, readable, says there is one
-  if (signInError === null && (getToken() || csrfToken())) start();
-  else showSignIn(signInError);
+  if (signInError !== null) showSignIn(signInError);
+  else if (getToken()) start();
+  else resumeSession();
 }
 
 main();

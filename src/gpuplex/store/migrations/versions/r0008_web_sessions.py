@@ -23,7 +23,6 @@ def upgrade() -> None:
     op.create_table(
         "web_sessions",
         sa.Column("session_hash", sa.String(64), nullable=False),
-        sa.Column("csrf_hash", sa.String(64), nullable=False),
         sa.Column("issuer", sa.String(2048), nullable=False),
         sa.Column("subject", sa.String(255), nullable=False),
         sa.Column("name", sa.String(255), nullable=False),
