@@ -187,7 +187,7 @@ class Stack:
                     )
             sleep_s(0.1)
         raise StackError(
-            f"{self.label} · {self.source.name}: no {what} within {timeout_s:g} s; the log "
+            f"{self.label} · {self.source.name}: {what}: not within {timeout_s:g} s; the log "
             f"({self.log(log)}) ends:\n{self.log_tail(log)}"
         )
 
@@ -207,14 +207,18 @@ class Stack:
                     os.killpg(process.pid, signal.SIGKILL)
                 process.wait(10)
         self.processes.clear()
-        if self.host_dir.exists():
-            down = [*self.source.cli(), "host", "down", "--state-dir", str(self.host_dir)]
+        if not self.host_dir.exists():
+            return
+        # the tree's own CLI; the working tree's if that tree is already gone
+        source = self.source if self.source.root.is_dir() else working_tree()
+        down = [*source.cli(), "host", "down", "--state-dir", str(self.host_dir)]
+        with contextlib.suppress(OSError, subprocess.TimeoutExpired):
             subprocess.run(  # noqa: S603 - our own CLI
                 [*down, "--forget-users"],
                 capture_output=True,
                 timeout=STOP_TIMEOUT_S,
-                env=self.source.environment(),
-                cwd=self.source.root,
+                env=source.environment(),
+                cwd=source.root,
                 check=False,
             )
 
@@ -239,7 +243,7 @@ class UpStack(Stack):
                 self.token = found[1]
             return found is not None and self.healthy()
 
-        self._wait(banner, "banner with the admin token", "up", START_TIMEOUT_S)
+        self._wait(banner, "the banner with the admin token", "up", START_TIMEOUT_S)
         self.wait_for_host()
 
 
@@ -258,7 +262,7 @@ class ServerHostStack(Stack):
         argv = [*self.source.cli(), "server", "--store", store, "--port", str(port)]
         argv += ["--state-dir", str(self.host_dir), "--spec", str(spec_path)]
         self.spawn("server", [*argv, "--jobs-interval-s", f"{runner_interval_s:g}"])
-        self._wait(self.healthy, "answer on /healthz", "server", START_TIMEOUT_S)
+        self._wait(self.healthy, "the control plane answering /healthz", "server", START_TIMEOUT_S)
         self.token = self._create_token(store)
         argv = [*self.source.cli(), "host", "run", "--follow-store", store, "--state-dir"]
         argv += [str(self.host_dir), "--driver", "sim", "--interval", f"{host_interval_s:g}"]
@@ -334,10 +338,18 @@ class Scratch:
             self.stacks.remove(stack)
 
     def close(self) -> None:
+        """Every stack stopped, the last started first (one that fails to stop does not keep the
+        others running), then the folder removed."""
         with _signals_ignored():
-            while self.stacks:
-                self.stacks.pop().stop()
-            shutil.rmtree(self.root, ignore_errors=True)
+            try:
+                while self.stacks:
+                    stack = self.stacks.pop()
+                    try:
+                        stack.stop()
+                    except Exception as error:  # say it, and stop the rest
+                        print(f"{stack.label}: could not stop it all: {error}", file=sys.stderr)
+            finally:
+                shutil.rmtree(self.root, ignore_errors=True)
 
     def _home(self) -> Path:
         home = self.root / f"stack-{len(list(self.root.iterdir()))}"

@@ -47,6 +47,7 @@ if not __package__:
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import argparse
+import contextlib
 import os
 import random
 import signal
@@ -85,6 +86,9 @@ from gpuplex.core.catalog.gpus import MPS_CLIENT_LIMIT
 
 #: `gpuplex server --jobs-interval-s` takes no less; the host runtime's --interval is set alike
 FLOOR_INTERVAL_S = 0.1
+#: A tenant's caps unless `queues:` says otherwise (docs/configuration.md#queues)
+DEFAULT_MAX_ACTIVE_JOBS = 1000
+DEFAULT_MAX_SUBMITS_PER_MINUTE = 600
 #: the lone jobs are named bench-10000 and on, the flood's bench-0 and on
 LONE_FIRST = 10_000
 #: Each lone job is sent after a pause of 0 to one runner interval, drawn from this seed: else
@@ -111,8 +115,10 @@ def tenant_names(options: Options) -> list[str]:
 
 
 def bench_spec(options: Options, workloads: int = 0) -> dict[str, Any]:
-    """The fleet, the tenants (MPS), their queues (no guarantees: every job borrows; the caps
-    high enough never to refuse the flood) and `workloads` one-replica workloads, round robin."""
+    """The fleet, the tenants (MPS), their queues (no guarantees: every job borrows; the submit
+    caps raised only where a tenant's share of the jobs would pass their defaults, so that a
+    tree from before the caps can run it too) and `workloads` one-replica workloads, round
+    robin."""
     names = tenant_names(options)
     tenants = []
     for k, name in enumerate(names):
@@ -121,6 +127,14 @@ def bench_spec(options: Options, workloads: int = 0) -> dict[str, Any]:
             for i in range(k, workloads, len(names))
         ]
         tenants.append({"name": name, "isolation": "mps", "workloads": own})
+    queues: dict[str, Any] = {
+        "organisations": [
+            {"name": "bench", "teams": [{"name": "all", "tenants": [{"name": n} for n in names]}]}
+        ]
+    }
+    per_tenant = -(-(options.jobs + options.lone + 1) // options.tenants)
+    if per_tenant >= min(DEFAULT_MAX_ACTIVE_JOBS, DEFAULT_MAX_SUBMITS_PER_MINUTE):
+        queues |= {"max_active_jobs": 1_000_000, "max_submits_per_minute": 1_000_000}
     return {
         "version": 1,
         "fleet": {
@@ -128,16 +142,7 @@ def bench_spec(options: Options, workloads: int = 0) -> dict[str, Any]:
         },
         "tenants": tenants,
         "gateway": {"port": free_port()},
-        "queues": {
-            "max_active_jobs": 100_000,
-            "max_submits_per_minute": 100_000,
-            "organisations": [
-                {
-                    "name": "bench",
-                    "teams": [{"name": "all", "tenants": [{"name": n} for n in names]}],
-                }
-            ],
-        },
+        "queues": queues,
     }
 
 
@@ -169,6 +174,11 @@ class Flows:
         self.say(f"{label}: starting")
         began = monotonic_s()
         defaults = probe(source)
+        if defaults.runner_interval_s is None:
+            raise StackError(
+                f"{label}: this tree has no job runner (no ServerSettings.jobs_interval_s): its "
+                "`gpuplex up` runs no jobs to measure"
+            )
         stack: Stack
         if flow == UP:
             stack = up = self.scratch.up(flow, source)
@@ -324,25 +334,24 @@ def run(options: Options, status: Console) -> EndToEnd:
         MofNCompleteColumn(),
         TimeElapsedColumn(),
     )
-    with Scratch() as scratch, Progress(*columns, console=status, transient=True) as progress:
-        runner = Flows(options, scratch, progress)
-        runs = []
-        if options.against is None:
-            for flow in flows:
-                runs.append(runner.queue_flow(flow, working_tree(), 0))
-        else:
+    pair = [working_tree()]
+    with contextlib.ExitStack() as later:  # left in reverse: stacks stopped, then the checkout
+        if options.against is not None:
             trees = {
                 "before": describe_ref(options.against),
                 "after": describe_working_tree(options.against),
             }
             settings["rounds"] = options.rounds
-            with checkout(options.against) as tree:
-                before = Source("before", trees["before"], tree)
-                for round_ in range(options.rounds):
-                    for k, flow in enumerate(flows):
-                        pair = (before, working_tree())
-                        for source in pair if (round_ + k) % 2 == 0 else pair[::-1]:
-                            runs.append(runner.queue_flow(flow, source, round_))
+            tree = later.enter_context(checkout(options.against))
+            pair.insert(0, Source("before", trees["before"], tree))
+        scratch = later.enter_context(Scratch())
+        progress = later.enter_context(Progress(*columns, console=status, transient=True))
+        runner = Flows(options, scratch, progress)
+        runs = []
+        for round_ in range(options.rounds):
+            for k, flow in enumerate(flows):
+                for source in pair if (round_ + k) % 2 == 0 else pair[::-1]:
+                    runs.append(runner.queue_flow(flow, source, round_))
         runs.append(runner.host_alone())
     load_average += " → at end " + " ".join(f"{n:.2f}" for n in os.getloadavg())
     return EndToEnd(machine(), load_average, settings, trees, runs)

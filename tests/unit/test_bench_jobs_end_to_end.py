@@ -20,7 +20,14 @@ from bench.jobs_e2e_report import (
     ratio_rows,
     running,
 )
-from bench.jobs_end_to_end import Options, add_arguments, bench_spec, options_from
+from bench.jobs_end_to_end import (
+    DEFAULT_MAX_ACTIVE_JOBS,
+    DEFAULT_MAX_SUBMITS_PER_MINUTE,
+    Options,
+    add_arguments,
+    bench_spec,
+    options_from,
+)
 from bench.planner_measure import Machine
 
 from gpuplex.core.plan import make_plan
@@ -40,12 +47,27 @@ def test_the_spec_takes_every_job_and_the_lower_bound_places_every_workload() ->
     for tenant in spec.tenants:
         body = job_body(0) | {"tenant": tenant.name}
         assert list(check_job(spec, JobSpec.model_validate(body))) == []
-        assert spec.queues.job_caps_of(tenant.name).max_submits_per_minute >= options.jobs
+        caps = spec.queues.job_caps_of(tenant.name)  # the defaults: 11 jobs each pass neither
+        assert (caps.max_active, caps.max_submits_per_minute) == (
+            DEFAULT_MAX_ACTIVE_JOBS,
+            DEFAULT_MAX_SUBMITS_PER_MINUTE,
+        )
     with_workloads = load_spec_text(yaml.safe_dump(bench_spec(options, 30)), source="bench")
     plan = make_plan(with_workloads)
     assert plan.infeasible == []
     assert len(plan.placements) == 30  # one replica each, round robin over the tenants
     assert {p.tenant for p in plan.placements} == {"tenant-0", "tenant-1", "tenant-2"}
+
+
+def test_the_caps_are_raised_only_when_a_tenants_share_of_the_jobs_would_pass_them() -> None:
+    options = Options(jobs=1200, lone=0, tenants=2, gpus=26)  # 601 a tenant, warm-up included
+    spec = load_spec_text(yaml.safe_dump(bench_spec(options)), source="bench")
+    caps = spec.queues.job_caps_of("tenant-0")
+    assert caps.max_submits_per_minute >= 601
+    assert caps.max_active >= 601
+    assert (
+        "max_submits_per_minute" not in bench_spec(Options(jobs=1196, lone=0, tenants=2))["queues"]
+    )
 
 
 def test_rates_run_from_the_first_submit_to_the_last_job_and_waits_from_each_submit() -> None:
