@@ -120,7 +120,7 @@ def test_each_job_on_this_node_is_reported_as_its_process_stands() -> None:
             AT_90,
             AT_100,
             ProcessEnd.EXITED,
-        ),  # fmt: skip
+        ),
         JobReport(
             "j5",
             0,
@@ -129,7 +129,7 @@ def test_each_job_on_this_node_is_reported_as_its_process_stands() -> None:
             None,
             "the command `train` is not on the replica's PATH",
             end=ProcessEnd.EXITED,
-        ),  # fmt: skip
+        ),
         JobReport(
             "j7", 0, "box", False, 143, "gpuplex host down", AT_90, AT_100, ProcessEnd.STOPPED
         ),
