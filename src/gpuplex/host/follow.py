@@ -43,7 +43,7 @@ log = logging.getLogger(__name__)
 #: (revision, the live jobs on this node with their attempts): what the desired state follows
 Taken = tuple[int, tuple[tuple[str, int], ...]]
 #: A host says it is there at least this often, with or without news of its jobs.
-HEARTBEAT_S = 5.0
+HEARTBEAT_S = 2.0
 
 
 class RevisionFollower:

@@ -359,7 +359,7 @@ def _watch(started: list[children.Child], stop: lifecycle.StopSignals, dirs: Sta
             if child.alive():
                 continue
             err.print(
-                f"[red]the {child.name} stopped[/] ({_how(child)}); its log ({child.log_path}) "
+                f"[red]the {_name(child)} stopped[/] ({_how(child)}); its log ({child.log_path}) "
                 "ends:"
             )
             err.print(child.last_lines(), markup=False)
@@ -367,22 +367,28 @@ def _watch(started: list[children.Child], stop: lifecycle.StopSignals, dirs: Sta
             if delay is None:
                 window = children.RESTARTS.window_s
                 err.print(
-                    f"[red]the {child.name} stopped {len(crashes[child.name].at_s)} times in "
+                    f"[red]the {_name(child)} stopped {len(crashes[child.name].at_s)} times in "
                     f"{window:g} s[/]: not starting it again; stopping everything"
                 )
                 return
-            err.print(f"starting the {child.name} again in {delay:g} s", highlight=False)
+            err.print(f"starting the {_name(child)} again in {delay:g} s", highlight=False)
             due[index] = now_s() + delay
 
 
 def _restarted(child: children.Child, dirs: StateDir) -> children.Child:
     again = children.restart(child)
-    message = f"{child.name} stopped ({_how(child)}); started again as pid {again.process.pid}"
+    message = (
+        f"the {_name(child)} stopped ({_how(child)}); started again as pid {again.process.pid}"
+    )
     err.print(f"[yellow]{message}[/]", highlight=False)
     dirs.append_event(
         Event(at=utc_now(), kind="child_restarted", target=f"up/{child.name}", message=message)
     )
     return again
+
+
+def _name(child: children.Child) -> str:
+    return "host runtime" if child.name == "host" else child.name
 
 
 def _how(child: children.Child) -> str:
