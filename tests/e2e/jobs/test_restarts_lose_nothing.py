@@ -261,8 +261,15 @@ def test_restarts_stops_and_kills_lose_nothing_and_bill_what_ran(up: Up) -> None
         explain,
     )
     key = (up.keys or {})["solo"]
+
+    def answers() -> bool:
+        try:
+            return up.run.chat(key, "solo-chat")[0] == 200
+        except OSError:  # not listening yet
+            return False
+
     eventually(
-        lambda: up.run.chat(key, "solo-chat")[0] == 200,
+        answers,
         "the gateway answering again",
         60,
         explain,
