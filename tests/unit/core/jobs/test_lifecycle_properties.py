@@ -114,9 +114,9 @@ def check_one_step(world: World, unheard: frozenset[str]) -> None:
         ]
         assert moved_by_reports == []
     for job_id, record in world.jobs.items():
-        old = before.get(job_id)
-        if old is None or unheard:
+        if job_id not in before or unheard:
             continue
+        old = before[job_id]
         gone = old.exit_code is not None or old.alive is False
         if old.state in (JobState.STARTING, JobState.RUNNING) and gone:
             # its process ended: never left to run on under the same attempt
