@@ -24,9 +24,10 @@ from gpuplex.core.apply.model import (
     WorkloadRecord,
 )
 from gpuplex.core.apply.restart import after_exit, after_health_check
-from gpuplex.core.plan.model import Mode
 from gpuplex.core.spec.runtime import Runtime
 from gpuplex.errors import GpuplexError, HostActionError
+from gpuplex.host import job_stops
+from gpuplex.host.devices import device_uuids, mps_pipe
 from gpuplex.host.driver import GpuDriver
 from gpuplex.host.finished import (
     ended_at_s,
@@ -284,8 +285,8 @@ class HostRuntime:
         exits = previous.exits_at_s if previous and previous.phase is Phase.BACKOFF else []
         if previous is not None and previous.phase not in LIVE_PHASES:
             self._launcher(previous.desired).release(previous)
-        devices = self._devices(wanted)
-        pipe_dir = self._mps_pipe(wanted)
+        devices = device_uuids(self.driver, wanted)
+        pipe_dir = mps_pipe(self.state.mps_daemons, wanted)
         env = {
             **self.base_env,
             **wanted.env,
@@ -340,8 +341,14 @@ class HostRuntime:
         if record is None:
             return
         reason = self.stopping_everything or reason
-        if not counts_as_exit and _stops_in_passes(record):
-            self._begin_stop(record, reason)
+        if not counts_as_exit and job_stops.stops_in_passes(record):
+            asked = record.label in self._asked
+            self._asked.discard(record.label)
+            launcher = self._launcher(record.desired)
+            self._put(job_stops.begin(launcher, record, reason, now_s(), asked=asked))
+            grace = f"{record.desired.restart.stop_grace_s:g}"
+            why = f"{reason}: SIGTERM sent, SIGKILL in {grace} s if it still runs"
+            self._event("stopping", label, why, pid=record.pid)
             return
         self._launcher(record.desired).stop(record, float(record.desired.restart.stop_grace_s))
         self._event("stopped", label, reason, pid=record.pid)
@@ -353,67 +360,37 @@ class HostRuntime:
             self._launcher(record.desired).release(record)
             self._drop(label)
 
-    def _begin_stop(self, record: WorkloadRecord, reason: str) -> None:
-        """SIGTERM now; a later pass kills what is left after the grace period (_finish_stops)."""
-        grace = float(record.desired.restart.stop_grace_s)
-        if record.label not in self._asked:
-            self._launcher(record.desired).ask_to_stop(record)
-        self._asked.discard(record.label)
-        self._put(
-            record.model_copy(
-                update={
-                    "phase": Phase.STOPPING,
-                    "stop_deadline_s": now_s() + grace,
-                    "stop_reason": reason,
-                }
-            )
-        )
-        self._event(
-            "stopping",
-            record.label,
-            f"{reason}: SIGTERM sent, SIGKILL in {grace:g} s if it still runs",
-            pid=record.pid,
-        )
-
     def _finish_stops(self, records: list[WorkloadRecord], now: float) -> list[WorkloadRecord]:
-        """The stopping replicas whose process has exited, or whose grace period is over: what is
-        left of them is killed, and each record goes once nothing of it runs."""
+        """Drop the stopping jobs that are over (host/job_stops.py), remembering how each ended."""
         kept = []
         for record in records:
-            if record.phase is not Phase.STOPPING:
+            over = None
+            if record.phase is Phase.STOPPING:
+                try:
+                    over = job_stops.finish(self._launcher(record.desired), record, now)
+                except GpuplexError as error:
+                    self._event("action_failed", record.label, f"stopping it: {error.message}")
+            if over is None or self._left(record, over.left):
                 kept.append(record)
                 continue
-            try:
-                if not self._stopped(record, now):
-                    kept.append(record)
-            except GpuplexError as error:
-                self._event("action_failed", record.label, f"stopping it: {error.message}")
-                kept.append(record)
+            reason = record.stop_reason or "stopped"
+            self._finished(record, over.ended, now, stopped_by=reason)
+            self._launcher(record.desired).release(record)
+            self._event(
+                "stopped", record.label, f"{reason}: {over.ended.describe()}", pid=record.pid
+            )
         return kept
 
-    def _stopped(self, record: WorkloadRecord, now: float) -> bool:
-        """Whether the stopping `record` is gone now (its run remembered, its cgroups removed)."""
-        launcher = self._launcher(record.desired)
-        ended = launcher.exit_status(record) if record.pid is not None else ExitStatus(note="gone")
-        if ended is None and now < (record.stop_deadline_s or now):
-            return False  # still draining
-        launcher.stop(record, 0.0)  # SIGKILL what is left of its group; empty its cgroup
-        left = launcher.empty(record)
-        if left:
-            why = f"could not stop pids {pid_list(left)}"
-            if self._blocked_said.get(record.label) != why:
-                self._blocked_said[record.label] = why
-                self._event("leftovers_remain", record.label, why)
-            return False
-        self._blocked_said.pop(record.label, None)
-        reason = record.stop_reason or "stopped"
-        if ended is None:
-            grace = record.desired.restart.stop_grace_s
-            ended = ExitStatus(signal=9, note=f"SIGKILL after its grace period of {grace:g} s")
-        self._finished(record, ended, now, stopped_by=reason)
-        launcher.release(record)
-        self._event("stopped", record.label, f"{reason}: {ended.describe()}", pid=record.pid)
-        return True
+    def _left(self, record: WorkloadRecord, pids: list[int]) -> bool:
+        """Whether something of `record` could not be stopped (said once per replica and pids)."""
+        why = f"could not stop pids {pid_list(pids)}" if pids else None
+        if why is not None and self._blocked_said.get(record.label) != why:
+            self._event("leftovers_remain", record.label, why)
+        if why is None:
+            self._blocked_said.pop(record.label, None)
+        else:
+            self._blocked_said[record.label] = why
+        return why is not None
 
     def _finished(
         self,
@@ -466,28 +443,6 @@ class HostRuntime:
         return launcher
 
     # --- helpers ------------------------------------------------------------------------------------
-    def _devices(self, wanted: WorkloadDesired) -> list[str]:
-        gpus = {g.index: g for g in self.driver.gpus()}
-        binding = wanted.binding
-        if binding.mig is not None:
-            gpu = gpus[binding.gpu_indices[0]]
-            key = mig_key(binding.mig.profile, binding.mig.start_slot)
-            for instance in gpu.instances:
-                if mig_key(instance.profile, instance.start_slot) == key:
-                    return [instance.device_uuid]
-            raise HostActionError(f"GPU {gpu.index} has no MIG instance {key} for {wanted.label}")
-        return [gpus[i].uuid for i in binding.gpu_indices]
-
-    def _mps_pipe(self, wanted: WorkloadDesired) -> str | None:
-        if wanted.binding.mode is not Mode.MPS:
-            return None
-        for daemon in self.state.mps_daemons:
-            if daemon.gpu_index == wanted.binding.gpu_indices[0]:
-                return daemon.pipe_dir
-        raise HostActionError(
-            f"no MPS daemon on GPU {wanted.binding.gpu_indices[0]} for {wanted.label}"
-        )
-
     def _own_mig(self, gpu_index: int, key: str, owned: bool) -> None:
         mine = dict(self.state.owned_mig)
         keys = [k for k in mine.get(gpu_index, []) if k != key] + ([key] if owned else [])
@@ -535,16 +490,6 @@ def _target(action: act.HostAction) -> str:
             return target
         case _:
             return f"GPU {getattr(action, 'gpu_index', '?')}"
-
-
-def _stops_in_passes(record: WorkloadRecord) -> bool:
-    """Is `record` stopped over several passes (a job's process), rather than in one call that
-    waits out its grace period (a spec replica, a container: `docker stop` waits itself)?"""
-    return (
-        never_restarted(record.desired)
-        and record.desired.runtime is Runtime.PROCESS
-        and record.pid is not None
-    )
 
 
 def _count(pids: list[int]) -> str:

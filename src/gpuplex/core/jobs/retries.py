@@ -10,8 +10,6 @@ count against its retries.
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
-
 from gpuplex.core.spec.jobs import JobSpec
 
 #: Beyond this many doublings every wait is the cap (and 2**n stays small).
@@ -30,6 +28,8 @@ def retry_delay_s(job: JobSpec, retry: int) -> float:
 
 
 def not_before_words(not_before_s: float, now_s: float) -> str:
-    """`12:00:10 UTC, in 8 s` for a moment `not_before_s` after `now_s`."""
-    at = datetime.fromtimestamp(not_before_s, UTC).strftime("%H:%M:%S UTC")
+    """`12:00:10 UTC, in 8 s` for a moment `not_before_s` (seconds since the epoch) after
+    `now_s`."""
+    day_s = int(not_before_s) % 86_400  # the epoch starts a UTC day, and no UTC day has a leap
+    at = f"{day_s // 3600:02d}:{day_s // 60 % 60:02d}:{day_s % 60:02d} UTC"
     return f"{at}, in {max(0.0, not_before_s - now_s):.0f} s"
