@@ -10,7 +10,7 @@ to its real end, not to when gpuplex came back), and no attempt ran twice:
 
 - `ok` exits 0; `flaky` exits 3 twice (backoff_limit 1: a retry, then failed);
 - `long` runs across the Ctrl-C: stopped when gpuplex stopped, queued again as attempt 2 (not
-  counted as a failure), adopted across the kills, then cancelled;
+  counted as a failure), adopted across the kills, then cancelled (`filler` beside it);
 - `late` and `bad` end (0 and 5) while `up` is dead; `claim` (a guarantee) was queued meanwhile
   and starts on a GPU they freed once the host has reported, preempting nobody.
 """
@@ -235,12 +235,10 @@ def test_restarts_stops_and_kills_lose_nothing_and_bill_what_ran(up: Up) -> None
         90,
         explain,
     )
-    jobs["late"] = ("lab", up.submit("lab", job("late", 40)))
-    jobs["bad"] = ("lab", up.submit("lab", job("bad", 42, 5)))
     jobs["filler"] = ("lab", up.submit("lab", job("filler", 900)))
     eventually(
-        lambda: states_are({n: {"running"} for n in ("long", "late", "bad", "filler")}),
-        "four lab jobs running",
+        lambda: states_are({n: {"running"} for n in ("long", "filler")}),
+        "long and filler running",
         60,
         explain,
     )
@@ -268,17 +266,20 @@ def test_restarts_stops_and_kills_lose_nothing_and_bill_what_ran(up: Up) -> None
         except OSError:  # not listening yet
             return False
 
+    eventually(answers, "the gateway answering again", 60, explain)
+    jobs["late"] = ("lab", up.submit("lab", job("late", 12)))
+    jobs["bad"] = ("lab", up.submit("lab", job("bad", 13, 5)))
     eventually(
-        answers,
-        "the gateway answering again",
+        lambda: states_are({n: {"running"} for n in ("long", "late", "bad", "filler")}),
+        "four lab jobs running, long and filler adopted by the new host runtime",
         60,
         explain,
     )
-    assert states_are({n: {"running"} for n in ("long", "late", "bad", "filler")}), explain()
 
     # --- 3: kill -9 of `up`: `late` and `bad` end while it is dead; a claim is queued meanwhile --
     assert up.run.process is not None
     up.run.process.kill()
+    killed_at = time.time()
     up.run.wait(30)
     home = up.run.state_dir / "host" / "homes" / "lab"
     eventually(
@@ -360,6 +361,7 @@ def test_restarts_stops_and_kills_lose_nothing_and_bill_what_ran(up: Up) -> None
     ]
     late = real_attempts(homes / "lab", "late")[0]
     assert late[1] is not None
+    assert late[1] > killed_at  # it did end while `up` was dead
     # billed to its real end, not to the moment gpuplex came back and noticed it
     assert abs(runs["late"][0].ended_at.timestamp() - late[1]) <= TOLERANCE_S  # type: ignore[union-attr]
     log = up.run.state_dir / "host" / "logs" / "lab" / f"job-{jobs['long'][1]}-0.stdout.log"
