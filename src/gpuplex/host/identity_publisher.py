@@ -17,7 +17,9 @@ from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Collection
 from datetime import UTC, datetime
+from typing import Protocol
 
 from gpuplex.clock import utc_now
 from gpuplex.core.apply.model import LIVE_PHASES, WorkloadDesired
@@ -26,31 +28,52 @@ from gpuplex.errors import GpuplexError
 from gpuplex.host.launcher import UserChooser
 from gpuplex.host.session import Follower
 from gpuplex.host.state import DesiredFile, HostState, StateDir
-from gpuplex.store.replica_identities import ReplicaIdentities, ReplicaIdentity
+from gpuplex.store.replica_identities import ReplicaIdentity
 
 log = logging.getLogger(__name__)
 
 
-class IdentityPublisher:
-    """A Follower that publishes the replicas' identities after each pass of the one it wraps."""
+class IdentitySink(Protocol):
+    """Where identities go: the store's `replica_identities` (store/replica_identities.py)."""
 
-    def __init__(self, follower: Follower, identities: ReplicaIdentities, dirs: StateDir) -> None:
+    def publish(
+        self, node: str, replicas: Collection[ReplicaIdentity], *, now: datetime
+    ) -> None: ...
+
+
+class IdentityPublisher:
+    """A Follower that publishes the replicas' identities as the one it wraps takes a new desired
+    state (before the pass that starts its replicas) and after each pass."""
+
+    def __init__(
+        self,
+        follower: Follower,
+        identities: IdentitySink,
+        dirs: StateDir,
+        users: UserChooser | None = None,
+    ) -> None:
         self._follower = follower
         self._identities = identities
         self._dirs = dirs
-        self._users = UserChooser(dirs.instance, dirs.homes)
+        self._users = users or UserChooser(dirs.instance, dirs.homes)
         self._uids: dict[tuple[str, str | None], int | None] = {}
         self._desired: DesiredFile | None = None
+        self._state = HostState()
         self._published: tuple[str, frozenset[ReplicaIdentity]] | None = None
 
     def take_newest(self) -> DesiredFile | None:
         newest = self._follower.take_newest()
         if newest is not None:
             self._desired = newest
+            self._publish()  # before its new replicas start: no moment nobody vouches for them
         return newest
 
     def after_tick(self, state: HostState) -> None:
         self._follower.after_tick(state)
+        self._state = state
+        self._publish()
+
+    def _publish(self) -> None:
         desired = self._desired or self._dirs.read_desired()
         if desired is None:
             return
@@ -58,7 +81,7 @@ class IdentityPublisher:
         node = desired.node.name
         started = {
             r.label: r.started_at_s
-            for r in state.records
+            for r in self._state.records
             if r.phase in LIVE_PHASES and r.started_at_s is not None
         }
         replicas = frozenset(
