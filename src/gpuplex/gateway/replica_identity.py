@@ -1,7 +1,8 @@
 """The gateway talks to a replica only if what answers on its address is that replica: for each new
 connection to a replica on this host, the owner of the server's end of that very connection
-(gateway/socket_owners.py) must be the Unix user the host runtime runs the replica as, which the
-host publishes in the store (store/replica_identities.py). A process of another user that took
+(gateway/socket_owners.py: the kernel's socket diagnostics, or its socket tables) must be the Unix
+user the host runtime runs the replica as, which the host publishes in the store
+(store/replica_identities.py). A process of another user that took
 the port (another tenant's workload, while the replica restarted) is refused: the connection is
 closed before a byte of the request is sent, the replica counts a failure, the client gets 503
 `backend_unavailable`, and nothing is billed. It is logged once per address and owner.
@@ -20,7 +21,7 @@ import asyncio
 import contextlib
 import logging
 import weakref
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Awaitable, Callable, Collection, Mapping
 from typing import Any
 
 import aiohttp
@@ -88,7 +89,7 @@ class ReplicaIdentityCheck:
     def __init__(
         self,
         read: Callable[[], list[ReplicaIdentity]],
-        owner_of: Callable[[Address, Address], int | None] = socket_owner,
+        owner_of: Callable[[Address, Address], Awaitable[int | None]] = socket_owner,
     ) -> None:
         self._read = read
         self._owner_of = owner_of
@@ -136,7 +137,7 @@ class ReplicaIdentityCheck:
         expected = self.owners.get(peer[1])
         if expected is None:
             return None
-        owner = self._owner_of(ours, peer)
+        owner = await self._owner_of(ours, peer)
         why = verdict(ours, peer, owner, expected)
         if why is not None:  # published since the last read? (a replica moved to another user)
             await self.reload()

@@ -86,7 +86,7 @@ class Owners:
         self.uid = uid
         self.calls = 0
 
-    def __call__(self, ours: Address, peer: Address) -> int | None:
+    async def __call__(self, ours: Address, peer: Address) -> int | None:
         self.calls += 1
         return self.uid
 

@@ -1,13 +1,17 @@
-"""Reading who owns the far end of a connection from the kernel's socket tables: the address forms
-and lines below were captured from /proc/net/tcp and /proc/net/tcp6 on Linux (x86-64), with a
-dual-stack listener on `::` (port 0xAE97) reached over 127.0.0.1 and ::1, and a listener of uid
-65534 on 127.0.0.1 (port 0x978B) whose connection was not yet accepted; then against this
-machine's own tables, with real sockets."""
+"""Reading who owns the far end of a connection: from the kernel's socket tables, whose address
+forms and lines below were captured from /proc/net/tcp and /proc/net/tcp6 on Linux (x86-64), with
+a dual-stack listener on `::` (port 0xAE97) reached over 127.0.0.1 and ::1, and a listener of uid
+65534 on 127.0.0.1 (port 0x978B) whose connection was not yet accepted; from sock_diag's requests
+and replies (their layout, and a reply captured from the kernel); then against this machine's own
+kernel, with real sockets, both ways."""
 
 from __future__ import annotations
 
+import asyncio
+import errno
 import os
 import socket
+import struct
 import subprocess
 import sys
 from pathlib import Path
@@ -15,11 +19,17 @@ from pathlib import Path
 import pytest
 
 from gpuplex.gateway.socket_owners import (
+    TCP_NEW_SYN_RECV,
+    DiagAnswer,
     canonical,
+    diag_answer,
+    diag_owner,
+    diag_request,
     is_loopback,
     owner_in_table,
     socket_owner,
     table_address,
+    table_owner,
 )
 
 TCP = b"""\
@@ -103,11 +113,57 @@ def test_the_tables_given_are_read(tmp_path: Path) -> None:
     tcp.write_bytes(TCP)
     tcp6.write_bytes(TCP6)
     ours, theirs = ("127.0.0.1", 0x98E6), ("127.0.0.1", 0x978B)
-    assert socket_owner(ours, theirs, tcp=tcp, tcp6=tcp6, order="little") == 65534
-    mapped = socket_owner(("127.0.0.1", 0x9398), ("127.0.0.1", 0xAE97), tcp=tcp, tcp6=tcp6)
+    assert table_owner(ours, theirs, tcp=tcp, tcp6=tcp6, order="little") == 65534
+    mapped = table_owner(("127.0.0.1", 0x9398), ("127.0.0.1", 0xAE97), tcp=tcp, tcp6=tcp6)
     assert mapped == 0
-    assert socket_owner(("::1", 0x9FF2), ("::1", 0xAE97), tcp=tcp, tcp6=tcp6) == 0
-    assert socket_owner(ours, theirs, tcp=tmp_path / "none", tcp6=tmp_path / "none") is None
+    assert table_owner(("::1", 0x9FF2), ("::1", 0xAE97), tcp=tcp, tcp6=tcp6) == 0
+    assert table_owner(ours, theirs, tcp=tmp_path / "none", tcp6=tmp_path / "none") is None
+
+
+# --- sock_diag --------------------------------------------------------------------------------
+
+#: The kernel's reply (captured) to a request for the server's end, 127.0.0.1:37583, of a
+#: connection from 127.0.0.1:47762, owned by uid 65534 and not yet accepted: nlmsghdr (length 124,
+#: SOCK_DIAG_BY_FAMILY), inet_diag_msg (AF_INET, ESTABLISHED, the socket's id and cookie, timer,
+#: queues, uid 0xfffe, inode 0), then attributes.
+REPLY = bytes.fromhex(
+    "7c00000014000000010000005e1100000201000092cfba927f00000100000000"
+    "00000000000000007f0000010000000000000000000000000000000006100000"
+    "00000000000000000000000000000000feff0000000000000500080000000000"
+    "08000f00000000000c00150001000000000000000600160052000000"
+)
+
+
+def test_a_request_names_the_socket_by_its_own_address_first() -> None:
+    request = diag_request(("127.0.0.1", 37583), ("127.0.0.1", 47762), sequence=7)
+    length, kind, flags, sequence, _ = struct.unpack_from("=IHHII", request)
+    assert (length, kind, flags, sequence) == (len(request), 20, 1, 7)  # no NLM_F_DUMP: exact
+    family, protocol = request[16], request[17]
+    assert (family, protocol) == (socket.AF_INET, socket.IPPROTO_TCP)
+    sockid = request[24:]
+    assert sockid[:4] == REPLY[20:24]  # its port, then the remote's (big-endian), as replied
+    assert sockid[4:20] == bytes.fromhex("7f000001") + bytes(12)
+    assert sockid[20:36] == bytes.fromhex("7f000001") + bytes(12)
+    assert sockid[40:48] == b"\xff" * 8  # no cookie to check
+    six = diag_request(("::1", 1), ("::1", 2))
+    assert six[16] == socket.AF_INET6
+    assert six[28:44] == bytes(15) + b"\x01"
+
+
+def test_replies_found_missing_half_open_and_closed() -> None:
+    assert diag_answer(REPLY) == DiagAnswer(found=True, uid=65534, state=1)
+    assert diag_answer(REPLY).settled()
+    enoent = struct.pack("=IHHII", 36, 2, 0, 1, 0) + struct.pack("=i", -errno.ENOENT) + bytes(16)
+    missing = diag_answer(enoent)
+    assert missing == DiagAnswer(found=False, error=errno.ENOENT)
+    assert missing.settled()  # no such socket here: nobody's
+    half_open = REPLY[:17] + bytes([TCP_NEW_SYN_RECV]) + REPLY[18:]
+    assert not diag_answer(half_open).settled()  # reported as root's: ask the tables
+    closed = REPLY[:17] + bytes([6]) + REPLY[18:]
+    assert diag_answer(closed) == DiagAnswer(found=False, error=errno.ENOENT)
+    assert not diag_answer(b"").settled()
+    refused = struct.pack("=IHHII", 36, 2, 0, 1, 0) + struct.pack("=i", -errno.EINVAL) + bytes(16)
+    assert not diag_answer(refused).settled()
 
 
 # --- against this machine's tables -----------------------------------------------------------
@@ -138,8 +194,16 @@ def test_the_real_tables_name_this_process_as_the_owner_of_its_listener(
         port = listener.getsockname()[1]
         with socket.create_connection((connect_to, port)) as client:
             ours = client.getsockname()[:2]
-            assert socket_owner(ours, (connect_to, port)) == os.geteuid()
-            assert socket_owner(ours, (connect_to, port + 1 if port < 65535 else 1)) is None
+            theirs = (connect_to, port)
+            other = (connect_to, port + 1 if port < 65535 else 1)
+            me = os.geteuid()
+            assert asyncio.run(socket_owner(ours, theirs)) == me
+            assert asyncio.run(socket_owner(ours, other)) is None
+            assert table_owner(ours, theirs) == me
+            assert table_owner(ours, other) is None
+            local = (canonical(connect_to), port)
+            answer = diag_owner(local, (canonical(ours[0]), ours[1]))
+            assert (answer.found, answer.uid) == (True, me)
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="starting a listener as another user needs root")
@@ -157,6 +221,8 @@ def test_a_listener_of_another_user_is_named_before_it_accepts() -> None:
             assert child.stdout is not None
             port = int(child.stdout.readline())
             with socket.create_connection(("127.0.0.1", port)) as client:
-                assert socket_owner(client.getsockname()[:2], ("127.0.0.1", port)) == 65534
+                ours = client.getsockname()[:2]
+                assert asyncio.run(socket_owner(ours, ("127.0.0.1", port))) == 65534
+                assert table_owner(ours, ("127.0.0.1", port)) == 65534
         finally:
             child.kill()
