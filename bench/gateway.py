@@ -313,6 +313,12 @@ class Compare(Runner):
         self.say("starting the backend")
         backend = procs.backend()
         backend_port = int(backend.url.rsplit(":", 1)[1])
+        checked = [s.name for s in self.sources if procs.publish_identity(s, backend_port)]
+        if checked:
+            self.notes.append(
+                f"{' and '.join(checked)}: the backend's identity is published in the store, so "
+                "the gateway checks who answers each new connection to it (once per connection)"
+            )
         any_key = keys[AFTER]["plain"]  # the backend takes any
         self.warm_up(DIRECT, backend.url, any_key)
         for mode, tool in COMPARED_ROWS:

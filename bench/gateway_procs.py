@@ -278,6 +278,25 @@ class Processes:
         made: dict[str, str] = json.loads(lines[-1])
         return made
 
+    def publish_identity(self, source: Source, backend_port: int) -> bool:
+        """Publish, in `source`'s store and with its own code, who the backend runs as (this
+        process's user), as the host runtime does for its replicas: a tree whose gateway checks
+        who answers on a replica's port then checks each new connection to the backend. False
+        for a tree from before that check (nothing to publish). Raises RuntimeError."""
+        _, environment = gateway_command([])
+        environment = on_source(environment, source)
+        command = [sys.executable, "-c", _IDENTITY_SCRIPT, self.source_store(source)]
+        command += [str(backend_port), str(os.geteuid())]
+        done = subprocess.run(  # noqa: S603 - our own script, arguments built here
+            command, capture_output=True, text=True, env=environment, cwd=source.root, check=False
+        )
+        if done.returncode != 0:
+            raise RuntimeError(
+                f"{source.name} ({source.label}): could not publish the backend's identity:\n"
+                f"{tail_lines(done.stdout + done.stderr)}"
+            )
+        return done.stdout.strip().endswith("published")
+
     def client_proxy(self, client: str, backend_url: str) -> Running:
         port = free_port()
         command = [sys.executable, "-m", "bench.gateway_clients", client, "--port", str(port)]
@@ -349,6 +368,24 @@ for tenant, limits in (("plain", Limits()), ("full", Limits(**json.loads(sys.arg
                                   limits=limits, now=datetime.now(UTC), actor="bench")
     made[tenant] = secret
 print(json.dumps(made))
+"""
+
+
+#: Run by `Processes.publish_identity` under a tree's own src/: argv[1] the store URL, argv[2] the
+#: backend's port, argv[3] the uid it runs as; prints "published", or nothing for a tree without
+#: published identities (from before the gateway checked them).
+_IDENTITY_SCRIPT = """\
+import sys
+from datetime import UTC, datetime
+try:
+    from gpuplex.store.replica_identities import ReplicaIdentities, ReplicaIdentity
+except ImportError:
+    sys.exit(0)
+from gpuplex.store.db import open_store
+port, uid = int(sys.argv[2]), int(sys.argv[3])
+backend = ReplicaIdentity("bench", "plain", "backend", 0, port, uid)
+ReplicaIdentities(open_store(sys.argv[1])).publish("bench", [backend], now=datetime.now(UTC))
+print("published")
 """
 
 

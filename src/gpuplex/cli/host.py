@@ -188,10 +188,12 @@ def run_command(
         session.run(settings)
         return
     from gpuplex.host.follow import RevisionFollower  # SQLAlchemy only for this command
+    from gpuplex.host.identity_publisher import IdentityPublisher
     from gpuplex.revision import AppliedRevisions
     from gpuplex.store.db import open_store
     from gpuplex.store.job_reports import JobReports
     from gpuplex.store.jobs import JobRepository
+    from gpuplex.store.replica_identities import ReplicaIdentities
     from gpuplex.store.spec_revisions import SpecRevisions
 
     engine = open_store(follow_store)
@@ -199,7 +201,11 @@ def run_command(
         revisions = AppliedRevisions(SpecRevisions(engine))
         jobs, reports = JobRepository(engine), JobReports(engine)
         follower = RevisionFollower(revisions, settings, transform, jobs, reports)
-        session.run(settings, follower=follower)
+        # the gateway learns who each replica runs as, and talks to nothing else on its port
+        publisher = IdentityPublisher(
+            follower, ReplicaIdentities(engine), StateDir(settings.state_dir)
+        )
+        session.run(settings, follower=publisher)
     finally:
         engine.dispose()
 

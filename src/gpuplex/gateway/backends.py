@@ -13,6 +13,7 @@ import contextlib
 import errno
 import logging
 from collections.abc import Callable, Collection
+from typing import Any
 
 import aiohttp
 
@@ -28,6 +29,7 @@ from gpuplex.core.serve.routing import (
 )
 from gpuplex.core.spec.gateway import GatewaySpec
 from gpuplex.gateway.queues import BackendQueue
+from gpuplex.gateway.replica_identity import IdentityCheckingConnector, ReplicaIdentityCheck
 from gpuplex.observe import gateway_metrics as metrics
 
 log = logging.getLogger(__name__)
@@ -105,20 +107,34 @@ def is_local_failure(error: BaseException) -> bool:
     return False
 
 
-def health_session(replicas: int, interval_s: float) -> aiohttp.ClientSession:
-    """The health checks' own client: a connection per replica, kept open between checks."""
-    connector = aiohttp.TCPConnector(
-        limit=max(1, replicas), limit_per_host=1, keepalive_timeout=max(30.0, 3 * interval_s)
+def health_session(
+    replicas: int, interval_s: float, identity: ReplicaIdentityCheck | None = None
+) -> aiohttp.ClientSession:
+    """The health checks' own client: a connection per replica, kept open between checks. With
+    `identity`, a connection answered by anything but the replica published on its port is
+    refused (the check fails), as the forwarding client's is."""
+    options: dict[str, Any] = {
+        "limit": max(1, replicas),
+        "limit_per_host": 1,
+        "keepalive_timeout": max(30.0, 3 * interval_s),
+    }
+    connector = (
+        aiohttp.TCPConnector(**options)
+        if identity is None
+        else IdentityCheckingConnector(identity, **options)
     )
     return aiohttp.ClientSession(connector=connector)
 
 
 async def run_health_checks(
-    pools: Callable[[], Collection[BackendPool]], interval_s: float, stop: asyncio.Event
+    pools: Callable[[], Collection[BackendPool]],
+    interval_s: float,
+    stop: asyncio.Event,
+    identity: ReplicaIdentityCheck | None = None,
 ) -> None:
     """Check every replica of the pools `pools()` gives now (they change with the revision)."""
     replicas = sum(len(p.replicas) for p in pools())
-    async with health_session(replicas, interval_s) as session:
+    async with health_session(replicas, interval_s, identity) as session:
         while not stop.is_set():
             checked = list(pools())
             await asyncio.gather(*(p.check_health(session, min(interval_s, 2.0)) for p in checked))

@@ -37,6 +37,7 @@ from gpuplex.gateway.asgi_io import Receive, Scope, Send, header, read_body
 from gpuplex.gateway.auth import BUDGET_SCOPE
 from gpuplex.gateway.backends import BackendPool
 from gpuplex.gateway.relay import CLIENT_GONE, Exchange, relay_stream, relay_whole
+from gpuplex.gateway.replica_identity import ReplicaIdentityRefused
 from gpuplex.gateway.runtime import GatewayRuntime
 from gpuplex.ids import new_request_id
 from gpuplex.observe import gateway_metrics as metrics
@@ -214,7 +215,8 @@ async def _forward(
     except (aiohttp.ClientError, OSError) as error:
         if ex.status:  # the reply had started: nothing more can be said to the client
             return
-        log.warning("request %s to %s failed: %s", ex.request_id, replica.url, error)
+        if not isinstance(error, ReplicaIdentityRefused):  # that one is logged once, where found
+            log.warning("request %s to %s failed: %s", ex.request_id, replica.url, error)
         raise ApiError(
             ErrorCode.BACKEND_UNAVAILABLE,
             f"model `{ex.request.model}` is unavailable: its server did not answer",

@@ -31,6 +31,7 @@ from gpuplex.gateway.live import (
     restart_only_changes,
 )
 from gpuplex.gateway.relay import DisconnectWatch
+from gpuplex.gateway.replica_identity import IdentityCheckingConnector, ReplicaIdentityCheck
 from gpuplex.gateway.service_accounts import ServiceAccounts
 from gpuplex.gateway.spool import UsageSpool
 from gpuplex.gateway.spool_mover import SpoolMover
@@ -40,6 +41,7 @@ from gpuplex.settings import GatewaySettings
 from gpuplex.store.budget_enforcement import EnforcementRepository
 from gpuplex.store.db import open_store, safe_url
 from gpuplex.store.keys import KeyRepository
+from gpuplex.store.replica_identities import ReplicaIdentities
 from gpuplex.store.spec_revisions import SpecRevisions
 from gpuplex.store.usage import UsageRepository
 
@@ -83,6 +85,10 @@ class GatewayRuntime:
         )
         self.keys.load()
         self.service_accounts = ServiceAccounts()
+        #: who each replica on this host runs as (published by the host runtime): a connection
+        #: to a replica's port answered by anyone else is refused before anything is sent
+        self.identity = ReplicaIdentityCheck(ReplicaIdentities(engine).all)
+        self.identity.load()
         self.usage_sink = UsageRepository(engine)
         self.limiter: Limiter = self._limiter()
         self.spool = UsageSpool(settings.spool_dir, f"w{os.getpid()}")
@@ -161,7 +167,9 @@ class GatewayRuntime:
         return RedisLimiter(self.settings.redis_url, lease_s=lease_s)
 
     async def start(self) -> None:
-        connector = aiohttp.TCPConnector(limit=0, keepalive_timeout=30, ttl_dns_cache=300)
+        connector = IdentityCheckingConnector(
+            self.identity, limit=0, keepalive_timeout=30, ttl_dns_cache=300
+        )
         self.session = aiohttp.ClientSession(
             connector=connector,
             auto_decompress=False,
@@ -174,11 +182,13 @@ class GatewayRuntime:
             asyncio.create_task(self.keys.run(self._stop)),
             asyncio.create_task(self.follow()),
             asyncio.create_task(self.spool.run_fsync_loop(self._stop)),
+            asyncio.create_task(self.identity.run(self._stop)),
             asyncio.create_task(  # with an HTTP client of its own, never the forwarding pool
                 run_health_checks(
                     lambda: self.live.pools.values(),
                     float(self.started.health_interval_s),
                     self._stop,
+                    self.identity,
                 )
             ),
         ]

@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import shutil
 import signal
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
@@ -158,7 +159,9 @@ class ProcessRuntime:
             env = env | {k: v for k, v in own.items() if k not in wanted.env}  # the spec's wins
             cwd = user.home
         run_as = None if user is None else (user.uid, user.gid)
-        keep = kept_visible(self.users.homes.parent, env, wanted.argv)
+        keep: tuple[str, ...] = ()
+        if user is not None:  # a private /tmp: what of the host's /tmp it still sees
+            keep = kept_visible(self.users.homes.parent, env, wanted, user)
         stdout_path, stderr_path = log_paths(self.logs_dir, wanted.tenant, unit_name(wanted))
         recorded = self._exit_file(wanted)
         if recorded is not None:
@@ -250,23 +253,54 @@ class ProcessRuntime:
         return Swept(stopped, left)
 
 
-def kept_visible(state_dir: Path, env: dict[str, str], argv: list[str]) -> tuple[str, ...]:
-    """What a replica must still reach when its /tmp is made private: the state directory (its
-    own folder, the simulated driver, MPS pipes), its PYTHONPATH, its program's folder, and the
-    folders its command names by absolute path (a model, an output file's folder)."""
+def kept_visible(
+    state_dir: Path, env: dict[str, str], wanted: WorkloadDesired, user: TenantUser
+) -> tuple[str, ...]:
+    """What a replica still reaches under its private /tmp: the state directory (gpuplex's own,
+    made to be passed through: the tenant's home, the simulated driver, MPS pipes), and for a
+    workload of the spec (written by the operator) its PYTHONPATH, its program's folder and the
+    folders its command names by absolute path (a model, an output file's folder), each only
+    if the replica's user could reach it on the host: a folder behind a parent it may not
+    enter stays out of sight. A job (its file written by a tenant) keeps nothing it names."""
     folders = [str(state_dir.resolve())]
-    folders += [part for part in env.get("PYTHONPATH", "").split(os.pathsep) if part]
-    program = argv[0]
+    if wanted.job:
+        return tuple(folders)
+    named: list[str] = [part for part in env.get("PYTHONPATH", "").split(os.pathsep) if part]
+    program = wanted.argv[0]
     found = shutil.which(program, path=env.get("PATH")) if "/" not in program else program
     if found:
-        folders.append(str(Path(found).resolve().parent))
-    for argument in argv[1:]:
+        named.append(str(Path(found).resolve().parent))
+    for argument in wanted.argv[1:]:
         if argument.startswith("/"):
-            named = Path(argument)
-            folder = named if named.is_dir() else named.parent
+            path = Path(argument)
+            folder = path if path.is_dir() else path.parent
             if folder.is_dir():
-                folders.append(str(folder))
-    return tuple(dict.fromkeys(os.path.realpath(folder) for folder in folders))
+                named.append(str(folder))
+    groups = set(os.getgrouplist(user.name, user.gid))
+    for real in dict.fromkeys(os.path.realpath(f) for f in named):
+        if reachable_as(Path(real), user.uid, groups):
+            folders.append(real)
+    return tuple(dict.fromkeys(folders))
+
+
+def reachable_as(folder: Path, uid: int, gids: set[int]) -> bool:
+    """Whether a user (`uid`, in groups `gids`, without capabilities) can enter `folder` and
+    every folder above it, by their owner, group and mode bits (an ACL that would let it in is
+    not read: such a folder is taken as closed, the safe side)."""
+    for part in [folder, *folder.parents]:
+        try:
+            info = os.stat(part)
+        except OSError:
+            return False
+        if info.st_uid == uid:
+            allowed = info.st_mode & stat.S_IXUSR
+        elif info.st_gid in gids:
+            allowed = info.st_mode & stat.S_IXGRP
+        else:
+            allowed = info.st_mode & stat.S_IXOTH
+        if not allowed:
+            return False
+    return True
 
 
 def _signal_group(pgid: int, signum: int) -> None:

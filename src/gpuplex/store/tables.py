@@ -402,3 +402,22 @@ class WebSignInRow(Base):
 
 
 metadata = Base.metadata
+
+
+class ReplicaIdentityRow(Base):
+    """Who a replica the host runtime runs on `node` is, for the gateway: the port it serves on
+    and the Unix user it runs as (the owner of its listening socket; NULL: none the host can
+    vouch for, so nothing answering there is taken), and when its process last started. One row
+    per replica, replaced by the host as its replicas change; the gateway checks the owner of
+    each new connection to a replica on its own host against it."""
+
+    __tablename__ = "replica_identities"
+
+    node: Mapped[str] = mapped_column(String(253), primary_key=True)
+    tenant: Mapped[str] = mapped_column(String(253), primary_key=True)
+    workload: Mapped[str] = mapped_column(String(253), primary_key=True)
+    replica: Mapped[int] = mapped_column(Integer, primary_key=True)
+    port: Mapped[int] = mapped_column(Integer, index=True)
+    uid: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+    started_at: Mapped[datetime | None] = mapped_column(UtcDateTime(), nullable=True)
+    published_at: Mapped[datetime] = mapped_column(UtcDateTime())

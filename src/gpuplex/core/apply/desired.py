@@ -7,7 +7,8 @@ from collections import Counter
 from gpuplex.core.apply.model import Binding, DesiredHost, GpuDesired, WorkloadDesired
 from gpuplex.core.plan.model import Mode, Placement, Plan
 from gpuplex.core.spec.document import GpuplexSpec
-from gpuplex.core.spec.runtime import Runtime
+from gpuplex.core.spec.jobs import JobWorkloadSpec
+from gpuplex.core.spec.runtime import Network, Runtime
 from gpuplex.core.spec.tenants import TenantSpec
 from gpuplex.core.spec.workloads import WorkloadSpec
 
@@ -55,6 +56,7 @@ def _replica(
     if workload.command is None and not containerised:
         return None
     replica = placement.replica
+    job = isinstance(workload, JobWorkloadSpec)
     port = workload.serve.port + replica if workload.serve is not None else None
     health_port = port
     if workload.health is not None and workload.health.port is not None:
@@ -85,8 +87,9 @@ def _replica(
         health_port=health_port if workload.health is not None else None,
         limits=workload.limits,
         restart=workload.restart,
-        network=workload.network,
+        network=Network.NONE if job else workload.network,
         unix_user=tenant.unix_user,
+        job=job,
     )
 
 

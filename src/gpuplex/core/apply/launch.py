@@ -82,9 +82,9 @@ def process_argv(
     exit_file: str | None = None,
 ) -> list[str]:
     """The argv for the process runtime: join cgroups; enter new namespaces where asked (network:
-    none gets a network of its own with loopback only; `private_tmp` a mount namespace with its
-    own /tmp, /var/tmp and /dev/shm, where the folders of `keep` that lie under those, such as
-    the state directory, stay visible); drop to the tenant's Unix user (`run_as`, as uid and gid)
+    none, and every job, gets a network of its own with loopback only; `private_tmp` a mount
+    namespace with its own /tmp, /var/tmp and /dev/shm, where the folders of `keep` that lie
+    under those, such as the state directory, stay visible); drop to the tenant's Unix user (`run_as`, as uid and gid)
     with no way back to privilege (no_new_privs, no capabilities); then exec the command. With
     `exit_file`, the launching shell (root, where gpuplex is) stays and writes the exit status
     there."""
@@ -95,7 +95,7 @@ def process_argv(
         argv = ["/bin/sh", "-c", script, "gpuplex-launch", exit_file, *cgroup_procs, "--"]
     setup: list[str] = []
     unshare = ["unshare"]
-    if wanted.network is Network.NONE:
+    if own_network(wanted):
         # A new network namespace holds only a loopback device, down until set up.
         unshare.append("--net")
         setup.append("ip link set lo up")
@@ -113,9 +113,21 @@ def process_argv(
     return argv + wanted.argv
 
 
+def own_network(wanted: WorkloadDesired) -> bool:
+    """Whether the replica gets a network namespace of its own: `network: none`, and a job
+    whatever its file says (on the host's network it could take a port the plan gives to another
+    tenant's model server)."""
+    return wanted.network is Network.NONE or wanted.job
+
+
 def _private_mounts(paths: list[str], keep: tuple[str, ...]) -> list[str]:
     """Shell steps: a fresh tmpfs on each of `paths`; each folder of `keep` under one of them is
-    opened first (fd 3, 4, ...) and bound back at its own path, so it is still reached there."""
+    opened first (fd 3, 4, ...) and bound back at its own path, so it is still reached there.
+
+    The folders made on the fresh tmpfs to reach a kept folder are 711 (umask 066): passed
+    through, never listed, and holding nothing but the way to what is kept. Which folders may be
+    kept at all (none the replica's user could not reach on the host, but gpuplex's own state
+    directory) is the caller's decision (host/launcher.py `kept_visible`)."""
     under = [k for k in keep if any(k.startswith(path.rstrip("/") + "/") for path in paths)]
     kept = [k for k in dict.fromkeys(under) if not any(k.startswith(o + "/") for o in under)]
     kept = kept[:MAX_KEPT]  # the state directory first (the caller's order); more is unusual
@@ -128,7 +140,8 @@ def _private_mounts(paths: list[str], keep: tuple[str, ...]) -> list[str]:
         # which now names the empty folder on the new tmpfs; the kernel follows the fd itself
         quoted = shlex.quote(folder)
         steps.append(
-            f"mkdir -p {quoted} && mount --no-canonicalize --bind /proc/self/fd/{3 + n} {quoted}"
+            f"(umask 066 && mkdir -p {quoted}) && "
+            f"mount --no-canonicalize --bind /proc/self/fd/{3 + n} {quoted}"
         )
     if kept:
         steps.append("exec " + " ".join(f"{3 + n}<&-" for n in range(len(kept))))
@@ -185,7 +198,7 @@ def container_argv(
         argv += ["--memory", f"{round(limits.memory_gib * 1024)}m"]
     if limits.pids is not None:
         argv += ["--pids-limit", str(limits.pids)]
-    if wanted.network is Network.NONE:
+    if own_network(wanted):
         argv += ["--network", "none"]
     else:
         argv += ["--network", container_network(wanted.tenant, instance)]

@@ -51,6 +51,9 @@ class WorkloadDesired(ApplyModel):
     restart: RestartSpec = Field(default_factory=RestartSpec)
     network: Network = Network.HOST
     unix_user: str | None = None
+    #: a job's replica (its file a tenant wrote at run time, `JobWorkloadSpec`): always in a
+    #: network namespace of its own, and none of the host paths it names is bound into its /tmp
+    job: bool = False
 
     @property
     def label(self) -> str:

@@ -6,6 +6,11 @@ A job file is written by a tenant, not by the operator, so its shape is bounded 
 hundred environment variables and command arguments of sane size, no NUL anywhere (exec refuses
 it, and so does PostgreSQL's JSON), and none of the variables gpuplex sets to confine a process to
 its GPU, MIG slice or MPS share (`RESERVED_ENV`): a job cannot widen what it sees by naming them.
+
+A job always runs in a network namespace of its own (`network: none`, loopback only): on the host's
+network it could bind a port the plan gives to another tenant's model server while that server
+restarts, and be sent that tenant's prompts. The host runtime holds a job's replica to its own
+network whatever its file says (`JobWorkloadSpec`, `WorkloadDesired.job`).
 """
 
 from __future__ import annotations
@@ -90,7 +95,10 @@ class JobSpec(SpecModel):
         default=None, gt=0, description="Stopped (SIGTERM, then SIGKILL) after this long."
     )
     limits: LimitsSpec = Field(default_factory=LimitsSpec)
-    network: Network = Field(default=Network.NONE, description="none: loopback only.")
+    network: Network = Field(
+        default=Network.NONE,
+        description="none (the only choice): a network of its own, loopback only.",
+    )
     backoff_limit: StrictInt = Field(
         default=0,
         ge=0,
@@ -165,6 +173,18 @@ class JobSpec(SpecModel):
             )
         return env
 
+    @field_validator("network")
+    @classmethod
+    def _own_network(cls, network: Network) -> Network:
+        if network is not Network.NONE:
+            raise ValueError(
+                f"a job cannot use network {network.value!r}: on the host's network it could "
+                "bind a port the plan gives to another tenant's model server; a job always runs "
+                "with network none (loopback of its own). Run work that must be reached on the "
+                "host's network as a workload of the spec"
+            )
+        return network
+
     @model_validator(mode="after")
     def _something_to_run(self) -> JobSpec:
         if not self.command and not self.image:
@@ -176,9 +196,10 @@ class JobSpec(SpecModel):
             )
         return self
 
-    def as_workload(self, name: str, grace_s: float) -> WorkloadSpec:
-        """The job as a one-replica batch workload of its tenant, never restarted."""
-        return WorkloadSpec.model_validate(
+    def as_workload(self, name: str, grace_s: float) -> JobWorkloadSpec:
+        """The job as a one-replica batch workload of its tenant, never restarted, in a network
+        of its own."""
+        return JobWorkloadSpec.model_validate(
             {
                 "name": name,
                 "kind": WorkloadKind.BATCH,
@@ -189,10 +210,17 @@ class JobSpec(SpecModel):
                 "image": self.image,
                 "env": self.env,
                 "limits": self.limits,
-                "network": self.network,
+                "network": Network.NONE,
                 "restart": {"policy": "never", "stop_grace_s": grace_s},
             }
         )
+
+
+class JobWorkloadSpec(WorkloadSpec):
+    """The workload a job runs as (`JobSpec.as_workload`): a workload whose file a tenant wrote at
+    run time, not the operator. Its type is what tells the host runtime to run it in a network
+    namespace of its own and to bind none of the host paths it names into its private /tmp
+    (`WorkloadDesired.job`), whatever its name or fields say."""
 
 
 def check_job(spec: GpuplexSpec, job: JobSpec) -> Iterator[SpecProblem]:
