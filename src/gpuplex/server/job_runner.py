@@ -28,6 +28,7 @@ from gpuplex.core.queues.tree import queue_tree
 from gpuplex.errors import JobStateError
 from gpuplex.retry import run_pass
 from gpuplex.server.context import ServerContext
+from gpuplex.server.job_usage import decayed_job_usage
 from gpuplex.store.job_reports import JobReport, JobReports
 from gpuplex.store.jobs import Job
 from gpuplex.store.leader import Leadership, try_lead
@@ -70,7 +71,9 @@ def next_step(ctx: ServerContext, reports: JobReports) -> LifecycleStep | None:
         return None
     seen = reports.of([j.id for j in jobs])
     records = [job_record(j, seen.get(j.id)) for j in jobs]
-    return step(applied.spec, applied.plan, tree, records, ctx.now().timestamp())
+    now = ctx.now()
+    usage = decayed_job_usage(ctx.jobs, tree, now)  # fair share over time
+    return step(applied.spec, applied.plan, tree, records, now.timestamp(), usage=usage)
 
 
 class JobRunner(threading.Thread):

@@ -20,7 +20,7 @@ once its process is gone: until then nothing else is placed on its GPU.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from gpuplex.core.jobs.holdings import plan_holdings, request_ask
@@ -30,6 +30,7 @@ from gpuplex.core.jobs.states import FINISHED_STATES, HOLDING_STATES, LEAVING_ST
 from gpuplex.core.plan import Plan
 from gpuplex.core.plan.model import Placement
 from gpuplex.core.queues.admission import Holding, QueuedJob, admit
+from gpuplex.core.queues.drf import Resources
 from gpuplex.core.queues.tree import QueueTree
 from gpuplex.core.spec.document import GpuplexSpec
 from gpuplex.core.spec.jobs import JobSpec
@@ -80,8 +81,11 @@ def step(
     tree: QueueTree,
     jobs: Sequence[JobRecord],
     now_s: float,
+    *,
+    usage: Mapping[str, Resources] | None = None,
 ) -> LifecycleStep:
-    """One lifecycle step (see the module docstring)."""
+    """One lifecycle step (see the module docstring). `usage`: each tenant's decayed past usage,
+    for the fair-share order above the guarantees (`gpuplex.core.queues.usage`)."""
     out: list[Transition] = []
     current = {j.id: j for j in jobs if j.state not in FINISHED_STATES}
     for record in list(current.values()):
@@ -103,6 +107,7 @@ def step(
             for j in queued
         ],
         now_s,
+        usage=usage,
     )
     evicted: set[str] = set()
     for eviction in decision.evictions:

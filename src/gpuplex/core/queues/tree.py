@@ -19,7 +19,13 @@ from dataclasses import dataclass, field
 from gpuplex.core.queues.drf import Resources, add
 from gpuplex.core.spec.document import GpuplexSpec
 from gpuplex.core.spec.fleet import runs_mig, runs_whole
-from gpuplex.core.spec.queues import PreemptionSpec, QueueSpec, QueuesSpec, WithinQueue
+from gpuplex.core.spec.queues import (
+    DEFAULT_HALF_LIFE_S,
+    PreemptionSpec,
+    QueueSpec,
+    QueuesSpec,
+    WithinQueue,
+)
 from gpuplex.core.spec.tenants import QuotaSpec
 
 GPUS = "gpus"
@@ -67,15 +73,19 @@ class QueueNode:
 
 @dataclass(frozen=True, slots=True)
 class QueueTree:
-    """The root (the whole cluster, guarantee = capacity), and per queue its ancestors."""
+    """The root (the whole cluster, guarantee = capacity), per queue its ancestors, and how long
+    fair sharing remembers past usage (`gpuplex.core.queues.usage`)."""
 
     root: QueueNode
     capacity: Resources
     #: per queue name: the queues from the root down to it (itself last)
     paths: Mapping[str, tuple[QueueNode, ...]]
+    half_life_s: float = float(DEFAULT_HALF_LIFE_S)
 
     @classmethod
-    def of(cls, root: QueueNode, capacity: Resources) -> QueueTree:
+    def of(
+        cls, root: QueueNode, capacity: Resources, half_life_s: float = DEFAULT_HALF_LIFE_S
+    ) -> QueueTree:
         paths: dict[str, tuple[QueueNode, ...]] = {}
 
         def note(queue: QueueNode, above: tuple[QueueNode, ...]) -> None:
@@ -84,7 +94,7 @@ class QueueTree:
                 note(child, paths[queue.name])
 
         note(root, ())
-        return cls(root, dict(capacity), paths)
+        return cls(root, dict(capacity), paths, float(half_life_s))
 
     def tenant(self, name: str) -> QueueNode | None:
         path = self.paths.get(name)
@@ -166,7 +176,7 @@ def tree_of(queues: QueuesSpec, capacity: Resources) -> QueueTree:
         preemption=top,
         children=tuple(organisations),
     )
-    return QueueTree.of(root, capacity)
+    return QueueTree.of(root, capacity, queues.fair_sharing.half_life_s)
 
 
 def _node(
