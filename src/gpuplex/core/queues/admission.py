@@ -221,8 +221,7 @@ class _Round:
             self._claim(job, {k: min(v, max(0.0, soon.get(k, 0.0))) for k, v in job.ask.items()})
             self.held_for = job.id
             return f"next to start: waiting for {short} to free (capacity is held for it)"
-        claimed = ledger.claimed[ledger.tree.root.name]
-        if self.claims and fits(job.ask, add(room, claimed)):
+        if self.claims and fits(job.ask, add(room, ledger.claimed_of_free())):
             first = self.claims[0][0].id
             return f"the free capacity is held for {first}, which is ahead of it"
         return f"the cluster is short of {short} for it"

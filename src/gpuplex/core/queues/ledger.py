@@ -133,17 +133,17 @@ class RoundLedger:
         borrow; None when they allow it. Checked at the soon moment, and with `now` also at this
         one (a job that starts now). `less`: work of the job's tenant that would be gone too."""
         for queue in self.path(job.tenant)[1:]:
-            held = [self.soon_for(job, queue.name)]
+            views = [(self.soon_for(job, queue.name), self.claimed[queue.name])]
             if now:
-                held.insert(0, dict(self.usage[queue.name]))
-            for before in held:
+                views.insert(0, (dict(self.usage[queue.name]), {}))
+            for before, claimed in views:
                 after = add(subtract(before, less or {}), job.ask)
                 if queue.limit is not None:
-                    over = over_bound(after, queue.limit, job.ask, named=True)
+                    over = over_bound(after, queue.limit, job.ask, named=True, claimed=claimed)
                     if over is not None:
                         return f"{who(queue)} would pass its limit: {over}"
                 if not queue.borrows:
-                    over = over_bound(after, queue.guarantee, job.ask)
+                    over = over_bound(after, queue.guarantee, job.ask, claimed=claimed)
                     if over is not None:
                         return f"{who(queue)} does not borrow and would pass its guarantee: {over}"
         return None
@@ -170,11 +170,15 @@ class RoundLedger:
         """What `tenant` may start now: the free capacity, less what waiting jobs claimed
         beyond what leaving work frees, less the idle guarantees of queues that do not lend and
         are not the tenant's own."""
+        free = subtract(self.free, self.claimed_of_free())
+        return subtract(free, self._kept_idle(tenant, soon=False))
+
+    def claimed_of_free(self) -> dict[str, float]:
+        """What waiting jobs claimed of the free capacity: their claims beyond what leaving
+        work frees."""
         root = self.tree.root.name
-        uncovered = {
-            k: max(0.0, v) for k, v in subtract(self.claimed[root], self.leaving[root]).items()
-        }
-        return subtract(subtract(self.free, uncovered), self._kept_idle(tenant, soon=False))
+        beyond = subtract(self.claimed[root], self.leaving[root])
+        return {k: max(0.0, v) for k, v in beyond.items()}
 
     def room_soon(self, tenant: str) -> dict[str, float]:
         """What `tenant` may claim: the free capacity and what leaving work frees, less what
@@ -256,19 +260,26 @@ class RoundLedger:
 
 
 def over_bound(
-    after: Resources, bound: Resources, ask: Resources, *, named: bool = False
+    after: Resources,
+    bound: Resources,
+    ask: Resources,
+    *,
+    named: bool = False,
+    claimed: Resources | None = None,
 ) -> str | None:
     """The first kind `ask` takes past `bound` (`after` is the usage with it), in words. With
     `named`, a kind `bound` does not name is not bound (a limit binds only the kinds it names; a
-    guarantee that leaves a kind out guarantees none of it)."""
+    guarantee that leaves a kind out guarantees none of it). `claimed`: what of `after` is set
+    aside for waiting jobs (said so)."""
     for kind, amount in ask.items():
         if amount <= EPSILON or (named and kind not in bound):
             continue
         if after.get(kind, 0.0) > bound.get(kind, 0.0) + EPSILON:
-            return (
-                f"{number(after[kind] - amount)} {kind} held + {number(amount)} asked > "
-                f"{number(bound.get(kind, 0.0))}"
-            )
+            held = f"{number(after[kind] - amount)} {kind} held"
+            aside = (claimed or {}).get(kind, 0.0)
+            if aside > EPSILON:
+                held += f" (of which {number(aside)} set aside for waiting jobs)"
+            return f"{held} + {number(amount)} asked > {number(bound.get(kind, 0.0))}"
     return None
 
 

@@ -17,7 +17,9 @@ def tree(half_life_s: float, *, a_guarantee: float = 0.0, gpus: float = 4.0) -> 
         QueueNode("b", "tenant", {}),
     )
     cap = {GPUS: gpus}
-    return QueueTree.of(QueueNode("cluster", "cluster", cap, cap, children=tenants), cap, half_life_s)
+    return QueueTree.of(
+        QueueNode("cluster", "cluster", cap, cap, children=tenants), cap, half_life_s
+    )
 
 
 #: three of the four GPUs held by a third party (a replica of nobody's queue), one free

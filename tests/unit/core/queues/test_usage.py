@@ -4,6 +4,7 @@ equals it."""
 
 from __future__ import annotations
 
+import itertools
 import math
 
 import pytest
@@ -30,8 +31,9 @@ def by_hand(start: float, end: float, now: float, half_life: float) -> float:
         return 0.0
     steps = 20_000
     width = (end - start) / steps
-    return sum(
-        2.0 ** (-(now - (start + (i + 0.5) * width)) / half_life) * width for i in range(steps)
+    return math.fsum(
+        math.pow(2.0, -(now - (start + (i + 0.5) * width)) / half_life) * width
+        for i in range(steps)
     )
 
 
@@ -107,8 +109,7 @@ def timelines(draw: st.DrawFn) -> tuple[list[float], list[dict[str, float]]]:
     for gap in gaps:
         times.append(times[-1] + gap)
     held = [
-        {"a": float(draw(st.integers(0, 4))), "b": float(draw(st.integers(0, 4)))}
-        for _ in gaps
+        {"a": float(draw(st.integers(0, 4))), "b": float(draw(st.integers(0, 4)))} for _ in gaps
     ]
     return times, held
 
@@ -120,7 +121,7 @@ def test_the_step_by_step_form_equals_the_closed_form(
     times, held = timeline
     usage: dict[str, dict[str, float]] = {}
     intervals = []
-    for (start, end), amounts in zip(zip(times, times[1:], strict=False), held, strict=True):
+    for (start, end), amounts in zip(itertools.pairwise(times), held, strict=True):
         now = {t: {"gpus": v} for t, v in amounts.items()}
         usage = decayed_since(usage, now, end - start, half_life)
         intervals += [UsageInterval(t, {"gpus": v}, start, end) for t, v in amounts.items() if v]
