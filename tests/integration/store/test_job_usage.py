@@ -24,7 +24,9 @@ DAY_S = 86_400.0
 def tree(half_life_s: float) -> QueueTree:
     tenants = (QueueNode("acme", "tenant"), QueueNode("globex", "tenant"))
     cap = {GPUS: 8.0}
-    return QueueTree.of(QueueNode("cluster", "cluster", cap, cap, children=tenants), cap, half_life_s)
+    return QueueTree.of(
+        QueueNode("cluster", "cluster", cap, cap, children=tenants), cap, half_life_s
+    )
 
 
 def ran(jobs: JobRepository, tenant: str, start: datetime, end: datetime | None) -> None:

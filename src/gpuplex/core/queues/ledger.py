@@ -47,11 +47,13 @@ class RoundLedger:
         self.usage: PerQueue = {name: {} for name in names}  # held now
         self.leaving: PerQueue = {name: {} for name in names}  # held now, stopping
         self.claimed: PerQueue = {name: {} for name in names}  # set aside for waiting jobs
+        self.leaving_of: dict[str, list[Holding]] = {}  # per tenant: its holdings that leave
         for holding in holdings:
             self.holdings.setdefault(holding.tenant, []).append(holding)
             self._add(self.usage, holding.tenant, holding.resources)
             if holding.stopping_for is not None:
                 self._add(self.leaving, holding.tenant, holding.resources)
+                self.leaving_of.setdefault(holding.tenant, []).append(holding)
         self.free = subtract(tree.capacity, self.usage[tree.root.name])
         self.kinds = [k for k, v in tree.capacity.items() if v > EPSILON]
         self.keep_idle = [q for q in tree.root.walk() if not q.lends and q is not tree.root]
@@ -88,17 +90,16 @@ class RoundLedger:
         """What `queue` holds once its leaving work is gone and its waiting jobs started."""
         return add(subtract(self.usage[queue], self.leaving[queue]), self.claimed[queue])
 
-    def soon_for(self, job: QueuedJob, queue: str) -> dict[str, float]:
+    def soon_for(self, job: QueuedJob, queue: str) -> Resources:
         """What `queue` (one above `job`) holds for `job` soon: what it holds and what waiting
         jobs claimed, less the leaving work of `job`'s tenant that queues behind `job`."""
-        behind = add(
-            *(
-                h.resources
-                for h in self.holdings.get(job.tenant, ())
-                if h.stopping_for is not None and h.priority < job.priority
-            )
-        )
-        return subtract(add(self.usage[queue], self.claimed[queue]), behind)
+        held: Resources = self.usage[queue]
+        if self.claimed[queue]:
+            held = add(held, self.claimed[queue])
+        behind = [
+            h.resources for h in self.leaving_of.get(job.tenant, ()) if h.priority < job.priority
+        ]
+        return subtract(held, add(*behind)) if behind else held
 
     # -- order ----------------------------------------------------------------------------------
 
@@ -133,6 +134,8 @@ class RoundLedger:
         borrow; None when they allow it. Checked at the soon moment, and with `now` also at this
         one (a job that starts now). `less`: work of the job's tenant that would be gone too."""
         for queue in self.path(job.tenant)[1:]:
+            if queue.limit is None and queue.borrows:
+                continue  # nothing bounds it but the capacity
             views = [(self.soon_for(job, queue.name), self.claimed[queue.name])]
             if now:
                 views.insert(0, (dict(self.usage[queue.name]), {}))
@@ -152,6 +155,8 @@ class RoundLedger:
         """Whether every queue above `job` stays within its limit (and a queue that does not
         borrow within its guarantee) in the soon state for it, in the kinds it asks."""
         for queue in self.path(job.tenant)[1:]:
+            if queue.limit is None and queue.borrows:
+                continue
             soon = self.soon_for(job, queue.name)
             for kind, amount in job.ask.items():
                 if amount <= EPSILON:
@@ -170,8 +175,13 @@ class RoundLedger:
         """What `tenant` may start now: the free capacity, less what waiting jobs claimed
         beyond what leaving work frees, less the idle guarantees of queues that do not lend and
         are not the tenant's own."""
-        free = subtract(self.free, self.claimed_of_free())
-        return subtract(free, self._kept_idle(tenant, soon=False))
+        room = subtract(self.free, self.claimed_of_free()) if self.claimed_any() else self.free
+        if self.keep_idle:
+            room = subtract(room, self._kept_idle(tenant, soon=False))
+        return dict(room)
+
+    def claimed_any(self) -> bool:
+        return bool(self.claimed[self.tree.root.name])
 
     def claimed_of_free(self) -> dict[str, float]:
         """What waiting jobs claimed of the free capacity: their claims beyond what leaving
@@ -203,8 +213,10 @@ class RoundLedger:
     def take(self, job: QueuedJob) -> None:
         """`job` starts: it holds its ask (not preemptible in this round: it has not started)."""
         self._add(self.usage, job.tenant, job.ask)
-        self.admitted[job.tenant] = add(self.admitted.get(job.tenant, {}), job.ask)
-        self.free = subtract(self.free, job.ask)
+        mine = self.admitted.setdefault(job.tenant, {})
+        for kind, value in job.ask.items():
+            mine[kind] = mine.get(kind, 0.0) + value
+            self.free[kind] = self.free.get(kind, 0.0) - value
         self.holdings.setdefault(job.tenant, []).append(
             Holding(job.id, job.tenant, job.ask, job.priority, self.now_s, preemptible=False)
         )
@@ -216,11 +228,14 @@ class RoundLedger:
     def evict(self, victim: Holding, for_job: str) -> Holding:
         """`victim` is preempted for `for_job`: it leaves; returns it as it now stands."""
         self._add(self.leaving, victim.tenant, victim.resources)
-        return self._swap(victim, replace(victim, stopping_for=for_job))
+        now = self._swap(victim, replace(victim, stopping_for=for_job))
+        self.leaving_of.setdefault(victim.tenant, []).append(now)
+        return now
 
     def spare(self, victim: Holding, was: Holding) -> None:
         """Undo `evict`: `victim` (as `evict` returned it) keeps running as `was`."""
         self._add(self.leaving, victim.tenant, victim.resources, sign=-1.0)
+        self.leaving_of[victim.tenant].remove(victim)
         self._swap(victim, was)
 
     def _swap(self, old: Holding, new: Holding) -> Holding:
