@@ -43,7 +43,7 @@ _SAMPLES_MOST = 5
 
 
 @dataclass(slots=True)
-class JobRecord:
+class PodRecord:
     """One pod's fate: when it arrived, first started and left (None: never), preemptions."""
 
     name: str
@@ -75,7 +75,7 @@ class JobsReplay:
     rules: str
     policy: str
     capacity_gpus: float
-    records: list[JobRecord]
+    records: list[PodRecord]
     samples: list[Sample] = field(default_factory=list)
     rounds: int = 0
     no_room: int = 0  # admissions that no node could take
@@ -135,7 +135,7 @@ class _Loop:
             policy,
             capacity,
             [
-                JobRecord(p.pod.name, t, p.pod.total_gpu_milli / MILLI, p.arrival_s / speedup)
+                PodRecord(p.pod.name, t, p.pod.total_gpu_milli / MILLI, p.arrival_s / speedup)
                 for p, t in zip(pods, tenants, strict=True)
             ],
         )

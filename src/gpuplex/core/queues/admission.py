@@ -51,16 +51,16 @@ from gpuplex.core.queues.tree import QueueTree
 from gpuplex.core.queues.usage import TenantUsage
 from gpuplex.core.queues.work import (
     AdmissionDecision,
-    Eviction,
     Holding,
+    JobEviction,
     QueuedJob,
     queue_order,
 )
 
 __all__ = [
     "AdmissionDecision",
-    "Eviction",
     "Holding",
+    "JobEviction",
     "QueuedJob",
     "admit",
     "admit_ordered",
@@ -178,7 +178,7 @@ class _Round:
         kept = spare_unneeded(self.ledger, self.claims, self.victims)
         if len(kept) < len(self.victims):
             waiting.update(self._preempting_reasons(kept))
-        evictions = tuple(Eviction(v.was.id, v.for_job, v.why) for v in kept)
+        evictions = tuple(JobEviction(v.was.id, v.for_job, v.why) for v in kept)
         reserved = {job.id: dict(amount) for job, amount in self.claims}
         return AdmissionDecision(tuple(admitted), evictions, waiting, held_back, reserved)
 

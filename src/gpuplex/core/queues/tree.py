@@ -38,7 +38,7 @@ DEFAULT_GRACE_S = 30.0
 
 
 @dataclass(frozen=True, slots=True)
-class Preemption:
+class PreemptionRules:
     """A queue's preemption rules, inherited values filled in."""
 
     reclaim: bool = True
@@ -58,7 +58,7 @@ class QueueNode:
     weight: float = 1.0
     lends: bool = True
     borrows: bool = True
-    preemption: Preemption = field(default_factory=Preemption)
+    preemption: PreemptionRules = field(default_factory=PreemptionRules)
     children: tuple[QueueNode, ...] = ()
 
     def walk(self) -> Iterator[QueueNode]:
@@ -156,7 +156,7 @@ def queue_tree(spec: GpuplexSpec, capacity: Resources | None = None) -> QueueTre
 def tree_of(queues: QueuesSpec, capacity: Resources) -> QueueTree:
     """The tree of a `queues:` section under a root holding `capacity`."""
     capacity = dict(capacity)
-    top = _preemption(queues.preemption, Preemption())
+    top = _preemption(queues.preemption, PreemptionRules())
     organisations = []
     for org in queues.organisations:
         org_rules = _preemption(org.preemption, top)
@@ -180,7 +180,7 @@ def tree_of(queues: QueuesSpec, capacity: Resources) -> QueueTree:
 
 
 def _node(
-    spec: QueueSpec, level: str, rules: Preemption, children: tuple[QueueNode, ...]
+    spec: QueueSpec, level: str, rules: PreemptionRules, children: tuple[QueueNode, ...]
 ) -> QueueNode:
     return QueueNode(
         name=spec.name,
@@ -195,8 +195,8 @@ def _node(
     )
 
 
-def _preemption(spec: PreemptionSpec, parent: Preemption) -> Preemption:
-    return Preemption(
+def _preemption(spec: PreemptionSpec, parent: PreemptionRules) -> PreemptionRules:
+    return PreemptionRules(
         reclaim=parent.reclaim if spec.reclaim is None else spec.reclaim,
         within_queue=parent.within_queue if spec.within_queue is None else spec.within_queue,
         min_runtime_s=(

@@ -35,7 +35,7 @@ class Holding:
 
 
 @dataclass(frozen=True, slots=True)
-class Eviction:
+class JobEviction:
     """Preempt `victim` so that `for_job` can start; `why` in plain words."""
 
     victim: str
@@ -46,7 +46,7 @@ class Eviction:
 @dataclass(frozen=True, slots=True)
 class AdmissionDecision:
     admitted: tuple[str, ...]
-    evictions: tuple[Eviction, ...]
+    evictions: tuple[JobEviction, ...]
     #: per job that stays queued: why, in plain words
     waiting: Mapping[str, str] = field(default_factory=dict)
     #: per tenant whose first job that cannot start holds its later jobs back: that job's id

@@ -9,9 +9,9 @@ from itertools import combinations
 
 from hypothesis import given, settings, strategies as st
 
-from gpuplex.core.queues.admission import AdmissionDecision, Eviction, Holding, QueuedJob, admit
+from gpuplex.core.queues.admission import AdmissionDecision, Holding, JobEviction, QueuedJob, admit
 from gpuplex.core.queues.drf import add, fits
-from gpuplex.core.queues.tree import GPUS, Preemption, QueueNode, QueueTree
+from gpuplex.core.queues.tree import GPUS, PreemptionRules, QueueNode, QueueTree
 from tests.unit.core.queues.test_admission_properties import after, jobs_for, trees, usage
 
 EPS = 1e-9
@@ -88,7 +88,7 @@ def check_round(
 
 
 def swaps_beyond_guarantee(
-    tree: QueueTree, running: list[Holding], claims: list[QueuedJob], eviction: Eviction
+    tree: QueueTree, running: list[Holding], claims: list[QueuedJob], eviction: JobEviction
 ) -> bool:
     """Whether `eviction` is a job beyond its tenant's guarantee preempting its own tenant's
     lower-priority work."""
@@ -106,7 +106,7 @@ def crowded(draw: st.DrawFn) -> tuple[QueueTree, list[QueuedJob], list[Holding],
     """Three to five tenants of one team on 3 to 10 GPUs, some guaranteed, some limited; some of
     them fill the cluster with jobs of 1 to 3 GPUs, then 1 to 4 jobs of any of them ask."""
     cap = float(draw(st.integers(3, 10)))
-    patience = Preemption(min_runtime_s=float(draw(st.sampled_from([0, 0, 0, 500]))))
+    patience = PreemptionRules(min_runtime_s=float(draw(st.sampled_from([0, 0, 0, 500]))))
     left = cap
     tenants = []
     for i in range(draw(st.integers(3, 5))):
@@ -181,7 +181,7 @@ def test_no_smaller_victim_set_serves_the_rounds_claims_on_any_tree(data: st.Dat
 
 def three_tenants() -> QueueTree:
     """alpha borrows everything; beta and gamma are guaranteed one GPU each of 4."""
-    now = Preemption(min_runtime_s=0.0)
+    now = PreemptionRules(min_runtime_s=0.0)
     tenants = (
         QueueNode("alpha", "tenant", {}, preemption=now),
         QueueNode("beta", "tenant", {GPUS: 1.0}, preemption=now),
@@ -237,7 +237,7 @@ def test_a_later_claims_victim_makes_an_earlier_one_unneeded() -> None:
     """gamma's claim comes first and takes alpha's one-GPU job; beta's own lower-priority
     two-GPU job must go for beta's urgent one (beta's limit), and frees a GPU more than that
     needs: gamma's victim is spared again, and gamma waits for that GPU."""
-    now = Preemption(min_runtime_s=0.0)
+    now = PreemptionRules(min_runtime_s=0.0)
     tenants = (
         QueueNode("alpha", "tenant", {}, preemption=now),
         QueueNode("beta", "tenant", {GPUS: 2.0}, {GPUS: 2.0}, preemption=now),

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from gpuplex.core.queues.tree import GPUS, MIG_PREFIX, Preemption, queue_tree
+from gpuplex.core.queues.tree import GPUS, MIG_PREFIX, PreemptionRules, queue_tree
 from gpuplex.core.spec import GpuplexSpec, validate_spec
 from gpuplex.core.spec.queues import JobCaps, WithinQueue
 
@@ -145,8 +145,8 @@ def test_the_tree_has_the_kinds_the_inherited_rules_and_the_fleets_capacity() ->
     assert fabrikam is not None
     assert contoso.guarantee == {GPUS: 2.0, MIG_PREFIX + "1g.10gb": 3.0}
     assert contoso.weight == 3.0
-    assert contoso.preemption == Preemption(True, WithinQueue.NEVER, 60.0, 30.0)
-    assert fabrikam.preemption == Preemption(True, WithinQueue.NEVER, 60.0, 5.0)
+    assert contoso.preemption == PreemptionRules(True, WithinQueue.NEVER, 60.0, 30.0)
+    assert fabrikam.preemption == PreemptionRules(True, WithinQueue.NEVER, 60.0, 5.0)
     assert not fabrikam.lends
     assert [q.name for q in tree.paths["adatum"]] == ["cluster", "globex", "ops", "adatum"]
     assert not tree.paths["adatum"][1].borrows
