@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo host-demo test lint typecheck unit services services-stop kube-control-plane bench bench-gateway bench-abuse bench-cancel clean
+.PHONY: demo host-demo test lint typecheck unit services services-stop kube-control-plane bench bench-gateway bench-abuse bench-cancel bench-jobs clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -79,6 +79,12 @@ bench-gateway: $(STAMP)
 # tenant's p50/p99 against the no-attack baseline of the same run (about 90 s).
 bench-abuse: $(STAMP)
 	$(BIN)/python bench/abuse.py $(ARGS)
+
+# Jobs: admission decisions/s, the dynamic openb replay, and end to end through `gpuplex up` on
+# simulated GPUs (REST submit to running, against the same processes started without the queue).
+# ARGS="--end-to-end-only" for the last alone (about 4 min), "--against REF" to compare a commit.
+bench-jobs: $(STAMP)
+	$(BIN)/python bench/jobs.py $(ARGS)
 
 # How soon a model server stops generating after its client goes away, through the gateway and not.
 bench-cancel: $(STAMP)

@@ -1,6 +1,9 @@
-"""Jobs benchmark: admission decisions per second, and the dynamic openb replay through the queues.
+"""Jobs benchmark: admission decisions per second, the dynamic openb replay through the queues, and
+what a user gets end to end (REST submit to a process running on a simulated host).
 
     .venv/bin/python bench/jobs.py [--data ../shared/data/openb] [--skip-replay] [--skip-admission]
+                                   [--skip-end-to-end | --end-to-end-only] [--e2e-jobs 200]
+                                   [--against REF [--rounds 1]]
 
 (i) Admission throughput: 10,000 queued jobs of ~100 tenants (10 organisations x 10 tenants, each
 with a guarantee; asks of 0.5, 1, 2 and 4 GPUs) over 1,000 synthetic nodes of 8 GPUs. Rounds of
@@ -13,6 +16,12 @@ the anchor (Kueue: a few tens of admissions/s, taken as 30/s) and the ratio to i
 20th openb GPU node (314 GPUs), arrivals 50x faster than the trace (durations kept), tenants of
 bench/jobs_tenants.yaml; queue rules vs FIFO with best-fit, and fgd-balanced vs best-fit with the
 queue rules, each with its baseline from the same run and the ratio. Recorded in docs/benchmarks.md.
+
+(iii) End to end (bench/jobs_end_to_end.py): `gpuplex up` on simulated GPUs, N jobs submitted
+through the REST API: submits/s, jobs/s reaching `running`, submit-to-start p50/p95; against the
+same flow with the intervals at their floor and the same processes started without the queue (and
+with --against REF, REF's flows in the same run). Then one table puts the engine-only figure (i)
+and the end-to-end figures side by side, each against its baseline.
 """
 
 from __future__ import annotations
@@ -24,10 +33,15 @@ if not __package__:
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import argparse
+import os
 import time
 
 import numpy as np
+from rich.console import Console
 
+from bench import jobs_end_to_end
+from bench.jobs_e2e_report import EngineFigure, print_summary
+from bench.planner_measure import machine
 from gpuplex.core.queues.admission import Holding, QueuedJob, admit_ordered, queue_order
 from gpuplex.core.queues.tree import GPUS, QueueNode, QueueTree
 from gpuplex.core.trace import Choice, ClusterState, TraceNode, TracePod, choose, policy_named
@@ -166,15 +180,23 @@ def replay_runs(data: Path, speedup: float, seed: int) -> None:
             print(f"    {name:26} {b:10.3f} -> {o:10.3f}  ratio {ratio}")
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--data", type=Path, default=Path("../shared/data/openb"))
     parser.add_argument("--speedup", type=float, default=50.0)
     parser.add_argument("--seed", type=int, default=42)
     parser.add_argument("--skip-replay", action="store_true")
     parser.add_argument("--skip-admission", action="store_true")
-    args = parser.parse_args()
-    if not args.skip_admission:
+    parser.add_argument("--skip-end-to-end", action="store_true", help="(i) and (ii) only")
+    parser.add_argument("--end-to-end-only", action="store_true", help="(iii) only")
+    jobs_end_to_end.add_arguments(parser)
+    args = parser.parse_args(argv)
+    if args.skip_end_to_end and args.end_to_end_only:
+        parser.error("--skip-end-to-end or --end-to-end-only, not both")
+    end_to_end_options = jobs_end_to_end.options_from(args, parser)
+    load_average = " ".join(f"{n:.2f}" for n in os.getloadavg())
+    engine = None
+    if not args.skip_admission and not args.end_to_end_only:
         print(
             "(i) admission: 10,000 queued jobs, 100 tenants, 1,000 nodes x 8 GPUs; "
             f"anchor Kueue ~{KUEUE_ANCHOR_PER_S:g} admissions/s"
@@ -182,13 +204,27 @@ def main() -> None:
         for placement in (None, "best-fit", "fgd-balanced"):
             rate, admitted, rounds, spent = admission_rate(placement)
             label = "engine alone" if placement is None else f"engine + {placement} placement"
+            if placement is None:
+                engine = EngineFigure(rate, KUEUE_ANCHOR_PER_S)
             print(
                 f"  {label:34} {rate:10.0f} admissions/s  ({admitted} in {rounds} rounds, "
                 f"{spent:.2f} s)  x{rate / KUEUE_ANCHOR_PER_S:.0f} the anchor"
             )
-    if not args.skip_replay:
+    if not args.skip_replay and not args.end_to_end_only:
         replay_runs(args.data, args.speedup, args.seed)
+    end_to_end = None
+    console = Console() if sys.stdout.isatty() else Console(width=200)
+    if not args.skip_end_to_end:
+        status = Console(stderr=True) if sys.stderr.isatty() else Console(stderr=True, width=200)
+        ran = jobs_end_to_end.run_section(end_to_end_options, console, status)
+        if isinstance(ran, int):
+            return ran
+        end_to_end = ran
+    if engine is not None or end_to_end is not None:
+        print()
+        print_summary(machine(), load_average, engine, end_to_end, console)
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -23,6 +23,7 @@ STATE_STYLES = {
     "starting": "cyan",
     "running": "green",
     "preempting": "magenta",
+    "stopping": "magenta",
     "succeeded": "green",
     "failed": "red",
     "cancelled": "dim",
@@ -84,7 +85,8 @@ def job_panel(job: dict[str, Any]) -> RenderableType:
         ("submitted", f"{_time(job['submitted_at'])} by {job['submitted_by']}"),
         ("started", _time(job["started_at"])),
         ("finished", _time(job["finished_at"])),
-        ("attempts", str(job["attempts"])),
+        ("attempt", str(job["attempts"] + 1)),
+        ("retries", _retries(job)),
         ("exit code", "-" if job["exit_code"] is None else str(job["exit_code"])),
     ]
     for label, value in rows:
@@ -96,6 +98,9 @@ def job_panel(job: dict[str, Any]) -> RenderableType:
     if job.get("waiting_reason"):
         why = printable(job["waiting_reason"])
         parts.append(Text.assemble(("\nwhy it waits: ", "bold yellow"), why))
+    if job.get("runs"):
+        parts.append(Text(""))
+        parts.append(attempts_table(job["runs"]))
     events = Table(title="events", title_justify="left", box=None)
     for column in ("at", "state", "reason"):
         events.add_column(column)
@@ -104,6 +109,37 @@ def job_panel(job: dict[str, Any]) -> RenderableType:
     parts.append(Text(""))
     parts.append(events)
     return Panel(Group(*parts), title=shown(f"job {job['id']}"), title_align="left")
+
+
+def attempts_table(runs: list[dict[str, Any]]) -> Table:
+    """Each attempt: when its process ran, how it ended, and the seconds it is billed for."""
+    table = Table(title="attempts", title_justify="left", box=None)
+    for column in ("#", "node", "started", "ended", "end", "exit", "seconds", "why it ended"):
+        table.add_column(column)
+    for run in runs:
+        seconds = run.get("seconds")
+        table.add_row(
+            str(run["attempt"]),
+            shown(run["node"]),
+            shown(_time(run["started_at"])),
+            shown(_time(run["ended_at"])),
+            _state(run["end_state"]) if run.get("end_state") else "-",
+            "-" if run.get("exit_code") is None else str(run["exit_code"]),
+            "-" if seconds is None else f"{seconds:.1f}",
+            shown(run.get("reason") or "-"),
+        )
+    return table
+
+
+def _retries(job: dict[str, Any]) -> str:
+    """`1 of 3 used` (`, next not before ...` while a retry waits); `none` without retries."""
+    limit = job["job"].get("backoff_limit", 0)
+    if not limit:
+        return "none (backoff_limit 0)"
+    words = f"{job.get('failures', 0)} of {limit} used"
+    if job.get("not_before") and job["state"] == "queued":
+        words += f", next not before {_time(job['not_before'])}"
+    return words
 
 
 def logs_text(reply: dict[str, Any]) -> str:

@@ -65,6 +65,15 @@ def submit_command(
     priority: Annotated[int | None, typer.Option(help="Higher starts first.")] = None,
     max_runtime_s: Annotated[float | None, typer.Option(help="Stopped after this long.")] = None,
     name: Annotated[str | None, typer.Option(help="A name to find it by.")] = None,
+    backoff_limit: Annotated[
+        int | None, typer.Option(help="Retries after a failed attempt.", show_default="0")
+    ] = None,
+    backoff_initial_s: Annotated[
+        float | None, typer.Option(help="Wait before the first retry.", show_default="10")
+    ] = None,
+    backoff_max_s: Annotated[
+        float | None, typer.Option(help="Longest wait between retries.", show_default="360")
+    ] = None,
     output: OutputOption = OutputFormat.TABLE,
     server: ServerOption = DEFAULT_SERVER_URL,
     token: TokenOption = None,
@@ -78,6 +87,9 @@ def submit_command(
         "priority": priority,
         "max_runtime_s": max_runtime_s,
         "name": name,
+        "backoff_limit": backoff_limit,
+        "backoff_initial_s": backoff_initial_s,
+        "backoff_max_s": backoff_max_s,
     }
     given = {key: value for key, value in flags.items() if value is not None and value != {}}
     with reported():

@@ -2,8 +2,9 @@
 jobs the runner placed on it.
 
 Each pass asks the store for the newest revision (one indexed query) and the jobs that hold GPUs
-(another). When either changed, the revision with the `starting` and `running` jobs placed on this
-node (core.jobs.live) becomes this host's desired state, with every placement exactly as planned
+(another). When either changed, the revision with the jobs this host runs (host/job_reports.py:
+`runs_here`; a `starting` job once for the attempt the store names, a `running` one only while its
+process runs here) placed on this node (core.jobs.live) becomes this host's desired state, with every placement exactly as planned
 or placed (this module never plans), is written to desired.json (what `host status` and a
 restarted supervisor read), and is reconciled on the same pass. A revision this host cannot run
 (its node missing, ports that clash, a command that cannot start) is refused with an event, and the
@@ -11,7 +12,10 @@ previous one keeps running; a job whose command cannot start here fails alone, w
 and never holds back the revision or other tenants' jobs.
 
 After each pass the host reports, for each job on it, whether its process runs or how it ended
-(host/job_reports.py): that is what the runner moves jobs on by.
+(host/job_reports.py): that is what the runner moves jobs on by. With its first reports, and at
+least every HEARTBEAT_S after, it says that this node's host reported (`host_reports`): the runner
+decides nothing on this node's jobs until it has heard from it since the runner started. Once the
+runner has moved a job on, how its run ended is forgotten here.
 """
 
 from __future__ import annotations
@@ -19,14 +23,14 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 
-from gpuplex.clock import utc_now
+from gpuplex.clock import monotonic_s, utc_now
 from gpuplex.core.jobs.live import LiveJob, live_revision
 from gpuplex.core.jobs.placement import job_workload_name
 from gpuplex.core.jobs.states import HOLDING_STATES, LEAVING_STATES
 from gpuplex.core.plan.model import Placement
 from gpuplex.core.queues.tree import queue_tree
 from gpuplex.errors import GpuplexError, NotFoundError
-from gpuplex.host.job_reports import job_reports, placed_on
+from gpuplex.host.job_reports import done_with, job_reports, placed_on, runs_here
 from gpuplex.host.session import SpecTransform, choose_node, desired_file
 from gpuplex.host.state import DesiredFile, Event, HostState, StateDir
 from gpuplex.revision import AppliedRevision, AppliedRevisions
@@ -38,6 +42,8 @@ log = logging.getLogger(__name__)
 
 #: (revision, the live jobs on this node with their attempts): what the desired state follows
 Taken = tuple[int, tuple[tuple[str, int], ...]]
+#: A host says it is there at least this often, with or without news of its jobs.
+HEARTBEAT_S = 2.0
 
 
 class RevisionFollower:
@@ -60,11 +66,15 @@ class RevisionFollower:
         self._holding: list[Job] = []  # jobs that hold GPUs on this node, as last read
         self._refused: dict[str, str] = {}  # job id -> why this host cannot run it
         self._reported: dict[str, JobReport] = {}
+        self._started_at = utc_now()  # this host runtime's start, said with each heartbeat
+        self._beat_at: float | None = None  # monotonic time of the last heartbeat written
 
-    def take_newest(self) -> DesiredFile | None:
+    def take_newest(self, state: HostState | None = None) -> DesiredFile | None:
         """The desired state of a revision (or set of live jobs) newer than the last one taken,
         written to desired.json; None when there is none, or when it cannot run here (an event
-        says why)."""
+        says why). `state`: what this host runs now, and how its jobs' runs ended (None:
+        nothing)."""
+        state = state if state is not None else HostState()
         try:
             applied = self._revisions.get()
             if applied is None:
@@ -76,30 +86,39 @@ class RevisionFollower:
         except GpuplexError as error:  # the store is away: ask again on the next pass
             log.warning("cannot read the applied revision or the jobs: %s", error.message)
             return None
-        live = [j for j in self._holding if j.state not in LEAVING_STATES]
+        live = [
+            j
+            for j in self._holding
+            if j.state not in LEAVING_STATES and runs_here(j, state.records, state.finished)
+        ]
         taken: Taken = (applied.revision, tuple(sorted((j.id, j.attempts) for j in live)))
         if taken == self.taken:
             return None
         self.taken = taken
         return self._desired(applied, live)
 
-    def after_tick(self, state: HostState) -> None:
-        """Tell the runner what this pass saw of the jobs' processes (only what changed)."""
+    def after_tick(self, state: HostState) -> set[str]:
+        """Tell the runner what this pass saw of the jobs' processes (only what changed), and
+        that this host reported; returns the replicas whose finished runs the runner no longer
+        needs."""
         if self._reports is None or self._node is None:
-            return
-        now = [
-            r
-            for r in job_reports(self._node, self._holding, state.records, self._refused)
-            if self._reported.get(r.job_id) != r
-        ]
+            return set()
+        node = self._node
+        reports = job_reports(node, self._holding, state.records, state.finished, self._refused)
+        now = [r for r in reports if self._reported.get(r.job_id) != r]
+        beat = self._beat_at is None or monotonic_s() - self._beat_at >= HEARTBEAT_S
+        host = (node, self._started_at) if beat else None
         try:
-            self._reports.write(now, now=utc_now())
+            self._reports.write(now, now=utc_now(), host=host)
         except GpuplexError as error:
             log.warning("cannot report the jobs' processes: %s", error.message)
-            return
+            return set()
+        if beat:
+            self._beat_at = monotonic_s()
         self._reported.update({r.job_id: r for r in now})
         holding = {j.id for j in self._holding}
         self._reported = {k: v for k, v in self._reported.items() if k in holding}
+        return done_with(node, self._holding, state.finished)
 
     def _holding_jobs(self, node: str) -> list[Job]:
         if self._jobs is None:
@@ -116,7 +135,8 @@ class RevisionFollower:
         try:
             while True:
                 jobs = [
-                    LiveJob(j.id, j.spec, Placement.model_validate(j.placement)) for j in running
+                    LiveJob(j.id, j.spec, Placement.model_validate(j.placement), j.attempts)
+                    for j in running
                 ]
                 run_spec, run_plan = live_revision(spec, plan, tree, jobs)
                 sha256, settings = applied.spec_sha256, self._settings

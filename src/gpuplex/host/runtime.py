@@ -1,6 +1,13 @@
 """The reconcile loop of one host: observe -> core.apply.diff -> act -> record. Each tick is
 idempotent; state is saved after every tick, so a gpuplex killed at any moment re-adopts its running
-replicas when it starts again and restarts none of them."""
+replicas when it starts again and restarts none of them.
+
+A job (a process replica never restarted) that leaves the desired state is stopped without
+holding up the pass: SIGTERM now, its record `stopping` with the deadline of its grace period, and
+on a later pass, once its process has exited or the deadline has passed, SIGKILL to whatever is
+left of it and its cgroup emptied; the record goes once nothing of it runs. Many jobs stopped
+together drain at the same time, and the host keeps working meanwhile. How each job's run ended
+is kept until the control plane has it (host/finished.py)."""
 
 from __future__ import annotations
 
@@ -17,10 +24,20 @@ from gpuplex.core.apply.model import (
     WorkloadRecord,
 )
 from gpuplex.core.apply.restart import after_exit, after_health_check
-from gpuplex.core.plan.model import Mode
 from gpuplex.core.spec.runtime import Runtime
 from gpuplex.errors import GpuplexError, HostActionError
+from gpuplex.host import job_stops
+from gpuplex.host.devices import device_uuids, mps_pipe
 from gpuplex.host.driver import GpuDriver
+from gpuplex.host.finished import (
+    ended_at_s,
+    finished_run,
+    forget,
+    never_restarted,
+    remember,
+    status_unknown,
+    write_header,
+)
 from gpuplex.host.health import HealthProber
 from gpuplex.host.launcher import Launcher, unit_name
 from gpuplex.host.logs import rotate_if_large
@@ -56,6 +73,9 @@ class HostRuntime:
         self.events: list[Event] = []
         self._checked_at: dict[str, float] = {}
         self._blocked_said: dict[str, str] = {}
+        self._asked: set[str] = set()  # labels sent SIGTERM ahead of their stop
+        #: set by `down`: why every replica stops (what the jobs' runs are told ended them)
+        self.stopping_everything: str | None = None
 
     # --- start-up -----------------------------------------------------------------------------
     def adopt(self) -> None:
@@ -71,12 +91,22 @@ class HostRuntime:
                         "adopted", record.label, f"running as pid {record.pid}", pid=record.pid
                     )
                 else:
-                    note = "exited while gpuplex was not running"
+                    lost = status_unknown(ended)
+                    note = (
+                        "gone while gpuplex was not running, and nothing recorded how it ended"
+                        if lost
+                        else "exited while gpuplex was not running"
+                    )
+                    self._finished(record, ended.model_copy(update={"note": note}), now, lost=lost)
                     record = after_exit(record, ended.model_copy(update={"note": note}), now)
                     self._event("exited", record.label, f"{note}; {record.message}")
             records.append(record)
         self.state = self.state.model_copy(update={"records": records})
         self.dirs.write_state(self.state)
+
+    def forget_finished(self, labels: set[str]) -> None:
+        """Drop how the runs of `labels` ended: the control plane has it."""
+        self.state = forget(self.state, labels)
 
     def ask_all_to_stop(self) -> None:
         """SIGTERM every live replica at once, before a pass that stops them all (`down`): each
@@ -88,6 +118,11 @@ class HostRuntime:
                     self._launcher(record.desired).ask_to_stop(record)
                 except GpuplexError:
                     continue  # the pass that follows stops it, or says why it cannot
+                self._asked.add(record.label)
+
+    def stopping(self) -> list[str]:
+        """The replicas asked to stop whose processes are not gone yet."""
+        return [r.label for r in self.state.records if r.phase is Phase.STOPPING]
 
     def sweep(self) -> list[str]:
         """After a pass that stopped everything (`down`): kill whatever of this instance still
@@ -116,7 +151,8 @@ class HostRuntime:
     # --- one pass -------------------------------------------------------------------------------
     def tick(self, desired: DesiredHost, *, dry_run: bool = False) -> list[act.HostAction]:
         now = now_s()
-        records = self._notice_exits(self.state.records, now)
+        records = self.state.records if dry_run else self._finish_stops(self.state.records, now)
+        records = self._notice_exits(records, now)
         records = self._check_health(records, now)
         gpu = snapshot(self.driver, records)
         seen = observation(
@@ -146,6 +182,7 @@ class HostRuntime:
             if record.phase in LIVE_PHASES and record.pid is not None:
                 ended = self._launcher(record.desired).exit_status(record)
                 if ended is not None:
+                    self._finished(record, ended, now, lost=status_unknown(ended))
                     record = after_exit(record, ended, now)
                     kind = "failed" if record.phase is Phase.FAILED else "exited"
                     self._event(kind, record.label, record.message or "", pid=None)
@@ -248,8 +285,8 @@ class HostRuntime:
         exits = previous.exits_at_s if previous and previous.phase is Phase.BACKOFF else []
         if previous is not None and previous.phase not in LIVE_PHASES:
             self._launcher(previous.desired).release(previous)
-        devices = self._devices(wanted)
-        pipe_dir = self._mps_pipe(wanted)
+        devices = device_uuids(self.driver, wanted)
+        pipe_dir = mps_pipe(self.state.mps_daemons, wanted)
         env = {
             **self.base_env,
             **wanted.env,
@@ -273,10 +310,13 @@ class HostRuntime:
             last_exit=previous.last_exit if previous and previous.phase is Phase.BACKOFF else None,
         )
         try:
+            write_header(self.dirs.logs, wanted, now)
             started = self._launcher(wanted).start(wanted, env)
         except (OSError, GpuplexError) as error:
             detail = error.message if isinstance(error, GpuplexError) else str(error)
-            record = after_exit(record, ExitStatus(note=f"could not start: {detail}"), now)
+            failed = ExitStatus(note=f"could not start: {detail}")
+            self._finished(record, failed, now)
+            record = after_exit(record, failed, now)
             self._put(record)
             self._event(
                 "failed" if record.phase is Phase.FAILED else "exited",
@@ -300,13 +340,74 @@ class HostRuntime:
         record = self._record(label)
         if record is None:
             return
+        reason = self.stopping_everything or reason
+        if not counts_as_exit and job_stops.stops_in_passes(record):
+            asked = record.label in self._asked
+            self._asked.discard(record.label)
+            launcher = self._launcher(record.desired)
+            self._put(job_stops.begin(launcher, record, reason, now_s(), asked=asked))
+            grace = f"{record.desired.restart.stop_grace_s:g}"
+            why = f"{reason}: SIGTERM sent, SIGKILL in {grace} s if it still runs"
+            self._event("stopping", label, why, pid=record.pid)
+            return
         self._launcher(record.desired).stop(record, float(record.desired.restart.stop_grace_s))
         self._event("stopped", label, reason, pid=record.pid)
         if counts_as_exit:
+            self._finished(record, ExitStatus(note=reason), now_s())
             self._put(after_exit(record, ExitStatus(note=reason), now_s()))
         else:
+            self._finished(record, ExitStatus(note=reason), now_s(), stopped_by=reason)
             self._launcher(record.desired).release(record)
             self._drop(label)
+
+    def _finish_stops(self, records: list[WorkloadRecord], now: float) -> list[WorkloadRecord]:
+        """Drop the stopping jobs that are over (host/job_stops.py), remembering how each ended."""
+        kept = []
+        for record in records:
+            over = None
+            if record.phase is Phase.STOPPING:
+                try:
+                    over = job_stops.finish(self._launcher(record.desired), record, now)
+                except GpuplexError as error:
+                    self._event("action_failed", record.label, f"stopping it: {error.message}")
+            if over is None or self._left(record, over.left):
+                kept.append(record)
+                continue
+            reason = record.stop_reason or "stopped"
+            self._finished(record, over.ended, now, stopped_by=reason)
+            self._launcher(record.desired).release(record)
+            self._event(
+                "stopped", record.label, f"{reason}: {over.ended.describe()}", pid=record.pid
+            )
+        return kept
+
+    def _left(self, record: WorkloadRecord, pids: list[int]) -> bool:
+        """Whether something of `record` could not be stopped (said once per replica and pids)."""
+        why = f"could not stop pids {pid_list(pids)}" if pids else None
+        if why is not None and self._blocked_said.get(record.label) != why:
+            self._event("leftovers_remain", record.label, why)
+        if why is None:
+            self._blocked_said.pop(record.label, None)
+        else:
+            self._blocked_said[record.label] = why
+        return why is not None
+
+    def _finished(
+        self,
+        record: WorkloadRecord,
+        ended: ExitStatus,
+        now: float,
+        *,
+        stopped_by: str | None = None,
+        lost: bool = False,
+    ) -> None:
+        """Remember how the run of a replica that is never restarted ended (a job's attempt): at
+        the time its launching shell recorded, else `now`."""
+        if not never_restarted(record.desired):
+            return
+        at = ended_at_s(self.dirs.logs, record, now)
+        run = finished_run(record, ended, at, stopped_by=stopped_by, lost=lost)
+        self.state = remember(self.state, run)
 
     def _start_mps(self, gpu_index: int, reason: str, gpu: GpuSnapshot) -> None:
         uuid = next((g.uuid for g in gpu.gpus if g.index == gpu_index), None)
@@ -342,28 +443,6 @@ class HostRuntime:
         return launcher
 
     # --- helpers ------------------------------------------------------------------------------------
-    def _devices(self, wanted: WorkloadDesired) -> list[str]:
-        gpus = {g.index: g for g in self.driver.gpus()}
-        binding = wanted.binding
-        if binding.mig is not None:
-            gpu = gpus[binding.gpu_indices[0]]
-            key = mig_key(binding.mig.profile, binding.mig.start_slot)
-            for instance in gpu.instances:
-                if mig_key(instance.profile, instance.start_slot) == key:
-                    return [instance.device_uuid]
-            raise HostActionError(f"GPU {gpu.index} has no MIG instance {key} for {wanted.label}")
-        return [gpus[i].uuid for i in binding.gpu_indices]
-
-    def _mps_pipe(self, wanted: WorkloadDesired) -> str | None:
-        if wanted.binding.mode is not Mode.MPS:
-            return None
-        for daemon in self.state.mps_daemons:
-            if daemon.gpu_index == wanted.binding.gpu_indices[0]:
-                return daemon.pipe_dir
-        raise HostActionError(
-            f"no MPS daemon on GPU {wanted.binding.gpu_indices[0]} for {wanted.label}"
-        )
-
     def _own_mig(self, gpu_index: int, key: str, owned: bool) -> None:
         mine = dict(self.state.owned_mig)
         keys = [k for k in mine.get(gpu_index, []) if k != key] + ([key] if owned else [])

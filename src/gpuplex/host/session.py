@@ -220,9 +220,15 @@ class _Stop:
 
 
 class Follower(Protocol):
-    def take_newest(self) -> DesiredFile | None: ...
+    def take_newest(self, state: HostState) -> DesiredFile | None:
+        """A newer desired state than the last one taken (with what runs here: `state`), or
+        None."""
+        ...
 
-    def after_tick(self, state: HostState) -> None: ...
+    def after_tick(self, state: HostState) -> set[str]:
+        """Tell the control plane what this pass saw; returns the replicas whose finished runs
+        it now has (forgotten here)."""
+        ...
 
 
 def run(
@@ -242,7 +248,8 @@ def run(
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
     with lock:
-        desired = (follower.take_newest() if follower else None) or dirs.read_desired()
+        first = follower.take_newest(dirs.read_state()) if follower else None
+        desired = first or dirs.read_desired()
         if desired is None:
             raise HostActionError(f"nothing to run in {settings.state_dir}: give a spec file")
         mig_on = desired.host.mig_gpus()
@@ -254,11 +261,11 @@ def run(
             while not stop.requested and (max_ticks is None or ticks < max_ticks):
                 started = now_s()
                 if follower is not None:
-                    desired = follower.take_newest() or desired
+                    desired = follower.take_newest(runtime.state) or desired
                 current = dirs.read_desired() or desired
                 runtime.tick(current.host)
                 if follower is not None:
-                    follower.after_tick(runtime.state)
+                    runtime.forget_finished(follower.after_tick(runtime.state))
                 ticks += 1
                 sleep_s(max(0.0, settings.interval_s - (now_s() - started)))
         finally:
@@ -273,10 +280,15 @@ class Down:
     users_removed: list[str] = field(default_factory=list)
 
 
-def down(settings: HostSettings, *, forget_users: bool = False) -> Down:
+#: What a job stopped by `gpuplex host down` is told ended it (the control plane queues it again).
+HOST_DOWN = "gpuplex host down"
+
+
+def down(settings: HostSettings, *, forget_users: bool = False, reason: str = HOST_DOWN) -> Down:
     """Stop every replica and MPS daemon of this instance (MIG instances stay), whatever phase
     each is in, and everything left in its replicas' cgroups; forget the desired state. A running
-    supervisor is asked to exit first."""
+    supervisor is asked to exit first. Every replica is asked to stop at once and the jobs drain
+    together; how each job's run ended (stopped, for `reason`) is kept for the control plane."""
     dirs = StateDir(settings.state_dir)
     if not dirs.root.is_dir():
         raise NotFoundError(
@@ -299,9 +311,15 @@ def down(settings: HostSettings, *, forget_users: bool = False) -> Down:
         runtime = open_runtime(settings, dirs, opened.driver)
         try:
             runtime.adopt()
+            runtime.stopping_everything = reason
             runtime.ask_all_to_stop()
             empty = DesiredHost(node="", gpus=[], workloads=[])
             runtime.tick(empty)
+            # the jobs' grace periods, all at once; what cannot be stopped is the sweep's to say
+            deadline = now_s() + max_grace_s(runtime.state) + 10
+            while runtime.stopping() and now_s() < deadline:
+                sleep_s(0.05)
+                runtime.tick(empty)
             left = runtime.sweep()
             (settings.state_dir / "desired.json").unlink(missing_ok=True)
             removed = []
@@ -311,6 +329,11 @@ def down(settings: HostSettings, *, forget_users: bool = False) -> Down:
         finally:
             runtime.close()
             opened.driver.close()
+
+
+def max_grace_s(state: HostState) -> float:
+    """The longest grace period of the replicas being stopped."""
+    return max((r.desired.restart.stop_grace_s for r in state.records), default=0.0)
 
 
 def mig_mode_preview(settings: HostSettings, gpu_index: int) -> list[str]:

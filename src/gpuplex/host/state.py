@@ -19,7 +19,7 @@ from typing import IO, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from gpuplex.core.apply.model import DesiredHost, MpsDaemonRecord, WorkloadRecord
+from gpuplex.core.apply.model import DesiredHost, FinishedRun, MpsDaemonRecord, WorkloadRecord
 from gpuplex.core.plan.model import Plan
 from gpuplex.core.spec.fleet import NodeSpec
 from gpuplex.errors import HostStateError
@@ -48,6 +48,8 @@ class HostState(_StateModel):
     records: list[WorkloadRecord] = Field(default_factory=list)
     mps_daemons: list[MpsDaemonRecord] = Field(default_factory=list)
     owned_mig: dict[int, list[str]] = Field(default_factory=dict)
+    #: how the last run of each job that ended here ended, until the control plane has it
+    finished: list[FinishedRun] = Field(default_factory=list)
 
 
 class Event(_StateModel):

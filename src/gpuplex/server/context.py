@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 
@@ -23,6 +23,14 @@ from gpuplex.store.samples import SampleRepository
 from gpuplex.store.spec_revisions import SpecRevisions
 from gpuplex.store.tokens import TokenRepository
 from gpuplex.store.web_sessions import WebSessions
+
+
+@dataclass(slots=True)
+class JobRunnerLead:
+    """Since when this process's job runner leads (None: it does not): a host's report counts
+    once it is newer than that (server/job_runner.py)."""
+
+    since: datetime | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,6 +55,8 @@ class ServerContext:
     issuer_keys: IssuerKeysCache
     #: people signed in to the dashboard with the identity provider (server/sign_in.py)
     web_sessions: WebSessions
+    #: since when this process runs the jobs (server/job_runner.py), for why a job waits
+    job_runner_lead: JobRunnerLead = field(default_factory=JobRunnerLead)
 
     @classmethod
     def open(

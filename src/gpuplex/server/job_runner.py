@@ -10,12 +10,19 @@ host stops it with SIGTERM, then SIGKILL after its queue's grace period.
 
 Only one runner acts on a store at a time (store/leader.py): a second control plane on the same
 store waits, and takes over if the first one dies.
+
+The one thing a runner keeps is when it took the lead: until a node's host has reported since
+then (`store.job_reports.HostReport`), what the store says of that node's jobs may be older than
+what happened meanwhile (a job that exited while gpuplex was down still holds its GPU there), so
+the step decides nothing on it (`unheard`), for at most `FIRST_REPORT_WAIT_S`.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Collection, Mapping
+from datetime import UTC, datetime
 from decimal import Decimal
 
 from gpuplex.core.jobs.lifecycle import JobRecord, LifecycleStep, Transition, step
@@ -29,12 +36,27 @@ from gpuplex.errors import JobStateError
 from gpuplex.retry import run_pass
 from gpuplex.server.context import ServerContext
 from gpuplex.server.job_usage import decayed_job_usage
-from gpuplex.store.job_reports import JobReport, JobReports
+from gpuplex.store.job_reports import HostReport, JobReport, JobReports
 from gpuplex.store.jobs import Job
 from gpuplex.store.leader import Leadership, try_lead
 from gpuplex.store.locks import StoreLock
 
 log = logging.getLogger("gpuplex.server.jobs")
+
+#: How long a runner that just took the lead waits for a host that holds jobs to report before it
+#: decides on what the store says anyway: a host runtime gone for good must not stop every other
+#: node's jobs for ever (its own jobs stay as they are until it reports).
+FIRST_REPORT_WAIT_S = 120.0
+
+
+def unheard_nodes(
+    nodes: Collection[str], hosts: Mapping[str, HostReport], since: datetime | None, now: datetime
+) -> set[str]:
+    """The `nodes` whose host has not reported since `since` (the runner took the lead); none
+    once the runner has waited FIRST_REPORT_WAIT_S, or when it does not lead."""
+    if since is None or (now - since).total_seconds() > FIRST_REPORT_WAIT_S:
+        return set()
+    return {n for n in nodes if (heard := hosts.get(n)) is None or heard.reported_at < since}
 
 
 def job_record(job: Job, report: JobReport | None) -> JobRecord:
@@ -56,7 +78,17 @@ def job_record(job: Job, report: JobReport | None) -> JobRecord:
         exit_code=seen.exit_code if seen is not None else None,
         stopping_to=stopping_to,
         exit_note=seen.note if seen is not None else None,
+        attempt=job.attempts,
+        failures=job.failures,
+        not_before_s=job.not_before.timestamp() if job.not_before is not None else None,
+        process_started_s=_seconds(seen.started_at) if seen is not None else None,
+        ended_s=_seconds(seen.ended_at) if seen is not None else None,
+        end=seen.end if seen is not None else None,
     )
+
+
+def _seconds(at: datetime | None) -> float | None:
+    return at.timestamp() if at is not None else None
 
 
 def next_step(ctx: ServerContext, reports: JobReports) -> LifecycleStep | None:
@@ -72,8 +104,10 @@ def next_step(ctx: ServerContext, reports: JobReports) -> LifecycleStep | None:
     seen = reports.of([j.id for j in jobs])
     records = [job_record(j, seen.get(j.id)) for j in jobs]
     now = ctx.now()
+    nodes = [n.name for n in applied.spec.fleet.nodes]
+    unheard = unheard_nodes(nodes, reports.hosts(), ctx.job_runner_lead.since, now)
     usage = decayed_job_usage(ctx.jobs, tree, now)  # fair share over time
-    return step(applied.spec, applied.plan, tree, records, now.timestamp(), usage=usage)
+    return step(applied.spec, applied.plan, tree, records, now.timestamp(), unheard, usage=usage)
 
 
 class JobRunner(threading.Thread):
@@ -97,6 +131,7 @@ class JobRunner(threading.Thread):
         if self._lead is not None:
             self._lead.release()
             self._lead = None
+        self.ctx.job_runner_lead.since = None
 
     def pass_once(self) -> LifecycleStep | None:
         """One step, written to the store; None when this process does not lead, or there are
@@ -107,7 +142,9 @@ class JobRunner(threading.Thread):
                 self._lead.release()
             self._lead = try_lead(self.ctx.engine, StoreLock.JOB_RUNNER)
             if self._lead is None:
+                self.ctx.job_runner_lead.since = None
                 return None  # another control plane runs the jobs
+            self.ctx.job_runner_lead.since = self.ctx.now()  # hosts' reports count from now
         result = next_step(self.ctx, self.reports)
         if result is None:
             return None
@@ -123,9 +160,14 @@ class JobRunner(threading.Thread):
                 change.state,
                 change.reason,
                 now=self.ctx.now(),
+                exit_code=change.exit_code,
                 placement=placement.model_dump(mode="json") if placement else None,
                 gpu_share=job_gpu_share(change, live_plan),
                 preempted_for=change.preempted_for,
+                started_at=_utc(change.started_s),
+                ended_at=_utc(change.ended_s),
+                not_before=_utc(change.not_before_s),
+                counts_failure=change.counts_failure,
             )
         except JobStateError as error:  # cancelled meanwhile, say: the next pass sees it
             log.warning("job %s: %s", change.job_id, error.message)
@@ -141,3 +183,7 @@ def job_gpu_share(change: Transition, live_plan: Plan) -> Decimal | None:
         update={"workload": job_workload_name(change.job_id), "replica": 0}
     )
     return gpu_share(placement, live_plan)
+
+
+def _utc(seconds: float | None) -> datetime | None:
+    return datetime.fromtimestamp(seconds, UTC) if seconds is not None else None

@@ -17,6 +17,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +35,7 @@ from gpuplex.server.job_logs import MAX_LOG_BYTES, read_tail
 from gpuplex.server.job_runner import next_step
 from gpuplex.server.reason_filter import OTHER_TENANTS_JOB, ReasonFilter
 from gpuplex.store.job_reports import JobReports
+from gpuplex.store.job_runs import JobRun
 from gpuplex.store.jobs import JOB_ID_PATTERN, Job, JobEvent
 
 NO_SPEC = "no spec is applied: no job can start"
@@ -56,8 +58,10 @@ class JobReply(BaseModel):
     submitted_at: datetime
     started_at: datetime | None
     finished_at: datetime | None
-    attempts: int  # times it went back to the queue after preemption
-    exit_code: int | None
+    attempts: int  # times it went back to the queue: its current attempt is attempts + 1
+    failures: int  # failed attempts that counted against its retries (job.backoff_limit)
+    not_before: datetime | None  # a queued retry starts no earlier than this
+    exit_code: int | None  # a finished job's: its last attempt's exit status
     placement: dict[str, Any] | None
     submitted_by: str
     cancel_requested: bool
@@ -70,10 +74,27 @@ class JobEventReply(BaseModel):
     reason: str
 
 
+class JobRunReply(BaseModel):
+    """One attempt: when its process ran (as its host saw it), where, and how it ended."""
+
+    attempt: int  # 1 for the first
+    node: str
+    started_at: datetime
+    ended_at: datetime | None  # None: it still runs (or holds its GPU)
+    end_state: JobState | None  # the state its end moved the job to
+    exit_code: int | None
+    reason: str | None  # why it ended
+    seconds: float | None  # how long it ran: what is billed, times gpu_share
+    gpu_share: Decimal
+    gpu_seconds: Decimal | None
+
+
 class JobDetailReply(JobReply):
     events: list[JobEventReply]
     #: for a queued job: why it waits now, by the queues' rules; None for any other state
     waiting_reason: str | None
+    #: each attempt that was placed, oldest first
+    runs: list[JobRunReply]
 
 
 class JobLogLine(BaseModel):
@@ -140,6 +161,22 @@ class JobsSeenBy:
                 for e in events
             ],
             waiting_reason=waiting,
+            runs=[self._run(run, job.tenant) for run in self.ctx.jobs.runs_of(job.id)],
+        )
+
+    def _run(self, run: JobRun, tenant: str) -> JobRunReply:
+        seconds = run.seconds
+        return JobRunReply(
+            attempt=run.attempt + 1,
+            node=run.node,
+            started_at=run.started_at,
+            ended_at=run.ended_at,
+            end_state=run.end_state,
+            exit_code=run.exit_code,
+            reason=self.words(run.end_reason, tenant) if run.end_reason is not None else None,
+            seconds=seconds,
+            gpu_share=run.gpu_share,
+            gpu_seconds=None if seconds is None else Decimal(str(seconds)) * run.gpu_share,
         )
 
     def why_waiting(self, job: Job) -> str:
@@ -184,6 +221,8 @@ class JobsSeenBy:
             "started_at": job.started_at,
             "finished_at": job.finished_at,
             "attempts": job.attempts,
+            "failures": job.failures,
+            "not_before": job.not_before,
             "exit_code": job.exit_code,
             "placement": job.placement,
             "submitted_by": job.actor,

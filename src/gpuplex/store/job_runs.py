@@ -4,7 +4,9 @@ GPU time from these rows (gpuplex.core.meter.jobs), as it bills replicas from th
 A run opens when the job enters `starting` with a placement and closes when the job leaves the
 states that hold capacity (back to `queued`, or finished); both happen inside the job's own
 transition (gpuplex.store.jobs), so a job has at most one open run and every run of a job that
-held capacity is closed by the step that freed it.
+held capacity is closed by the step that freed it. Each run is one attempt. When its host saw its
+process start and end, the run is moved to those moments (`started_run`, `close_run`'s `at`):
+what is billed is the time the process ran, not the time until the runner noticed.
 """
 
 from __future__ import annotations
@@ -44,6 +46,15 @@ class JobRun:
     started_at: datetime  # timezone-aware UTC
     ended_at: datetime | None  # None: it still holds its capacity
     end_state: JobState | None  # the state that ended it
+    exit_code: int | None = None  # its process's exit status (128 + N for signal N)
+    end_reason: str | None = None  # why it ended, as the job's event says
+
+    @property
+    def seconds(self) -> float | None:
+        """How long it ran; None while it runs."""
+        if self.ended_at is None:
+            return None
+        return (self.ended_at - self.started_at).total_seconds()
 
     def interval(self) -> JobRunInterval:
         """The run as metering reads it."""
@@ -96,12 +107,35 @@ def open_run(
     )
 
 
-def close_run(session: Session, job_id: str, end_state: JobState, now: datetime) -> None:
-    """End the job's open run, if it has one, at `now` because it became `end_state`."""
-    query = select(JobRunRow).where(JobRunRow.job_id == job_id, JobRunRow.ended_at.is_(None))
-    for run in session.scalars(query):
-        run.ended_at = max(now, run.started_at)
+def close_run(
+    session: Session,
+    job_id: str,
+    end_state: JobState,
+    at: datetime,
+    exit_code: int | None = None,
+    reason: str | None = None,
+) -> None:
+    """End the job's open run, if it has one, at `at` (never before it started) because it
+    became `end_state` (`reason`), its process having exited with `exit_code`."""
+    for run in session.scalars(_open(job_id)):
+        run.ended_at = max(at, run.started_at)
         run.end_state = end_state.value
+        run.exit_code = exit_code
+        run.end_reason = reason
+
+
+def started_run(session: Session, job_id: str, at: datetime) -> datetime:
+    """Move the start of the job's open run to `at`, when its process started (never before it
+    was placed): the time from placement to start is not billed. Returns the run's start (`at`
+    itself when the job has no open run)."""
+    for run in session.scalars(_open(job_id)):
+        run.started_at = max(at, run.started_at)
+        return run.started_at
+    return at
+
+
+def _open(job_id: str) -> Select[JobRunRow]:
+    return select(JobRunRow).where(JobRunRow.job_id == job_id, JobRunRow.ended_at.is_(None))
 
 
 def overlapping(
@@ -147,4 +181,6 @@ def _run(row: JobRunRow, name: str | None) -> JobRun:
         started_at=row.started_at,
         ended_at=row.ended_at,
         end_state=None if row.end_state is None else JobState(row.end_state),
+        exit_code=row.exit_code,
+        end_reason=row.end_reason,
     )

@@ -36,7 +36,15 @@ from gpuplex.errors import JobStateError, NotFoundError, TooManyJobsError
 from gpuplex.store.audit import append_audit
 from gpuplex.store.columns import aware_utc
 from gpuplex.store.db import store_errors
-from gpuplex.store.job_runs import JobRun, close_run, job_runs, of_job, open_run, overlapping
+from gpuplex.store.job_runs import (
+    JobRun,
+    close_run,
+    job_runs,
+    of_job,
+    open_run,
+    overlapping,
+    started_run,
+)
 from gpuplex.store.locks import StoreLock, write_lock
 from gpuplex.store.tables import JobEventRow, JobRow
 
@@ -76,12 +84,14 @@ class Job:
     submitted_at: datetime  # timezone-aware UTC, as are the others
     started_at: datetime | None
     finished_at: datetime | None
-    attempts: int  # times it went back to the queue after preemption
+    attempts: int  # times it went back to the queue: its current attempt, counting from 0
     exit_code: int | None
     placement: dict[str, Any] | None  # where it runs: the runner's placement, as JSON
     actor: str  # who submitted it
     cancel_requested: bool
     preempted_for: str | None = None  # while preempting: the job it makes room for
+    failures: int = 0  # failed attempts that counted against its retries (backoff_limit)
+    not_before: datetime | None = None  # a queued retry starts no earlier than this
 
 
 class JobRepository:
@@ -113,6 +123,7 @@ class JobRepository:
                 attempts=0,
                 actor=actor,
                 cancel_requested=False,
+                failures=0,
             )
             session.add(row)
             session.add(JobEventRow(job_id=row.id, at=now, state=row.state, reason=SUBMITTED))
@@ -227,17 +238,28 @@ class JobRepository:
         placement: dict[str, Any] | None = None,
         gpu_share: Decimal | None = None,
         preempted_for: str | None = None,
+        started_at: datetime | None = None,
+        ended_at: datetime | None = None,
+        not_before: datetime | None = None,
+        counts_failure: bool = False,
     ) -> Job:
         """Move the job to `new_state` for `reason` (plain words), with a job event and an audit
         entry `job.<state>`. Entering `starting` with a `placement` (a plan Placement as JSON)
         records it and opens a run of the job on it, holding `gpu_share` GPUs (None: the
         placement's compute_percent / 100; a time-slice share without compute_percent must pass
-        its share); leaving the states that hold capacity (back to `queued`, or finished) closes
-        that run at `now`. Entering `queued` again (after preemption) counts one attempt more and
-        clears the placement; entering a finished state sets `finished_at` (and `exit_code`, if
-        given); entering `preempting` records the job it makes room for (`preempted_for`). A move
-        the state machine does not allow is a JobStateError; nothing changes then."""
+        its share). `started_at`, when its host saw the attempt's process start, becomes the
+        run's start (and the job's `started_at`); leaving the states that hold capacity (back to
+        `queued`, or finished) closes the run at `ended_at`, when its host saw the process end
+        (else `now`), with `exit_code` and `reason`: billing stops when the process stopped, not
+        when the runner noticed. Entering `queued` again starts a new attempt: one attempt more,
+        no placement, no exit code, `not_before` (a retry's earliest start) and, with
+        `counts_failure`, one failure more against its retries. Entering a finished state sets
+        `finished_at` and `exit_code`; entering `preempting` records the job it makes room for
+        (`preempted_for`). A move the state machine does not allow is a JobStateError; nothing
+        changes then."""
         now = aware_utc(now)
+        started = _no_later(started_at, now)
+        ended = _no_later(ended_at, now)
         with store_errors(self._engine), Session(self._engine) as session, session.begin():
             write_lock(session, StoreLock.AUDIT)
             row = _row_of(session, job_id, None)
@@ -245,11 +267,17 @@ class JobRepository:
             old = JobState(row.state)
             if placement is not None:
                 row.placement = placement
-            if exit_code is not None:
-                row.exit_code = exit_code
+            if started is not None and old in HOLDING_STATES:
+                row.started_at = started_run(session, row.id, started)
             if old in HOLDING_STATES and new_state not in HOLDING_STATES:
-                close_run(session, row.id, new_state, now)
+                close_run(session, row.id, new_state, ended or now, exit_code, reason)
             _move(session, row, new_state, reason, now)
+            if new_state.finished:
+                row.exit_code = exit_code
+            if new_state is JobState.QUEUED:
+                row.exit_code = None
+                row.not_before = aware_utc(not_before) if not_before is not None else None
+                row.failures = (row.failures or 0) + (1 if counts_failure else 0)
             row.preempted_for = preempted_for if new_state is JobState.PREEMPTING else None
             if new_state is JobState.STARTING and placement is not None:
                 open_run(session, row, placement, gpu_share, now)
@@ -288,6 +316,11 @@ class JobRepository:
             if session.get(JobRow, job_id) is None:
                 return job_id
         raise RuntimeError("could not find a free job id: is the id source random?")
+
+
+def _no_later(at: datetime | None, now: datetime) -> datetime | None:
+    """A time a host reported, never after `now` (a host's clock may run ahead)."""
+    return None if at is None else min(aware_utc(at), now)
 
 
 def _check_caps(session: Session, tenant: str, caps: JobCaps, now: datetime) -> None:
@@ -341,6 +374,8 @@ def _move(session: Session, row: JobRow, new_state: JobState, reason: str, now: 
         row.started_at = None
     if new_state.finished:
         row.finished_at = now
+    if new_state is not JobState.QUEUED:
+        row.not_before = None
     row.state = new_state.value
     row.reason = reason
     session.add(JobEventRow(job_id=row.id, at=now, state=new_state.value, reason=reason))
@@ -364,6 +399,8 @@ def _job(row: JobRow) -> Job:
         actor=row.actor,
         cancel_requested=row.cancel_requested,
         preempted_for=row.preempted_for,
+        failures=row.failures or 0,
+        not_before=row.not_before,
     )
 
 
@@ -376,6 +413,7 @@ def _shown(job: Job) -> dict[str, Any]:
         "reason": job.reason,
         "priority": job.priority,
         "attempts": job.attempts,
+        "failures": job.failures,
         "exit_code": job.exit_code,
         "cancel_requested": job.cancel_requested,
     }

@@ -294,6 +294,10 @@ class JobRow(Base):
     cancel_requested: Mapped[bool] = mapped_column(Boolean, default=False)
     #: while `preempting`: the job it makes room for (the capacity stays held for that one)
     preempted_for: Mapped[str | None] = mapped_column(String(16), nullable=True)
+    #: failed attempts that counted against its retries (`backoff_limit`)
+    failures: Mapped[int] = mapped_column(Integer, default=0)
+    #: a queued retry starts no earlier than this
+    not_before: Mapped[datetime | None] = mapped_column(UtcDateTime(), nullable=True)
 
 
 class JobEventRow(Base):
@@ -331,6 +335,9 @@ class JobRunRow(Base):
     started_at: Mapped[datetime] = mapped_column(UtcDateTime())
     ended_at: Mapped[datetime | None] = mapped_column(UtcDateTime(), nullable=True)
     end_state: Mapped[str | None] = mapped_column(String(16), nullable=True)
+    #: how the attempt ended: its process's exit status, and the words of the change that ended it
+    exit_code: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    end_reason: Mapped[str | None] = mapped_column(Text, nullable=True)
 
 
 class JobReportRow(Base):
@@ -345,6 +352,22 @@ class JobReportRow(Base):
     alive: Mapped[bool] = mapped_column(Boolean)
     exit_code: Mapped[int | None] = mapped_column(Integer, nullable=True)
     note: Mapped[str | None] = mapped_column(Text, nullable=True)
+    reported_at: Mapped[datetime] = mapped_column(UtcDateTime())
+    #: when the host started its process and saw it end; how it ended (core.jobs.states.ProcessEnd)
+    started_at: Mapped[datetime | None] = mapped_column(UtcDateTime(), nullable=True)
+    ended_at: Mapped[datetime | None] = mapped_column(UtcDateTime(), nullable=True)
+    end: Mapped[str | None] = mapped_column(String(16), nullable=True)
+
+
+class HostReportRow(Base):
+    """When the host runtime of a node last reported its jobs, and when it started: the job
+    runner decides nothing on a node's jobs until its host has reported since the runner
+    started."""
+
+    __tablename__ = "host_reports"
+
+    node: Mapped[str] = mapped_column(String(253), primary_key=True)
+    started_at: Mapped[datetime] = mapped_column(UtcDateTime())
     reported_at: Mapped[datetime] = mapped_column(UtcDateTime())
 
 

@@ -1,6 +1,12 @@
 """`gpuplex up`: start the host runtime and the gateway as child processes, and the control plane
 (API, dashboard, roll-ups, GPU sampling) in this process; print where to look; on Ctrl-C stop it
-all, tenants included."""
+all, tenants included.
+
+A child that dies meanwhile (killed, crashed) is started again with backoff, each time said on
+stderr and as a host event (`child_restarted`); the tenants run on meanwhile and the host runtime
+re-adopts them. Only a child that keeps crashing (children.RESTARTS) makes `up` give up and stop
+everything. The jobs `up`'s stop ends are stopped by gpuplex itself: the next `up` queues each
+again as a new attempt (`UP_STOPPED`)."""
 
 from __future__ import annotations
 
@@ -28,7 +34,7 @@ from gpuplex.host import session
 from gpuplex.host.driver import GpuDriver
 from gpuplex.host.interpreter import reachable_by_others
 from gpuplex.host.sim_driver import models_memory
-from gpuplex.host.state import StateDir
+from gpuplex.host.state import Event, StateDir
 from gpuplex.host.wiring import open_driver
 from gpuplex.observe.metrics_token import metrics_token_sha256, new_metrics_token
 from gpuplex.server.app import create_app
@@ -52,6 +58,8 @@ from gpuplex.up.sampler import Sampler
 
 DEMO_NAME = "gpuplex up demo"
 READY_TIMEOUT_S = 60.0
+#: What a job stopped when `up` stops is told ended it (the next `up` queues it again).
+UP_STOPPED = "`gpuplex up` stopped"
 err = stderr_console()
 
 
@@ -188,12 +196,12 @@ def _start_and_serve(
     if settings.check:
         _check_request(banner, console)
     else:
-        _wait_for_signal(started, stop)
+        _watch(started, stop, dirs)
 
 
 def _bring_down(host_settings: HostSettings) -> None:
     # the tenant users this up made go with it (they come back on the next up)
-    stopped = session.down(host_settings, forget_users=True)
+    stopped = session.down(host_settings, forget_users=True, reason=UP_STOPPED)
     for line in stopped.left:
         err.print(f"[red]still running[/]: {line}", highlight=False)
 
@@ -336,13 +344,58 @@ def _wait_all(
         )
 
 
-def _wait_for_signal(started: list[children.Child], stop: lifecycle.StopSignals) -> None:
-    while not stop.event.wait(1.0):
-        for child in started:
-            if not child.alive():
-                err.print(f"[red]{child.name} stopped[/]; its log ({child.log_path}) ends:")
-                err.print(child.last_lines(), markup=False)
+def _watch(started: list[children.Child], stop: lifecycle.StopSignals, dirs: StateDir) -> None:
+    """Until a stop signal: start a child that died again, after its backoff; return (and so
+    stop everything) only when one keeps crashing."""
+    crashes = {child.name: children.Crashes([]) for child in started}
+    due: dict[int, float] = {}  # index in `started` -> when it starts again
+    while not stop.event.wait(0.5):
+        for index, child in enumerate(started):
+            if index in due:
+                if now_s() >= due[index]:
+                    del due[index]
+                    started[index] = _restarted(child, dirs)
+                continue
+            if child.alive():
+                continue
+            err.print(
+                f"[red]the {_name(child)} stopped[/] ({_how(child)}); its log ({child.log_path}) "
+                "ends:"
+            )
+            err.print(child.last_lines(), markup=False)
+            delay = crashes[child.name].after_crash(now_s())
+            if delay is None:
+                window = children.RESTARTS.window_s
+                err.print(
+                    f"[red]the {_name(child)} stopped {len(crashes[child.name].at_s)} times in "
+                    f"{window:g} s[/]: not starting it again; stopping everything"
+                )
                 return
+            err.print(f"starting the {_name(child)} again in {delay:g} s", highlight=False)
+            due[index] = now_s() + delay
+
+
+def _restarted(child: children.Child, dirs: StateDir) -> children.Child:
+    again = children.restart(child)
+    message = (
+        f"the {_name(child)} stopped ({_how(child)}); started again as pid {again.process.pid}"
+    )
+    err.print(f"[yellow]{message}[/]", highlight=False)
+    dirs.append_event(
+        Event(at=utc_now(), kind="child_restarted", target=f"up/{child.name}", message=message)
+    )
+    return again
+
+
+def _name(child: children.Child) -> str:
+    return "host runtime" if child.name == "host" else child.name
+
+
+def _how(child: children.Child) -> str:
+    code = child.process.returncode
+    if code is None:
+        return "still running"
+    return f"killed by signal {-code}" if code < 0 else f"exit code {code}"
 
 
 def _check_request(banner: UpBanner, console: Console) -> None:

@@ -34,6 +34,7 @@ from gpuplex.core.apply.model import (
 from gpuplex.core.apply.restart import health_verdict
 from gpuplex.core.apply.watchdog import vram_violation
 from gpuplex.core.plan.model import MigSlicePlan, Mode
+from gpuplex.core.spec.runtime import RestartPolicy
 
 
 class HostObservation(ApplyModel):
@@ -182,7 +183,9 @@ class _Diff:
             return "no longer in the plan"
         if wanted.binding != record.desired.binding:
             return f"moves from {record.desired.binding.describe()} to {wanted.binding.describe()}"
-        if wanted != record.desired:
+        if wanted != record.desired and record.desired.restart.policy is not RestartPolicy.NEVER:
+            # a replica never restarted (a job) runs on as it started: a restart would run it
+            # a second time
             return "its spec changed"
         blocked = [
             self.blocked_gpus[i] for i in wanted.binding.gpu_indices if i in self.blocked_gpus
@@ -233,6 +236,8 @@ class _Diff:
     def _start_reason(self, wanted: WorkloadDesired, record: WorkloadRecord | None) -> str | None:
         if record is None:
             return self.stopped.get(wanted.label, "planned here")
+        if record.phase is Phase.STOPPING:
+            return None  # it starts again once its earlier run is gone
         if record.desired != wanted and record.phase not in LIVE_PHASES:
             return "its spec changed"
         if record.phase is Phase.BACKOFF and (record.next_start_at_s or 0.0) <= self.now_s:
@@ -264,6 +269,10 @@ def diff(desired: DesiredHost, observed: HostObservation, now_s: float) -> list[
 
 
 def forget_removed(records: list[WorkloadRecord], desired: DesiredHost) -> list[WorkloadRecord]:
-    """Drop records of replicas that are neither planned any more nor running."""
+    """Drop records of replicas that are neither planned any more nor running (nor stopping)."""
     wanted = {w.label for w in desired.workloads}
-    return [r for r in records if r.label in wanted or r.phase in LIVE_PHASES]
+    return [
+        r
+        for r in records
+        if r.label in wanted or r.phase in LIVE_PHASES or r.phase is Phase.STOPPING
+    ]

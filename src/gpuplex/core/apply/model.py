@@ -108,6 +108,9 @@ class Phase(StrEnum):
     BACKOFF = "backoff"  # exited; restarts at next_start_at_s
     FAILED = "failed"  # crash loop or unstartable: waits for a changed spec
     COMPLETED = "completed"  # exited and its restart policy says stay down
+    #: asked to stop (SIGTERM) and given until stop_deadline_s; SIGKILL then, and the record goes
+    #: once nothing of it is left (a job: the host does other work meanwhile)
+    STOPPING = "stopping"
 
 
 LIVE_PHASES = frozenset({Phase.STARTING, Phase.RUNNING})
@@ -154,10 +157,31 @@ class WorkloadRecord(ApplyModel):
     health_checks: int = 0
     healthy_at_s: float | None = None
     message: str | None = None
+    #: while stopping: when SIGKILL follows the SIGTERM it was sent, and why it is stopped
+    stop_deadline_s: float | None = None
+    stop_reason: str | None = None
 
     @property
     def label(self) -> str:
         return self.desired.label
+
+
+class FinishedRun(ApplyModel):
+    """How the last run of a replica that is never restarted (a job) ended, kept until the
+    control plane has taken note of it: through a restart of gpuplex, a `host down`, or the
+    replica's record being forgotten."""
+
+    label: str
+    #: the run's attempt as its environment named it (a job's GPUPLEX_JOB_ATTEMPT)
+    attempt: int | None = None
+    started_at_s: float | None = None
+    ended_at_s: float
+    exit_code: int | None = None  # as a shell gives it: 128 + N for signal N; None: unknown
+    note: str | None = None  # how it ended in words, when that says more than the code
+    #: why gpuplex stopped it (it left the desired state); None: it ended by itself
+    stopped_by: str | None = None
+    #: it was gone and nothing recorded how it ended (no exit status, no exit file)
+    lost: bool = False
 
 
 class MpsDaemonRecord(ApplyModel):

@@ -16,17 +16,42 @@ holding its capacity for the job it was preempted for, until the host reports it
 then it is queued again, keeping its place (its submit time), one attempt more. A running job
 cancelled or past its max runtime is `stopping` the same way, and ends `cancelled` or `timed_out`
 once its process is gone: until then nothing else is placed on its GPU.
+
+Every start is a new attempt. How a starting or running job's process ended (its host's word,
+`ProcessEnd`) decides what comes next:
+
+- it ended by itself: exit 0 is `succeeded`; anything else (or no exit status at all: it could not
+  start, the VRAM watchdog stopped it) is `failed`, or, while it has retries left
+  (`backoff_limit`), `queued` again with a `not before` time (core.jobs.retries);
+- gpuplex stopped it on its own (`host down`, `up` stopping) while the store still wanted it to
+  run: `queued` again, a new attempt, not counted against its retries, as after a preemption;
+- it is gone and nothing recorded how it ended (`lost`: the host restarted, its records were
+  lost): `queued` again the same way.
+
+A preempted job whose process ended by itself before it was stopped ends as its exit status says.
+
+What a host reports is only taken once that host has reported since the runner started
+(`unheard`: the nodes it has not): until then its jobs stay as they are, and while any job holds
+capacity on such a node, nothing is admitted or preempted anywhere (the capacity it holds may be
+free already), and queued jobs say so.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Collection, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 
 from gpuplex.core.jobs.holdings import plan_holdings, request_ask
 from gpuplex.core.jobs.live import grace_s, job_placement, with_jobs
 from gpuplex.core.jobs.placement import job_workload_name, place_jobs
-from gpuplex.core.jobs.states import FINISHED_STATES, HOLDING_STATES, LEAVING_STATES, JobState
+from gpuplex.core.jobs.retries import may_retry, not_before_words, retry_delay_s
+from gpuplex.core.jobs.states import (
+    FINISHED_STATES,
+    HOLDING_STATES,
+    LEAVING_STATES,
+    JobState,
+    ProcessEnd,
+)
 from gpuplex.core.plan import Plan
 from gpuplex.core.plan.model import Placement
 from gpuplex.core.queues.admission import Holding, QueuedJob, admit
@@ -39,7 +64,10 @@ from gpuplex.core.spec.jobs import JobSpec
 @dataclass(frozen=True, slots=True)
 class JobRecord:
     """A job as the store holds it, with what the host last reported of its process: `alive`
-    (None: not reported yet) and `exit_code` once it exited."""
+    (None: not reported yet) and `exit_code` once it exited; `process_started_s` and `ended_s`,
+    when its host saw it start and end; `end`, how it ended. `attempt` counts from 0, `failures`
+    are the failed attempts that counted against its retries, `not_before_s` when a retry may
+    start."""
 
     id: str
     job: JobSpec
@@ -53,16 +81,31 @@ class JobRecord:
     exit_code: int | None = None
     stopping_to: JobState | None = None  # for a stopping job: cancelled or timed_out
     exit_note: str | None = None  # how it ended when there is no exit code (signal, no start)
+    attempt: int = 0
+    failures: int = 0
+    not_before_s: float | None = None
+    process_started_s: float | None = None
+    ended_s: float | None = None
+    end: ProcessEnd | None = None
 
 
 @dataclass(frozen=True, slots=True)
 class Transition:
+    """A change of state, with what the host saw of the attempt it ends or starts: its exit code,
+    when its process started and ended (None: not known; the store then uses the time of the
+    change), for a retry when it may start, and whether it counts against the job's retries."""
+
     job_id: str
     state: JobState
     reason: str
     placement: Placement | None = None
     preempted_for: str | None = None
     stopping_to: JobState | None = None
+    exit_code: int | None = None
+    started_s: float | None = None
+    ended_s: float | None = None
+    not_before_s: float | None = None
+    counts_failure: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,15 +124,17 @@ def step(
     tree: QueueTree,
     jobs: Sequence[JobRecord],
     now_s: float,
+    unheard: Collection[str] = (),
     *,
     usage: Mapping[str, Resources] | None = None,
 ) -> LifecycleStep:
-    """One lifecycle step (see the module docstring). `usage`: each tenant's decayed past usage,
-    for the fair-share order above the guarantees (`gpuplex.core.queues.usage`)."""
+    """One lifecycle step (see the module docstring). `unheard`: the nodes whose host has not
+    reported since the runner started. `usage`: each tenant's decayed past usage, for the
+    fair-share order above the guarantees (`gpuplex.core.queues.usage`)."""
     out: list[Transition] = []
     current = {j.id: j for j in jobs if j.state not in FINISHED_STATES}
     for record in list(current.values()):
-        change = _ended(record, now_s)
+        change = _ended(_as_heard(record, unheard), now_s)
         if change is None:
             continue
         out.append(change)
@@ -99,12 +144,24 @@ def step(
             current[record.id] = _moved(record, change)
     holding = [j for j in current.values() if j.state in HOLDING_STATES]
     queued = [j for j in current.values() if j.state is JobState.QUEUED]
+    ready = [j for j in queued if j.not_before_s is None or j.not_before_s <= now_s]
+    backing_off = {
+        j.id: _backoff_reason(j, now_s)
+        for j in queued
+        if j.not_before_s is not None and j.not_before_s > now_s
+    }
+    stopping = {job_workload_name(j.id) for j in holding if j.state in LEAVING_STATES}
+    stale = sorted({j.placement.node for j in holding if j.placement} & set(unheard))
+    if stale:  # what the stale hosts' jobs hold may be free already: decide nothing on it
+        why = f"waiting for host {', '.join(stale)}'s first report since the job runner started"
+        waiting = {**dict.fromkeys((j.id for j in ready), why), **backing_off}
+        return LifecycleStep(tuple(out), waiting, _without(_live_plan(plan, holding), stopping))
     decision = admit(
         tree,
         plan_holdings(plan) + [_holding(j) for j in holding],
         [
             QueuedJob(j.id, j.job.tenant, request_ask(j.job.gpu), j.job.priority, j.submitted_s)
-            for j in queued
+            for j in ready
         ],
         now_s,
         usage=usage,
@@ -120,7 +177,7 @@ def step(
     # everything holding a GPU stays in the view the jobs are placed against, the jobs that are
     # being stopped too (their GPUs are not free until their processes are gone) ...
     occupied = _live_plan(plan, holding)
-    waiting = dict(decision.waiting)
+    waiting = {**decision.waiting, **backing_off}
     admitted = {job_id: current[job_id].job for job_id in decision.admitted}
     placed: dict[str, Placement] = {}
     if admitted:
@@ -132,36 +189,28 @@ def step(
             out.append(Transition(job_id, JobState.STARTING, f"placed on {where.node}", where))
         waiting.update(placing.waiting)
     # ... but the plan the host runs leaves them out: that is what stops them
-    stopping = {job_workload_name(j.id) for j in holding if j.state in LEAVING_STATES}
     stopping |= {job_workload_name(job_id) for job_id in evicted}
-    live = occupied.model_copy(
-        update={"placements": [p for p in occupied.placements if p.workload not in stopping]}
-    )
-    return LifecycleStep(tuple(out), waiting, live)
+    return LifecycleStep(tuple(out), waiting, _without(occupied, stopping))
 
 
 def _ended(record: JobRecord, now_s: float) -> Transition | None:
     """What the host's report, a cancellation or the clock makes of a job, before admission."""
     if record.state in LEAVING_STATES:
-        if record.alive is not False:
-            return None
-        if record.cancel_requested:
-            return Transition(record.id, JobState.CANCELLED, "cancelled; its process is stopped")
-        if record.state is JobState.STOPPING:
-            final = record.stopping_to or JobState.CANCELLED
-            return Transition(record.id, final, "its process is stopped")
-        return Transition(record.id, JobState.QUEUED, "preempted; queued again")
+        return _stopped(record, now_s)
     if record.state is JobState.QUEUED:
         if record.cancel_requested:
             return Transition(record.id, JobState.CANCELLED, "cancelled before it started")
         return None
     # starting or running
-    if record.exit_code is not None:
-        if record.exit_code == 0:
-            return Transition(record.id, JobState.SUCCEEDED, "exited 0")
-        return Transition(record.id, JobState.FAILED, f"exited {record.exit_code}")
-    if record.alive is False:  # it ended with no exit code: killed, or it could not start
-        return Transition(record.id, JobState.FAILED, record.exit_note or "its process ended")
+    if record.exit_code is not None or record.alive is False:
+        if record.end is ProcessEnd.STOPPED:
+            if record.cancel_requested:
+                return _with_run(record, JobState.CANCELLED, "cancelled; its process is stopped")
+            why = f"stopped when gpuplex stopped ({record.exit_note or 'its host stopped it'})"
+            return _requeued(record, why)
+        if record.end is ProcessEnd.LOST:
+            return _requeued(record, f"lost: {record.exit_note or _LOST}")
+        return _own_end(record, now_s)
     if record.cancel_requested:
         return Transition(
             record.id,
@@ -178,8 +227,81 @@ def _ended(record: JobRecord, now_s: float) -> Transition | None:
             stopping_to=JobState.TIMED_OUT,
         )
     if record.state is JobState.STARTING and record.alive:
-        return Transition(record.id, JobState.RUNNING, "its process runs")
+        return Transition(
+            record.id, JobState.RUNNING, "its process runs", started_s=record.process_started_s
+        )
     return None
+
+
+#: Why a lost job was requeued, when its host gave no words of its own.
+_LOST = "its process is gone and nothing recorded how it ended"
+
+
+def _stopped(record: JobRecord, now_s: float) -> Transition | None:
+    """A preempting or stopping job, once its process is gone."""
+    if record.alive is not False:
+        return None
+    if record.state is JobState.PREEMPTING and record.end is ProcessEnd.EXITED:
+        return _own_end(record, now_s)  # it ended by itself before it was stopped
+    if record.cancel_requested:
+        return _with_run(record, JobState.CANCELLED, "cancelled; its process is stopped")
+    if record.state is JobState.STOPPING:
+        return _with_run(record, record.stopping_to or JobState.CANCELLED, "its process is stopped")
+    return _requeued(record, "preempted")
+
+
+def _own_end(record: JobRecord, now_s: float) -> Transition:
+    """A job whose process ended by itself: succeeded, failed, or failed and tried again."""
+    code = record.exit_code
+    if code == 0:
+        return _with_run(record, JobState.SUCCEEDED, "exited 0")
+    why = f"exited {code}" if code is not None else (record.exit_note or "its process ended")
+    limit = record.job.backoff_limit
+    if record.cancel_requested or not may_retry(record.job, record.failures):
+        return _with_run(
+            record, JobState.FAILED, why + (f"; no retries left ({limit})" if limit else "")
+        )
+    retry = record.failures + 1
+    delay = retry_delay_s(record.job, retry)
+    not_before = max(now_s, (record.ended_s or now_s) + delay)
+    return replace(
+        _requeued(record, f"{why}; retry {retry} of {limit} after {delay:g} s"),
+        not_before_s=not_before,
+        counts_failure=True,
+    )
+
+
+def _requeued(record: JobRecord, why: str) -> Transition:
+    """Back to the queue as the next attempt, its place kept."""
+    return _with_run(
+        record, JobState.QUEUED, f"{why}; queued again as attempt {record.attempt + 2}"
+    )
+
+
+def _with_run(record: JobRecord, state: JobState, reason: str) -> Transition:
+    """A change that ends the current attempt, with what its host saw of it."""
+    return Transition(
+        record.id,
+        state,
+        reason,
+        exit_code=record.exit_code,
+        started_s=record.process_started_s,
+        ended_s=record.ended_s,
+    )
+
+
+def _backoff_reason(record: JobRecord, now_s: float) -> str:
+    limit = record.job.backoff_limit
+    at = not_before_words(record.not_before_s or now_s, now_s)
+    return f"retry {record.failures} of {limit} after a failure: not before {at}"
+
+
+def _as_heard(record: JobRecord, unheard: Collection[str]) -> JobRecord:
+    """The record without its host's report while that host has not reported since the runner
+    started: what it says may be older than what happened meanwhile."""
+    if record.placement is None or record.placement.node not in unheard:
+        return record
+    return replace(record, alive=None, exit_code=None, end=None, ended_s=None)
 
 
 def _holding(record: JobRecord) -> Holding:
@@ -199,21 +321,24 @@ def _live_plan(plan: Plan, jobs: Sequence[JobRecord]) -> Plan:
     return with_jobs(plan, [job_placement(j.id, j.placement) for j in jobs if j.placement])
 
 
+def _without(plan: Plan, workloads: Collection[str]) -> Plan:
+    """`plan` without the placements of `workloads` (the jobs being stopped)."""
+    return plan.model_copy(
+        update={"placements": [p for p in plan.placements if p.workload not in workloads]}
+    )
+
+
 def _moved(record: JobRecord, change: Transition) -> JobRecord:
     """The record after a change to a state it does not end in."""
     if change.state is JobState.QUEUED:  # requeued: a fresh attempt, its place kept
-        return JobRecord(record.id, record.job, JobState.QUEUED, record.submitted_s)
-    return JobRecord(
-        record.id,
-        record.job,
-        change.state,
-        record.submitted_s,
-        record.started_s,
-        record.placement,
-        record.preempted_for,
-        record.cancel_requested,
-        record.alive,
-        record.exit_code,
-        change.stopping_to,
-        record.exit_note,
-    )
+        return JobRecord(
+            record.id,
+            record.job,
+            JobState.QUEUED,
+            record.submitted_s,
+            cancel_requested=record.cancel_requested,
+            attempt=record.attempt + 1,
+            failures=record.failures + (1 if change.counts_failure else 0),
+            not_before_s=change.not_before_s,
+        )
+    return replace(record, state=change.state, stopping_to=change.stopping_to)

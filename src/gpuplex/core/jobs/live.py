@@ -5,11 +5,15 @@ The applied revision's spec and plan are never planned again (gpuplex.revision).
 (`core.jobs.placement`); the host runtime runs `live_revision(...)` as it runs any revision, so a
 job starts as its placement is written and stops (SIGTERM, then SIGKILL after its queue's grace
 period) as it leaves: `desired_host` needs nothing job-specific.
+
+Each run of a job is told its attempt (`GPUPLEX_JOB_ATTEMPT`, 1 for the first): the host writes it
+at the head of the run's logs and records it with how the run ended, so a report is always about
+the attempt it names, and a job can tell a retry from its first run.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from gpuplex.core.jobs.placement import job_workload_name, live_spec
@@ -21,6 +25,8 @@ from gpuplex.core.spec.jobs import JobSpec
 
 #: SIGTERM to SIGKILL for a job whose tenant has no queue (it cannot be admitted; a safe default).
 DEFAULT_GRACE_S = 30.0
+#: The attempt a job's process runs, counting from 1 (a job's `attempts` + 1).
+JOB_ATTEMPT_ENV = "GPUPLEX_JOB_ATTEMPT"
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,6 +36,18 @@ class LiveJob:
     id: str
     job: JobSpec
     placement: Placement
+    attempt: int = 0  # the job's attempts: 0 for its first run
+
+
+def attempt_env(attempt: int) -> dict[str, str]:
+    """The variables that tell a job's run which attempt it is (`attempt` counts from 0)."""
+    return {JOB_ATTEMPT_ENV: str(attempt + 1)}
+
+
+def attempt_of(env: Mapping[str, str]) -> int | None:
+    """The attempt (from 0) a run's environment names; None when it names none."""
+    value = env.get(JOB_ATTEMPT_ENV, "")
+    return int(value) - 1 if value.isdigit() and int(value) > 0 else None
 
 
 def grace_s(tree: QueueTree | None, tenant: str) -> float:
@@ -77,8 +95,9 @@ def live_revision(
     """The spec and plan the host runs: the applied ones with each live job as a replica."""
     files = {j.id: j.job for j in jobs}
     graces = {j.id: grace_s(tree, j.job.tenant) for j in jobs}
+    env = {j.id: attempt_env(j.attempt) for j in jobs}
     placed = [job_placement(j.id, j.placement) for j in jobs]
-    return live_spec(spec, files, graces), with_jobs(plan, placed)
+    return live_spec(spec, files, graces, env), with_jobs(plan, placed)
 
 
 def _occupied(view: GpuView, occupant: Occupant, placement: Placement) -> GpuView:

@@ -43,13 +43,19 @@ class JobPlacements:
 
 
 def live_spec(
-    spec: GpuplexSpec, jobs: Mapping[str, JobSpec], grace_s: Mapping[str, float]
+    spec: GpuplexSpec,
+    jobs: Mapping[str, JobSpec],
+    grace_s: Mapping[str, float],
+    env: Mapping[str, Mapping[str, str]] | None = None,
 ) -> GpuplexSpec:
-    """`spec` with each job as a workload of its tenant (`grace_s` per job: SIGTERM to SIGKILL),
-    and the planner's preemption off."""
+    """`spec` with each job as a workload of its tenant (`grace_s` per job: SIGTERM to SIGKILL;
+    `env` per job: variables gpuplex sets for it), and the planner's preemption off."""
     added: dict[str, list[object]] = {}
     for job_id, job in jobs.items():
         workload = job.as_workload(job_workload_name(job_id), grace_s.get(job_id, 30.0))
+        own = (env or {}).get(job_id)
+        if own:
+            workload = workload.model_copy(update={"env": {**workload.env, **own}})
         added.setdefault(job.tenant, []).append(workload)
     tenants = [
         t.model_copy(update={"workloads": [*t.workloads, *added.get(t.name, [])]})

@@ -5,6 +5,10 @@ on: `starting` when admitted and placed, `running` once its process is up, `pree
 stops for another job (then `queued` again, one attempt more), `stopping` while it stops after a
 cancellation or past its max runtime, and at the end one of `succeeded`, `failed`, `cancelled`
 or `timed_out`. A finished job never moves again. (The runner's step: `core.jobs.lifecycle`.)
+
+A running job goes back to `queued`, as a new attempt, when its process ended in a way that is not
+its own doing, or when it failed and may be retried (`JobSpec.backoff_limit`); how a process ended
+is its host's word (`ProcessEnd`).
 """
 
 from __future__ import annotations
@@ -51,11 +55,27 @@ NEXT_STATES: dict[JobState, frozenset[JobState]] = {
         {JobState.RUNNING, JobState.QUEUED, JobState.PREEMPTING, JobState.STOPPING}
     )
     | FINISHED_STATES,
-    JobState.RUNNING: frozenset({JobState.PREEMPTING, JobState.STOPPING}) | FINISHED_STATES,
+    # back to the queue as a new attempt: stopped by gpuplex itself (`host down`, `up` stopping),
+    # lost (gone with no record of how it ended), or failed with retries left
+    JobState.RUNNING: frozenset({JobState.PREEMPTING, JobState.STOPPING, JobState.QUEUED})
+    | FINISHED_STATES,
     JobState.PREEMPTING: frozenset({JobState.QUEUED}) | FINISHED_STATES,
     JobState.STOPPING: FINISHED_STATES,
     **{state: frozenset() for state in FINISHED_STATES},
 }
+
+
+class ProcessEnd(StrEnum):
+    """How a job's process ended, as the host that ran it saw it."""
+
+    #: by itself, with the exit status its launching shell or its parent recorded (or, with none,
+    #: why: it could not start, the VRAM watchdog stopped it): the job's own end
+    EXITED = "exited"
+    #: gpuplex stopped it because it left the host's desired state: preempted, cancelled, past its
+    #: max runtime, or gpuplex itself stopping (`gpuplex host down`, `gpuplex up` stopping)
+    STOPPED = "stopped"
+    #: gone, and nothing recorded how it ended (the host restarted, its records were lost)
+    LOST = "lost"
 
 
 def may_move(old: JobState, new: JobState) -> bool:

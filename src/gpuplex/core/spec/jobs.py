@@ -41,6 +41,12 @@ MAX_ARGUMENT_CHARS = 32 * 1024
 MAX_COMMAND_TOTAL_CHARS = 128 * 1024
 #: An image reference: a registry host, a path, a tag and a digest fit well inside this.
 MAX_IMAGE_CHARS = 512
+#: The most retries a job may ask for, and the longest waits between them.
+MAX_BACKOFF_LIMIT = 100
+MAX_BACKOFF_S = 86_400
+#: Kubernetes Jobs' retry delays: 10 s, doubling, at most six minutes.
+DEFAULT_BACKOFF_INITIAL_S = 10
+DEFAULT_BACKOFF_MAX_S = 360
 
 #: A POSIX environment variable name.
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -85,6 +91,24 @@ class JobSpec(SpecModel):
     )
     limits: LimitsSpec = Field(default_factory=LimitsSpec)
     network: Network = Field(default=Network.NONE, description="none: loopback only.")
+    backoff_limit: StrictInt = Field(
+        default=0,
+        ge=0,
+        le=MAX_BACKOFF_LIMIT,
+        description="Retries after a failed attempt (Kubernetes Jobs' backoffLimit).",
+    )
+    backoff_initial_s: StrictFloat | StrictInt = Field(
+        default=DEFAULT_BACKOFF_INITIAL_S,
+        gt=0,
+        le=MAX_BACKOFF_S,
+        description="The wait before the first retry; it doubles for each one after.",
+    )
+    backoff_max_s: StrictFloat | StrictInt = Field(
+        default=DEFAULT_BACKOFF_MAX_S,
+        gt=0,
+        le=MAX_BACKOFF_S,
+        description="The longest wait between retries.",
+    )
 
     @field_validator("command")
     @classmethod
@@ -145,6 +169,11 @@ class JobSpec(SpecModel):
     def _something_to_run(self) -> JobSpec:
         if not self.command and not self.image:
             raise ValueError("give command (a program and its arguments) or image")
+        if self.backoff_max_s < self.backoff_initial_s:
+            raise ValueError(
+                f"backoff_max_s ({self.backoff_max_s:g}) is below backoff_initial_s "
+                f"({self.backoff_initial_s:g}): the longest wait cannot be shorter than the first"
+            )
         return self
 
     def as_workload(self, name: str, grace_s: float) -> WorkloadSpec:

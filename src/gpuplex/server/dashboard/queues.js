@@ -162,7 +162,7 @@ function waitingTable(jobs, now) {
           tenantCell(j.tenant),
           h("td", { class: "num" }, number(j.priority)),
           h("td", {}, asks(j.ask)),
-          h("td", { class: "nowrap muted" }, h("time", { datetime: j.submitted_at }, utcTime(j.submitted_at, now)), j.attempts ? ` · ${j.attempts} preempted` : null),
+          h("td", { class: "nowrap muted" }, h("time", { datetime: j.submitted_at }, utcTime(j.submitted_at, now)), j.attempts ? ` · attempt ${j.attempts + 1}` : null),
           h("td", { class: "message", "data-testid": "waiting-reason" }, j.waiting_reason || ""),
         ),
       ),

@@ -10,7 +10,7 @@ from typing import Any
 
 from gpuplex.core.jobs.lifecycle import JobRecord, LifecycleStep, Transition, step
 from gpuplex.core.jobs.placement import job_workload_name
-from gpuplex.core.jobs.states import JobState
+from gpuplex.core.jobs.states import JobState, ProcessEnd
 from gpuplex.core.plan import Plan, make_plan
 from gpuplex.core.queues.tree import QueueTree, queue_tree
 from gpuplex.core.spec import GpuplexSpec, validate_spec
@@ -65,8 +65,9 @@ class World:
         job = JobSpec(tenant=tenant, gpu={"count": 1}, command=["train"], **fields)  # type: ignore[arg-type]
         self.jobs[job_id] = JobRecord(job_id, job, JobState.QUEUED, submitted_s=self.now)
 
-    def step(self) -> LifecycleStep:
-        result = step(self.spec, self.plan, self.tree, list(self.jobs.values()), self.now)
+    def step(self, unheard: frozenset[str] = frozenset()) -> LifecycleStep:
+        jobs = list(self.jobs.values())
+        result = step(self.spec, self.plan, self.tree, jobs, self.now, unheard)
         for t in result.transitions:
             self.jobs[t.job_id] = applied(self.jobs[t.job_id], t, self.now)
         self.live = result.live_plan
@@ -84,13 +85,25 @@ class World:
 
 
 def applied(record: JobRecord, t: Transition, now: float) -> JobRecord:
+    """The record as the store has it after `t` (and the host's report of the attempt it
+    ended gone with it, as the runner takes reports only for the job's current attempt)."""
     if t.state is JobState.QUEUED:
-        return JobRecord(record.id, record.job, JobState.QUEUED, record.submitted_s)
+        return JobRecord(
+            record.id,
+            record.job,
+            JobState.QUEUED,
+            record.submitted_s,
+            cancel_requested=record.cancel_requested,
+            attempt=record.attempt + 1,
+            failures=record.failures + (1 if t.counts_failure else 0),
+            not_before_s=t.not_before_s,
+        )
     return replace(
         record,
         state=t.state,
         placement=t.placement or record.placement,
         started_s=now if t.state is JobState.STARTING else record.started_s,
+        not_before_s=None,
         preempted_for=t.preempted_for,
         stopping_to=t.stopping_to,
     )
@@ -181,3 +194,95 @@ def test_a_job_that_ends_without_an_exit_code_fails_with_how_it_ended() -> None:
     assert world.state("watched") is JobState.FAILED
     assert [t.reason for t in result.transitions] == ["stopped by the VRAM watchdog"]
     assert world.live_jobs() == set()
+
+
+def running_world(*jobs: tuple[str, str, dict[str, Any]]) -> World:
+    """A world where each of `jobs` (id, tenant, job file fields) is running."""
+    world = World()
+    for job_id, tenant, fields in jobs:
+        world.submit(job_id, tenant, **fields)
+    world.step()
+    for job_id, _, _ in jobs:
+        world.report(job_id, alive=True, process_started_s=world.now - 0.5)
+    world.step()
+    assert all(world.state(j) is JobState.RUNNING for j, _, _ in jobs)
+    return world
+
+
+def test_a_failed_job_is_retried_up_to_its_backoff_limit_with_doubling_waits() -> None:
+    world = running_world(("r", "contoso", {"backoff_limit": 2, "backoff_initial_s": 10}))
+    ended = world.now - 3
+    world.report("r", alive=False, exit_code=3, ended_s=ended, end=ProcessEnd.EXITED)
+    result = world.step()
+    (change,) = result.transitions
+    assert (change.state, change.exit_code, change.counts_failure) == (JobState.QUEUED, 3, True)
+    assert change.not_before_s == ended + 10  # the wait counts from when it ended
+    assert change.ended_s == ended
+    assert change.reason == "exited 3; retry 1 of 2 after 10 s; queued again as attempt 2"
+    assert result.waiting["r"].startswith("retry 1 of 2 after a failure: not before ")
+    world.step()
+    assert world.state("r") is JobState.QUEUED  # not before its time
+    world.now = ended + 10
+    world.step()
+    assert world.state("r") is JobState.STARTING
+    assert world.jobs["r"].attempt == 1
+    world.report("r", alive=True)
+    world.step()
+    world.report("r", alive=False, exit_code=1, end=ProcessEnd.EXITED)
+    second = world.step().transitions[0]
+    assert second.not_before_s == world.now - 1 + 20  # doubled
+    world.now += 20
+    world.step()
+    world.report("r", alive=False, exit_code=1, end=ProcessEnd.EXITED)
+    final = world.step().transitions[0]
+    assert (final.state, final.reason) == (JobState.FAILED, "exited 1; no retries left (2)")
+    assert world.jobs["r"].failures == 2
+
+
+def test_a_stop_by_gpuplex_or_a_lost_process_requeues_without_using_a_retry() -> None:
+    world = running_world(("s", "contoso", {}), ("l", "fabrikam", {}))
+    world.report("s", alive=False, exit_code=143, end=ProcessEnd.STOPPED, exit_note="host down")
+    world.report("l", alive=False, end=ProcessEnd.LOST)
+    changes = {t.job_id: t for t in world.step().transitions if t.state is JobState.QUEUED}
+    assert changes["s"].reason == (
+        "stopped when gpuplex stopped (host down); queued again as attempt 2"
+    )
+    assert changes["s"].exit_code == 143
+    assert changes["l"].reason.startswith("lost: its process is gone and nothing recorded")
+    assert not any(t.counts_failure for t in changes.values())
+    assert all(t.not_before_s is None for t in changes.values())
+    assert {world.jobs[j].failures for j in ("s", "l")} == {0}
+
+
+def test_a_preempted_job_that_ended_by_itself_ends_as_its_exit_status_says() -> None:
+    world = running_world(("f1", "fabrikam", {}), ("f2", "fabrikam", {}))
+    world.submit("c1", "contoso")
+    victim = next(t.job_id for t in world.step().transitions if t.state is JobState.PREEMPTING)
+    world.report(victim, alive=False, exit_code=0, end=ProcessEnd.EXITED)
+    world.step()
+    assert world.state(victim) is JobState.SUCCEEDED  # never run a second time
+
+
+def test_nothing_is_decided_on_a_node_whose_host_has_not_reported_since_the_runner_started() -> (
+    None
+):
+    world = running_world(("f1", "fabrikam", {}), ("f2", "fabrikam", {}))
+    world.report("f1", alive=False, exit_code=0, end=ProcessEnd.EXITED)  # an old report, say
+    world.submit("c1", "contoso")  # would reclaim a GPU
+    result = world.step(unheard=frozenset({"n0"}))
+    assert result.transitions == ()  # neither the exit, nor a preemption, nor a start
+    assert result.waiting["c1"] == "waiting for host n0's first report since the job runner started"
+    assert world.live_jobs() == {job_workload_name("f1"), job_workload_name("f2")}
+    world.step()  # heard: f1 succeeded, and c1 takes its GPU without preempting f2
+    assert world.state("f1") is JobState.SUCCEEDED
+    assert world.state("f2") is JobState.RUNNING
+    assert world.state("c1") is JobState.STARTING
+
+
+def test_the_attempt_that_ends_carries_its_exit_code_and_times() -> None:
+    world = running_world(("ok", "contoso", {}))
+    world.report("ok", alive=False, exit_code=0, ended_s=world.now - 2, end=ProcessEnd.EXITED)
+    (change,) = world.step().transitions
+    assert (change.state, change.exit_code) == (JobState.SUCCEEDED, 0)
+    assert change.started_s == world.jobs["ok"].process_started_s
+    assert change.ended_s is not None

@@ -34,7 +34,8 @@ def test_every_state_has_its_next_states_and_finished_ones_have_none() -> None:
         (JobState.STARTING, JobState.QUEUED, True),
         (JobState.RUNNING, JobState.PREEMPTING, True),
         (JobState.RUNNING, JobState.TIMED_OUT, True),
-        (JobState.RUNNING, JobState.QUEUED, False),
+        (JobState.RUNNING, JobState.QUEUED, True),  # a new attempt: retried, stopped, lost
+        (JobState.RUNNING, JobState.STARTING, False),
         (JobState.PREEMPTING, JobState.QUEUED, True),
         (JobState.SUCCEEDED, JobState.QUEUED, False),
         (JobState.CANCELLED, JobState.CANCELLED, False),

@@ -1,0 +1,89 @@
+"""The end-to-end jobs benchmark runs at a tiny size through `gpuplex up` on simulated GPUs, prints
+its tables with numbers, and leaves nothing behind; a stack that cannot start is reported with
+its log. No timing assertions: timings are the benchmark's output (docs/benchmarks.md)."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+from bench import jobs
+from bench.jobs_e2e_report import HOST_ALONE, UP
+from bench.jobs_e2e_stack import (
+    SCRATCH_PARENT,
+    SCRATCH_PREFIX,
+    Scratch,
+    StackError,
+    working_tree,
+)
+
+from tests.e2e.gateway.stack import cannot_run_gateway
+
+pytestmark = pytest.mark.slow
+
+TINY = ["--end-to-end-only", "--e2e-jobs", "3", "--e2e-lone", "1", "--skip-floor"]
+NUMBER = r"[0-9][0-9,]*\.[0-9]+"
+
+
+def scratch_folders() -> set[Path]:
+    return set(SCRATCH_PARENT.glob(f"{SCRATCH_PREFIX}*"))
+
+
+def sleeping_jobs() -> list[str]:
+    """Command lines of live `sleep 3600` processes: the benchmark's jobs and workloads."""
+    found = []
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            argv = cmdline.read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if argv[:2] == [b"sleep", b"3600"]:
+            found.append(cmdline.parent.name)
+    return found
+
+
+@pytest.fixture
+def can_run_up() -> None:
+    why_not = cannot_run_gateway()
+    if why_not:
+        pytest.skip(why_not)
+
+
+@pytest.mark.usefixtures("can_run_up")
+def test_a_tiny_run_prints_each_figure_against_its_baseline_and_stops_everything(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    folders, sleeping = scratch_folders(), set(sleeping_jobs())
+    assert jobs.main(TINY) == 0
+    out = capsys.readouterr().out
+    assert "(iii) end to end · machine: " in out
+    for figure in (
+        "lone job: to running p50 s",
+        "flood: jobs/s running",
+        "flood: to running p95 s",
+    ):
+        row = next(line for line in out.splitlines() if figure in line)
+        assert re.search(rf"│\s+{NUMBER}\s+│\s+—\s+│", row), row  # up's number; the bound has none
+    bound = next(line for line in out.splitlines() if line.startswith("│ flood: jobs/s process"))
+    assert len(re.findall(NUMBER, bound)) == 2  # up's and the lower bound's
+    summary = out[out.index("jobs: summary") :]
+    for figure in ("lone job: to running p50 s", "flood: jobs/s running"):
+        row = next(line for line in summary.splitlines() if f"{UP} · after: {figure}" in line)
+        assert HOST_ALONE in row
+        assert len(re.findall(NUMBER, row)) == 3, row  # measured, baseline value, ratio
+    assert scratch_folders() == folders
+    assert set(sleeping_jobs()) <= sleeping
+
+
+def test_a_stack_that_cannot_start_says_why_with_its_log() -> None:
+    with Scratch() as scratch:
+        folder = scratch.root
+        stack = scratch.up("gpuplex up", working_tree())
+        with pytest.raises(StackError) as failed:
+            stack.start({"version": 1, "fleet": "none", "tenants": []})
+        assert folder.is_dir()
+    message = str(failed.value)
+    assert "gpuplex up · after: a process exited with status" in message
+    assert "fleet" in message  # the end of up's log: the spec's problem
+    assert not folder.exists()
