@@ -1,5 +1,6 @@
-"""`gpuplex queues` end to end: the example's answers and fair shares (checked by hand), --json for
-scripts, and bad files refused with file:line, exit 2 and no traceback."""
+"""`gpuplex queues` end to end: the example's answers (the admission round's own) and fair shares
+(checked by hand), --json for scripts, and bad files refused with file:line, exit 2 and no
+traceback."""
 
 from __future__ import annotations
 
@@ -16,11 +17,11 @@ from tests.e2e.cli_runs import ROOT, CliResult, run_in_process, run_subprocess
 EXIT_BAD_INPUT = 2
 EXAMPLE = ROOT / "examples" / "queues" / "two-orgs.yaml"
 #: what each pending workload of the example gets, in file order
-EXPECTED_CODES = {
-    "eval-2": "schedulable",
+EXPECTED = {
     "serve-b": "preempts",
-    "big-pretrain": "limit",
-    "augment-3": "no_idle_capacity_to_borrow",
+    "big-pretrain": "waits",
+    "augment-3": "waits",
+    "notebook": "starts",
 }
 
 
@@ -38,61 +39,62 @@ def as_json(result: CliResult) -> dict[str, Any]:
 def test_the_example_prints_both_tables(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("COLUMNS", "250")  # wide enough that no cell folds
     result = ok(run_subprocess("queues", EXAMPLE))
-    for code in EXPECTED_CODES.values():
-        assert code in result.stdout
-    assert "Queues on 64 gpu, 1024 cpu" in result.stdout
-    # vision's row: guarantee 8 GPUs, no limit, weight 1, holds 8, fair share 8 + 8/3
+    assert "Queues on gpus 64 (half-life 86400 s)" in result.stdout
+    for outcome in EXPECTED.values():
+        assert outcome in result.stdout
+    # vision's row: guarantee 8 GPUs, no limit, weight 1, holds 8, yesterday's 8 GPUs for
+    # about a day at half weight, fair share 8 + 8/3
     assert re.search(
-        r"vision\s*│\s*gpu 8, cpu 64\s*│\s*-\s*│\s*1\s*│\s*gpu 8, cpu 64\s*│\s*gpu 10.67",
+        r"vision\s*│\s*gpus 8\s*│\s*-\s*│\s*1\s*│\s*gpus 8\s*│\s*gpus 3.96\s*│\s*gpus 10.67",
         result.stdout,
     )
-    assert "it starts after preempting rl-sweep-2 (robotics)." in result.stdout
-    assert "Raise nlp's gpu limit from 24 to 28" in result.stdout
+    assert "preempting rl-sweep-2 for it; it starts when they stop" in result.stdout
+    assert "organisation acme would pass its limit: 40 gpus held" in result.stdout
 
 
 def test_the_example_as_json(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     data = as_json(run_in_process(["queues", str(EXAMPLE), "--json"], monkeypatch, capsys))
-    assert list(data) == ["capacity", "min_runtime_s", "queues", "pending"]
-    assert data["capacity"] == {"gpu": 64, "cpu": 1024}
+    assert list(data) == ["capacity", "half_life_s", "queues", "pending"]
+    assert (data["capacity"], data["half_life_s"]) == ({"gpus": 64}, 86400)
     pending = {p["name"]: p for p in data["pending"]}
-    assert {name: p["code"] for name, p in pending.items()} == EXPECTED_CODES
-    assert [p["starts"] for p in data["pending"]] == [True, True, False, False]
-    assert pending["serve-b"]["victims"] == [{"name": "rl-sweep-2", "tenant": "robotics"}]
-    limit = pending["big-pretrain"]
-    assert (limit["queue"], limit["resource"], limit["used"], limit["asked"], limit["bound"]) == (
-        "nlp",
-        "gpu",
-        16,
-        12,
-        24,
+    assert {name: p["outcome"] for name, p in pending.items()} == EXPECTED
+    assert [p["starts"] for p in data["pending"]] == [False, False, False, True]
+    serve = pending["serve-b"]
+    assert serve["victims"] == [{"name": "rl-sweep-2", "tenant": "robotics"}]
+    assert serve["reserved"] == {"gpus": 8}
+    assert pending["big-pretrain"]["reason"] == (
+        "organisation acme would pass its limit: 40 gpus held (of which 8 set aside for "
+        "waiting jobs) + 12 asked > 48"
     )
-    assert [a["code"] for a in limit["also"]] == [
-        "no_idle_capacity_to_borrow",
-        "fair_share_exceeded",
-    ]
+    # four GPUs are idle: interns used nothing, vision used 8 all of yesterday, so interns'
+    # notebook goes first although augment-3 has waited longer
+    assert pending["augment-3"]["reason"] == "the cluster is short of 4 gpus for it"
     queues = {q["name"]: q for q in data["queues"]}
     assert set(queues) == {
-        "acme", "research", "vision", "nlp", "platform", "inference",
-        "beta", "labs", "robotics", "simulation",
+        "cluster", "acme", "research", "vision", "nlp", "platform", "inference",
+        "beta", "labs", "robotics", "simulation", "interns",
     }  # fmt: skip
-    # By hand. Demands (holdings + pending asks): vision 16 GPUs, nlp 32 (its limit: 24),
-    # inference 16, robotics 20, simulation 8. Own guarantees first: 8, 8, 16, 12, 8 (52); labs'
-    # guarantee of 24 leaves 4 over, to robotics (16). The other 8 GPUs go by weighted DRF to
-    # those still wanting: acme (weight 2) has vision and nlp, beta (1) robotics, so each of the
-    # three gets 8/3 (GPUs are everyone's dominant resource at 8 CPUs a GPU).
-    assert queues["vision"]["fair_share"]["gpu"] == pytest.approx(8 + 8 / 3, abs=1e-5)
-    assert queues["robotics"]["fair_share"]["gpu"] == pytest.approx(16 + 8 / 3, abs=1e-5)
-    assert queues["inference"]["fair_share"] == {"gpu": 16, "cpu": 128}
-    assert queues["acme"]["fair_share"]["gpu"] == pytest.approx(32 + 16 / 3, abs=1e-5)
-    assert queues["acme"]["holds"] == {"gpu": 32, "cpu": 256}
-    assert queues["acme"]["limit"] == {"gpu": 48}
+    # By hand. Demands (holdings + pending asks): vision 12 GPUs, nlp 28 (its limit: 24),
+    # inference 16, robotics 20, simulation 8, interns 4. Own guarantees first: 8, 8, 16, 12, 8
+    # and 0 (52); labs' guarantee of 24 leaves 4 over, which robotics and interns share
+    # (2 each: robotics 14); the other 8 go by weighted DRF to those still wanting: acme
+    # (weight 2) has vision and nlp, beta (1) robotics and interns, so vision and nlp grow
+    # twice as fast as robotics and interns: 8/3 each for acme's, 4/3 for beta's.
+    assert queues["vision"]["fair_share"]["gpus"] == pytest.approx(8 + 8 / 3, abs=1e-5)
+    assert queues["robotics"]["fair_share"]["gpus"] == pytest.approx(14 + 4 / 3, abs=1e-5)
+    assert queues["interns"]["fair_share"]["gpus"] == pytest.approx(2 + 4 / 3, abs=1e-5)
+    assert queues["inference"]["fair_share"] == {"gpus": 16}
+    assert queues["acme"]["holds"] == {"gpus": 32}
+    assert queues["acme"]["limit"] == {"gpus": 48}
     assert queues["research"]["limit"] is None
-    assert (queues["labs"]["parent"], queues["labs"]["depth"], queues["labs"]["tenant"]) == (
+    assert queues["robotics"]["borrowed"] == {"gpus": 8}
+    assert queues["vision"]["past_use"]["gpus"] == pytest.approx(3.96, abs=0.01)
+    assert (queues["labs"]["parent"], queues["labs"]["depth"], queues["labs"]["level"]) == (
         "beta",
         2,
-        False,
+        "team",
     )
 
 
@@ -116,33 +118,34 @@ class BadFile:
 
 BAD: dict[str, BadFile] = {
     "unknown field": BadFile(
-        TEXT.replace("    weight: 2 ", "    wieght: 2 "),
+        TEXT.replace("      weight: 2", "      wieght: 2"),
         "wieght: 2",
-        "queues[0].wieght: unknown key 'wieght' (did you mean \"weight\"?)",
+        "queues.organisations[0].wieght: unknown key 'wieght' (did you mean \"weight\"?)",
     ),
     "tenant that is not a leaf": BadFile(
         TEXT.replace("{name: train-1, tenant: vision,", "{name: train-1, tenant: research,"),
         "name: train-1",
-        "running[0].tenant: 'research' has children, so it is not a tenant",
+        "running[0].tenant: 'research' is a team or an organisation, not a tenant of queues:",
     ),
     "guarantees past the parent's": BadFile(
-        TEXT.replace("{name: nlp, guarantee: {gpu: 8,", "{name: nlp, guarantee: {gpu: 12,"),
-        "{name: vision,",
-        "queues[0].children[0].children: the gpu guarantees here add up to 20 (vision 8, nlp 12), "
-        "past research's guarantee of 16",
-        lines_above=1,  # research's `children:`
+        TEXT.replace("{name: nlp, guarantee: {gpus: 8},", "{name: nlp, guarantee: {gpus: 12},"),
+        "tenants:",
+        "queues.organisations[0].teams[0].tenants: the guarantees below 'research' add up to "
+        "20 gpus, more than its own guarantee of 16",
     ),
     "negative amount": BadFile(
-        TEXT.replace(
-            "{name: eval-2, tenant: nlp, resources: {gpu: 4,",
-            "{name: eval-2, tenant: nlp, resources: {gpu: -4,",
-        ),
-        "name: eval-2",
-        "pending[0].resources.gpu: Input should be greater than or equal to 0",
+        TEXT.replace("asks: {gpus: 12}", "asks: {gpus: -12}"),
+        "name: big-pretrain",
+        "pending[1].asks.gpus: Input should be greater than or equal to 0",
+    ),
+    "unknown workload to stop for": BadFile(
+        TEXT.replace("holds: {gpus: 8}, running_s: 900}", "holds: {gpus: 8}, stopping_for: srv}"),
+        "name: rl-sweep-2",
+        "running[4].stopping_for: no pending workload is named 'srv'",
     ),
     "malformed YAML": BadFile(
-        TEXT.replace("resources: {gpu: 4, cpu: 32}}", "resources: {gpu: 4, cpu: 32}"),
-        "name: serve-b",
+        TEXT.replace("asks: {gpus: 8}, waiting_s: 30}", "asks: {gpus: 8}, waiting_s: 30"),
+        "name: big-pretrain",  # the next entry, where the reader finds the brace missing
         "invalid YAML: did not find expected ',' or '}'",
     ),
 }

@@ -1,10 +1,11 @@
-"""`gpuplex queues FILE.yaml`: a what-if over hierarchical quota queues.
+"""`gpuplex queues FILE.yaml`: a what-if over the queues, decided by the job runner's own rules.
 
-The file gives the capacity, the queue tree (organisation -> team -> tenant: guarantee, limit,
-weight), what runs and what waits (see `examples/queues/two-orgs.yaml`). The command prints each
-queue's guarantee, limit, weight, what it holds now and its fair share (weighted DRF, with each
-tenant demanding what it holds plus its pending asks), then for each pending workload why it
-waits, or that it starts, and what would have to change. `--json` prints the same for scripts.
+The file is the spec's `queues:` section plus the capacity, what runs, what waits and what was
+used before (`gpuplex.core.queues.what_if`; see `examples/queues/two-orgs.yaml`). The command
+prints each queue's guarantee, limit, weight, what it holds now, its tenants' past use (decayed
+with the half-life) and its fair share, then one admission round's answer for each pending
+workload: it starts, it preempts these, or it waits and why, in the words `gpuplex job show`
+would use. `--json` prints the same for scripts.
 
 Exit 0 when it ran, whatever the answers; a bad file exits 2 with file:line:column, the field
 path and what is wrong (read with the spec file's YAML reader, validated in the pure core).
@@ -27,15 +28,15 @@ from rich.text import Text
 
 from gpuplex.cli.conventions import reported
 from gpuplex.consoles import stdout_console
-from gpuplex.core.queues.drf import Resources
-from gpuplex.core.queues.pending import PendingAnswer
-from gpuplex.core.queues.queue_file import (
-    PendingRow,
-    QueueReport,
+from gpuplex.core.queues.drf import EPSILON, Resources
+from gpuplex.core.queues.standing import kind_order
+from gpuplex.core.queues.what_if import (
+    Answer,
     QueueRow,
-    QueueScenario,
+    WhatIf,
+    WhatIfReport,
     evaluate,
-    parse_queue_file,
+    parse_what_if,
 )
 from gpuplex.specfile import load_yaml_file
 
@@ -50,9 +51,9 @@ def queues_command(
         bool, typer.Option("--json", help="Print the answers as JSON (stable keys).")
     ] = False,
 ) -> None:
-    """What-if over quota queues: guarantees, limits, fair shares, and why work waits."""
+    """What-if over the queues: guarantees, fair shares, and why each job would wait."""
     with reported():
-        report = evaluate(load_queue_file(file))
+        report = evaluate(load_what_if(file))
     if as_json:
         sys.stdout.write(json.dumps(report_as_json(report), indent=2) + "\n")
         return
@@ -62,127 +63,125 @@ def queues_command(
         out.print(part, highlight=False)
 
 
-def load_queue_file(path: Path) -> QueueScenario:
+def load_what_if(path: Path) -> WhatIf:
     """Read and validate the file; every problem is a SpecError with file:line:column."""
-    return load_yaml_file(path, parse_queue_file)
+    return load_yaml_file(path, parse_what_if)
 
 
 # --- JSON -------------------------------------------------------------------------------------
 
 
-def report_as_json(report: QueueReport) -> dict[str, object]:
+def report_as_json(report: WhatIfReport) -> dict[str, object]:
     return {
-        "capacity": dict(report.capacity),
-        "min_runtime_s": report.min_runtime_s,
+        "capacity": _kinds(report.capacity),
+        "half_life_s": report.half_life_s,
         "queues": [_queue_json(row) for row in report.queues],
-        "pending": [_pending_json(row) for row in report.pending],
+        "pending": [_answer_json(answer) for answer in report.pending],
     }
 
 
 def _queue_json(row: QueueRow) -> dict[str, object]:
+    standing = row.standing
+    limits = {k.kind: k.limit for k in standing.kinds if k.limit is not None}
     return {
-        "name": row.name,
-        "parent": row.parent,
-        "depth": row.depth,
-        "tenant": row.is_tenant,
-        "guarantee": dict(row.guarantee),
-        "limit": None if row.limit is None else dict(row.limit),
-        "weight": row.weight,
-        "holds": dict(row.holds),
-        "fair_share": dict(row.fair_share),
+        "name": standing.name,
+        "level": standing.level,
+        "parent": standing.parent,
+        "depth": standing.depth,
+        "weight": standing.weight,
+        "lends": standing.lends,
+        "borrows": standing.borrows,
+        "guarantee": {k.kind: k.guarantee for k in standing.kinds if k.guarantee > EPSILON},
+        "limit": limits or None,
+        "holds": {k.kind: k.in_use for k in standing.kinds if k.in_use > EPSILON},
+        "borrowed": {k.kind: k.borrowed for k in standing.kinds if k.borrowed > EPSILON},
+        "past_use": _kinds(row.past_use),
+        "fair_share": _kinds(row.fair_share),
     }
 
 
-def _pending_json(row: PendingRow) -> dict[str, object]:
-    answer = row.answer
+def _answer_json(answer: Answer) -> dict[str, object]:
     return {
-        "name": row.workload.name,
-        "tenant": row.workload.tenant,
-        "asks": dict(row.workload.resources),
+        "name": answer.job.id,
+        "tenant": answer.job.tenant,
+        "asks": _kinds(answer.job.ask),
+        "priority": answer.job.priority,
+        "outcome": answer.outcome,
         "starts": answer.starts,
-        **_answer_json(answer),
-        "victims": [{"name": v.name, "tenant": v.tenant} for v in answer.victims],
-        "wait_s": answer.wait_s,
-        "also": [_answer_json(other) for other in answer.also],
+        "reason": answer.reason,
+        "victims": [{"name": name, "tenant": tenant} for name, tenant in answer.victims],
+        "reserved": _kinds(answer.reserved),
     }
 
 
-def _answer_json(answer: PendingAnswer) -> dict[str, object]:
+def _kinds(amounts: Resources) -> dict[str, float]:
+    """The kinds of more than nothing, in a fixed order, float dust rounded away."""
     return {
-        "code": answer.code,
-        "queue": answer.queue,
-        "resource": answer.resource,
-        "used": answer.used,
-        "asked": answer.asked,
-        "bound": answer.bound,
-        "reason": answer.reason,
-        "change": answer.change,
+        kind: round(amounts[kind], 6) + 0.0
+        for kind in sorted(amounts, key=kind_order)
+        if amounts[kind] > EPSILON
     }
 
 
 # --- tables -----------------------------------------------------------------------------------
 
 
-def queues_table(report: QueueReport) -> Table:
-    capacity = ", ".join(f"{_number(a)} {r}" for r, a in report.capacity.items())
-    table = Table(title=escape(f"Queues on {capacity}"), title_justify="left")
-    for header in ("queue", "guarantee", "limit", "weight", "holds now", "fair share"):
+def queues_table(report: WhatIfReport) -> Table:
+    capacity = _amounts(report.capacity)
+    memory = f"half-life {_number(report.half_life_s)} s"
+    table = Table(title=escape(f"Queues on {capacity} ({memory})"), title_justify="left")
+    headers = ("queue", "guarantee", "limit", "weight", "holds now", "past use", "fair share")
+    for header in headers:
         table.add_column(header, justify="left" if header == "queue" else "right")
     for row in report.queues:
-        name = "  " * (row.depth - 1) + row.name + ("" if row.is_tenant else "/")
+        standing = row.standing
+        name = "  " * standing.depth + standing.name
+        name += "" if standing.level == "tenant" else "/"
+        limits = {k.kind: k.limit for k in standing.kinds if k.limit is not None}
         table.add_row(
             escape(name),
-            _amounts(row.guarantee),
-            "-" if row.limit is None else _amounts(row.limit),
-            _number(row.weight),
-            _amounts(row.holds),
+            _amounts({k.kind: k.guarantee for k in standing.kinds}),
+            _amounts(limits) if limits else "-",
+            _number(standing.weight),
+            _amounts({k.kind: k.in_use for k in standing.kinds}),
+            _amounts(row.past_use) if standing.level == "tenant" else "",
             _amounts(row.fair_share),
         )
     return table
 
 
-def pending_table(report: QueueReport) -> Table:
-    """One row a pending workload: its answer code, the queue and resource the answer is about
-    ("cluster" for the capacity) and its numbers."""
-    title = f"Pending workloads (minimum runtime before reclaim: {_number(report.min_runtime_s)} s)"
-    table = Table(title=title, title_justify="left")
+def pending_table(report: WhatIfReport) -> Table:
+    """One row a pending workload: what it asks and the admission round's answer for it."""
+    table = Table(title="Pending workloads: one admission round", title_justify="left")
     table.add_column("workload", no_wrap=True)
     table.add_column("tenant")
     table.add_column("asks", justify="right")
+    table.add_column("priority", justify="right")
     table.add_column("answer", no_wrap=True)
-    table.add_column("at")
-    table.add_column("holds/asks/bound", justify="right", no_wrap=True)
-    for row in report.pending:
-        answer = row.answer
-        where = answer.queue + (f" / {answer.resource}" if answer.resource else "")
-        numbers = (answer.used, answer.asked, answer.bound)
-        shown = " / ".join(_number(n) for n in numbers if n is not None) or "-"
-        style = "green" if answer.starts else "yellow"
+    table.add_column("preempts")
+    for answer in report.pending:
+        style = {"starts": "green", "preempts": "cyan"}.get(answer.outcome, "yellow")
         table.add_row(
-            escape(row.workload.name),
-            escape(row.workload.tenant),
-            _amounts(row.workload.resources),
-            f"[{style}]{escape(answer.code)}[/]",
-            escape(where),
-            shown,
+            escape(answer.job.id),
+            escape(answer.job.tenant),
+            _amounts(answer.job.ask),
+            str(answer.job.priority),
+            f"[{style}]{answer.outcome}[/]",
+            escape(", ".join(f"{name} ({tenant})" for name, tenant in answer.victims)) or "-",
         )
     return table
 
 
-def pending_details(report: QueueReport) -> Iterator[RenderableType]:
-    """For each pending workload: the reason and the change (which names the workloads it
-    preempts, or waits to preempt), then what else blocks."""
-    for row in report.pending:
-        answer = row.answer
-        yield Text.assemble((row.workload.name, "bold"), f" ({answer.code})")
-        lines = [answer.reason, answer.change]
-        lines += [f"Also ({other.code}): {other.reason}" for other in answer.also]
-        yield from (Padding(Text(line), (0, 0, 0, 2)) for line in lines)
+def pending_details(report: WhatIfReport) -> Iterator[RenderableType]:
+    """For each pending workload: its answer in words."""
+    for answer in report.pending:
+        yield Text.assemble((answer.job.id, "bold"), f" ({answer.outcome})")
+        yield Padding(Text(answer.reason), (0, 0, 0, 2))
 
 
 def _amounts(amounts: Resources) -> str:
-    shown = [f"{r} {_number(a)}" for r, a in amounts.items() if a]
-    return escape(", ".join(shown) or "0")
+    kinds = [kind for kind in sorted(amounts, key=kind_order) if amounts[kind] > EPSILON]
+    return escape(", ".join(f"{kind} {_number(amounts[kind])}" for kind in kinds) or "0")
 
 
 def _number(value: float) -> str:

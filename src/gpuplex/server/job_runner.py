@@ -35,6 +35,7 @@ from gpuplex.core.queues.tree import queue_tree
 from gpuplex.errors import JobStateError
 from gpuplex.retry import run_pass
 from gpuplex.server.context import ServerContext
+from gpuplex.server.job_usage import decayed_job_usage
 from gpuplex.store.job_reports import HostReport, JobReport, JobReports
 from gpuplex.store.jobs import Job
 from gpuplex.store.leader import Leadership, try_lead
@@ -105,7 +106,8 @@ def next_step(ctx: ServerContext, reports: JobReports) -> LifecycleStep | None:
     now = ctx.now()
     nodes = [n.name for n in applied.spec.fleet.nodes]
     unheard = unheard_nodes(nodes, reports.hosts(), ctx.job_runner_lead.since, now)
-    return step(applied.spec, applied.plan, tree, records, now.timestamp(), unheard)
+    usage = decayed_job_usage(ctx.jobs, tree, now)  # fair share over time
+    return step(applied.spec, applied.plan, tree, records, now.timestamp(), unheard, usage=usage)
 
 
 class JobRunner(threading.Thread):

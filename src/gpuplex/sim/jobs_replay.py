@@ -8,7 +8,9 @@ in `queue_order`; each admitted pod is placed with the placement policy on the c
 queues admit but no node can take stays queued ("no node has room") and does not run; the round's
 other admissions go on. Evictions are applied at once (a grace period of 0): the preempted pod
 leaves its node, goes back to its queue with its first arrival time, and later starts its whole
-runtime again; the round then runs again so the pod it was preempted for can start.
+runtime again; the round then runs again so the pod it was preempted for can start. Each tenant's
+decayed usage (fair share over time, with the tree's half-life) is kept step by step: between two
+instants every tenant held what its running pods hold (`gpuplex.core.queues.usage.decayed_since`).
 
 A pod asks num_gpu x gpu_milli / 1000 GPUs of the `gpus` kind (a share of a GPU counts as that
 fraction of a GPU); the capacity is the cluster's GPU count. FIFO is the same engine with one
@@ -28,6 +30,7 @@ import numpy as np
 from gpuplex.core.fragmentation.model import MILLI
 from gpuplex.core.queues.admission import Holding, QueuedJob, admit_ordered, queue_order
 from gpuplex.core.queues.tree import GPUS, QueueNode, QueueTree
+from gpuplex.core.queues.usage import decayed_since
 from gpuplex.core.trace import Choice, ClusterState, TraceNode, choose, policy_named
 from gpuplex.sim.openb import TimedPod
 
@@ -40,7 +43,7 @@ _SAMPLES_MOST = 5
 
 
 @dataclass(slots=True)
-class JobRecord:
+class PodRecord:
     """One pod's fate: when it arrived, first started and left (None: never), preemptions."""
 
     name: str
@@ -72,7 +75,7 @@ class JobsReplay:
     rules: str
     policy: str
     capacity_gpus: float
-    records: list[JobRecord]
+    records: list[PodRecord]
     samples: list[Sample] = field(default_factory=list)
     rounds: int = 0
     no_room: int = 0  # admissions that no node could take
@@ -119,7 +122,9 @@ class _Loop:
         self.state = ClusterState.empty(tuple(nodes))
         capacity = self.state.capacity_milli / MILLI
         self.tree = tree if tree is not None else fifo_tree(capacity)
-        self.tree = QueueTree.of(self.tree.root, {**self.tree.capacity, GPUS: capacity})
+        self.tree = QueueTree.of(
+            self.tree.root, {**self.tree.capacity, GPUS: capacity}, self.tree.half_life_s
+        )
         self.fifo = tree is None
         self.pods = pods
         self.tenants = tenants
@@ -130,7 +135,7 @@ class _Loop:
             policy,
             capacity,
             [
-                JobRecord(p.pod.name, t, p.pod.total_gpu_milli / MILLI, p.arrival_s / speedup)
+                PodRecord(p.pod.name, t, p.pod.total_gpu_milli / MILLI, p.arrival_s / speedup)
                 for p, t in zip(pods, tenants, strict=True)
             ],
         )
@@ -145,7 +150,10 @@ class _Loop:
         self.runs = [0] * len(pods)  # per pod: how many times it started (stale leaves ignored)
         self.allocated: dict[str, float] = {}
         self.demand: dict[str, float] = {}
+        self.held: dict[str, dict[str, float]] = {}  # per queue: what its running pods hold
+        self.usage: dict[str, dict[str, float]] = {}  # per queue: decayed past usage
         times = [r.arrival_s for r in self.result.records]
+        self.usage_at = min(times, default=0.0)
         span = max(times) - min(times) if times else 0.0
         self.step = span / max(samples, 1) if span > 0 else 1.0
         self.next_sample = min(times, default=0.0)
@@ -159,6 +167,10 @@ class _Loop:
         while self.events:
             now = self.events[0][0]
             self._sample_until(now)
+            self.usage = decayed_since(
+                self.usage, self.held, now - self.usage_at, self.tree.half_life_s
+            )
+            self.usage_at = now
             while self.events and self.events[0][0] == now:
                 _, kind, pod, run = heapq.heappop(self.events)
                 if kind == 1:
@@ -182,6 +194,7 @@ class _Loop:
         self.state.remove(choice.node, self.pods[pod].pod, choice.gpus)
         record = self.result.records[pod]
         self.allocated[record.tenant] -= record.gpus
+        self._hold(self.queue_of(pod), -record.gpus)
         if done:
             record.end_s = now
             self.demand[record.tenant] -= record.gpus
@@ -191,7 +204,8 @@ class _Loop:
         if not self.queued:
             return False
         self.result.rounds += 1
-        decision = admit_ordered(self.tree, list(self.holdings.values()), self.queues, now)
+        holdings = list(self.holdings.values())
+        decision = admit_ordered(self.tree, holdings, self.queues, now, usage=self.usage)
         started: set[str] = set()
         for job_id in decision.admitted:
             pod = self.queued[job_id]
@@ -222,9 +236,14 @@ class _Loop:
         self.holdings[pod] = Holding(str(pod), self.queue_of(pod), {GPUS: record.gpus}, 0, now)
         self.runs[pod] += 1
         self.allocated[record.tenant] = self.allocated.get(record.tenant, 0.0) + record.gpus
+        self._hold(self.queue_of(pod), record.gpus)
         runtime = self.pods[pod].runtime_s
         if runtime is not None:
             heapq.heappush(self.events, (now + runtime, 0, pod, self.runs[pod]))
+
+    def _hold(self, queue: str, gpus: float) -> None:
+        mine = self.held.setdefault(queue, {})
+        mine[GPUS] = max(0.0, mine.get(GPUS, 0.0) + gpus)
 
     def _enqueue_again(self, pod: int) -> None:
         """A preempted pod back in its queue with its first arrival time (its demand stays)."""

@@ -1,7 +1,7 @@
 """What `gpuplex simulate --arrivals trace` reports of a jobs replay, per tenant and over time.
 
 - queueing delay: first start - arrival, p50 and p99 over the pods that started;
-- fair share: the queue tree's `fair_shares` (gpuplex.core.queues.hierarchy: guarantees first,
+- fair share: the queue tree's `fair_shares` (gpuplex.core.queues.fair_share: guarantees first,
   then weighted DRF up to each tenant's demand and limit) with each tenant's demand at the sample
   (GPUs of its running and queued pods); a FIFO run is measured against the same tree's shares;
 - Jain's fairness index at a sample, over the tenants with a fair share above 0:
@@ -20,8 +20,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from gpuplex.core.queues.hierarchy import Queue, fair_shares
-from gpuplex.core.queues.tree import GPUS, QueueNode, QueueTree
+from gpuplex.core.queues.fair_share import fair_shares
+from gpuplex.core.queues.tree import GPUS, QueueTree
 from gpuplex.sim.jobs_replay import JobsReplay
 
 
@@ -67,8 +67,7 @@ def run_name(result: JobsReplay) -> str:
 
 def timeline(result: JobsReplay, tree: QueueTree) -> Timeline:
     """Allocation, fair shares and Jain's index at each of the run's samples."""
-    root = _hierarchy(tree.root)
-    capacity = {GPUS: result.capacity_gpus}
+    gpus = QueueTree.of(tree.root, {GPUS: result.capacity_gpus}, tree.half_life_s)
     tenants = tree.tenant_names()
     allocated: dict[str, list[float]] = {t: [] for t in tenants}
     fair: dict[str, list[float]] = {t: [] for t in tenants}
@@ -79,7 +78,7 @@ def timeline(result: JobsReplay, tree: QueueTree) -> Timeline:
             any(v > sample.allocated.get(t, 0.0) + 1e-9 for t, v in sample.demand.items())
         )
         demands = {t: {GPUS: sample.demand.get(t, 0.0)} for t in tenants}
-        shares = fair_shares(root, capacity, demands)
+        shares = fair_shares(gpus, demands)
         ratios = []
         for t in tenants:
             got, due = sample.allocated.get(t, 0.0), shares[t].get(GPUS, 0.0)
@@ -137,13 +136,3 @@ def csv_text(rows: Sequence[TenantRow], lines: Sequence[Timeline]) -> str:
             f"{r.mean_fair_gpus:.3f},{r.preemptions},{jain[r.run]}\n"
         )
     return out.getvalue()
-
-
-def _hierarchy(node: QueueNode) -> Queue:
-    return Queue(
-        node.name,
-        dict(node.guarantee),
-        None if node.limit is None else dict(node.limit),
-        node.weight,
-        tuple(_hierarchy(child) for child in node.children),
-    )

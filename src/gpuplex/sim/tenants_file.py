@@ -18,8 +18,10 @@
 A pod goes to the tenant of the first `pattern` rule its name matches; a pod that matches none is
 drawn among the `share` rules, each with probability share / (sum of shares), with the replay's
 seeded random generator. Only `gpus` amounts (guarantees, limits) constrain the replay: the
-capacity is the cluster's GPU count. Pure: validation returns every problem with its field path
-(`gpuplex.specfile.load_yaml_file` reads the file and places them at file:line:column).
+capacity is the cluster's GPU count; `queues.fair_sharing.half_life_s` is in replay time. Pure:
+validation (the spec's own models and tree rules, then the file's) returns every problem with
+its field path (`gpuplex.specfile.load_yaml_file` reads the file and places them at
+file:line:column).
 """
 
 from __future__ import annotations
@@ -30,11 +32,12 @@ from dataclasses import dataclass
 
 import numpy as np
 from pydantic import Field, StrictFloat, StrictInt, ValidationError
-from pydantic_core import ErrorDetails
 
 from gpuplex.core.queues.drf import Resources
 from gpuplex.core.queues.tree import QueueTree, tree_of
 from gpuplex.core.spec.fields import DnsLabel, SpecModel
+from gpuplex.core.spec.parse import did_you_mean, validation_problems
+from gpuplex.core.spec.queue_rules import check_queue_tree, tenant_queues
 from gpuplex.core.spec.queues import QueuesSpec
 from gpuplex.errors import SpecProblem
 
@@ -85,46 +88,25 @@ def parse_tenants_file(data: object) -> Tenants | list[SpecProblem]:
     try:
         spec = TenantsFileSpec.model_validate(data)
     except ValidationError as error:
-        return [_problem(detail) for detail in error.errors(include_url=False)]
-    problems = _check(spec)
+        return validation_problems(error, TenantsFileSpec)
+    problems = [*check_queue_tree(spec.queues), *_check(spec)]
     return problems if problems else Tenants(spec)
 
 
-def _problem(detail: ErrorDetails) -> SpecProblem:
-    kind = detail["type"]
-    message = detail["msg"].removeprefix("Value error, ")
-    if kind == "extra_forbidden":
-        message = "unknown key"
-    elif kind == "missing":
-        message = "required field is missing"
-    return SpecProblem(tuple(detail["loc"]), message)
-
-
 def _check(spec: TenantsFileSpec) -> list[SpecProblem]:
+    """A tenant's queue at least; rules that name tenants of `queues:` and carry exactly one of
+    a pattern and a share; a share rule for the pods no pattern matches."""
     problems: list[SpecProblem] = []
-    seen: set[str] = set()
-    tenants: set[str] = set()
-    for o, org in enumerate(spec.queues.organisations):
-        path: tuple[str | int, ...] = ("queues", "organisations", o)
-        for name, where in [(org.name, path)] + [
-            (q.name, (*path, "teams", t)) for t, q in enumerate(org.teams)
-        ]:
-            if name in seen:
-                problems.append(SpecProblem((*where, "name"), f"{name!r} is used twice"))
-            seen.add(name)
-        for t, team in enumerate(org.teams):
-            for n, tenant in enumerate(team.tenants):
-                where = (*path, "teams", t, "tenants", n, "name")
-                if tenant.name in seen:
-                    problems.append(SpecProblem(where, f"{tenant.name!r} is used twice"))
-                seen.add(tenant.name)
-                tenants.add(tenant.name)
+    tenants = [leaf.name for _, leaf in tenant_queues(spec.queues)]
     if not tenants:
         problems.append(SpecProblem(("queues", "organisations"), "no tenant queue: add one"))
     for i, rule in enumerate(spec.assign):
         if rule.tenant not in tenants:
             problems.append(
-                SpecProblem(("assign", i, "tenant"), f"{rule.tenant!r} is no tenant in queues:")
+                SpecProblem(
+                    ("assign", i, "tenant"),
+                    f"{rule.tenant!r} is no tenant in queues:{did_you_mean(rule.tenant, tenants)}",
+                )
             )
         if (rule.pattern is None) == (rule.share is None):
             problems.append(SpecProblem(("assign", i), "give exactly one of pattern and share"))

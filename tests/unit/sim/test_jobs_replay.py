@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from gpuplex.core.queues.tree import GPUS, Preemption, QueueNode, QueueTree
+from gpuplex.core.queues.tree import GPUS, PreemptionRules, QueueNode, QueueTree
 from gpuplex.core.spec.queues import WithinQueue
 from gpuplex.core.trace import TraceNode, TracePod
 from gpuplex.errors import SpecProblem
@@ -27,7 +27,7 @@ def pod(name: str, at: float, runtime: float | None, gpus: int = 1) -> TimedPod:
 
 def two_tenants(min_runtime_s: float = 0.0) -> QueueTree:
     """a is guaranteed 3 of the 4 GPUs, b nothing (it borrows)."""
-    rules = Preemption(min_runtime_s=min_runtime_s, within_queue=WithinQueue.NEVER)
+    rules = PreemptionRules(min_runtime_s=min_runtime_s, within_queue=WithinQueue.NEVER)
     a = QueueNode("a", "tenant", {GPUS: 3.0}, preemption=rules)
     b = QueueNode("b", "tenant", {}, preemption=rules)
     cap = {GPUS: 4.0}

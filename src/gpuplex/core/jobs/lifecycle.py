@@ -38,7 +38,7 @@ free already), and queued jobs say so.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from gpuplex.core.jobs.holdings import plan_holdings, request_ask
@@ -55,6 +55,7 @@ from gpuplex.core.jobs.states import (
 from gpuplex.core.plan import Plan
 from gpuplex.core.plan.model import Placement
 from gpuplex.core.queues.admission import Holding, QueuedJob, admit
+from gpuplex.core.queues.drf import Resources
 from gpuplex.core.queues.tree import QueueTree
 from gpuplex.core.spec.document import GpuplexSpec
 from gpuplex.core.spec.jobs import JobSpec
@@ -124,9 +125,12 @@ def step(
     jobs: Sequence[JobRecord],
     now_s: float,
     unheard: Collection[str] = (),
+    *,
+    usage: Mapping[str, Resources] | None = None,
 ) -> LifecycleStep:
     """One lifecycle step (see the module docstring). `unheard`: the nodes whose host has not
-    reported since the runner started."""
+    reported since the runner started. `usage`: each tenant's decayed past usage, for the
+    fair-share order above the guarantees (`gpuplex.core.queues.usage`)."""
     out: list[Transition] = []
     current = {j.id: j for j in jobs if j.state not in FINISHED_STATES}
     for record in list(current.values()):
@@ -160,6 +164,7 @@ def step(
             for j in ready
         ],
         now_s,
+        usage=usage,
     )
     evicted: set[str] = set()
     for eviction in decision.evictions:

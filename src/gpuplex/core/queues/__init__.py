@@ -1,3 +1,4 @@
-"""Hierarchical GPU queues (organisation -> team -> tenant) with weighted dominant resource fairness:
-guarantees, limits, fair shares and reclaim, the queue file of `gpuplex queues`, and why a workload
-is pending (docs/quotas.md). Pure."""
+"""The one queue model: the spec's `queues:` as a tree (organisation -> team -> tenant), the
+admission rules every path decides by (the job runner, the replay, the what-if of `gpuplex
+queues`, the Kueue render's semantics), preemption, fair share over time, and where each queue
+stands (docs/quotas.md). Pure."""

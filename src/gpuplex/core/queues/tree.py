@@ -19,7 +19,13 @@ from dataclasses import dataclass, field
 from gpuplex.core.queues.drf import Resources, add
 from gpuplex.core.spec.document import GpuplexSpec
 from gpuplex.core.spec.fleet import runs_mig, runs_whole
-from gpuplex.core.spec.queues import PreemptionSpec, QueueSpec, QueuesSpec, WithinQueue
+from gpuplex.core.spec.queues import (
+    DEFAULT_HALF_LIFE_S,
+    PreemptionSpec,
+    QueueSpec,
+    QueuesSpec,
+    WithinQueue,
+)
 from gpuplex.core.spec.tenants import QuotaSpec
 
 GPUS = "gpus"
@@ -32,7 +38,7 @@ DEFAULT_GRACE_S = 30.0
 
 
 @dataclass(frozen=True, slots=True)
-class Preemption:
+class PreemptionRules:
     """A queue's preemption rules, inherited values filled in."""
 
     reclaim: bool = True
@@ -52,7 +58,7 @@ class QueueNode:
     weight: float = 1.0
     lends: bool = True
     borrows: bool = True
-    preemption: Preemption = field(default_factory=Preemption)
+    preemption: PreemptionRules = field(default_factory=PreemptionRules)
     children: tuple[QueueNode, ...] = ()
 
     def walk(self) -> Iterator[QueueNode]:
@@ -67,15 +73,19 @@ class QueueNode:
 
 @dataclass(frozen=True, slots=True)
 class QueueTree:
-    """The root (the whole cluster, guarantee = capacity), and per queue its ancestors."""
+    """The root (the whole cluster, guarantee = capacity), per queue its ancestors, and how long
+    fair sharing remembers past usage (`gpuplex.core.queues.usage`)."""
 
     root: QueueNode
     capacity: Resources
     #: per queue name: the queues from the root down to it (itself last)
     paths: Mapping[str, tuple[QueueNode, ...]]
+    half_life_s: float = float(DEFAULT_HALF_LIFE_S)
 
     @classmethod
-    def of(cls, root: QueueNode, capacity: Resources) -> QueueTree:
+    def of(
+        cls, root: QueueNode, capacity: Resources, half_life_s: float = DEFAULT_HALF_LIFE_S
+    ) -> QueueTree:
         paths: dict[str, tuple[QueueNode, ...]] = {}
 
         def note(queue: QueueNode, above: tuple[QueueNode, ...]) -> None:
@@ -84,7 +94,7 @@ class QueueTree:
                 note(child, paths[queue.name])
 
         note(root, ())
-        return cls(root, dict(capacity), paths)
+        return cls(root, dict(capacity), paths, float(half_life_s))
 
     def tenant(self, name: str) -> QueueNode | None:
         path = self.paths.get(name)
@@ -146,7 +156,7 @@ def queue_tree(spec: GpuplexSpec, capacity: Resources | None = None) -> QueueTre
 def tree_of(queues: QueuesSpec, capacity: Resources) -> QueueTree:
     """The tree of a `queues:` section under a root holding `capacity`."""
     capacity = dict(capacity)
-    top = _preemption(queues.preemption, Preemption())
+    top = _preemption(queues.preemption, PreemptionRules())
     organisations = []
     for org in queues.organisations:
         org_rules = _preemption(org.preemption, top)
@@ -166,11 +176,11 @@ def tree_of(queues: QueuesSpec, capacity: Resources) -> QueueTree:
         preemption=top,
         children=tuple(organisations),
     )
-    return QueueTree.of(root, capacity)
+    return QueueTree.of(root, capacity, queues.fair_sharing.half_life_s)
 
 
 def _node(
-    spec: QueueSpec, level: str, rules: Preemption, children: tuple[QueueNode, ...]
+    spec: QueueSpec, level: str, rules: PreemptionRules, children: tuple[QueueNode, ...]
 ) -> QueueNode:
     return QueueNode(
         name=spec.name,
@@ -185,8 +195,8 @@ def _node(
     )
 
 
-def _preemption(spec: PreemptionSpec, parent: Preemption) -> Preemption:
-    return Preemption(
+def _preemption(spec: PreemptionSpec, parent: PreemptionRules) -> PreemptionRules:
+    return PreemptionRules(
         reclaim=parent.reclaim if spec.reclaim is None else spec.reclaim,
         within_queue=parent.within_queue if spec.within_queue is None else spec.within_queue,
         min_runtime_s=(

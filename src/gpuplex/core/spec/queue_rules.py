@@ -1,7 +1,8 @@
 """Rules for `queues:` that pydantic cannot express: every leaf is a tenant of the spec and appears
 once, names are unique across the tree, MIG profiles exist, a guarantee fits its own limit, and the
-guarantees below a queue fit inside its own (the organisations' inside the fleet, where it is
-known). A tenant's long-running replicas count against its queue, so they must fit its limit."""
+guarantees below a queue fit inside its own. A tenant's long-running replicas count against its
+queue, so they must fit its limit. `check_queue_tree` is the part about the tree alone (the what-if
+of `gpuplex queues` checks its tree with it)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from collections.abc import Iterator
 from gpuplex.core.catalog import GPU_MODELS
 from gpuplex.core.spec.document import GpuplexSpec
 from gpuplex.core.spec.parse import did_you_mean
-from gpuplex.core.spec.queues import QueueSpec
+from gpuplex.core.spec.queues import QueueSpec, QueuesSpec, TenantQueueSpec
 from gpuplex.core.spec.tenants import QuotaSpec
 from gpuplex.errors import FieldPath, SpecProblem
 
@@ -22,14 +23,31 @@ def check_queues(spec: GpuplexSpec) -> Iterator[SpecProblem]:
     queues = spec.queues
     if not queues.enabled:
         return
+    yield from check_queue_tree(queues)
     tenants = {t.name: t for t in spec.tenants}
-    names: dict[str, FieldPath] = {}
     seen_tenants: dict[str, FieldPath] = {}
+    for path, leaf in tenant_queues(queues):
+        if leaf.name not in tenants:
+            hint = did_you_mean(leaf.name, list(tenants))
+            yield SpecProblem(
+                (*path, "name"), f"unknown tenant {leaf.name!r}{hint}: a leaf is a tenant"
+            )
+        elif leaf.name in seen_tenants:
+            yield SpecProblem((*path, "name"), f"tenant {leaf.name!r} is in more than one team")
+        else:
+            seen_tenants[leaf.name] = path
+            yield from _replicas_fit(spec, leaf.name, leaf.limit, path)
+
+
+def check_queue_tree(queues: QueuesSpec, at: FieldPath = ("queues",)) -> Iterator[SpecProblem]:
+    """The rules of the tree alone (`at`: where `queues` is in the file): unique names, known MIG
+    profiles, guarantees within their own limits and inside their parents'."""
+    names: dict[str, FieldPath] = {}
     for o, org in enumerate(queues.organisations):
-        org_path: FieldPath = ("queues", "organisations", o)
+        org_path: FieldPath = (*at, "organisations", o)
         yield from _unique(names, org.name, org_path)
         yield from _check_queue(org, org_path)
-        yield from _children_fit(org, [team for team in org.teams], (*org_path, "teams"))
+        yield from _children_fit(org, list(org.teams), (*org_path, "teams"))
         for m, team in enumerate(org.teams):
             team_path: FieldPath = (*org_path, "teams", m)
             yield from _unique(names, team.name, team_path)
@@ -39,18 +57,16 @@ def check_queues(spec: GpuplexSpec) -> Iterator[SpecProblem]:
                 path: FieldPath = (*team_path, "tenants", n)
                 yield from _unique(names, leaf.name, path)
                 yield from _check_queue(leaf, path)
-                if leaf.name not in tenants:
-                    hint = did_you_mean(leaf.name, list(tenants))
-                    yield SpecProblem(
-                        (*path, "name"), f"unknown tenant {leaf.name!r}{hint}: a leaf is a tenant"
-                    )
-                elif leaf.name in seen_tenants:
-                    yield SpecProblem(
-                        (*path, "name"), f"tenant {leaf.name!r} is in more than one team"
-                    )
-                else:
-                    seen_tenants[leaf.name] = path
-                    yield from _replicas_fit(spec, leaf.name, leaf.limit, path)
+
+
+def tenant_queues(
+    queues: QueuesSpec, at: FieldPath = ("queues",)
+) -> Iterator[tuple[FieldPath, TenantQueueSpec]]:
+    """Every tenant's queue with its field path, in file order."""
+    for o, org in enumerate(queues.organisations):
+        for m, team in enumerate(org.teams):
+            for n, leaf in enumerate(team.tenants):
+                yield (*at, "organisations", o, "teams", m, "tenants", n), leaf
 
 
 def _unique(names: dict[str, FieldPath], name: str, path: FieldPath) -> Iterator[SpecProblem]:

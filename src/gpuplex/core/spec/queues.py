@@ -13,8 +13,13 @@ running or preempting), and `max_submits_per_minute` how many it may submit in a
 without end). Both are set once for every tenant under `queues:`, and per tenant's queue to
 override them. A submit past either is refused (`too_many_jobs`), so no tenant floods the store.
 
+`fair_sharing.half_life_s` is how long fair sharing remembers: above the guarantees, the tenant
+with the least weighted usage goes first, its past usage decayed by half per half-life (0: only
+what it holds now counts).
+
     queues:
       preemption: {reclaim: true, within_queue: lower_priority, min_runtime_s: 300, grace_s: 30}
+      fair_sharing: {half_life_s: 86400}
       max_active_jobs: 1000      # per tenant; a tenant's queue may set its own
       max_submits_per_minute: 600
       organisations:
@@ -62,6 +67,23 @@ class PreemptionSpec(SpecModel):
     )
     grace_s: StrictFloat | StrictInt | None = Field(
         default=None, ge=0, le=3600, description="SIGTERM to SIGKILL (default 30 s)."
+    )
+
+
+#: How long fair sharing remembers when `queues.fair_sharing` does not say: a day.
+DEFAULT_HALF_LIFE_S = 86_400
+#: The longest half-life accepted: a year (usage older than 8 half-lives is not kept).
+MAX_HALF_LIFE_S = 365 * 86_400
+
+
+class FairSharingSpec(SpecModel):
+    """How the order above the guarantees remembers past usage."""
+
+    half_life_s: StrictFloat | StrictInt = Field(
+        default=DEFAULT_HALF_LIFE_S,
+        ge=0,
+        le=MAX_HALF_LIFE_S,
+        description="Past usage counts half after this long (0: only what is held now).",
     )
 
 
@@ -118,6 +140,7 @@ class OrganisationQueueSpec(QueueSpec):
 
 class QueuesSpec(SpecModel):
     preemption: PreemptionSpec = Field(default_factory=PreemptionSpec)
+    fair_sharing: FairSharingSpec = Field(default_factory=FairSharingSpec)
     max_active_jobs: StrictInt = Field(
         default=DEFAULT_MAX_ACTIVE_JOBS,
         ge=0,

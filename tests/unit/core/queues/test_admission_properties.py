@@ -18,7 +18,7 @@ from gpuplex.core.queues.admission import (
     admit,
 )
 from gpuplex.core.queues.drf import Resources, add, fits, subtract
-from gpuplex.core.queues.tree import GPUS, Preemption, QueueNode, QueueTree
+from gpuplex.core.queues.tree import GPUS, PreemptionRules, QueueNode, QueueTree
 
 MIG = "mig:1g.10gb"
 KINDS = (GPUS, MIG)
@@ -46,7 +46,7 @@ def trees(draw: st.DrawFn, *, all_lend: bool = False) -> QueueTree:
             weight=float(draw(st.integers(1, 3))),
             lends=all_lend or draw(st.booleans()) or level != "tenant",
             borrows=draw(st.booleans()) or level != "tenant",
-            preemption=Preemption(min_runtime_s=float(draw(st.sampled_from([0, 10])))),
+            preemption=PreemptionRules(min_runtime_s=float(draw(st.sampled_from([0, 10])))),
             children=children,
         )
 

@@ -5,7 +5,7 @@ job short of it, and the reasons a tenant reads."""
 from __future__ import annotations
 
 from gpuplex.core.queues.admission import Holding, QueuedJob, admit
-from gpuplex.core.queues.tree import GPUS, Preemption, QueueNode, QueueTree
+from gpuplex.core.queues.tree import GPUS, PreemptionRules, QueueNode, QueueTree
 from gpuplex.core.spec.queues import WithinQueue
 
 
@@ -57,7 +57,7 @@ def test_a_higher_priority_job_preempts_its_own_queues_lower_priority_work_only(
 
 
 def test_within_queue_never_and_min_runtime_protect_running_work() -> None:
-    never = Preemption(within_queue=WithinQueue.NEVER)
+    never = PreemptionRules(within_queue=WithinQueue.NEVER)
     queues = tree(leaf("a", guarantee=1.0, limit={GPUS: 1.0}, preemption=never), gpus=4.0)
     running = [Holding("a-low", "a", {GPUS: 1.0}, priority=0, started_s=0.0)]
     decision = admit(queues, running, [job("urgent", "a", priority=9)], now_s=1000.0)
@@ -81,7 +81,7 @@ def test_a_non_lenders_idle_guarantee_is_nobody_elses() -> None:
 
 
 def test_the_first_claim_short_of_capacity_has_it_held_and_later_small_ones_wait() -> None:
-    patient = Preemption(min_runtime_s=10_000.0)  # nothing old enough to reclaim
+    patient = PreemptionRules(min_runtime_s=10_000.0)  # nothing old enough to reclaim
     queues = tree(leaf("a", preemption=patient), leaf("b", guarantee=2.0, preemption=patient))
     running = [Holding("x", "a", {GPUS: 3.0}, started_s=0.0)]
     stream = [job("big", "b", gpus=2.0, at=1.0), job("small", "a", at=2.0)]

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from gpuplex.core.queues.tree import GPUS, MIG_PREFIX, Preemption, queue_tree
+from gpuplex.core.queues.tree import GPUS, MIG_PREFIX, PreemptionRules, queue_tree
 from gpuplex.core.spec import GpuplexSpec, validate_spec
 from gpuplex.core.spec.queues import JobCaps, WithinQueue
 
@@ -101,7 +101,43 @@ CASES: list[tuple[str, dict[str, Any], tuple[str | int, ...], str]] = [
         ("queues", "preemption", "within_queue"),
         "lower_priority",
     ),
+    (
+        "negative half-life",
+        spec([org(team(leaf("contoso")))], fair_sharing={"half_life_s": -1}),
+        ("queues", "fair_sharing", "half_life_s"),
+        "greater than or equal to 0",
+    ),
+    (
+        "half-life past a year",
+        spec([org(team(leaf("contoso")))], fair_sharing={"half_life_s": 400 * 86_400}),
+        ("queues", "fair_sharing", "half_life_s"),
+        "less than or equal to 31536000",
+    ),
+    (
+        "half-life as text",
+        spec([org(team(leaf("contoso")))], fair_sharing={"half_life_s": "1d"}),
+        ("queues", "fair_sharing", "half_life_s", "float"),  # as min_runtime_s says it
+        "Input should be a valid number",
+    ),
+    (
+        "fair sharing typo",
+        spec([org(team(leaf("contoso")))], fair_sharing={"halflife_s": 60}),
+        ("queues", "fair_sharing", "halflife_s"),
+        'did you mean "half_life_s"',
+    ),
 ]
+
+
+def test_the_half_life_is_a_day_unless_queues_say_otherwise() -> None:
+    default = validate_spec(spec([org(team(leaf("contoso")))]))
+    assert isinstance(default, GpuplexSpec), default
+    tree = queue_tree(default)
+    assert tree is not None
+    assert tree.half_life_s == 86_400
+    hour = validate_spec(spec([org(team(leaf("contoso")))], fair_sharing={"half_life_s": 3600}))
+    assert isinstance(hour, GpuplexSpec), hour
+    assert (tree := queue_tree(hour)) is not None
+    assert tree.half_life_s == 3600
 
 
 @pytest.mark.parametrize(("label", "data", "path", "message"), CASES, ids=[c[0] for c in CASES])
@@ -145,8 +181,8 @@ def test_the_tree_has_the_kinds_the_inherited_rules_and_the_fleets_capacity() ->
     assert fabrikam is not None
     assert contoso.guarantee == {GPUS: 2.0, MIG_PREFIX + "1g.10gb": 3.0}
     assert contoso.weight == 3.0
-    assert contoso.preemption == Preemption(True, WithinQueue.NEVER, 60.0, 30.0)
-    assert fabrikam.preemption == Preemption(True, WithinQueue.NEVER, 60.0, 5.0)
+    assert contoso.preemption == PreemptionRules(True, WithinQueue.NEVER, 60.0, 30.0)
+    assert fabrikam.preemption == PreemptionRules(True, WithinQueue.NEVER, 60.0, 5.0)
     assert not fabrikam.lends
     assert [q.name for q in tree.paths["adatum"]] == ["cluster", "globex", "ops", "adatum"]
     assert not tree.paths["adatum"][1].borrows
