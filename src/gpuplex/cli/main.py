@@ -45,6 +45,7 @@ from gpuplex.core.catalog import Catalog
 from gpuplex.core.plan import Plan, Target, make_plan
 from gpuplex.core.plan.explain import explain as explain_workload
 from gpuplex.core.plan.node_sharing import target_of
+from gpuplex.core.plural import counted
 from gpuplex.core.report.placement_cost import placement_cost
 from gpuplex.core.spec import GpuplexSpec
 from gpuplex.core.spec.parse import did_you_mean
@@ -128,7 +129,10 @@ def validate(file: SpecFile) -> None:
     warn_port_clashes(spec, offline_plan(spec, None, Target.HOST), file)
     workloads = sum(len(t.workloads) for t in spec.tenants)
     gpus = sum(g.count for n in spec.fleet.nodes for g in n.gpus)
-    out.print(f"[green]valid[/]: {len(spec.tenants)} tenants, {workloads} workloads, {gpus} GPUs")
+    counts = ", ".join(
+        (counted(len(spec.tenants), "tenant"), counted(workloads, "workload"), counted(gpus, "GPU"))
+    )
+    out.print(f"[green]valid[/]: {counts}")
 
 
 @app.command()

@@ -50,8 +50,8 @@ queues:
               guarantee: {gpus: 3}
             - name: fabrikam
 """
-CONTOSO_WAITS = "contoso would pass its limit: 3 mig:3g.40gb held + 1 asked > 3"
-HOBBYISTS_WAIT = "hobbyists would pass its limit: 48 gpu_memory_gib held + 40 asked > 64"
+CONTOSO_WAITS = "contoso would pass its limit: 3 MIG 3g.40gb slices held + 1 asked > 3"
+HOBBYISTS_WAIT = "hobbyists would pass its limit: 48 GiB of GPU memory held + 40 asked > 64"
 OTHERS = ("hobbyists", "northwind", "fabrikam", "enterprise", "premium")
 
 

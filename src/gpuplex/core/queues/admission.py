@@ -33,6 +33,7 @@ import heapq
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
+from gpuplex.core.queues.amounts import amount_words
 from gpuplex.core.queues.drf import EPSILON, Resources, add, fits, subtract
 from gpuplex.core.queues.tree import QueueNode, QueueTree
 from gpuplex.core.spec.queues import WithinQueue
@@ -400,26 +401,26 @@ def _over(after: Resources, bound: Resources, ask: Resources, *, named: bool = F
             continue
         if after.get(kind, 0.0) > bound.get(kind, 0.0) + EPSILON:
             return (
-                f"{_number(after[kind] - amount)} {kind} held + {_number(amount)} asked > "
+                f"{amount_words(after[kind] - amount, kind)} held + {_number(amount)} asked > "
                 f"{_number(bound.get(kind, 0.0))}"
             )
     return None
 
 
 def _too_big(ask: Resources, bound: Resources, *, named: bool = False) -> str | None:
-    """`4 gpus asked > 3` for the first kind `ask` alone takes past `bound`, else None (`named`:
+    """`4 GPUs asked > 3` for the first kind `ask` alone takes past `bound`, else None (`named`:
     as `_over`)."""
     for kind, amount in ask.items():
         if named and kind not in bound:
             continue
         if amount > bound.get(kind, 0.0) + EPSILON:
-            return f"{_number(amount)} {kind} asked > {_number(bound.get(kind, 0.0))}"
+            return f"{amount_words(amount, kind)} asked > {_number(bound.get(kind, 0.0))}"
     return None
 
 
 def _short(ask: Resources, room: Resources) -> str:
     parts = [
-        f"{_number(v - room.get(k, 0.0))} {k}"
+        amount_words(v - room.get(k, 0.0), k)
         for k, v in ask.items()
         if v > room.get(k, 0.0) + EPSILON
     ]

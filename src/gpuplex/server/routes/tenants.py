@@ -11,6 +11,7 @@ from pydantic import BaseModel
 from gpuplex.core.access import Permission, Principal, visible_tenants
 from gpuplex.core.plan import Plan
 from gpuplex.core.spec import TenantSpec
+from gpuplex.core.spec.parse import did_you_mean
 from gpuplex.revision import AppliedRevision
 from gpuplex.server.auth import CurrentPrincipal, no_such_tenant, require
 from gpuplex.server.context import ServerContext, server_context
@@ -104,12 +105,18 @@ def redact_tenants(text: str, principal: Principal, tenants: list[str]) -> str:
     return text
 
 
-def applied_tenant(ctx: ServerContext, name: str) -> tuple[AppliedRevision, TenantSpec]:
-    """The applied spec and the named tenant in it; 404 when there is none (check RBAC first)."""
+def applied_tenant(
+    ctx: ServerContext, name: str, principal: Principal | None = None
+) -> tuple[AppliedRevision, TenantSpec]:
+    """The applied spec and the named tenant in it; 404 when there is none (check RBAC first).
+    A platform `principal`, who may see every tenant, is told the closest name it may have
+    meant; nobody else is (a tenant's caller must not learn other tenants' names)."""
     applied = ctx.current.get()
     tenant = applied.tenant(name) if applied is not None else None
     if applied is None or tenant is None:
-        raise no_such_tenant(name)
+        known = applied.tenant_names if applied is not None else []
+        hint = did_you_mean(name, known) if principal is not None and principal.is_platform else ""
+        raise no_such_tenant(name, hint)
     return applied, tenant
 
 

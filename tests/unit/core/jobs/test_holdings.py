@@ -90,7 +90,7 @@ def test_the_plans_replicas_hold_what_they_were_given_and_are_never_preempted() 
     ]
     decision = admit(tree, holdings, jobs, now_s=10_000.0)
     assert decision.admitted == ("one",)
-    assert decision.waiting["two"] == "contoso would pass its limit: 3 gpus held + 1 asked > 3"
+    assert decision.waiting["two"] == "contoso would pass its limit: 3 GPUs held + 1 asked > 3"
     assert decision.evictions == ()
     # adatum (no guarantee) borrowing the last two GPUs is fine; contoso's replicas stay put
     grab = [QueuedJob("grab", "adatum", {GPUS: 2.0}, submitted_s=3.0)]
