@@ -12,6 +12,7 @@ from typing import Any
 
 import httpx
 import pytest
+import yaml
 
 from gpuplex.clock import utc_now
 from gpuplex.core.jobs.states import JobState
@@ -55,6 +56,13 @@ HOBBYISTS_WAIT = "hobbyists would pass its limit: 48 GiB of GPU memory held + 40
 OTHERS = ("hobbyists", "northwind", "fabrikam", "enterprise", "premium")
 
 
+def with_queues(queues_yaml: str) -> str:
+    """The example spec with its `queues:` section replaced by `queues_yaml`'s."""
+    spec = yaml.safe_load(SPEC.read_text())
+    spec["queues"] = yaml.safe_load(queues_yaml)["queues"]
+    return yaml.safe_dump(spec, sort_keys=False)
+
+
 def _api(stack: Stack, method: str, path: str, body: Any = None, token: str | None = None) -> Any:
     reply = httpx.request(
         method,
@@ -96,7 +104,7 @@ def jobs(stack: Stack) -> dict[str, str]:
         stack,
         "POST",
         "/spec/apply",
-        {"spec_yaml": SPEC.read_text() + QUEUES_YAML, "base_revision": current["revision"]},
+        {"spec_yaml": with_queues(QUEUES_YAML), "base_revision": current["revision"]},
     )
     engine = open_store(f"sqlite:///{stack.state_dir.parent / 'gpuplex.db'}")
     try:

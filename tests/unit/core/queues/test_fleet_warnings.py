@@ -16,7 +16,9 @@ from gpuplex.specfile import load_spec_text, locate_in_file
 from tests.e2e.cli_runs import run_in_process
 
 FLEET = {"nodes": [{"name": "box", "gpus": [{"model": "H100-80GB", "count": 2, "mig": "off"}]}]}
-TENANTS = [{"name": name, "workloads": []} for name in ("acme", "globex", "initech")]
+TENANTS: list[dict[str, Any]] = [
+    {"name": name, "workloads": []} for name in ("acme", "globex", "initech")
+]
 
 
 def spec(organisations: list[dict[str, Any]]) -> GpuplexSpec:
