@@ -43,7 +43,8 @@ from bench import jobs_end_to_end
 from bench.jobs_e2e_report import EngineFigure, print_summary
 from bench.planner_measure import machine
 from gpuplex.core.queues.admission import Holding, QueuedJob, admit_ordered, queue_order
-from gpuplex.core.queues.tree import GPUS, QueueNode, QueueTree
+from gpuplex.core.queues.tree import QueueNode, QueueTree
+from gpuplex.core.spec.quota_kinds import GPUS
 from gpuplex.core.trace import Choice, ClusterState, TraceNode, TracePod, choose, policy_named
 from gpuplex.sim.jobs_replay import replay_jobs
 from gpuplex.sim.jobs_report import tenant_rows, timeline

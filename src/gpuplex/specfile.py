@@ -8,7 +8,7 @@ reads (the queue file of `gpuplex queues`) with that file's own pure validator.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TypeVar
 
@@ -84,6 +84,15 @@ def load_yaml_text(
     if isinstance(result, list):  # the validator's problems (a validated value is never a list)
         raise SpecError(source, [_locate(problem, positions) for problem in result])
     return result
+
+
+def locate_in_file(path: Path, problems: Sequence[SpecProblem]) -> list[SpecProblem]:
+    """`problems` about the YAML file at `path` (one that was read and validated already: a
+    warning's), each placed at the line and column of its field."""
+    if not problems:
+        return []
+    _, positions = _parse_yaml(_decode(path.read_bytes(), str(path)), str(path))
+    return [_locate(problem, positions) for problem in problems]
 
 
 def _decode(raw: bytes | str, source: str) -> str:

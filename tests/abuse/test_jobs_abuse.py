@@ -37,9 +37,10 @@ from starlette.types import Message
 
 from gpuplex.core.jobs.states import JobState
 from gpuplex.core.queues.admission import Holding, QueuedJob, admit
-from gpuplex.core.queues.tree import GPU_MEMORY_GIB, QueueNode, QueueTree
+from gpuplex.core.queues.tree import QueueNode, QueueTree
 from gpuplex.core.spec.jobs import JobSpec
 from gpuplex.core.spec.queues import JobCaps
+from gpuplex.core.spec.quota_kinds import GPU_MEMORY_GIB
 from gpuplex.errors import TooManyJobsError
 from gpuplex.host.logs import log_paths
 from gpuplex.host.state import StateDir
@@ -269,12 +270,15 @@ def test_submitting_and_cancelling_in_a_loop_is_held_to_a_rate(api: Api) -> None
 def test_a_list_reads_one_page_however_many_finished_jobs_a_tenant_has(
     api: Api, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Finished jobs stay: listing them reads the page asked for from the store, not them all."""
+    """Finished jobs stay: listing them reads the page asked for from the store, not them all.
+    (A page with queued jobs also reads the jobs not finished, every tenant's, for why each
+    waits: as many as the queues' `max_active_jobs` allow, however long the history.)"""
     spec = JobSpec(tenant=TENANT_A, gpu={"memory_gib": 1}, command=["x"])  # type: ignore[arg-type]
     made = []
     for _ in range(45):
         api.clock.advance(timedelta(seconds=1))
         made.append(api.ctx.jobs.submit(spec, now=api.clock(), actor="t").id)
+        api.ctx.jobs.request_cancel(made[-1], TENANT_A, now=api.clock(), actor="t")
     read: list[str] = []
     real = jobs_store._job
 

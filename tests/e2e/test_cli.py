@@ -59,11 +59,11 @@ def test_plan_prints_a_table_and_summary(
     result = ok(run_subprocess("plan", example))
     plan = Plan.model_validate_json(plan_json[example])
     assert "Placements" in result.stdout
-    summary = [line for line in result.stdout.splitlines() if "replicas placed on" in line]
+    summary = [line for line in result.stdout.splitlines() if " placed on " in line]
     assert len(summary) == 1, result.stdout
     placed, gpus = plan.summary.replicas_placed, plan.summary.gpus_total
-    assert summary[0].startswith(f"{placed} replicas placed on ")
-    assert f" of {gpus} GPUs" in summary[0]
+    assert summary[0].startswith(f"{placed} replica{'' if placed == 1 else 's'} placed on ")
+    assert f" of {gpus} GPU{'' if gpus == 1 else 's'} (" in summary[0]
     for placement in plan.placements:
         assert f"{placement.tenant}/{placement.workload}#{placement.replica}" in result.stdout
 

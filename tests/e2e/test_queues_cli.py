@@ -49,7 +49,7 @@ def test_the_example_prints_both_tables(monkeypatch: pytest.MonkeyPatch) -> None
         result.stdout,
     )
     assert "preempting rl-sweep-2 for it; it starts when they stop" in result.stdout
-    assert "organisation acme would pass its limit: 40 gpus held" in result.stdout
+    assert "organisation acme would pass its limit: 40 GPUs held" in result.stdout
 
 
 def test_the_example_as_json(
@@ -65,12 +65,12 @@ def test_the_example_as_json(
     assert serve["victims"] == [{"name": "rl-sweep-2", "tenant": "robotics"}]
     assert serve["reserved"] == {"gpus": 8}
     assert pending["big-pretrain"]["reason"] == (
-        "organisation acme would pass its limit: 40 gpus held (of which 8 set aside for "
+        "organisation acme would pass its limit: 40 GPUs held (of which 8 set aside for "
         "waiting jobs) + 12 asked > 48"
     )
     # four GPUs are idle: interns used nothing, vision used 8 all of yesterday, so interns'
     # notebook goes first although augment-3 has waited longer
-    assert pending["augment-3"]["reason"] == "the cluster is short of 4 gpus for it"
+    assert pending["augment-3"]["reason"] == "the cluster is short of 4 GPUs for it"
     queues = {q["name"]: q for q in data["queues"]}
     assert set(queues) == {
         "cluster", "acme", "research", "vision", "nlp", "platform", "inference",
@@ -131,7 +131,7 @@ BAD: dict[str, BadFile] = {
         TEXT.replace("{name: nlp, guarantee: {gpus: 8},", "{name: nlp, guarantee: {gpus: 12},"),
         "tenants:",
         "queues.organisations[0].teams[0].tenants: the guarantees below 'research' add up to "
-        "20 gpus, more than its own guarantee of 16",
+        "20 GPUs, more than its own guarantee of 16",
     ),
     "negative amount": BadFile(
         TEXT.replace("asks: {gpus: 12}", "asks: {gpus: -12}"),

@@ -21,8 +21,9 @@ import pytest
 
 from gpuplex.core.plan import make_plan
 from gpuplex.core.queues.admission import Holding, QueuedJob, admit
-from gpuplex.core.queues.tree import GPUS, QueueTree, queue_tree
+from gpuplex.core.queues.tree import QueueTree, queue_tree
 from gpuplex.core.spec import GpuplexSpec, validate_spec
+from gpuplex.core.spec.quota_kinds import GPUS
 from gpuplex.kube.kueue import JOB_PRIORITIES, LOCAL_QUEUE, kueue_manifests
 from gpuplex.kube.naming import Manifest, namespace_for
 from tests.kube_real.kueue_manager import KueueManager

@@ -19,6 +19,7 @@ from rich.table import Table
 from gpuplex.cli.conventions import StoreOption, opened_store, reported
 from gpuplex.cli.help_pages import command_group
 from gpuplex.consoles import stdout_console
+from gpuplex.core.plural import counted
 
 if TYPE_CHECKING:
     from gpuplex.store.audit import AuditEntry
@@ -45,7 +46,7 @@ def verify_command(store: StoreOption = None) -> None:
         return
     out.print(
         f"[red]audit log damaged[/] at entry {verdict.first_bad_id}: {escape(verdict.reason)} "
-        f"({verdict.entries_checked} entries checked)",
+        f"({counted(verdict.entries_checked, 'entry', 'entries')} checked)",
         highlight=False,
         soft_wrap=True,
     )

@@ -10,6 +10,7 @@ import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import timedelta
+from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 import typer
@@ -20,6 +21,7 @@ from gpuplex.core.apply.desired import fleet_port_clashes
 from gpuplex.core.apply.users import root_warnings
 from gpuplex.core.plan import Plan, Target
 from gpuplex.core.plan.node_sharing import target_of
+from gpuplex.core.queues.fleet_warnings import guarantee_warnings
 from gpuplex.core.spec import GpuplexSpec
 from gpuplex.errors import GpuplexError, StoreError
 from gpuplex.settings import (
@@ -29,6 +31,7 @@ from gpuplex.settings import (
     gpuplex_home,
     store_url_is_explicit,
 )
+from gpuplex.specfile import locate_in_file
 
 if TYPE_CHECKING:
     from gpuplex.store import Engine
@@ -121,6 +124,19 @@ def warn_root_tenants(spec: GpuplexSpec) -> None:
     """Every tenant that opts in to running as root, on stderr (so `plan -o json` stays JSON)."""
     for warning in root_warnings(spec):
         err.print(f"[yellow]warning[/]: {escape(warning)}", highlight=False, soft_wrap=True)
+
+
+def warn_spec_file(spec: GpuplexSpec, path: Path) -> None:
+    """What is valid in the spec at `path` but likely a mistake (queues' guarantees past the
+    fleet), on stderr as errors are given: file:line:column, the field path, what to do."""
+    for warning in locate_in_file(path, guarantee_warnings(spec)):
+        where = f"{path}:{warning.line}:{warning.column}"
+        err.print(
+            f"[yellow]warning[/]: {escape(where)}: {escape(warning.dotted_path)}: "
+            f"{escape(warning.message)}",
+            highlight=False,
+            soft_wrap=True,
+        )
 
 
 def warn_port_clashes(spec: GpuplexSpec, plan: Plan, path: object) -> None:

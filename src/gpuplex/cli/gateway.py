@@ -11,6 +11,7 @@ import typer
 
 from gpuplex.cli.conventions import StoreOption
 from gpuplex.consoles import stderr_console
+from gpuplex.core.plural import counted
 from gpuplex.core.spec import GpuplexSpec
 from gpuplex.core.spec.gateway import LimiterBackend
 from gpuplex.errors import GatewayError
@@ -86,8 +87,8 @@ def gateway_command(
     settings.spool_dir.mkdir(parents=True, exist_ok=True)
     gw = spec.gateway
     err.print(
-        f"gateway on http://{gw.host}:{gw.port} with {gw.workers} worker(s), "
-        f"{len(spec.tenants)} tenants, limits in {gw.limiter}"
+        f"gateway on http://{gw.host}:{gw.port} with {counted(gw.workers, 'worker')}, "
+        f"{counted(len(spec.tenants), 'tenant')}, limits in {gw.limiter}"
     )
     if settings.metrics_token_sha256 is None and not gw.metrics_from:
         err.print(

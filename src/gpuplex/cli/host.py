@@ -24,6 +24,7 @@ from gpuplex.core.apply.actions import describe
 from gpuplex.core.apply.mig_commands import mig_mode_commands, nvidia_smi_commands
 from gpuplex.core.catalog import gpu_model
 from gpuplex.core.catalog.device_check import catalog_verdict
+from gpuplex.core.plural import counted
 from gpuplex.errors import NotFoundError
 from gpuplex.host import session
 from gpuplex.host.state import StateDir
@@ -137,7 +138,7 @@ def apply_command(
         )
     running = len(result.desired.workloads)
     out.print(
-        f"[green]applied[/]: {running} replicas on node {result.desired.node}; "
+        f"[green]applied[/]: {counted(running, 'replica')} on node {result.desired.node}; "
         "run `gpuplex host run` to keep supervising them"
     )
 

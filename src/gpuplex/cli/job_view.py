@@ -51,6 +51,8 @@ class OutputFormat(StrEnum):
 
 
 def jobs_table(tenant: str, items: list[dict[str, Any]]) -> Table:
+    """One row per job; `reason` is why a queued job waits now (as `job show` says it), else
+    the reason of its last state change."""
     table = Table(title=escape(f"Jobs of {tenant}"), title_justify="left")
     for column in ("id", "name", "state", "priority", "gpu", "submitted", "reason"):
         table.add_column(column)
@@ -62,7 +64,7 @@ def jobs_table(tenant: str, items: list[dict[str, Any]]) -> Table:
             str(job["priority"]),
             shown(gpu_words(job["job"]["gpu"])),
             shown(_time(job["submitted_at"])),
-            shown(job["reason"]),
+            _reason(job),
         )
     if not items:
         table.caption = "no jobs"
@@ -160,6 +162,13 @@ def gpu_words(gpu: dict[str, Any]) -> str:
     if gpu.get("compute_percent") is not None:
         words += f", {gpu['compute_percent']} % compute"
     return words
+
+
+def _reason(job: dict[str, Any]) -> str:
+    waiting = job.get("waiting_reason")
+    if waiting:
+        return f"[yellow]waits:[/] {shown(waiting)}"
+    return shown(job["reason"])
 
 
 def _state(state: str) -> str:

@@ -3,7 +3,9 @@
 
 A job comes from a YAML job file (a mistake is reported with file:line and the field) or from
 flags (`--gpu-count 1 --command "python train.py"`). The tenant is `--tenant`, else the job file's,
-else the token's own (a platform-admin token has none: give `--tenant`). Errors are one line on
+else the token's own (a platform-admin token has none: give `--tenant`). `show`, `logs` and
+`cancel` find a job by its id alone (`GET /jobs/{id}`), so a platform admin needs no `--tenant`
+there. Errors are one line on
 stderr with the error model's exit code (a bad job file exits 2, `job_invalid`)."""
 
 from __future__ import annotations
@@ -81,7 +83,7 @@ def submit_command(
     """Queue a job: from a YAML job file, or from flags."""
     flags: dict[str, Any] = {
         "gpu": _gpu(gpu_count, gpu_memory_gib, compute_percent, mig_profile),
-        "command": shlex.split(command) if command is not None else None,
+        "command": _command_words(command),
         "image": image,
         "env": _env(env or []),
         "priority": priority,
@@ -152,7 +154,7 @@ def show_command(
     """The job, its events, and for a queued job why it waits now."""
     with reported():
         api = ControlPlane.of(server, token)
-        reply = api.get_json(f"/tenants/{tenant or _own_tenant(api)}/jobs/{job_id}")
+        reply = api.get_json(f"/tenants/{tenant}/jobs/{job_id}" if tenant else f"/jobs/{job_id}")
     if output is OutputFormat.JSON:
         sys.stdout.write(json.dumps(reply, indent=2) + "\n")
     else:
@@ -170,7 +172,7 @@ def logs_command(
     """The last lines the job wrote (stdout, then stderr)."""
     with reported():
         api = ControlPlane.of(server, token)
-        owner = tenant or _own_tenant(api)
+        owner = tenant or _tenant_of_job(api, job_id)
         reply = api.get_json(f"/tenants/{owner}/jobs/{job_id}/logs", tail=str(tail))
     sys.stdout.write(logs_text(reply))
 
@@ -185,7 +187,8 @@ def cancel_command(
     """Cancel a job: a queued one at once, a running one when the runner stops it."""
     with reported():
         api = ControlPlane.of(server, token)
-        reply = api.post_json(f"/tenants/{tenant or _own_tenant(api)}/jobs/{job_id}/cancel")
+        owner = tenant or _tenant_of_job(api, job_id)
+        reply = api.post_json(f"/tenants/{owner}/jobs/{job_id}/cancel")
     out.print(f"{shown(reply['id'])}: {shown(reply['state'])} ({shown(reply['reason'])})")
 
 
@@ -259,6 +262,27 @@ def _gpu(
     return {key: value for key, value in gpu.items() if value is not None}
 
 
+def _command_words(command: str | None) -> list[str] | None:
+    """`--command` split as a shell would; an unbalanced quote is one line on stderr, exit 2."""
+    if command is None:
+        return None
+    with reported():
+        try:
+            return shlex.split(command)
+        except ValueError as error:  # shlex's "No closing quotation" or "No escaped character"
+            what = (
+                "it ends with a backslash that escapes nothing"
+                if "escaped" in str(error)
+                else "a quote is not closed"
+            )
+            problem = SpecProblem(
+                ("--command",),
+                f"cannot split {command!r} as a shell would: {what}; balance its quotes (the "
+                "shell takes one pair of quotes around the whole --command value)",
+            )
+            raise JobFileError("the flags", [problem]) from None
+
+
 def _env(pairs: list[str]) -> dict[str, str]:
     env = {}
     for pair in pairs:
@@ -267,6 +291,12 @@ def _env(pairs: list[str]) -> dict[str, str]:
             raise typer.BadParameter(f"{pair!r}: write K=V", param_hint="--env")
         env[key] = value
     return env
+
+
+def _tenant_of_job(api: ControlPlane, job_id: str) -> str:
+    """Whose the job is (`GET /jobs/{id}`: any tenant's for a platform admin, else only the
+    token's own tenant's)."""
+    return str(api.get_json(f"/jobs/{job_id}")["tenant"])
 
 
 def _own_tenant(api: ControlPlane) -> str:

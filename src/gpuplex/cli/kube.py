@@ -29,6 +29,7 @@ from rich.table import Table
 from gpuplex.cli.conventions import reported
 from gpuplex.cli.help_pages import command_group
 from gpuplex.consoles import stderr_console, stdout_console
+from gpuplex.core.plural import counted
 from gpuplex.kube.diff import ObjectAction, ObjectChange, summary
 from gpuplex.kube.naming import PLAN_SET, SELF_SET
 
@@ -144,7 +145,9 @@ def render_command(
             f"cannot write {output}: {error.strerror}", param_hint="--output"
         ) from None
     err.print(
-        f"wrote {len(written)} files to {escape(str(output))}", highlight=False, soft_wrap=True
+        f"wrote {counted(len(written), 'file')} to {escape(str(output))}",
+        highlight=False,
+        soft_wrap=True,
     )
 
 

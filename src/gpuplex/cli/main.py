@@ -17,7 +17,7 @@ from rich.markup import escape
 from gpuplex.cli.audit import audit_app
 from gpuplex.cli.bench import bench_app
 from gpuplex.cli.catalog_view import models_table, profiles_table
-from gpuplex.cli.conventions import warn_port_clashes, warn_root_tenants
+from gpuplex.cli.conventions import warn_port_clashes, warn_root_tenants, warn_spec_file
 from gpuplex.cli.gateway import gateway_command
 from gpuplex.cli.help_pages import command_group
 from gpuplex.cli.host import host_app
@@ -45,6 +45,7 @@ from gpuplex.core.catalog import Catalog
 from gpuplex.core.plan import Plan, Target, make_plan
 from gpuplex.core.plan.explain import explain as explain_workload
 from gpuplex.core.plan.node_sharing import target_of
+from gpuplex.core.plural import counted
 from gpuplex.core.report.placement_cost import placement_cost
 from gpuplex.core.spec import GpuplexSpec
 from gpuplex.core.spec.parse import did_you_mean
@@ -125,10 +126,14 @@ def validate(file: SpecFile) -> None:
     """Check a spec: shape, names, references, requests against the fleet and quotas."""
     spec = load_spec_file(file)
     warn_root_tenants(spec)
+    warn_spec_file(spec, file)
     warn_port_clashes(spec, offline_plan(spec, None, Target.HOST), file)
     workloads = sum(len(t.workloads) for t in spec.tenants)
     gpus = sum(g.count for n in spec.fleet.nodes for g in n.gpus)
-    out.print(f"[green]valid[/]: {len(spec.tenants)} tenants, {workloads} workloads, {gpus} GPUs")
+    counts = ", ".join(
+        (counted(len(spec.tenants), "tenant"), counted(workloads, "workload"), counted(gpus, "GPU"))
+    )
+    out.print(f"[green]valid[/]: {counts}")
 
 
 @app.command()
@@ -143,6 +148,7 @@ def plan(
     """Decide isolation and placement for every replica, and print the plan."""
     spec = load_spec_file(file)
     warn_root_tenants(spec)
+    warn_spec_file(spec, file)
     result = offline_plan(spec, current, target)
     if (target or target_of(spec)) is Target.HOST:
         warn_port_clashes(spec, result, file)

@@ -7,6 +7,7 @@ from rich.text import Text
 
 from gpuplex.core.catalog import gpu_model
 from gpuplex.core.plan import GpuView, MigSlicePlan, Mode, Placement, Plan
+from gpuplex.core.plural import counted
 from gpuplex.core.report.placement_cost import placement_cost
 from gpuplex.core.spec import GpuplexSpec
 from gpuplex.core.spec.document import PricingSpec
@@ -156,7 +157,8 @@ def _cells(gpu: GpuView, tenants: list[str]) -> Text:
 def summary_line(plan: Plan) -> str:
     s = plan.summary
     line = (
-        f"{s.replicas_placed} replicas placed on {s.gpus_used} of {s.gpus_total} GPUs "
+        f"{counted(s.replicas_placed, 'replica')} placed on {s.gpus_used} of "
+        f"{counted(s.gpus_total, 'GPU')} "
         f"({plan.policy})"
     )
     if s.replicas_infeasible:

@@ -19,7 +19,7 @@ from rich.table import Table
 
 from gpuplex.cli.conventions import reported
 from gpuplex.consoles import stderr_console, stdout_console
-from gpuplex.core.queues.tree import GPUS
+from gpuplex.core.spec.quota_kinds import GPUS
 from gpuplex.sim.jobs_replay import replay_jobs
 from gpuplex.sim.jobs_report import TenantRow, Timeline, csv_text, tenant_rows, timeline
 from gpuplex.sim.openb import load_nodes, load_timed_pods

@@ -7,6 +7,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from gpuplex.core.plural import counted
 from gpuplex.core.spec.runtime import LimitsSpec
 from gpuplex.errors import CgroupUnavailable
 
@@ -58,7 +59,7 @@ class AppliedLimits:
 
     def describe(self) -> str:
         """`cgroup v1: cpu 0.5 cores, memory 256 MiB, pids 64`."""
-        cpu = "unlimited" if self.cpu_cores is None else f"{self.cpu_cores:g} cores"
+        cpu = "unlimited" if self.cpu_cores is None else counted(self.cpu_cores, "core")
         memory = "unlimited"
         if self.memory_max_bytes is not None:
             memory = f"{self.memory_max_bytes / _MIB_BYTES:g} MiB"

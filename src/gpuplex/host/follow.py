@@ -28,6 +28,7 @@ from gpuplex.core.jobs.live import LiveJob, live_revision
 from gpuplex.core.jobs.placement import job_workload_name
 from gpuplex.core.jobs.states import HOLDING_STATES, LEAVING_STATES
 from gpuplex.core.plan.model import Placement
+from gpuplex.core.plural import counted
 from gpuplex.core.queues.tree import queue_tree
 from gpuplex.errors import GpuplexError, NotFoundError
 from gpuplex.host.job_reports import done_with, job_reports, placed_on, runs_here
@@ -156,8 +157,13 @@ class RevisionFollower:
             return None
         self._dirs.write_desired(desired)
         replicas = len(desired.host.workloads)
-        jobs_here = f", {len(running)} of them jobs" if running else ""
-        self._event("revision", target, f"running it: {replicas} replicas on this node{jobs_here}")
+        jobs_here = f", {len(running)} of them {'a job' if len(running) == 1 else 'jobs'}"
+        jobs_here = jobs_here if running else ""
+        self._event(
+            "revision",
+            target,
+            f"running it: {counted(replicas, 'replica')} on this node{jobs_here}",
+        )
         return desired
 
     def _refuse(self, refused: dict[str, str]) -> None:

@@ -29,12 +29,15 @@ from __future__ import annotations
 from typing import Any
 
 from gpuplex.core.plan import Plan
-from gpuplex.core.queues.tree import COMPUTE_PERCENT, GPU_MEMORY_GIB, QueueNode, queue_tree
+from gpuplex.core.plural import counted
+from gpuplex.core.queues.tree import QueueNode, queue_tree
 from gpuplex.core.spec import GpuplexSpec
 from gpuplex.core.spec.queues import WithinQueue
+from gpuplex.core.spec.quota_kinds import COMPUTE_PERCENT, GPU_MEMORY_GIB, amount_words
 from gpuplex.kube.kueue_flavors import (
     KUEUE_API,
     NODE_FLAVOR,
+    SHARED,
     FlavorResource,
     KueueFlavors,
     kueue_flavors,
@@ -137,10 +140,15 @@ def _allot(
                     amount -= mine[key]
                     left[key] = left.get(key, 0) - mine[key]
                 if amount > 0:
+                    what = (
+                        counted(amount, "shared-GPU replica")
+                        if kind == SHARED
+                        else amount_words(amount, kind)
+                    )
                     notes.append(
-                        f"queue {child.name}: {amount} {kind} of its guarantee are not in Kueue's "
-                        "quotas: Kubernetes does not offer that many (the device plugin shares "
-                        "the full GPUs of a node the plan shares)"
+                        f"queue {child.name}: Kueue's quotas leave out {what} of its guarantee: "
+                        "Kubernetes does not offer that many (the device plugin shares the full "
+                        "GPUs of a node the plan shares)"
                     )
             out[child.name] = mine
             carve(child)

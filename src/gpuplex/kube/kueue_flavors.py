@@ -26,9 +26,9 @@ from dataclasses import dataclass
 
 from gpuplex.core.plan import Mode, Plan
 from gpuplex.core.queues.drf import Resources
-from gpuplex.core.queues.tree import COMPUTE_PERCENT, GPU_MEMORY_GIB, GPUS, MIG_PREFIX
 from gpuplex.core.spec import GpuplexSpec
 from gpuplex.core.spec.fleet import runs_mig, runs_whole
+from gpuplex.core.spec.quota_kinds import COMPUTE_PERCENT, GPU_MEMORY_GIB, GPUS, MIG_PREFIX
 from gpuplex.kube.device_plugin import MIN_REPLICAS
 from gpuplex.kube.naming import (
     GPU_RESOURCE,

@@ -101,6 +101,7 @@ def require(principal: Principal, permission: Permission, tenant: str | None = N
         )
 
 
-def no_such_tenant(tenant: str) -> ApiProblem:
-    """The one answer for a tenant that does not exist or is not the caller's to see."""
-    return ApiProblem(ErrorCode.NOT_FOUND, f"no tenant {tenant!r}", field="tenant")
+def no_such_tenant(tenant: str, hint: str = "") -> ApiProblem:
+    """The one answer for a tenant that does not exist or is not the caller's to see; `hint`
+    (` (did you mean "acme"?)`) only for a caller who may see every tenant."""
+    return ApiProblem(ErrorCode.NOT_FOUND, f"no tenant {tenant!r}{hint}", field="tenant")

@@ -66,6 +66,9 @@ class JobReply(BaseModel):
     submitted_by: str
     cancel_requested: bool
     job: dict[str, Any]  # the job file, as validated
+    #: for a queued job, in a list or shown alone: why it waits now, by the queues' rules; None
+    #: for any other state (and in the answers to submit and cancel)
+    waiting_reason: str | None = None
 
 
 class JobEventReply(BaseModel):
@@ -91,8 +94,6 @@ class JobRunReply(BaseModel):
 
 class JobDetailReply(JobReply):
     events: list[JobEventReply]
-    #: for a queued job: why it waits now, by the queues' rules; None for any other state
-    waiting_reason: str | None
     #: each attempt that was placed, oldest first
     runs: list[JobRunReply]
 
@@ -145,12 +146,20 @@ class JobsSeenBy:
         self.ctx = ctx
         self.principal = principal
         self._filter: ReasonFilter | None = None  # for the applied spec, made once
+        self._waiting: WaitingNow | None = None  # the runner's next step, worked out once
 
     def reply(self, job: Job) -> JobReply:
         return JobReply(**self._fields(job))
 
     def replies(self, jobs: list[Job]) -> list[JobReply]:
-        return [self.reply(job) for job in jobs]
+        """The jobs, each queued one with why it waits now (one round for them all)."""
+        return [
+            JobReply(
+                **self._fields(job),
+                waiting_reason=self.why_waiting(job) if job.state is JobState.QUEUED else None,
+            )
+            for job in jobs
+        ]
 
     def detail(self, job: Job, events: list[JobEvent]) -> JobDetailReply:
         waiting = self.why_waiting(job) if job.state is JobState.QUEUED else None
@@ -180,8 +189,11 @@ class JobsSeenBy:
         )
 
     def why_waiting(self, job: Job) -> str:
-        """Why the queued `job` waits now, in plain words."""
-        return self.words(waiting_now(self.ctx, self.ctx.current.get()).reason(job.id), job.tenant)
+        """Why the queued `job` waits now, in plain words (the runner's next step is worked out
+        on the first call, and reused for the other jobs of the same answer)."""
+        if self._waiting is None:
+            self._waiting = waiting_now(self.ctx, self.ctx.current.get())
+        return self.words(self._waiting.reason(job.id), job.tenant)
 
     def words(self, text: str, tenant: str) -> str:
         """`text` (about a job of `tenant`) without another tenant's job ids and names, or the

@@ -29,8 +29,9 @@ import numpy as np
 
 from gpuplex.core.fragmentation.model import MILLI
 from gpuplex.core.queues.admission import Holding, QueuedJob, admit_ordered, queue_order
-from gpuplex.core.queues.tree import GPUS, QueueNode, QueueTree
+from gpuplex.core.queues.tree import QueueNode, QueueTree
 from gpuplex.core.queues.usage import decayed_since
+from gpuplex.core.spec.quota_kinds import GPUS
 from gpuplex.core.trace import Choice, ClusterState, TraceNode, choose, policy_named
 from gpuplex.sim.openb import TimedPod
 

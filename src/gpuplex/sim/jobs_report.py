@@ -21,7 +21,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from gpuplex.core.queues.fair_share import fair_shares
-from gpuplex.core.queues.tree import GPUS, QueueTree
+from gpuplex.core.queues.tree import QueueTree
+from gpuplex.core.spec.quota_kinds import GPUS
 from gpuplex.sim.jobs_replay import JobsReplay
 
 

@@ -16,6 +16,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+from gpuplex.core.plural import counted
+
 GENESIS_HASH = "0" * 64
 
 
@@ -101,5 +103,5 @@ def check_chain(entries: Iterable[tuple[ChainedFields, str]]) -> AuditVerdict:
         ok=True,
         entries_checked=checked,
         first_bad_id=None,
-        reason=f"{checked} entries, hash chain intact",
+        reason=f"{counted(checked, 'entry', 'entries')}, hash chain intact",
     )

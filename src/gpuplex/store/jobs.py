@@ -30,6 +30,7 @@ from gpuplex.core.jobs.states import (
     JobState,
     transition_refusal,
 )
+from gpuplex.core.plural import counted
 from gpuplex.core.spec.jobs import JobSpec
 from gpuplex.core.spec.queues import JobCaps
 from gpuplex.errors import JobStateError, NotFoundError, TooManyJobsError
@@ -327,7 +328,7 @@ def _check_caps(session: Session, tenant: str, caps: JobCaps, now: datetime) -> 
     active = _active_count(session, tenant)
     if active >= caps.max_active:
         raise TooManyJobsError(
-            f"{tenant} has {active} jobs not finished (queued, starting, running or "
+            f"{tenant} has {counted(active, 'job')} not finished (queued, starting, running or "
             f"preempting), and its queue allows {caps.max_active} (queues: max_active_jobs): "
             "cancel one or wait for one to finish"
         )
@@ -339,7 +340,7 @@ def _check_caps(session: Session, tenant: str, caps: JobCaps, now: datetime) -> 
     recent = int(session.scalar(recent_query) or 0)
     if recent >= caps.max_submits_per_minute:
         raise TooManyJobsError(
-            f"{tenant} submitted {recent} jobs in the last 60 s, and its queue allows "
+            f"{tenant} submitted {counted(recent, 'job')} in the last 60 s, and its queue allows "
             f"{caps.max_submits_per_minute} (queues: max_submits_per_minute): submit again in a "
             "minute"
         )

@@ -53,7 +53,7 @@ from gpuplex.settings import (
 from gpuplex.specfile import load_spec_file
 from gpuplex.store.db import open_store
 from gpuplex.up import children, lifecycle, readiness
-from gpuplex.up.banner import DemoKey, UpBanner, print_banner
+from gpuplex.up.banner import DemoKey, UpBanner, gpuplex_command, job_example, print_banner
 from gpuplex.up.sampler import Sampler
 
 DEMO_NAME = "gpuplex up demo"
@@ -134,7 +134,13 @@ def _start_and_serve(
     except ValueError as error:
         raise GatewayError(f"{METRICS_TOKEN_VARIABLE}: {error}") from None
     banner = _demo_credentials(ctx, spec, settings, simulated, opened.note)
-    banner = replace(banner, metrics_token=metrics_token, home=root)
+    banner = replace(
+        banner,
+        metrics_token=metrics_token,
+        home=root,
+        cli=gpuplex_command(),
+        job_example=job_example(spec, banner.viewer_tenant),
+    )
 
     (root / "store").chmod(0o700)  # specs, usage and webhook URLs: the owner's only
     if run_as is not None:

@@ -12,12 +12,14 @@ from typing import Any
 
 import httpx
 import pytest
+import yaml
 
 from gpuplex.clock import utc_now
 from gpuplex.core.jobs.states import JobState
 from gpuplex.core.plan.model import MigSlicePlan, Mode, Placement
 from gpuplex.core.spec.jobs import JobSpec
 from gpuplex.store.db import open_store
+from gpuplex.store.job_reports import JobReports
 from gpuplex.store.jobs import JobRepository
 from tests.e2e.dashboard.stack import ROOT, SPEC, Stack
 
@@ -50,9 +52,16 @@ queues:
               guarantee: {gpus: 3}
             - name: fabrikam
 """
-CONTOSO_WAITS = "contoso would pass its limit: 3 mig:3g.40gb held + 1 asked > 3"
-HOBBYISTS_WAIT = "hobbyists would pass its limit: 48 gpu_memory_gib held + 40 asked > 64"
+CONTOSO_WAITS = "contoso would pass its limit: 3 MIG 3g.40gb slices held + 1 asked > 3"
+HOBBYISTS_WAIT = "hobbyists would pass its limit: 48 GiB of GPU memory held + 40 asked > 64"
 OTHERS = ("hobbyists", "northwind", "fabrikam", "enterprise", "premium")
+
+
+def with_queues(queues_yaml: str) -> str:
+    """The example spec with its `queues:` section replaced by `queues_yaml`'s."""
+    spec = yaml.safe_load(SPEC.read_text())
+    spec["queues"] = yaml.safe_load(queues_yaml)["queues"]
+    return yaml.safe_dump(spec, sort_keys=False)
 
 
 def _api(stack: Stack, method: str, path: str, body: Any = None, token: str | None = None) -> Any:
@@ -96,7 +105,7 @@ def jobs(stack: Stack) -> dict[str, str]:
         stack,
         "POST",
         "/spec/apply",
-        {"spec_yaml": SPEC.read_text() + QUEUES_YAML, "base_revision": current["revision"]},
+        {"spec_yaml": with_queues(QUEUES_YAML), "base_revision": current["revision"]},
     )
     engine = open_store(f"sqlite:///{stack.state_dir.parent / 'gpuplex.db'}")
     try:
@@ -123,6 +132,9 @@ def jobs(stack: Stack) -> dict[str, str]:
             repo.transition(made[key], JobState.STARTING, "admitted", now=now, placement=placement)
             repo.transition(made[key], JobState.RUNNING, "its process is up", now=now)
         repo.transition(made["n_run"], JobState.PREEMPTING, "reclaimed for a guarantee", now=now)
+        # the stack runs no host runtime: report for its node as one would, so the job runner
+        # (which decides nothing on a node whose host has not reported since it started) decides
+        JobReports(engine).write([], now=utc_now(), host=("h100-a", now))
     finally:
         engine.dispose()
     assert applied["revision"] == current["revision"] + 1

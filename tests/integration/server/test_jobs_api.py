@@ -102,9 +102,11 @@ def test_why_a_queued_job_waits_comes_from_the_admission_rules(queues: Api) -> N
         for job_id in (first, second, too_big)
     }
     assert reasons[first].startswith("admitted by the queues")
-    assert reasons[second] == "alphaco would pass its limit: 30 gpu_memory_gib held + 15 asked > 40"
+    assert (
+        reasons[second] == "alphaco would pass its limit: 30 GiB of GPU memory held + 15 asked > 40"
+    )
     assert reasons[too_big] == (
-        "can never start: it asks more than alphaco's limit: 50 gpu_memory_gib asked > 40"
+        "can never start: it asks more than alphaco's limit: 50 GiB of GPU memory asked > 40"
     )
     # once the first runs, the second is still held by the limit; cancelling the first frees it
     api.ctx.jobs.transition(first, JobState.STARTING, "admitted", now=api.clock())

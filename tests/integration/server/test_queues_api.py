@@ -143,10 +143,10 @@ def test_the_platform_admin_sees_every_queue_with_use_and_borrowing(
     ]
     reasons = {j["id"]: j["waiting_reason"] for j in jobs}
     assert reasons[busy["a_big"]] == (
-        "alphaco would pass its limit: 30 gpu_memory_gib held + 35 asked > 60"
+        "alphaco would pass its limit: 30 GiB of GPU memory held + 35 asked > 60"
     )
     assert reasons[busy["b_wait"]] == (
-        "bravoco would pass its limit: 50 gpu_memory_gib held + 5 asked > 50"
+        "bravoco would pass its limit: 50 GiB of GPU memory held + 5 asked > 50"
     )
     assert reasons[busy["a_next"]] == f"behind {busy['a_big']}, the first of alphaco's queued jobs"
     running = {j["id"]: j for j in jobs if j["state"] == "running"}

@@ -196,6 +196,9 @@ MATRIX: dict[tuple[str, str], Case] = {
         lambda api, who, t: api.get(f"/tenants/{t}/jobs/{_job_of(api, t)}", who),
         scoped(200, 200, 200),
     ),
+    ("GET", "/jobs/{job_id}"): Case(
+        lambda api, who, t: api.get(f"/jobs/{_job_of(api, t)}", who), scoped(200, 200, 200)
+    ),
     ("POST", "/tenants/{tenant}/jobs/{job_id}/cancel"): Case(
         lambda api, who, t: api.post(f"/tenants/{t}/jobs/{_job_of(api, t)}/cancel", who),
         scoped(200, 200, 403),

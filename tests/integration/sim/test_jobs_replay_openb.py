@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from gpuplex.core.queues.tree import GPUS
+from gpuplex.core.spec.quota_kinds import GPUS
 from gpuplex.sim.jobs_replay import replay_jobs
 from gpuplex.sim.openb import load_nodes, load_timed_pods
 from gpuplex.sim.tenants_file import parse_tenants_file

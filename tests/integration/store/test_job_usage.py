@@ -10,8 +10,9 @@ import pytest
 from sqlalchemy import Engine
 
 from gpuplex.core.jobs.states import JobState
-from gpuplex.core.queues.tree import GPUS, QueueNode, QueueTree
+from gpuplex.core.queues.tree import QueueNode, QueueTree
 from gpuplex.core.queues.usage import decayed_seconds
+from gpuplex.core.spec.quota_kinds import GPUS
 from gpuplex.server.job_usage import decayed_job_usage
 from gpuplex.store.jobs import JobRepository
 from tests.integration.store.test_jobs import job_of, placed_on

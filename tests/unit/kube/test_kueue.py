@@ -494,4 +494,7 @@ def test_whole_gpus_the_plan_shares_are_not_guaranteed() -> None:
     contoso = quotas(named(result.manifests, "ClusterQueue", "gpuplex-contoso"))
     assert contoso[H100, "nvidia.com/gpu"]["nominalQuota"] == 4
     assert contoso[L40S, "nvidia.com/gpu"]["nominalQuota"] == 2
-    assert any(note.startswith("queue contoso: 1 gpus of its guarantee") for note in result.notes)
+    assert any(
+        note.startswith("queue contoso: Kueue's quotas leave out 1 GPU of its guarantee")
+        for note in result.notes
+    )

@@ -7,7 +7,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from gpuplex.core.queues.tree import GPUS, QueueNode, QueueTree
+from gpuplex.core.queues.tree import QueueNode, QueueTree
+from gpuplex.core.spec.quota_kinds import GPUS
 from gpuplex.core.trace import TraceNode, TracePod
 from gpuplex.sim.jobs_replay import replay_jobs
 from gpuplex.sim.openb import TimedPod

@@ -6,8 +6,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from gpuplex.core.queues.tree import GPUS, PreemptionRules, QueueNode, QueueTree
+from gpuplex.core.queues.tree import PreemptionRules, QueueNode, QueueTree
 from gpuplex.core.spec.queues import WithinQueue
+from gpuplex.core.spec.quota_kinds import GPUS
 from gpuplex.core.trace import TraceNode, TracePod
 from gpuplex.errors import SpecProblem
 from gpuplex.sim.jobs_replay import replay_jobs

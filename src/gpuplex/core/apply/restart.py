@@ -4,6 +4,7 @@ is an argument."""
 from __future__ import annotations
 
 from gpuplex.core.apply.model import ExitStatus, Phase, WorkloadRecord
+from gpuplex.core.plural import counted
 from gpuplex.core.spec.runtime import RestartPolicy, RestartSpec
 
 
@@ -90,4 +91,4 @@ def health_verdict(record: WorkloadRecord) -> str | None:
     health = record.desired.health
     if health is None or record.health_failures < health.failure_threshold:
         return None
-    return f"health check failed {record.health_failures} times in a row"
+    return f"health check failed {counted(record.health_failures, 'time')} in a row"

@@ -13,7 +13,7 @@ from __future__ import annotations
 from gpuplex.core.plan.model import Mode, Placement, Plan
 from gpuplex.core.queues.admission import Holding
 from gpuplex.core.queues.drf import Resources
-from gpuplex.core.queues.tree import COMPUTE_PERCENT, GPU_MEMORY_GIB, GPUS, MIG_PREFIX
+from gpuplex.core.spec.quota_kinds import COMPUTE_PERCENT, GPU_MEMORY_GIB, GPUS, MIG_PREFIX
 from gpuplex.core.spec.workloads import GpuRequestSpec
 
 MIB_PER_GIB = 1024

@@ -8,6 +8,7 @@ from gpuplex.core.plan.explain_rider import rider_lines
 from gpuplex.core.plan.inventory import build_inventory
 from gpuplex.core.plan.model import GpuView, MigSlicePlan, Mode, Placement, Plan, RoundedUp
 from gpuplex.core.plan.node_sharing import NO_MPS_BESIDE_MIG, ONE_METHOD, Target, target_of
+from gpuplex.core.plural import counted
 from gpuplex.core.spec import GpuplexSpec, PlacementPolicy
 from gpuplex.core.spec.pools import fleet_pools, workload_pool
 from gpuplex.errors import NotFoundError
@@ -39,7 +40,7 @@ def explain(
     if tenant is None or workload is None:
         raise NotFoundError(f"no workload {tenant_name}/{workload_name} in this spec")
     lines = [
-        f"{tenant_name}/{workload_name}: {workload.kind}, {workload.pattern}, {workload.replicas} replica(s)"
+        f"{tenant_name}/{workload_name}: {workload.kind}, {workload.pattern}, {counted(workload.replicas, 'replica')}"
     ]
     decision = next(
         (d for d in plan.decisions if (d.tenant, d.workload) == (tenant_name, workload_name)), None

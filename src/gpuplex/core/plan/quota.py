@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 
 from gpuplex.core.plan.demand import Sized, Unit
 from gpuplex.core.plan.model import Mode
+from gpuplex.core.plural import counted
 from gpuplex.core.spec import TenantSpec
 
 
@@ -74,8 +75,10 @@ class QuotaLedger:
         for workload, usage in sorted(self.by_workload[unit.tenant.name].items()):
             figure = amount(usage) if usage.replicas else None
             if figure is not None:
-                replicas = f"{usage.replicas} replica{'s' if usage.replicas > 1 else ''}"
-                held.append(f"{workload} {replicas} hold {figure}")
+                replicas = counted(usage.replicas, "replica")
+                held.append(
+                    f"{workload} {replicas} {'holds' if usage.replicas == 1 else 'hold'} {figure}"
+                )
         return f": {', '.join([*held, f'a replica of {unit.key[1]} would add {more}'])}"
 
     def add(self, unit: Unit, sized: Sized, sign: int = 1) -> None:
@@ -96,4 +99,4 @@ class QuotaLedger:
 
 
 def _gpus(count: int) -> str:
-    return f"{count} GPU{'s' if count != 1 else ''}"
+    return counted(count, "GPU")

@@ -36,7 +36,7 @@ The rules, in the order they apply (Kueue's ClusterQueue/cohort semantics, on gp
 - A job whose victims are still stopping (SIGTERM, then SIGKILL after the grace period) waits for
   them and preempts nothing more.
 
-All amounts are resource vectors (`tree.GPUS`, `tree.MIG_PREFIX + profile`, ...).
+All amounts are resource vectors (`quota_kinds.GPUS`, `quota_kinds.MIG_PREFIX + profile`, ...).
 """
 
 from __future__ import annotations
@@ -56,6 +56,7 @@ from gpuplex.core.queues.work import (
     QueuedJob,
     queue_order,
 )
+from gpuplex.core.spec.quota_kinds import amount_words
 
 __all__ = [
     "AdmissionDecision",
@@ -269,19 +270,19 @@ class _Round:
 
 
 def _too_big(ask: Resources, bound: Resources, *, named: bool = False) -> str | None:
-    """`4 gpus asked > 3` for the first kind `ask` alone takes past `bound`, else None (`named`:
+    """`4 GPUs asked > 3` for the first kind `ask` alone takes past `bound`, else None (`named`:
     a kind `bound` does not name is not bound)."""
     for kind, amount in ask.items():
         if named and kind not in bound:
             continue
         if amount > bound.get(kind, 0.0) + EPSILON:
-            return f"{number(amount)} {kind} asked > {number(bound.get(kind, 0.0))}"
+            return f"{amount_words(amount, kind)} asked > {number(bound.get(kind, 0.0))}"
     return None
 
 
 def _short(ask: Resources, room: Resources) -> str:
     parts = [
-        f"{number(v - room.get(k, 0.0))} {k}"
+        amount_words(v - room.get(k, 0.0), k)
         for k, v in ask.items()
         if v > room.get(k, 0.0) + EPSILON
     ]

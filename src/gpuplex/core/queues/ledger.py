@@ -25,6 +25,7 @@ from gpuplex.core.queues.drf import EPSILON, Resources, add, subtract
 from gpuplex.core.queues.tree import QueueNode, QueueTree
 from gpuplex.core.queues.usage import TenantUsage, usage_level
 from gpuplex.core.queues.work import Holding, QueuedJob
+from gpuplex.core.spec.quota_kinds import amount_words
 
 #: per queue name: an amount per kind
 PerQueue = dict[str, dict[str, float]]
@@ -290,7 +291,7 @@ def over_bound(
         if amount <= EPSILON or (named and kind not in bound):
             continue
         if after.get(kind, 0.0) > bound.get(kind, 0.0) + EPSILON:
-            held = f"{number(after[kind] - amount)} {kind} held"
+            held = f"{amount_words(after[kind] - amount, kind)} held"
             aside = (claimed or {}).get(kind, 0.0)
             if aside > EPSILON:
                 held += f" (of which {number(aside)} set aside for waiting jobs)"

@@ -16,13 +16,8 @@ from dataclasses import dataclass
 
 from gpuplex.core.queues.admission import Holding
 from gpuplex.core.queues.drf import EPSILON, Resources
-from gpuplex.core.queues.tree import (
-    COMPUTE_PERCENT,
-    GPU_MEMORY_GIB,
-    GPUS,
-    QueueNode,
-    QueueTree,
-)
+from gpuplex.core.queues.tree import QueueNode, QueueTree
+from gpuplex.core.spec.quota_kinds import COMPUTE_PERCENT, GPU_MEMORY_GIB, GPUS
 
 
 @dataclass(frozen=True, slots=True)

@@ -26,12 +26,8 @@ from gpuplex.core.spec.queues import (
     QueuesSpec,
     WithinQueue,
 )
+from gpuplex.core.spec.quota_kinds import COMPUTE_PERCENT, GPU_MEMORY_GIB, GPUS, MIG_PREFIX
 from gpuplex.core.spec.tenants import QuotaSpec
-
-GPUS = "gpus"
-GPU_MEMORY_GIB = "gpu_memory_gib"
-COMPUTE_PERCENT = "compute_percent"
-MIG_PREFIX = "mig:"
 
 DEFAULT_MIN_RUNTIME_S = 300.0
 DEFAULT_GRACE_S = 30.0

@@ -39,6 +39,7 @@ from gpuplex.core.spec.fields import DnsLabel, SpecModel
 from gpuplex.core.spec.parse import did_you_mean, validation_problems
 from gpuplex.core.spec.queue_rules import check_queue_tree, tenant_queues
 from gpuplex.core.spec.queues import QueuesSpec
+from gpuplex.core.spec.quota_kinds import amount_words
 from gpuplex.core.spec.tenants import QuotaSpec
 from gpuplex.errors import FieldPath, SpecProblem
 
@@ -229,7 +230,7 @@ def _running_fits(spec: WhatIfSpec, capacity: Resources) -> list[SpecProblem]:
     return [
         SpecProblem(
             ("running",),
-            f"the running workloads hold {value:g} {kind}, more than the capacity of "
+            f"the running workloads hold {amount_words(value, kind)}, more than the capacity of "
             f"{capacity.get(kind, 0.0):g}: raise the capacity or list less running work",
         )
         for kind, value in held.items()

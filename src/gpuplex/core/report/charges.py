@@ -21,6 +21,8 @@ from gpuplex.core.report.rounding import hours
 from gpuplex.core.spec.document import ChargebackMethod
 
 _MILLION = Decimal(1_000_000)
+#: The description of a tenant's allocation lines (under hybrid: with its weight, ` x 50%`).
+ALLOCATION_LINE = "GPU allocation"
 _TOKEN_DESCRIPTIONS = {PROMPT_TOKENS: "Prompt tokens", COMPLETION_TOKENS: "Completion tokens"}
 
 
@@ -95,7 +97,7 @@ def compute_charges(
     allocation_weight = book.allocation_weight
     usage_weight = 1 - allocation_weight
     percent = book.hybrid_allocation_percent
-    allocation = _weighted("GPU allocation", book, percent)
+    allocation = _weighted(ALLOCATION_LINE, book, percent)
     usage = _weighted("GPU busy time", book, 100 - percent)
     for line in sorted(lines):
         if line.tenant == FLEET_TENANT:

@@ -34,13 +34,15 @@ class LineItem:
     unit: str  # gpu_hour, instance_hour, million_tokens, share
     unit_price: Decimal  # six decimals; the amount comes from the exact price
     amount: Decimal  # cents
+    exact_amount: Decimal  # before rounding: what jobs' amounts are shared out against
 
 
 @dataclass(frozen=True, slots=True)
 class JobCharge:
     """One job's part of a tenant's allocation lines, in one dimension: what its runs held in the
     period and what that costs at the price of that dimension (core.report.job_charges). Already
-    in the statement's lines and total, never added to them."""
+    in the statement's lines and total, never added to them; its cents are shared out of its
+    line's (`with_job_charges`)."""
 
     job_id: str
     name: str | None
@@ -50,7 +52,8 @@ class JobCharge:
     quantity: Decimal  # six decimals, in `unit`: the hours the price applies to
     unit: str  # gpu_hour or instance_hour
     unit_price: Decimal  # six decimals; the amount comes from the exact price
-    amount: Decimal  # cents, rounded on its own
+    amount: Decimal  # cents: its part of its line's cents (largest remainder)
+    exact_amount: Decimal  # before rounding
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,6 +96,7 @@ def _item(line: ExactLine, amount: Decimal) -> LineItem:
         line.unit,
         for_display(line.unit_price),
         amount,
+        line.amount,
     )
 
 

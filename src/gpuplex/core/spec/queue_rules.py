@@ -12,6 +12,7 @@ from gpuplex.core.catalog import GPU_MODELS
 from gpuplex.core.spec.document import GpuplexSpec
 from gpuplex.core.spec.parse import did_you_mean
 from gpuplex.core.spec.queues import QueueSpec, QueuesSpec, TenantQueueSpec
+from gpuplex.core.spec.quota_kinds import MIG_PREFIX, amount_words
 from gpuplex.core.spec.tenants import QuotaSpec
 from gpuplex.errors import FieldPath, SpecProblem
 
@@ -109,7 +110,7 @@ def _children_fit(
         if total > own:
             yield SpecProblem(
                 path,
-                f"the guarantees below {parent.name!r} add up to {total:g} {'/'.join(kind)}, "
+                f"the guarantees below {parent.name!r} add up to {_words(total, kind)}, "
                 f"more than its own guarantee of {own:g}",
             )
 
@@ -142,6 +143,11 @@ def _profiles(quota: QuotaSpec, path: FieldPath) -> Iterator[SpecProblem]:
 def _all_kinds(quota: QuotaSpec) -> list[tuple[str, ...]]:
     kinds: list[tuple[str, ...]] = [(k,) for k in _KINDS if getattr(quota, k) is not None]
     return kinds + [("mig", profile) for profile in quota.mig]
+
+
+def _words(amount: float, kind: tuple[str, ...]) -> str:
+    """`4 GPUs`, `2 MIG 1g.10gb slices`: an amount of a quota's kind in words."""
+    return amount_words(amount, MIG_PREFIX + kind[1] if kind[0] == "mig" else kind[0])
 
 
 def _amount(quota: QuotaSpec, kind: tuple[str, ...]) -> float:

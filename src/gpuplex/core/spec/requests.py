@@ -8,6 +8,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from gpuplex.core.catalog import GpuModel
+from gpuplex.core.plural import counted
 from gpuplex.core.spec.document import GpuplexSpec
 from gpuplex.core.spec.fleet import runs_mig, runs_whole
 from gpuplex.core.spec.parse import did_you_mean
@@ -140,7 +141,8 @@ def check_request(
         if request.count > most:
             yield SpecProblem(
                 (*where, "count"),
-                f"{request.count} GPUs on one node, but no node has more than {most} candidate GPUs",
+                f"{counted(request.count, 'GPU')} on one node, but no node has more than "
+                f"{counted(most, 'candidate GPU')}",
             )
 
 

@@ -117,7 +117,7 @@ function trafficChart(series, range) {
   series.requests.forEach((value, i) => {
     if (value <= 0) return;
     chart.append(s("rect", { x: x(i) + 1, y: y(value), width: band - 2, height: y(0) - y(value), class: "bar-requests", rx: "1" },
-      s("title", {}, `${hourLabel(range, i)}: ${number(value)} requests, ${number(series.tokens[i])} tokens`)));
+      s("title", {}, `${hourLabel(range, i)}: ${number(value)} request${value === 1 ? "" : "s"}, ${number(series.tokens[i])} token${series.tokens[i] === 1 ? "" : "s"}`)));
   });
   return h("figure", { class: "chart" }, chart, h("figcaption", {}, h("span", { class: "key" }, h("span", { class: "key-box bar-requests-key" }), "requests / h")));
 }

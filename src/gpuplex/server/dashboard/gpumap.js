@@ -2,7 +2,9 @@
 // their memory slots (start and size of 8); MPS shares are sized by thread %, time-slices by
 // memory; a dedicated GPU is filled by its tenant. A model server that carries other tenants' LoRA
 // adapters shows them as riders: a mark in their colour on its slice, and a legend entry with the
-// server they ride on and their part of its tokens (what they pay of it).
+// server they ride on and their part of its tokens (what they pay of it). A job that holds a GPU
+// (starting, running, or being stopped) is drawn where it runs like a replica, hatched, with its
+// name or id and its state; a tenant-scoped page is given only its own tenant's jobs.
 
 import { h, gib, swatch, tenantColour } from "./dom.js";
 
@@ -37,7 +39,7 @@ export function renderGpuMap(nodesReply, scopeTenant = null) {
     "div",
     { "data-testid": "gpu-map" },
     scopeTenant
-      ? h("p", { class: "scope-note" }, `Only the GPUs and slices of tenant ${scopeTenant} are shown; unmarked space may be in use.`)
+      ? h("p", { class: "scope-note" }, `Only the GPUs, slices and jobs of tenant ${scopeTenant} are shown; unmarked space may be in use.`)
       : null,
     legend([...tenants].sort(), riders, nodesReply.rider_share_window_s),
     nodes.map((node) => renderNode(node, usedHere, spans)),
@@ -90,6 +92,16 @@ function riderMarks(o) {
 
 function replicaKey(o) {
   return `${o.tenant}/${o.workload}#${o.replica}`;
+}
+
+/** What an occupant is called: `workload#n` for a replica, `job <name or id>` for a job. */
+function occupantLabel(o) {
+  return o.job ? `job ${o.job.name || o.job.id}` : `${o.workload}#${o.replica}`;
+}
+
+function occupantTitle(o) {
+  if (!o.job) return `${o.tenant} / ${o.workload}#${o.replica}`;
+  return `${o.tenant} / job ${o.job.id}${o.job.name ? ` (${o.job.name})` : ""} · ${o.job.state}`;
 }
 
 function renderNode(node, usedHere, spans) {
@@ -149,13 +161,14 @@ function renderTrack(gpu, mode, spans) {
       const start = o.mig_start_slot ?? 0;
       const size = o.mig_size_slots ?? 1;
       const profile = o.mig_profile || "MIG";
-      track.append(slice(o, "mig", start / MIG_SLOTS, size / MIG_SLOTS, size > 1 ? profile : profile.split(".")[0]));
+      const sized = size > 1 ? profile : profile.split(".")[0];
+      track.append(slice(o, "mig", start / MIG_SLOTS, size / MIG_SLOTS, o.job ? `${occupantLabel(o)} · ${sized}` : sized));
     }
     return track;
   }
   if (mode === "dedicated") {
     const share = 1 / Math.max(gpu.occupants.length, 1);
-    gpu.occupants.forEach((o, i) => track.append(slice(o, "dedicated", i * share, share, `${o.workload}#${o.replica}`)));
+    gpu.occupants.forEach((o, i) => track.append(slice(o, "dedicated", i * share, share, occupantLabel(o))));
     return track;
   }
   if (mode === "mps" || mode === "timeslice") {
@@ -165,7 +178,8 @@ function renderTrack(gpu, mode, spans) {
     let left = 0;
     for (const o of gpu.occupants) {
       const width = weightOf(o) * scale;
-      const label = mode === "mps" && o.thread_percent ? `${o.thread_percent}%` : gib(o.memory_mib, 0);
+      const share = mode === "mps" && o.thread_percent ? `${o.thread_percent}%` : gib(o.memory_mib, 0);
+      const label = o.job ? `${occupantLabel(o)} · ${share}` : share;
       track.append(slice(o, mode, left, width, label));
       left += width;
     }
@@ -177,8 +191,8 @@ function renderTrack(gpu, mode, spans) {
 
 function drawSlice(o, kind, left, width, label, span) {
   const lines = [
-    `${o.tenant} / ${o.workload}#${o.replica}`,
-    span > 1 ? `one of the ${span} GPUs this replica holds` : null,
+    occupantTitle(o),
+    span > 1 ? `one of the ${span} GPUs this ${o.job ? "job" : "replica"} holds` : null,
     o.mig_profile ? `MIG ${o.mig_profile} (slots ${o.mig_start_slot}–${o.mig_start_slot + o.mig_size_slots - 1})` : null,
     o.thread_percent ? `MPS threads ${o.thread_percent}%` : null,
     `memory planned ${gib(o.memory_mib)}`,
@@ -193,11 +207,13 @@ function drawSlice(o, kind, left, width, label, span) {
   return h(
     "span",
     {
-      class: `slice slice-${kind}`,
+      class: `slice slice-${kind}${o.job ? " slice-job" : ""}`,
       "data-testid": "gpu-slice",
       "data-tenant": o.tenant,
       "data-workload": o.workload,
       "data-replica": o.replica,
+      "data-job": o.job ? o.job.id : null,
+      "data-job-state": o.job ? o.job.state : null,
       "data-kind": kind,
       "data-mig-profile": o.mig_profile,
       title: lines.join("\n"),
@@ -218,7 +234,7 @@ function memoryBar(total, planned, used) {
 
 function trackLabel(gpu, mode) {
   if (gpu.occupants.length === 0) return `GPU ${gpu.index}: idle`;
-  const who = gpu.occupants.map((o) => `${o.tenant}/${o.workload}#${o.replica}`).join(", ");
+  const who = gpu.occupants.map((o) => (o.job ? `${o.tenant} ${occupantLabel(o)}` : `${o.tenant}/${o.workload}#${o.replica}`)).join(", ");
   return `GPU ${gpu.index} (${MODE_LABELS[mode] || mode}): ${who}`;
 }
 

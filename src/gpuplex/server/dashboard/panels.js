@@ -13,7 +13,7 @@ export function renderTenants(tenants) {
     h(
       "thead",
       {},
-      h("tr", {}, ["Tenant", "Priority", "Replicas", "GPUs (compute)", "GPU memory", "MIG slices"].map((t) => h("th", { scope: "col" }, t))),
+      h("tr", {}, ["Tenant", "Priority", "Replicas", "GPUs (compute)", "GPU memory", "MIG slices", "Jobs"].map((t) => h("th", { scope: "col" }, t))),
     ),
     h("tbody", {}, tenants.map(tenantRow)),
   );
@@ -43,6 +43,21 @@ function tenantRow(t) {
     h("td", {}, meter(alloc.gpus, gpuLimit, (v) => number(v, 2), t.name)),
     h("td", {}, meter(alloc.memory_mib, memoryLimit, (v) => gib(v), t.name)),
     h("td", {}, migCell(alloc.mig || {}, quota.mig || {})),
+    h("td", { "data-testid": "tenant-jobs" }, jobsCell(t.jobs)),
+  );
+}
+
+// The tenant's jobs: how many run and wait, and what the running ones hold (held to the queues,
+// not to the quota on the left).
+function jobsCell(jobs) {
+  if (!jobs || (jobs.holding === 0 && jobs.queued === 0)) return h("span", { class: "muted" }, "–");
+  const held = [`${number(jobs.gpus, 2)} GPU${jobs.gpus === 1 ? "" : "s"}`, gib(jobs.memory_mib)];
+  for (const [profile, count] of Object.entries(jobs.mig || {}).sort()) held.push(`${count} x ${profile}`);
+  return h(
+    "div",
+    {},
+    h("span", { "data-testid": "tenant-jobs-count" }, `${jobs.holding} running`, jobs.queued ? h("span", { class: "warn" }, ` · ${jobs.queued} queued`) : null),
+    jobs.holding ? h("div", { class: "muted small", "data-testid": "tenant-jobs-held" }, `holding ${held.join(" · ")}`) : null,
   );
 }
 

@@ -18,7 +18,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, Depends, Query
 
-from gpuplex.core.access import Permission
+from gpuplex.core.access import Permission, Principal
 from gpuplex.core.jobs.states import JobState
 from gpuplex.core.spec.fields import DnsLabel
 from gpuplex.core.spec.jobs import JobSpec, check_job
@@ -51,7 +51,7 @@ def submit_job(
 ) -> JobReply:
     """Queue a job of the tenant. It waits for the queues to admit it."""
     require(principal, Permission.JOB_WRITE, tenant)
-    applied, _ = applied_tenant(ctx, tenant)
+    applied, _ = applied_tenant(ctx, tenant, principal)
     if not applied.spec.queues.enabled:
         raise ApiProblem(
             ErrorCode.NO_QUEUES,
@@ -89,9 +89,10 @@ def list_jobs(
     limit: Limit = 100,
     cursor: Cursor = None,
 ) -> Page[JobReply]:
-    """The tenant's jobs, newest first (only the page is read from the store)."""
+    """The tenant's jobs, newest first (only the page is read from the store); each queued one
+    with why it waits now (one read-only round of the job runner for the whole page)."""
     require(principal, Permission.JOB_READ, tenant)
-    applied_tenant(ctx, tenant)
+    applied_tenant(ctx, tenant, principal)
     start = decode_cursor(cursor)
     jobs = ctx.jobs.list(tenant, state or (), limit=limit + 1, offset=start)
     more = len(jobs) > limit
@@ -105,7 +106,27 @@ def list_jobs(
 def show_job(tenant: str, job_id: str, principal: CurrentPrincipal, ctx: Context) -> JobDetailReply:
     """The job, its events, and for a queued job why it waits now."""
     require(principal, Permission.JOB_READ, tenant)
-    job = _job_of(ctx, tenant, job_id)
+    job = _job_of(ctx, tenant, job_id, principal)
+    return JobsSeenBy(ctx, principal).detail(job, ctx.jobs.events(job.id))
+
+
+@router.get("/jobs/{job_id}", response_model=JobDetailReply)
+def show_job_by_id(job_id: str, principal: CurrentPrincipal, ctx: Context) -> JobDetailReply:
+    """A job found by its id alone, as `GET /tenants/{tenant}/jobs/{job_id}` answers: any
+    tenant's for a platform admin; for a tenant's caller, only its own tenant's (another
+    tenant's job is the same 404 as an id that does not exist)."""
+    own = None if principal.is_platform else principal.tenant
+    if own is not None:
+        require(principal, Permission.JOB_READ, own)
+    job = ctx.jobs.get(job_id, own) if JOB_ID_SHAPE.fullmatch(job_id) else None
+    if job is None:
+        whose = "no job" if own is None else f"tenant {own!r} has no job"
+        raise ApiProblem(
+            ErrorCode.NOT_FOUND,
+            f"{whose} with that id: `gpuplex job list TENANT` shows a tenant's jobs",
+            field="job_id",
+        )
+    require(principal, Permission.JOB_READ, job.tenant)
     return JobsSeenBy(ctx, principal).detail(job, ctx.jobs.events(job.id))
 
 
@@ -114,7 +135,7 @@ def cancel_job(tenant: str, job_id: str, principal: CurrentPrincipal, ctx: Conte
     """Cancel the job: a queued job at once; a starting or running one is stopped by the runner
     (`cancel_requested`). A finished job: 409 `job_state_conflict`."""
     require(principal, Permission.JOB_WRITE, tenant)
-    _job_of(ctx, tenant, job_id)
+    _job_of(ctx, tenant, job_id, principal)
     try:
         job = ctx.jobs.request_cancel(job_id, tenant, now=ctx.now(), actor=principal.actor)
     except JobStateError as error:
@@ -132,14 +153,17 @@ def read_job_logs(
 ) -> JobLogsReply:
     """The last lines the job wrote on this host (stdout, then stderr)."""
     require(principal, Permission.JOB_READ, tenant)
-    return job_logs(ctx.state_dir, _job_of(ctx, tenant, job_id), tail)
+    return job_logs(ctx.state_dir, _job_of(ctx, tenant, job_id, principal), tail)
 
 
-def _job_of(ctx: ServerContext, tenant: str, job_id: str) -> Job:
+def _job_of(ctx: ServerContext, tenant: str, job_id: str, principal: Principal) -> Job:
     """The tenant's job; one 404, with the same words, for an id of another tenant's job, one
-    that does not exist and one that is not the shape of an id (not looked up at all)."""
+    that does not exist and one that is not the shape of an id (not looked up at all). Not
+    found in a tenant the applied spec lacks: 404 `no tenant` (with the closest name for a
+    platform admin, who may have misspelt it)."""
     job = ctx.jobs.get(job_id, tenant) if JOB_ID_SHAPE.fullmatch(job_id) else None
     if job is None:
+        applied_tenant(ctx, tenant, principal)
         shown = job_id if JOB_ID_SHAPE.fullmatch(job_id) else "with that id"
         raise ApiProblem(
             ErrorCode.NOT_FOUND,

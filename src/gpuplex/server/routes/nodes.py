@@ -1,10 +1,13 @@
 """The GPU map: every node's GPUs with their mode and occupants (MIG slices, MPS shares,
-time-slices, whole GPUs), from the applied plan, with the memory each replica was last seen using.
+time-slices, whole GPUs), from the live plan: the applied plan with the placement of every job
+that holds a GPU (starting, running, or being stopped: `core.jobs.live.with_jobs`, as the host
+runs it), with the memory each replica was last seen using. A job is an occupant like a replica
+(workload `job-<id>`, replica 0) that says which job it is (`job`: id, name, state).
 A model server that other tenants' LoRA adapters ride on lists them as its riders, each with its
 part of the server's tokens over the last RIDER_SHARE_WINDOW_S (what it pays of the server).
 
-A tenant-scoped caller sees only the GPUs that hold their own replicas, and only their own
-occupants on them: other tenants are not shown, not even by name."""
+A tenant-scoped caller sees only the GPUs that hold their own replicas or jobs, and only their own
+occupants on them: other tenants' replicas and jobs are not shown, not even by name or id."""
 
 from __future__ import annotations
 
@@ -15,12 +18,17 @@ from fastapi import APIRouter, Depends
 from pydantic import BaseModel
 
 from gpuplex.core.access import Permission, Principal
+from gpuplex.core.jobs.live import job_placement, with_jobs
+from gpuplex.core.jobs.placement import job_workload_name
+from gpuplex.core.jobs.states import HOLDING_STATES, JobState
 from gpuplex.core.meter import GpuSample, MeterWindow, shared_servers, token_shares
-from gpuplex.core.plan import GpuView, Occupant
+from gpuplex.core.plan import GpuView, Occupant, Plan
+from gpuplex.core.plan.model import Placement
 from gpuplex.revision import AppliedRevision
 from gpuplex.server.auth import CurrentPrincipal, require
 from gpuplex.server.context import ServerContext, server_context
 from gpuplex.server.problems import ERROR_RESPONSES
+from gpuplex.store.jobs import Job
 
 router = APIRouter(tags=["nodes"], responses=ERROR_RESPONSES)
 Context = Annotated[ServerContext, Depends(server_context)]
@@ -37,6 +45,14 @@ class RiderReply(BaseModel):
     token_share: float | None  # its part of the server's tokens; None: the server served none
 
 
+class OccupantJobReply(BaseModel):
+    """The job an occupant is."""
+
+    id: str
+    name: str | None
+    state: JobState
+
+
 class OccupantReply(BaseModel):
     tenant: str
     workload: str
@@ -49,6 +65,7 @@ class OccupantReply(BaseModel):
     used_memory_mib: int | None  # last measured on this GPU; None: no sample yet
     utilization_percent: float | None
     riders: list[RiderReply] = []  # the other tenants whose adapters this server carries
+    job: OccupantJobReply | None = None  # set when the occupant is a job, not a replica
 
 
 class GpuReply(BaseModel):
@@ -112,8 +129,35 @@ def _riders(ctx: ServerContext, applied: AppliedRevision, principal: Principal) 
     return riders
 
 
-def _occupant(occupant: Occupant, gpu: GpuView, latest: UsedOnGpu, riders: Riders) -> OccupantReply:
+HoldingJobs = dict[tuple[str, str], Job]  # (tenant, `job-<id>`) -> the job
+
+
+def _holding_jobs(ctx: ServerContext, principal: Principal) -> HoldingJobs:
+    """The jobs that hold a GPU and were placed: every tenant's for the platform, else the
+    caller's tenant's only."""
+    own = None if principal.is_platform else principal.tenant
+    return {
+        (job.tenant, job_workload_name(job.id)): job
+        for job in ctx.jobs.list(own, HOLDING_STATES)
+        if job.placement
+    }
+
+
+def _live_plan(plan: Plan, jobs: HoldingJobs) -> Plan:
+    """The applied plan with each holding job where the runner placed it."""
+    placed = [
+        job_placement(job.id, Placement.model_validate(job.placement))
+        for job in jobs.values()
+        if job.placement
+    ]
+    return with_jobs(plan, placed)
+
+
+def _occupant(
+    occupant: Occupant, gpu: GpuView, latest: UsedOnGpu, riders: Riders, jobs: HoldingJobs
+) -> OccupantReply:
     sample = latest.get((occupant.tenant, occupant.workload, occupant.replica, gpu.node, gpu.index))
+    job = jobs.get((occupant.tenant, occupant.workload))
     mig = occupant.mig
     return OccupantReply(
         tenant=occupant.tenant,
@@ -127,6 +171,7 @@ def _occupant(occupant: Occupant, gpu: GpuView, latest: UsedOnGpu, riders: Rider
         used_memory_mib=sample.memory_used_mib if sample else None,
         utilization_percent=sample.utilization_percent if sample else None,
         riders=riders.get((occupant.tenant, occupant.workload), []),
+        job=OccupantJobReply(id=job.id, name=job.name, state=job.state) if job else None,
     )
 
 
@@ -146,8 +191,9 @@ def list_nodes(principal: CurrentPrincipal, ctx: Context) -> NodesReply:
     sampled_at, samples = ctx.samples.latest(principal.tenant)
     latest = {(s.tenant, s.workload, s.replica, s.node, s.gpu_index): s for s in samples}
     riders = _riders(ctx, applied, principal)
+    jobs = _holding_jobs(ctx, principal)
     nodes: dict[str, list[GpuReply]] = {n.name: [] for n in applied.spec.fleet.nodes}
-    for view in applied.plan.gpus:
+    for view in _live_plan(applied.plan, jobs).gpus:
         gpu = _visible_gpu(view, principal)
         if gpu is None:
             continue
@@ -159,7 +205,7 @@ def list_nodes(principal: CurrentPrincipal, ctx: Context) -> NodesReply:
                 pool=gpu.pool,
                 mode=gpu.mode.value if gpu.mode is not None else None,
                 memory_mib=gpu.memory_mib,
-                occupants=[_occupant(o, gpu, latest, riders) for o in gpu.occupants],
+                occupants=[_occupant(o, gpu, latest, riders, jobs) for o in gpu.occupants],
             )
         )
     return NodesReply(

@@ -1,16 +1,23 @@
-"""Tenants and their workloads, as the applied spec declares them and the plan placed them."""
+"""Tenants and their workloads, as the applied spec declares them and the plan placed them, with
+their jobs: how many wait and run, and what the running ones hold (part of `allocated`, which the
+tenant's quota binds)."""
 
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
 from gpuplex.core.access import Permission, Principal, visible_tenants
+from gpuplex.core.jobs.states import ACTIVE_STATES, JobState
 from gpuplex.core.plan import Plan
+from gpuplex.core.plan.model import Placement
 from gpuplex.core.spec import TenantSpec
+from gpuplex.core.spec.parse import did_you_mean
 from gpuplex.revision import AppliedRevision
 from gpuplex.server.auth import CurrentPrincipal, no_such_tenant, require
 from gpuplex.server.context import ServerContext, server_context
@@ -22,11 +29,25 @@ Context = Annotated[ServerContext, Depends(server_context)]
 
 
 class AllocationReply(BaseModel):
+    """What the tenant holds: its replicas as the plan placed them and its jobs that hold a GPU
+    (its quota binds both: the runner places jobs with the spec's planner)."""
+
     replicas_placed: int
     replicas_pending: int
     gpus: float  # compute share in GPUs: a whole GPU 1, a 3g.40gb slice 3/7, an MPS 20 % share 0.2
     memory_mib: int
     mig: dict[str, int]  # slices per MIG profile
+
+
+class TenantJobsReply(BaseModel):
+    """The tenant's jobs not finished: how many wait, how many hold capacity (starting, running
+    or being stopped), and what those hold (their part of `allocated`)."""
+
+    queued: int = 0
+    holding: int = 0
+    gpus: float = 0.0
+    memory_mib: int = 0
+    mig: dict[str, int] = Field(default_factory=dict)
 
 
 class TenantReply(BaseModel):
@@ -43,6 +64,7 @@ class TenantReply(BaseModel):
     allocated: AllocationReply
     #: the model servers (`tenant/workload`) its LoRA adapters ride on: it pays its share of them
     rides_on: list[str] = []
+    jobs: TenantJobsReply = Field(default_factory=TenantJobsReply)
 
 
 class WorkloadReply(BaseModel):
@@ -57,14 +79,16 @@ class WorkloadReply(BaseModel):
     pending_reasons: list[str]
 
 
-def allocation_of(plan: Plan, tenant: str) -> AllocationReply:
-    placed = [p for p in plan.placements if p.tenant == tenant]
+def allocation_of(plan: Plan, tenant: str, jobs: Sequence[Placement] = ()) -> AllocationReply:
+    """What `tenant`'s replicas in `plan` and its `jobs` (their placements) hold."""
+    replicas = [p for p in plan.placements if p.tenant == tenant]
+    placed = replicas + [p for p in jobs if p.tenant == tenant]
     mig: dict[str, int] = {}
     for placement in placed:
         if placement.mig is not None:
             mig[placement.mig.profile] = mig.get(placement.mig.profile, 0) + 1
     return AllocationReply(
-        replicas_placed=len(placed),
+        replicas_placed=len(replicas),
         replicas_pending=sum(1 for i in plan.infeasible if i.tenant == tenant),
         gpus=round(sum(p.compute_percent for p in placed) / 100, 4),
         memory_mib=sum(p.memory_mib for p in placed),
@@ -72,7 +96,43 @@ def allocation_of(plan: Plan, tenant: str) -> AllocationReply:
     )
 
 
-def tenant_reply(tenant: TenantSpec, plan: Plan) -> TenantReply:
+@dataclass(frozen=True, slots=True)
+class TenantsJobs:
+    """The jobs not finished of the tenants asked about: per tenant its counts, and the
+    placements of those that hold a GPU."""
+
+    counts: dict[str, TenantJobsReply]
+    placements: list[Placement]
+
+    def of(self, tenant: str) -> TenantJobsReply:
+        return self.counts.get(tenant) or TenantJobsReply()
+
+
+def tenants_jobs(ctx: ServerContext, tenant: str | None) -> TenantsJobs:
+    """Every tenant's jobs not finished, or only `tenant`'s."""
+    counts: dict[str, TenantJobsReply] = {}
+    placements: list[Placement] = []
+    for job in ctx.jobs.list(tenant, ACTIVE_STATES):
+        mine = counts.setdefault(job.tenant, TenantJobsReply())
+        if job.state is JobState.QUEUED:
+            mine.queued += 1
+            continue
+        mine.holding += 1
+        if job.placement is None:
+            continue
+        placement = Placement.model_validate(job.placement)
+        placements.append(placement)
+        mine.gpus = round(mine.gpus + placement.compute_percent / 100, 4)
+        mine.memory_mib += placement.memory_mib
+        if placement.mig is not None:
+            mine.mig[placement.mig.profile] = mine.mig.get(placement.mig.profile, 0) + 1
+    return TenantsJobs(counts, placements)
+
+
+def tenant_reply(tenant: TenantSpec, plan: Plan, jobs: TenantsJobs | None = None) -> TenantReply:
+    """The tenant as the spec declares it, with what its replicas in `plan` and its `jobs`
+    hold."""
+    jobs = jobs or TenantsJobs({}, [])
     return TenantReply(
         name=tenant.name,
         tier=tenant.tier.value,
@@ -84,10 +144,11 @@ def tenant_reply(tenant: TenantSpec, plan: Plan) -> TenantReply:
         rate_limits=tenant.rate_limits.model_dump(mode="json", exclude_none=True),
         monthly_budget=str(tenant.monthly_budget) if tenant.monthly_budget is not None else None,
         workloads=len(tenant.workloads),
-        allocated=allocation_of(plan, tenant.name),
+        allocated=allocation_of(plan, tenant.name, jobs.placements),
         rides_on=sorted(
             {w.serve.lora_of for w in tenant.workloads if w.serve is not None and w.serve.lora_of}
         ),
+        jobs=jobs.of(tenant.name),
     )
 
 
@@ -104,12 +165,18 @@ def redact_tenants(text: str, principal: Principal, tenants: list[str]) -> str:
     return text
 
 
-def applied_tenant(ctx: ServerContext, name: str) -> tuple[AppliedRevision, TenantSpec]:
-    """The applied spec and the named tenant in it; 404 when there is none (check RBAC first)."""
+def applied_tenant(
+    ctx: ServerContext, name: str, principal: Principal | None = None
+) -> tuple[AppliedRevision, TenantSpec]:
+    """The applied spec and the named tenant in it; 404 when there is none (check RBAC first).
+    A platform `principal`, who may see every tenant, is told the closest name it may have
+    meant; nobody else is (a tenant's caller must not learn other tenants' names)."""
     applied = ctx.current.get()
     tenant = applied.tenant(name) if applied is not None else None
     if applied is None or tenant is None:
-        raise no_such_tenant(name)
+        known = applied.tenant_names if applied is not None else []
+        hint = did_you_mean(name, known) if principal is not None and principal.is_platform else ""
+        raise no_such_tenant(name, hint)
     return applied, tenant
 
 
@@ -122,15 +189,16 @@ def list_tenants(
     if applied is None:
         return page_of([], limit, cursor)
     names = set(visible_tenants(principal, applied.tenant_names))
-    items = [tenant_reply(t, applied.plan) for t in applied.spec.tenants if t.name in names]
+    jobs = tenants_jobs(ctx, None if principal.is_platform else principal.tenant)
+    items = [tenant_reply(t, applied.plan, jobs) for t in applied.spec.tenants if t.name in names]
     return page_of(items, limit, cursor)
 
 
 @router.get("/tenants/{tenant}", response_model=TenantReply)
 def get_tenant(tenant: str, principal: CurrentPrincipal, ctx: Context) -> TenantReply:
     require(principal, Permission.TENANT_READ, tenant)
-    applied, found = applied_tenant(ctx, tenant)
-    return tenant_reply(found, applied.plan)
+    applied, found = applied_tenant(ctx, tenant, principal)
+    return tenant_reply(found, applied.plan, tenants_jobs(ctx, tenant))
 
 
 @router.get("/tenants/{tenant}/workloads", response_model=Page[WorkloadReply])

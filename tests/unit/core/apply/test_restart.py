@@ -208,7 +208,8 @@ def test_verdict_fires_at_the_failure_threshold(threshold: int) -> None:
         assert health_verdict(current) is None
     current = after_health_check(current, False, 300.0)
     verdict = health_verdict(current)
-    assert verdict == f"health check failed {threshold} times in a row"
+    times = "time" if threshold == 1 else "times"
+    assert verdict == f"health check failed {threshold} {times} in a row"
 
 
 def test_no_health_check_means_no_verdict() -> None:

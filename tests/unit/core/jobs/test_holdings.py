@@ -10,8 +10,9 @@ import pytest
 from gpuplex.core.jobs.holdings import plan_holdings, request_ask
 from gpuplex.core.plan import make_plan
 from gpuplex.core.queues.admission import QueuedJob, admit
-from gpuplex.core.queues.tree import COMPUTE_PERCENT, GPU_MEMORY_GIB, GPUS, MIG_PREFIX, queue_tree
+from gpuplex.core.queues.tree import queue_tree
 from gpuplex.core.spec import GpuplexSpec, GpuRequestSpec, validate_spec
+from gpuplex.core.spec.quota_kinds import COMPUTE_PERCENT, GPU_MEMORY_GIB, GPUS, MIG_PREFIX
 
 
 @pytest.mark.parametrize(
@@ -90,7 +91,7 @@ def test_the_plans_replicas_hold_what_they_were_given_and_are_never_preempted() 
     ]
     decision = admit(tree, holdings, jobs, now_s=10_000.0)
     assert decision.admitted == ("one",)
-    assert decision.waiting["two"] == "contoso would pass its limit: 3 gpus held + 1 asked > 3"
+    assert decision.waiting["two"] == "contoso would pass its limit: 3 GPUs held + 1 asked > 3"
     assert decision.evictions == ()
     # adatum (no guarantee) borrowing the last two GPUs is fine; contoso's replicas stay put
     grab = [QueuedJob("grab", "adatum", {GPUS: 2.0}, submitted_s=3.0)]

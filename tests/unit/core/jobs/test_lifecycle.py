@@ -135,7 +135,7 @@ def test_a_guarantee_reclaims_a_borrowed_gpu_and_the_borrower_is_queued_again() 
     result = world.step()
     assert world.state(victim) is JobState.QUEUED
     assert world.state("c1") is JobState.STARTING
-    assert result.waiting[victim] == "the cluster is short of 1 gpus for it"
+    assert result.waiting[victim] == "the cluster is short of 1 GPU for it"
 
 
 def test_a_cancelled_job_holds_its_gpu_until_its_process_is_gone() -> None:

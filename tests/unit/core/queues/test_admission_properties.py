@@ -18,7 +18,8 @@ from gpuplex.core.queues.admission import (
     admit,
 )
 from gpuplex.core.queues.drf import Resources, add, fits, subtract
-from gpuplex.core.queues.tree import GPUS, PreemptionRules, QueueNode, QueueTree
+from gpuplex.core.queues.tree import PreemptionRules, QueueNode, QueueTree
+from gpuplex.core.spec.quota_kinds import GPUS
 
 MIG = "mig:1g.10gb"
 KINDS = (GPUS, MIG)
@@ -266,8 +267,8 @@ def test_a_job_waits_behind_its_own_queues_first_unless_it_can_never_start() -> 
     decision = admit(tree, running, [small, big, huge], now_s=10.0)
     assert decision.admitted == ()
     assert decision.waiting == {
-        "huge": "can never start: it asks more than acme's limit: 4 gpus asked > 3",
-        "big": "acme would pass its limit: 2 gpus held + 2 asked > 3",
+        "huge": "can never start: it asks more than acme's limit: 4 GPUs asked > 3",
+        "big": "acme would pass its limit: 2 GPUs held + 2 asked > 3",
         "small": "behind big, the first of acme's queued jobs",
     }
     # once r1 ends, big starts, and small behind it (the limit allows 3)

@@ -5,8 +5,9 @@ job short of it, and the reasons a tenant reads."""
 from __future__ import annotations
 
 from gpuplex.core.queues.admission import Holding, QueuedJob, admit
-from gpuplex.core.queues.tree import GPUS, PreemptionRules, QueueNode, QueueTree
+from gpuplex.core.queues.tree import PreemptionRules, QueueNode, QueueTree
 from gpuplex.core.spec.queues import WithinQueue
+from gpuplex.core.spec.quota_kinds import GPUS
 
 
 def tree(*tenants: QueueNode, gpus: float = 4.0) -> QueueTree:
@@ -41,7 +42,7 @@ def test_a_guaranteed_claim_goes_before_an_older_borrowers_job() -> None:
     queues = tree(leaf("a", guarantee=1.0), leaf("b"), gpus=1.0)
     decision = admit(queues, [], [job("b0", "b", at=0.0), job("a0", "a", at=5.0)], now_s=10.0)
     assert decision.admitted == ("a0",)
-    assert decision.waiting["b0"] == "the cluster is short of 1 gpus for it"
+    assert decision.waiting["b0"] == "the cluster is short of 1 GPU for it"
 
 
 def test_a_higher_priority_job_preempts_its_own_queues_lower_priority_work_only() -> None:
@@ -75,7 +76,7 @@ def test_a_non_lenders_idle_guarantee_is_nobody_elses() -> None:
     assert decision.admitted == ()
     assert decision.waiting["b0"] == (
         "can never start: it asks more than the cluster has beyond what a do not lend: "
-        "2 gpus asked > 1"
+        "2 GPUs asked > 1"
     )
     assert admit(queues, [], [job("b1", "b", gpus=1.0)], now_s=0.0).admitted == ("b1",)
 
@@ -88,7 +89,7 @@ def test_the_first_claim_short_of_capacity_has_it_held_and_later_small_ones_wait
     decision = admit(queues, running, stream, now_s=10.0)
     assert decision.admitted == ()
     assert decision.waiting["big"] == (
-        "next to start: waiting for 1 gpus to free (capacity is held for it)"
+        "next to start: waiting for 1 GPU to free (capacity is held for it)"
     )
     assert decision.waiting["small"] == "the free capacity is held for big, which is ahead of it"
 
@@ -99,7 +100,7 @@ def test_a_borrower_holds_nothing_and_smaller_jobs_pass_it() -> None:
     stream = [job("big", "b", gpus=2.0, at=1.0), job("small", "a", at=2.0)]
     decision = admit(queues, running, stream, now_s=10.0)
     assert decision.admitted == ("small",)
-    assert decision.waiting["big"] == "the cluster is short of 1 gpus for it"
+    assert decision.waiting["big"] == "the cluster is short of 1 GPU for it"
 
 
 def test_jobs_of_tenants_without_a_queue_are_told_so() -> None:
@@ -117,5 +118,5 @@ def test_a_limit_binds_only_the_kinds_it_names() -> None:
     decision = admit(queues, [], [share, job("two", "a", gpus=2.0, at=1.0)], now_s=0.0)
     assert decision.admitted == ("share",)
     assert (
-        decision.waiting["two"] == "can never start: it asks more than a's limit: 2 gpus asked > 1"
+        decision.waiting["two"] == "can never start: it asks more than a's limit: 2 GPUs asked > 1"
     )

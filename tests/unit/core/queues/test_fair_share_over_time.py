@@ -5,8 +5,9 @@ half-life of 0 (or no usage given) orders by what each tenant holds now."""
 from __future__ import annotations
 
 from gpuplex.core.queues.admission import Holding, QueuedJob, admit
-from gpuplex.core.queues.tree import GPUS, QueueNode, QueueTree
+from gpuplex.core.queues.tree import QueueNode, QueueTree
 from gpuplex.core.queues.usage import UsageInterval, decayed_usage
+from gpuplex.core.spec.quota_kinds import GPUS
 
 DAY_S = 86_400.0
 
@@ -40,7 +41,7 @@ def yesterday(tenant: str, gpus: float) -> dict[str, dict[str, float]]:
 def test_a_tenant_that_used_much_yesterday_yields_to_one_that_used_nothing() -> None:
     decision = admit(tree(DAY_S), BUSY, QUEUED, now_s=100.0, usage=yesterday("a", 4.0))
     assert decision.admitted == ("b-job",)
-    assert decision.waiting["a-job"] == "the cluster is short of 1 gpus for it"
+    assert decision.waiting["a-job"] == "the cluster is short of 1 GPU for it"
     # without the history, the older job goes first
     assert admit(tree(DAY_S), BUSY, QUEUED, now_s=100.0).admitted == ("a-job",)
 

@@ -11,7 +11,8 @@ from hypothesis import given, settings, strategies as st
 
 from gpuplex.core.queues.admission import AdmissionDecision, Holding, JobEviction, QueuedJob, admit
 from gpuplex.core.queues.drf import add, fits
-from gpuplex.core.queues.tree import GPUS, PreemptionRules, QueueNode, QueueTree
+from gpuplex.core.queues.tree import PreemptionRules, QueueNode, QueueTree
+from gpuplex.core.spec.quota_kinds import GPUS
 from tests.unit.core.queues.test_admission_properties import after, jobs_for, trees, usage
 
 EPS = 1e-9

@@ -9,8 +9,9 @@ from hypothesis import given, strategies as st
 
 from gpuplex.core.queues.admission import Holding
 from gpuplex.core.queues.standing import KindStanding, QueueStanding, kind_order, standings
-from gpuplex.core.queues.tree import COMPUTE_PERCENT, GPU_MEMORY_GIB, GPUS, MIG_PREFIX, tree_of
+from gpuplex.core.queues.tree import tree_of
 from gpuplex.core.spec.queues import QueuesSpec
+from gpuplex.core.spec.quota_kinds import COMPUTE_PERCENT, GPU_MEMORY_GIB, GPUS, MIG_PREFIX
 
 CAPACITY = {GPUS: 8.0, GPU_MEMORY_GIB: 640.0, COMPUTE_PERCENT: 800.0, MIG_PREFIX + "1g.10gb": 14.0}
 QUEUES = QueuesSpec.model_validate(

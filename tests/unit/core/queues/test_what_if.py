@@ -8,9 +8,9 @@ from typing import Any
 import pytest
 
 from gpuplex.core.queues.admission import admit
-from gpuplex.core.queues.tree import GPUS, MIG_PREFIX
 from gpuplex.core.queues.usage import decayed_seconds
 from gpuplex.core.queues.what_if import NOW_S, WhatIf, WhatIfReport, evaluate, parse_what_if
+from gpuplex.core.spec.quota_kinds import GPUS, MIG_PREFIX
 from gpuplex.errors import SpecProblem
 
 
@@ -139,7 +139,7 @@ def test_a_replica_is_never_preempted() -> None:
     )
     (answer,) = report(data).pending
     assert answer.outcome == "waits"
-    assert answer.reason == "next to start: waiting for 2 gpus to free (capacity is held for it)"
+    assert answer.reason == "next to start: waiting for 2 GPUs to free (capacity is held for it)"
 
 
 def test_the_queue_rows_stand_as_the_dashboard_shows_them_with_past_use_and_fair_shares() -> None:
@@ -188,7 +188,7 @@ def test_the_queue_rows_stand_as_the_dashboard_shows_them_with_past_use_and_fair
         (
             {"running": [{"name": "x", "tenant": "beta", "holds": {"gpus": 9}}]},
             "running",
-            "the running workloads hold 9 gpus, more than the capacity of 8",
+            "the running workloads hold 9 GPUs, more than the capacity of 8",
         ),
         (
             {"past": [{"tenant": "beta", "held": {"gpus": 1}, "from_s_ago": 5, "until_s_ago": 9}]},

@@ -15,11 +15,12 @@ from hypothesis import given, settings, strategies as st
 from gpuplex.core.jobs.lifecycle import JobRecord, LifecycleStep, step
 from gpuplex.core.jobs.states import JobState
 from gpuplex.core.plan import make_plan
-from gpuplex.core.queues.tree import GPUS, queue_tree
+from gpuplex.core.queues.tree import queue_tree
 from gpuplex.core.queues.usage import UsageInterval, decayed_usage
 from gpuplex.core.queues.what_if import WhatIf, evaluate, parse_what_if
 from gpuplex.core.spec import GpuplexSpec, validate_spec
 from gpuplex.core.spec.jobs import JobSpec
+from gpuplex.core.spec.quota_kinds import GPUS
 
 MEMORY_GIB = 80  # an H100-80GB's
 

@@ -7,9 +7,10 @@ from typing import Any
 
 import pytest
 
-from gpuplex.core.queues.tree import GPUS, MIG_PREFIX, PreemptionRules, queue_tree
+from gpuplex.core.queues.tree import PreemptionRules, queue_tree
 from gpuplex.core.spec import GpuplexSpec, validate_spec
 from gpuplex.core.spec.queues import JobCaps, WithinQueue
+from gpuplex.core.spec.quota_kinds import GPUS, MIG_PREFIX
 
 FLEET = {
     "nodes": [
@@ -81,7 +82,7 @@ CASES: list[tuple[str, dict[str, Any], tuple[str | int, ...], str]] = [
             ]
         ),
         PATH,
-        "the guarantees below 'research' add up to 4 gpus, more than its own guarantee of 3",
+        "the guarantees below 'research' add up to 4 GPUs, more than its own guarantee of 3",
     ),
     (
         "profile",
