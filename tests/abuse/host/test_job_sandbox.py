@@ -43,6 +43,7 @@ from tests.abuse.host.intruders import (
 )
 from tests.abuse.host.uprun import UpRun, free_port, remove, shared_base
 from tests.e2e.gateway.stack import cannot_run_gateway
+from tests.jobs_http import show_job, submit_job
 
 pytestmark = [
     pytest.mark.slow,
@@ -101,16 +102,10 @@ class Up:
         return httpx.request(method, url, headers=headers, timeout=30, **kwargs)
 
     def submit(self, tenant: str, job: dict[str, Any]) -> str:
-        reply = self.api("POST", f"/tenants/{tenant}/jobs", json=job)
-        assert reply.status_code == 201, reply.text
-        job_id: str = reply.json()["id"]
-        return job_id
+        return submit_job(self.api, tenant, job)
 
     def job(self, tenant: str, job_id: str) -> dict[str, Any]:
-        reply = self.api("GET", f"/tenants/{tenant}/jobs/{job_id}")
-        assert reply.status_code == 200, reply.text
-        shown: dict[str, Any] = reply.json()
-        return shown
+        return show_job(self.api, tenant, job_id)
 
     def replica_pid(self, tenant: str) -> int | None:
         state = json.loads((self.host_dir / "state.json").read_text())

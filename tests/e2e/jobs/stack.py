@@ -22,6 +22,7 @@ from gpuplex.store.db import open_store
 from gpuplex.store.job_reports import JobReports
 from gpuplex.store.tokens import TokenRepository
 from tests.e2e.gateway.stack import free_port, stop
+from tests.jobs_http import show_job, submit_job
 
 T = TypeVar("T")
 
@@ -128,16 +129,10 @@ class JobsStack:
         return httpx.request(method, url, headers=headers, timeout=30, **kwargs)
 
     def submit(self, tenant: str, body: dict[str, Any]) -> str:
-        reply = self.api("POST", f"/tenants/{tenant}/jobs", json=body)
-        assert reply.status_code == 201, reply.text
-        job_id: str = reply.json()["id"]
-        return job_id
+        return submit_job(self.api, tenant, body)
 
     def show(self, tenant: str, job_id: str) -> dict[str, Any]:
-        reply = self.api("GET", f"/tenants/{tenant}/jobs/{job_id}")
-        assert reply.status_code == 200, reply.text
-        shown: dict[str, Any] = reply.json()
-        return shown
+        return show_job(self.api, tenant, job_id)
 
     def explain(self, jobs: dict[str, str]) -> str:
         """Each job's state, events and reason, the host's last events and the processes' logs

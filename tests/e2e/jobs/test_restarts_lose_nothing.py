@@ -38,6 +38,7 @@ from gpuplex.store.db import open_store
 from gpuplex.store.job_runs import JobRun
 from gpuplex.store.jobs import JobRepository
 from tests.abuse.host.uprun import UpRun, free_port, instance_processes, up_base
+from tests.jobs_http import show_job, submit_job
 
 pytestmark = pytest.mark.slow
 
@@ -123,16 +124,10 @@ class Up:
         return httpx.request(method, url, headers=headers, timeout=30, **kwargs)
 
     def submit(self, tenant: str, body: dict[str, Any]) -> str:
-        reply = self.api("POST", f"/tenants/{tenant}/jobs", json=body)
-        assert reply.status_code == 201, reply.text
-        job_id: str = reply.json()["id"]
-        return job_id
+        return submit_job(self.api, tenant, body)
 
     def show(self, tenant: str, job_id: str) -> dict[str, Any]:
-        reply = self.api("GET", f"/tenants/{tenant}/jobs/{job_id}")
-        assert reply.status_code == 200, reply.text
-        shown: dict[str, Any] = reply.json()
-        return shown
+        return show_job(self.api, tenant, job_id)
 
     def state(self, tenant: str, job_id: str) -> str:
         return str(self.show(tenant, job_id)["state"])
