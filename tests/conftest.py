@@ -1,11 +1,16 @@
 """Settings for the whole suite.
 
 `make test` runs it on two pytest-xdist workers (`-n 2 --dist loadgroup`). The tests that start
-whole stacks of real processes and measure them (tests/e2e, tests/abuse, tests/kube_real), and those
-that stall the shared Redis (`CLIENT PAUSE`), form one group, `lane`, that runs on one worker, one
-test at a time, as they always did; the rest (pure unit tests, and integration tests that each
-keep to their own temporary directory, PostgreSQL schema, Redis key prefix and cgroup instance) is
-shared between the workers. Run without `-n`, everything runs in one process, as before.
+whole stacks of real processes form two groups, each run on one worker, one test at a time: `lane`,
+those that measure what the processes do under load (the gateway's fairness and latency, the
+front door's limits; tests/e2e and tests/abuse) and those that stall the shared Redis (`CLIENT
+PAUSE`), and `stacks`, those that check what a stack does across starts, stops and kills (the host
+runtime and `gpuplex up` against a hostile tenant, jobs end to end, the benches' own runs, the
+real Kubernetes control plane). The two largest groups start first, one on each worker; the rest
+(pure unit tests, and integration tests that each keep to their own temporary directory,
+PostgreSQL schema, Redis key prefix and cgroup instance) fills in around them. Every test of a
+group finds its own processes by its own state directory, never by a name another test's process
+could share. Run without `-n`, everything runs in one process, as before.
 
 Hypothesis runs without its per-example deadline: on a loaded machine (another worker, a CI
 neighbour) a slow example is not a failure; the tests assert what they check, not its speed."""
@@ -21,17 +26,38 @@ settings.register_profile("gpuplex", deadline=None)
 settings.load_profile("gpuplex")
 
 TESTS = Path(__file__).resolve().parent
-#: Folders and files whose tests run in the `lane` group (relative to tests/).
-LANE = ("e2e", "abuse", "kube_real", "integration/gateway/test_limiter_redis.py")
+#: Folders and files whose tests run in the `stacks` group, then in the `lane` group (relative to
+#: tests/; the first group that names a test's file or a folder above it takes it).
+GROUPS = (
+    (
+        "stacks",
+        (
+            "kube_real",
+            "abuse/host",
+            "e2e/jobs",
+            "e2e/test_up.py",
+            "e2e/test_up_follows_revisions.py",
+            "e2e/test_up_job_line.py",
+            "e2e/test_bench_jobs_end_to_end.py",
+            "e2e/test_bench_isolation_cli.py",
+        ),
+    ),
+    ("lane", ("e2e", "abuse", "integration/gateway/test_limiter_redis.py")),
+)
 
 
-def in_lane(path: Path) -> bool:
+def group_of(path: Path) -> str | None:
+    """The group a test file's tests run in, or None: shared between the workers."""
     relative = path.resolve().relative_to(TESTS).as_posix()
-    return any(relative == entry or relative.startswith(f"{entry}/") for entry in LANE)
+    for name, entries in GROUPS:
+        if any(relative == entry or relative.startswith(f"{entry}/") for entry in entries):
+            return name
+    return None
 
 
 @pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the groups
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
-        if in_lane(item.path):
-            item.add_marker(pytest.mark.xdist_group("lane"))
+        group = group_of(item.path)
+        if group is not None:
+            item.add_marker(pytest.mark.xdist_group(group))

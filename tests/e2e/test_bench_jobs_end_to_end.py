@@ -30,16 +30,21 @@ def scratch_folders() -> set[Path]:
     return set(SCRATCH_PARENT.glob(f"{SCRATCH_PREFIX}*"))
 
 
-def sleeping_jobs() -> list[str]:
-    """Command lines of live `sleep 3600` processes: the benchmark's jobs and workloads."""
+def leftovers() -> list[str]:
+    """Live processes of a benchmark's scratch folder (its stacks, and their tenants and jobs,
+    whose command line or environment names it): none may outlive the run."""
+    marker = str(SCRATCH_PARENT / SCRATCH_PREFIX).encode()
     found = []
-    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
-        try:
-            argv = cmdline.read_bytes().split(b"\0")
-        except OSError:
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
             continue
-        if argv[:2] == [b"sleep", b"3600"]:
-            found.append(cmdline.parent.name)
+        try:
+            seen = (proc / "cmdline").read_bytes() + (proc / "environ").read_bytes()
+            state = (proc / "stat").read_text().rsplit(")", 1)[1].split()[0]
+        except (OSError, IndexError):
+            continue
+        if state != "Z" and marker in seen:
+            found.append(proc.name)
     return found
 
 
@@ -54,7 +59,7 @@ def can_run_up() -> None:
 def test_a_tiny_run_prints_each_figure_against_its_baseline_and_stops_everything(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    folders, sleeping = scratch_folders(), set(sleeping_jobs())
+    folders, before = scratch_folders(), set(leftovers())
     assert jobs.main(TINY) == 0
     out = capsys.readouterr().out
     assert "(iii) end to end · machine: " in out
@@ -73,7 +78,7 @@ def test_a_tiny_run_prints_each_figure_against_its_baseline_and_stops_everything
         assert HOST_ALONE in row
         assert len(re.findall(NUMBER, row)) == 3, row  # measured, baseline value, ratio
     assert scratch_folders() == folders
-    assert set(sleeping_jobs()) <= sleeping
+    assert set(leftovers()) <= before
 
 
 def test_a_stack_that_cannot_start_says_why_with_its_log() -> None:

@@ -7,17 +7,27 @@ one; `job list` says why each queued job waits now, as `job show` does."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
+
+import pytest
 
 from gpuplex.error_codes import EXIT_BAD_INPUT, ErrorCode
 from tests.integration.cli.test_job_cli import Running, control_plane, job
 from tests.integration.server.conftest import TENANT_A, TENANT_B
 
-# The store tests' fixtures (a new SQLite file or PostgreSQL schema per test), shared, not copied.
-from tests.integration.store.conftest import engine, postgres_dsn, store_url
+# The store tests' engine fixture, shared, not copied.
+from tests.integration.store.conftest import engine
 
-__all__ = ["control_plane", "engine", "postgres_dsn", "store_url"]
+__all__ = ["control_plane", "engine"]
 
 NOT_FOUND = ErrorCode.NOT_FOUND.exit_code
+
+
+@pytest.fixture
+def store_url(tmp_path: Path) -> str:
+    """A new SQLite store: these check the CLI and the API's answers, which do not depend on the
+    store's backend (test_job_cli runs the same paths on PostgreSQL too)."""
+    return f"sqlite:///{tmp_path / 'state' / 'gpuplex.db'}"
 
 
 def _submit(running: Running, caller: str, *args: str, memory_gib: str = "5") -> str:

@@ -55,8 +55,8 @@ def test_head_revision_is_the_newest_migration() -> None:
     scripts = ScriptDirectory.from_config(alembic_config())
     assert scripts.get_heads() == [HEAD_REVISION]
     assert [s.revision for s in scripts.walk_revisions()] == [
-        "r0010_tenant_isolation",
-        "r0009_job_attempts",
+        "0010",
+        "0009",
         "0008",
         "0007",
         "0006",

@@ -4,9 +4,9 @@
 process started and ended and how (`job_reports.started_at`, `ended_at`, `end`); and each node's
 host runtime says when it last reported (`host_reports`).
 
-Revision ID: r0009_job_attempts
+Revision ID: 0009
 Revises: 0008
-Create Date: 2026-11-27
+Create Date: 2026-11-28
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
-revision = "r0009_job_attempts"
+revision = "0009"
 down_revision: str | None = "0008"
 branch_labels: str | None = None
 depends_on: str | None = None

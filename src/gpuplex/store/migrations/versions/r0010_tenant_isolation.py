@@ -3,9 +3,9 @@
 always runs in a network namespace of its own now; the host runtime would hold it there anyway,
 and the job file would no longer validate as stored).
 
-Revision ID: r0010_tenant_isolation
-Revises: r0009_job_attempts
-Create Date: 2026-12-02
+Revision ID: 0010
+Revises: 0009
+Create Date: 2026-11-28
 """
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
-revision = "r0010_tenant_isolation"
-down_revision: str | None = "r0009_job_attempts"
+revision = "0010"
+down_revision: str | None = "0009"
 branch_labels: str | None = None
 depends_on: str | None = None
 
