@@ -1,7 +1,7 @@
 """Tokens from the company's identity provider (OpenID Connect), checked with joserfc: the
 signature against the issuer's published keys (JWKS), then the claims: `iss` exactly the
-issuer, `aud` holding gpuplex's audience, `exp` in the future and `nbf`/`iat` not in it, each
-with the spec's clock skew.
+issuer, `aud` holding gpuplex's audience, `exp` in the future but at most a day away
+(`MAX_TOKEN_LIFETIME_S`), and `nbf`/`iat` not in the future, each with the spec's clock skew.
 
 Only asymmetric algorithms are taken (`ALGORITHMS`): `alg: none` and HS256 (a token "signed" with
 the provider's public key as an HMAC secret) are refused whatever key set is given, and a token
@@ -23,6 +23,11 @@ from gpuplex.errors import OidcTokenError
 
 #: Signature algorithms an identity provider's tokens may use: asymmetric only.
 ALGORITHMS = ("RS256", "RS384", "RS512", "PS256", "PS384", "PS512", "ES256", "ES384", "ES512")
+
+#: The furthest `exp` taken, from now: providers issue access and ID tokens for minutes to hours;
+#: one that claims to live longer (`exp: 1e20`, a token minted by a key that leaked, used for
+#: ever) is refused.
+MAX_TOKEN_LIFETIME_S = 24 * 3600
 
 
 def looks_like_jwt(token: str) -> bool:
@@ -62,7 +67,18 @@ def verified_claims(
         registry.validate(claims)
     except (JoseError, ValueError, TypeError) as error:
         raise OidcTokenError(f"the token's claims do not hold: {_said(error)}") from None
+    _check_lifetime(claims["exp"], now_s, skew_s)
     return claims
+
+
+def _check_lifetime(exp: object, now_s: float, skew_s: int) -> None:
+    """`exp` a number at most MAX_TOKEN_LIFETIME_S away (NaN and infinity are not)."""
+    number = isinstance(exp, int | float) and not isinstance(exp, bool)
+    if not number or not exp - now_s <= MAX_TOKEN_LIFETIME_S + skew_s:  # type: ignore[operator]
+        raise OidcTokenError(
+            "the token's claims do not hold: its exp is not a time within "
+            f"{MAX_TOKEN_LIFETIME_S // 3600} hours from now, the longest gpuplex takes"
+        )
 
 
 def _said(error: Exception) -> str:

@@ -104,18 +104,22 @@ class WebSessions:
         self, *, state: str, browser: str | None, now: datetime
     ) -> PendingSignIn | None:
         """The sign-in `state` names, removed (a state is good once); None when there is none,
-        it expired, or this browser did not begin it."""
+        it expired, or this browser did not begin it. Another browser's try leaves the sign-in
+        as it was: whoever learns a state (from a log, a shared link) cannot cancel it."""
         now = aware_utc(now)
         with store_errors(self._engine), Session(self._engine) as session, session.begin():
             row = session.get(WebSignInRow, secret_hash(state))
             if row is None:
                 return None
-            session.delete(row)
+            if aware_utc(row.expires_at) <= now:
+                session.delete(row)
+                return None
             same_browser = browser is not None and hmac.compare_digest(
                 row.browser_hash, secret_hash(browser)
             )
-            if not same_browser or aware_utc(row.expires_at) <= now:
+            if not same_browser:
                 return None
+            session.delete(row)
             return PendingSignIn(row.code_verifier, row.nonce, row.return_to)
 
     def create(

@@ -32,10 +32,19 @@ def test_a_state_is_good_once_and_only_in_its_browser(engine: Engine) -> None:
     assert sessions.take_sign_in(state="state-1", browser="browser-1", now=T0) is None
     begin(sessions, "state-2")
     assert sessions.take_sign_in(state="state-2", browser="someone-else", now=T0) is None
-    # the failed try used it up: the right browser cannot finish it afterwards either
-    assert sessions.take_sign_in(state="state-2", browser="browser-1", now=T0) is None
     begin(sessions, "state-3")
     assert sessions.take_sign_in(state="state-3", browser=None, now=T0) is None
+
+
+def test_another_browsers_try_does_not_cancel_a_sign_in(engine: Engine) -> None:
+    """Whoever learns a state (a proxy's log, a link passed on) cannot end the sign-in of the
+    person who began it: the state is checked against the browser before anything is removed."""
+    sessions = WebSessions(engine)
+    begin(sessions)
+    for intruder in ("someone-else", None, ""):
+        assert sessions.take_sign_in(state="state-1", browser=intruder, now=T0) is None
+    assert sessions.take_sign_in(state="state-1", browser="browser-1", now=T0) == PENDING
+    assert sessions.take_sign_in(state="state-1", browser="browser-1", now=T0) is None
 
 
 def test_a_sign_in_lasts_ten_minutes(engine: Engine) -> None:

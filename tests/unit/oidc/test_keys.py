@@ -46,7 +46,7 @@ class Clock:
 
 
 def token(key: RSAKey, kid: str | None = None) -> str:
-    claims = {"iss": ISSUER, "aud": "gpuplex", "sub": "alice", "exp": 1_800_100_000}
+    claims = {"iss": ISSUER, "aud": "gpuplex", "sub": "alice", "exp": 1_800_050_000}
     return jwt.encode({"alg": "RS256", "kid": kid or key.kid}, claims, key)
 
 

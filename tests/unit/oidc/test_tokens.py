@@ -14,9 +14,10 @@ from typing import Any
 import pytest
 from joserfc import jwt
 from joserfc.jwk import ECKey, RSAKey
+from joserfc.jws import JWSRegistry
 
 from gpuplex.errors import ErrorCode, OidcTokenError
-from gpuplex.oidc.tokens import looks_like_jwt, verified_claims
+from gpuplex.oidc.tokens import MAX_TOKEN_LIFETIME_S, looks_like_jwt, verified_claims
 
 ISSUER = "https://login.example.com/realms/acme"
 AUDIENCE = "gpuplex"
@@ -57,6 +58,7 @@ def test_a_token_that_holds_is_taken_rsa_and_ec() -> None:
     assert check(signed(claims(), EC_KEY, "ES256"))["groups"] == ["gpu-contoso-viewers"]
     assert check(signed(claims(aud=["other", AUDIENCE])))["sub"] == "alice"
     assert check(signed(claims(exp=NOW - 30)))["sub"] == "alice"  # within the clock skew
+    assert check(signed(claims(exp=NOW + MAX_TOKEN_LIFETIME_S)))["sub"] == "alice"  # a day: taken
 
 
 def _none_token() -> str:
@@ -73,6 +75,16 @@ def _hs256_with_the_public_key() -> str:
     return f"{header}.{body}.{b64(mac)}"
 
 
+def _with_exp(literal: str) -> str:
+    """A token signed over a payload whose `exp` is a JSON literal a strict encoder never writes
+    (`Infinity`, `NaN`, which Python's decoder reads), or `true`."""
+    body = json.dumps(claims(exp=None))[:-1] + f', "exp": {literal}}}'
+    header = b64(json.dumps({"alg": "RS256", "kid": KEY.kid}).encode())
+    signing_input = f"{header}.{b64(body.encode())}"
+    signature = JWSRegistry.algorithms["RS256"].sign(signing_input.encode(), KEY)
+    return f"{signing_input}.{b64(signature)}"
+
+
 def _tampered() -> str:
     header, _, signature = signed(claims()).split(".")
     forged = b64(json.dumps(claims(sub="mallory", groups=["gpu-platform-admins"])).encode())
@@ -87,6 +99,11 @@ def _tampered() -> str:
         (signed(claims(exp=NOW - 3600)), "claims"),
         (signed(claims(nbf=NOW + 3600)), "claims"),
         (signed(claims(exp=None)), "claims"),
+        (signed(claims(exp=1e20)), "claims"),
+        (signed(claims(exp=NOW + MAX_TOKEN_LIFETIME_S + 61)), "claims"),
+        (_with_exp("Infinity"), "claims"),
+        (_with_exp("NaN"), "claims"),
+        (_with_exp("true"), "claims"),
         (signed(claims(sub=None)), "claims"),
         (signed(claims(), OLD_KEY), "signature"),
         (_none_token(), "signature"),
@@ -101,6 +118,11 @@ def _tampered() -> str:
         "expired",
         "not-yet-valid",
         "no-expiry",
+        "exp-1e20",
+        "exp-past-a-day",
+        "exp-infinity",
+        "exp-nan",
+        "exp-true",
         "no-subject",
         "rotated-out-key",
         "alg-none",
