@@ -399,6 +399,8 @@ class WebSignInRow(Base):
     nonce: Mapped[str] = mapped_column(String(128))
     return_to: Mapped[str] = mapped_column(String(2048))
     expires_at: Mapped[datetime] = mapped_column(UtcDateTime(), index=True)
+    #: SHA-256 of the client address that began it (NULL: begun before gpuplex kept it).
+    client_hash: Mapped[str | None] = mapped_column(String(64), nullable=True, index=True)
 
 
 metadata = Base.metadata
