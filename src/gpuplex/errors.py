@@ -135,6 +135,14 @@ class OidcTokenError(GpuplexError):
     code = ErrorCode.UNAUTHENTICATED
 
 
+class CredentialSuspended(GpuplexError):
+    """A control-plane token that matches, but is suspended: the person who made it (or made the
+    token that made it) no longer holds a role that could make it (core.access.credential_grants).
+    `unauthenticated` (401), as for a revoked token; the message says it may work again."""
+
+    code = ErrorCode.UNAUTHENTICATED
+
+
 class IdentityProviderUnavailable(GpuplexError):
     """The identity provider's discovery document or key set cannot be fetched or read (down,
     unreachable, an answer that is not what OpenID Connect Discovery says): tokens cannot be

@@ -1,12 +1,16 @@
 """Issuing a secret credential (a gateway API key or a control-plane token): draw a public prefix
 and a secret, store the row that carries the prefix and the hash, and draw again on the rare
-prefix collision. The caller's `insert` adds the row and its audit entry in one transaction."""
+prefix collision. The caller's `insert` adds the row and its audit entry in one transaction.
+
+Also what both kinds share: their state (active, expired, revoked, suspended) and who made them
+(`CredentialMaker`, kept in the columns of `tables.MadeByColumns`)."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import datetime
-from typing import Literal, TypeVar
+from typing import Any, Literal, TypeVar
 
 from sqlalchemy import Engine, select, update
 from sqlalchemy.exc import IntegrityError
@@ -22,7 +26,69 @@ SECRET_BYTES = 32
 PREFIX_ATTEMPTS = 8
 T = TypeVar("T")
 CredentialRow = TypeVar("CredentialRow", ApiKeyRow, ApiTokenRow)
-CredentialState = Literal["active", "expired", "revoked"]
+CredentialState = Literal["active", "expired", "revoked", "suspended"]
+
+
+@dataclass(frozen=True, slots=True)
+class CredentialMaker:
+    """Who made a credential: the control-plane token that made it (its prefix), if one did, and
+    the person at the root of its chain (their issuer and subject) with the grant they acted under
+    (a role, on a tenant or None for the platform, and the groups that gave it). A credential made
+    by a token of a person's chain has that person and grant too."""
+
+    token_prefix: str | None = None
+    issuer: str | None = None
+    subject: str | None = None
+    grant_role: str | None = None
+    grant_tenant: str | None = None
+    grant_groups: tuple[str, ...] = ()
+
+    @property
+    def person(self) -> str | None:
+        """The person as the audit log names one without a name: `oidc SUBJECT at ISSUER`."""
+        if self.subject is None:
+            return None
+        return f"oidc {self.subject} at {self.issuer}"
+
+    def columns(self) -> dict[str, Any]:
+        """Its `MadeByColumns` values."""
+        return {
+            "made_by_token": self.token_prefix,
+            "creator_issuer": self.issuer,
+            "creator_subject": self.subject,
+            "grant_role": self.grant_role,
+            "grant_tenant": self.grant_tenant,
+            "grant_groups": list(self.grant_groups) if self.subject is not None else None,
+        }
+
+    def shown(self) -> dict[str, Any]:
+        """What the audit log keeps of it."""
+        return {
+            "token": self.token_prefix,
+            "person": self.person,
+            "grant": None
+            if self.subject is None
+            else {
+                "role": self.grant_role,
+                "tenant": self.grant_tenant,
+                "groups": list(self.grant_groups),
+            },
+        }
+
+
+def maker_of(row: ApiKeyRow | ApiTokenRow) -> CredentialMaker | None:
+    """Who made the credential of `row`; None when nothing was recorded (made by no person and no
+    token: the CLI, `gpuplex up`, or before revision 0012)."""
+    if row.made_by_token is None and row.creator_subject is None:
+        return None
+    return CredentialMaker(
+        token_prefix=row.made_by_token,
+        issuer=row.creator_issuer,
+        subject=row.creator_subject,
+        grant_role=row.grant_role,
+        grant_tenant=row.grant_tenant,
+        grant_groups=tuple(row.grant_groups or ()),
+    )
 
 
 def new_prefix() -> str:
@@ -60,12 +126,19 @@ def issue(
 
 
 def credential_state(
-    revoked_at: datetime | None, expires_at: datetime | None, now: datetime
+    revoked_at: datetime | None,
+    expires_at: datetime | None,
+    now: datetime,
+    suspended_at: datetime | None = None,
 ) -> CredentialState:
+    """Revoked wins over expired, which wins over suspended (revocation is final; an expired
+    credential never resumes)."""
     if revoked_at is not None:
         return "revoked"
     if expires_at is not None and expires_at <= now:
         return "expired"
+    if suspended_at is not None:
+        return "suspended"
     return "active"
 
 

@@ -1,8 +1,10 @@
 """API keys in the store: create (the secret is returned once and only its hash is kept), list,
 revoke, and what the gateway needs: the active keys with their hashes, and a cheap version that
-changes whenever a key is created or revoked.
+changes whenever a key is created, revoked, suspended or resumed.
 
-Every create and revoke appends an audit entry in the same transaction.
+Every create and revoke appends an audit entry in the same transaction. A key made by a person,
+or by a token of a person's chain, records them and is served only while they could make it now
+(store/credential_grants.py): a suspended key is not among the active ones.
 """
 
 from __future__ import annotations
@@ -22,11 +24,14 @@ from gpuplex.errors import NotFoundError
 from gpuplex.store import credentials
 from gpuplex.store.audit import append_audit
 from gpuplex.store.columns import aware_utc
+from gpuplex.store.credential_grants import judge_new, maker_in_chain
 from gpuplex.store.credentials import (
+    CredentialMaker,
     CredentialState,
     credential_state,
     iso_or_none,
     issue,
+    maker_of,
     mark_revoked,
 )
 from gpuplex.store.db import store_errors
@@ -47,9 +52,11 @@ class ApiKey:
     expires_at: datetime | None
     revoked_at: datetime | None
     limits: RateLimits  # the key's own, on top of its tenant's
+    suspended_at: datetime | None = None
+    made_by: CredentialMaker | None = None  # None: made by no person and no token
 
     def state(self, now: datetime) -> KeyState:
-        return credential_state(self.revoked_at, self.expires_at, now)
+        return credential_state(self.revoked_at, self.expires_at, now, self.suspended_at)
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,12 +88,15 @@ class KeyRepository:
         limits: RateLimits,
         now: datetime,
         actor: str,
+        made_by: CredentialMaker | None = None,
     ) -> tuple[str, ApiKey]:
-        """A new key: (the key string, to show once; what is stored about it)."""
+        """A new key: (the key string, to show once; what is stored about it). `made_by`: the
+        person or token that makes it (a token of a person's chain passes its person on)."""
         now = aware_utc(now)
         expires_at = aware_utc(expires_at) if expires_at is not None else None
 
         def insert(session: Session, prefix: str, token: str) -> ApiKey:
+            maker = maker_in_chain(session, made_by)
             row = ApiKeyRow(
                 prefix=prefix,
                 key_hash=key_hash(token),
@@ -97,10 +107,10 @@ class KeyRepository:
                 expires_at=expires_at,
                 revoked_at=None,
                 **limit_columns(limits),
+                **(maker.columns() if maker is not None else {}),
             )
             session.add(row)
             session.flush()  # the insert first: it takes the write lock
-            key = _api_key(row)
             append_audit(
                 session,
                 at=now,
@@ -108,9 +118,10 @@ class KeyRepository:
                 action="key.create",
                 target=f"key:{prefix}",
                 tenant=tenant,
-                detail=_audit_detail(key),
+                detail=_audit_detail(_api_key(row)),
             )
-            return key
+            judge_new(session, row, now, actor)
+            return _api_key(row)
 
         return issue(self._engine, KEY_SCHEME, "key", insert, self._new_prefix, self._new_secret)
 
@@ -147,24 +158,30 @@ class KeyRepository:
         return key
 
     def active_records(self, now: datetime) -> builtins.list[KeyRecord]:
-        """The keys that work at `now` (not revoked, not expired), with their stored hashes."""
+        """The keys that work at `now` (not revoked, suspended or expired), with their stored
+        hashes."""
         query = select(ApiKeyRow).where(
             ApiKeyRow.revoked_at.is_(None),
+            ApiKeyRow.suspended_at.is_(None),
             or_(ApiKeyRow.expires_at.is_(None), ApiKeyRow.expires_at > now),
         )
         with store_errors(self._engine), Session(self._engine) as session:
             return [KeyRecord(_api_key(row), row.key_hash) for row in session.scalars(query)]
 
     def version(self) -> str:
-        """Changes whenever a key is created or revoked: one small aggregate query, cheap enough
-        to poll twice a second from every gateway worker. (Keys are never deleted, and revocation
-        is one-way, so the number of keys and of revoked keys only grow.)"""
+        """Changes whenever a key is created, revoked, suspended or resumed: one small aggregate
+        query, cheap enough to poll twice a second from every gateway worker. (Keys are never
+        deleted, revocation is one-way, and each suspension or resumption adds one to its key's
+        `suspension_changes`, so all four figures only grow.)"""
         query = select(
-            func.count(ApiKeyRow.id), func.max(ApiKeyRow.id), func.count(ApiKeyRow.revoked_at)
+            func.count(ApiKeyRow.id),
+            func.max(ApiKeyRow.id),
+            func.count(ApiKeyRow.revoked_at),
+            func.coalesce(func.sum(ApiKeyRow.suspension_changes), 0),
         )
         with store_errors(self._engine), self._engine.connect() as connection:
-            count, max_id, revoked = connection.execute(query).one()
-        return f"{count}.{max_id or 0}.{revoked}"
+            count, max_id, revoked, suspensions = connection.execute(query).one()
+        return f"{count}.{max_id or 0}.{revoked}.{suspensions}"
 
 
 def _api_key(row: ApiKeyRow) -> ApiKey:
@@ -177,6 +194,8 @@ def _api_key(row: ApiKeyRow) -> ApiKey:
         expires_at=row.expires_at,
         revoked_at=row.revoked_at,
         limits=row_limits(row),
+        suspended_at=row.suspended_at,
+        made_by=maker_of(row),
     )
 
 
@@ -194,10 +213,13 @@ def row_limits(row: ApiKeyRow) -> RateLimits:
 
 
 def _audit_detail(key: ApiKey) -> dict[str, Any]:
-    return {
+    detail: dict[str, Any] = {
         "tenant": key.tenant,
         "name": key.name,
         "models": list(key.models),
         "expires_at": iso_or_none(key.expires_at),
         **limit_columns(key.limits),
     }
+    if key.made_by is not None:
+        detail["made_by"] = key.made_by.shown()
+    return detail

@@ -4,13 +4,14 @@ revision number is the row id; the current revision is the highest.
 Appending is optimistic: the caller says which revision its change is based on, and the append fails
 with StaleRevisionError when another one was applied in between. The check and the insert run under
 one lock (PostgreSQL: an advisory lock; SQLite: its write lock), so two appends on the same base
-never both succeed. Each append writes a `spec.apply` audit entry in the same transaction.
+never both succeed. Each append writes a `spec.apply` audit entry in the same transaction, and runs
+what the caller adds to it (`then`: credentials judged again under the new rules) in it too.
 """
 
 from __future__ import annotations
 
 import builtins
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -102,9 +103,12 @@ class SpecRevisions:
         actor: str,
         at: datetime,
         base_revision: int | None,
+        then: Callable[[Session, int], object] | None = None,
     ) -> SpecRevision:
         """Store a new revision on top of `base_revision` (None or 0: on an empty history). Raises
-        StaleRevisionError, writing nothing, when `base_revision` is not the current revision."""
+        StaleRevisionError, writing nothing, when `base_revision` is not the current revision.
+        `then(session, revision)` runs after the `spec.apply` entry, in the same transaction (the
+        audit lock held): it commits or fails with the revision."""
         at = aware_utc(at)
         with store_errors(self._engine), Session(self._engine) as session, session.begin():
             write_lock(session, StoreLock.SPEC)
@@ -144,6 +148,8 @@ class SpecRevisions:
                 before=_summary(previous) if previous is not None else None,
                 after=_summary(row),
             )
+            if then is not None:
+                then(session, row.id)
             return _revision(row)
 
 

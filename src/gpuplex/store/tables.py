@@ -42,7 +42,28 @@ class Base(DeclarativeBase):
     )
 
 
-class ApiKeyRow(Base):
+class MadeByColumns:
+    """Who made a credential (an API key or a control-plane token), for the rule that a person's
+    credentials hold only while the person could make them (core.access.credential_grants). All
+    NULL for one made outside any person's chain (a token of no person, the CLI, before 0012)."""
+
+    #: the control-plane token that made it (its prefix), if a token did
+    made_by_token: Mapped[str | None] = mapped_column(String(16), nullable=True)
+    #: the person at the root of its chain: their issuer and subject
+    creator_issuer: Mapped[str | None] = mapped_column(String(2048), nullable=True)
+    creator_subject: Mapped[str | None] = mapped_column(String(255), nullable=True, index=True)
+    #: the grant the person acted under: a role, on a tenant (NULL: the platform), and the groups
+    #: that gave it
+    grant_role: Mapped[str | None] = mapped_column(String(32), nullable=True)
+    grant_tenant: Mapped[str | None] = mapped_column(String(253), nullable=True)
+    grant_groups: Mapped[list[str] | None] = mapped_column(NullableJson, nullable=True)
+    #: since when it is refused because the person no longer holds such a grant (NULL: it is not)
+    suspended_at: Mapped[datetime | None] = mapped_column(UtcDateTime(), nullable=True)
+    #: how many times it was suspended or resumed: the gateway's key version counts it
+    suspension_changes: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+
+
+class ApiKeyRow(MadeByColumns, Base):
     """One API key: its public prefix and the SHA-256 of the whole key, never the key itself."""
 
     __tablename__ = "api_keys"
@@ -116,7 +137,7 @@ class SpecRevisionRow(Base):
     plan: Mapped[dict[str, Any]] = mapped_column(JSON)
 
 
-class ApiTokenRow(Base):
+class ApiTokenRow(MadeByColumns, Base):
     """A control-plane token (people and automation, not the gateway's keys): its public prefix and
     the SHA-256 of the whole token, never the token itself."""
 
@@ -401,6 +422,21 @@ class WebSignInRow(Base):
     expires_at: Mapped[datetime] = mapped_column(UtcDateTime(), index=True)
     #: SHA-256 of the client address that began it (NULL: begun before gpuplex kept it).
     client_hash: Mapped[str | None] = mapped_column(String(64), nullable=True, index=True)
+
+
+class OidcPersonRow(Base):
+    """A person (or service account) of the identity provider as gpuplex last saw them: their
+    groups at their last sign-in or bearer token, and the grants those give under the rules
+    applied since (kept current by every spec apply), as `[{"role": ..., "tenant": ...}]`."""
+
+    __tablename__ = "oidc_people"
+
+    subject: Mapped[str] = mapped_column(String(255), primary_key=True)
+    issuer: Mapped[str] = mapped_column(String(2048), primary_key=True)
+    name: Mapped[str] = mapped_column(String(255))
+    groups: Mapped[list[str]] = mapped_column(JSON)
+    grants: Mapped[list[dict[str, Any]]] = mapped_column(JSON)
+    seen_at: Mapped[datetime] = mapped_column(UtcDateTime())
 
 
 metadata = Base.metadata

@@ -4,6 +4,9 @@ A token is `gpt_<8 hex prefix>_<secret>`: created once and shown once, stored as
 checked in constant time (the same scheme as the gateway's keys, gpuplex.core.serve.keys). A
 platform-admin token has no tenant; tenant-admin and tenant-viewer tokens have exactly one.
 Every create and revoke appends an audit entry, with the token's tenant, in the same transaction.
+
+A token made by a person, or by a token of a person's chain, records them and works only while
+they could make it now (store/credential_grants.py); a suspended one is refused, saying so.
 """
 
 from __future__ import annotations
@@ -23,21 +26,29 @@ from gpuplex.core.serve.keys import (
     key_matches,
     key_prefix as token_prefix,
 )
-from gpuplex.errors import NotFoundError, StoreError
+from gpuplex.errors import CredentialSuspended, NotFoundError, StoreError
 from gpuplex.store import credentials
 from gpuplex.store.audit import append_audit
 from gpuplex.store.columns import aware_utc
+from gpuplex.store.credential_grants import judge_new, maker_in_chain
 from gpuplex.store.credentials import (
+    CredentialMaker,
     CredentialState,
     credential_state,
     iso_or_none,
     issue,
+    maker_of,
     mark_revoked,
 )
 from gpuplex.store.db import store_errors
 from gpuplex.store.tables import ApiTokenRow
 
 _NO_SUCH_TOKEN_HASH = "0" * 64  # matches no token: SHA-256 of something is never all zeros
+SUSPENDED = (
+    "the token is suspended: the person who made it (or made the token that made it) no longer "
+    "holds a role that could make it (their groups under auth.oidc.roles); it works again if "
+    "they do, and an admin may revoke it"
+)
 TokenRole = Literal["platform-admin", "tenant-admin", "tenant-viewer"]
 TOKEN_ROLES: tuple[TokenRole, ...] = get_args(TokenRole)
 TokenState = CredentialState
@@ -55,9 +66,11 @@ class ApiToken:
     created_by: str
     expires_at: datetime | None
     revoked_at: datetime | None
+    suspended_at: datetime | None = None
+    made_by: CredentialMaker | None = None  # None: made by no person and no token
 
     def state(self, now: datetime) -> TokenState:
-        return credential_state(self.revoked_at, self.expires_at, now)
+        return credential_state(self.revoked_at, self.expires_at, now, self.suspended_at)
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,13 +103,16 @@ class TokenRepository:
         expires_at: datetime | None,
         now: datetime,
         actor: str,
+        made_by: CredentialMaker | None = None,
     ) -> tuple[str, ApiToken]:
-        """A new token: (the token string, to show once; what is stored about it)."""
+        """A new token: (the token string, to show once; what is stored about it). `made_by`:
+        the person or token that makes it (a token of a person's chain passes its person on)."""
         _check_role(role, tenant)
         now = aware_utc(now)
         expires_at = aware_utc(expires_at) if expires_at is not None else None
 
         def insert(session: Session, prefix: str, token: str) -> ApiToken:
+            maker = maker_in_chain(session, made_by)
             row = ApiTokenRow(
                 prefix=prefix,
                 token_hash=key_hash(token),
@@ -107,10 +123,13 @@ class TokenRepository:
                 created_by=actor,
                 expires_at=expires_at,
                 revoked_at=None,
+                **(maker.columns() if maker is not None else {}),
             )
             session.add(row)
             session.flush()  # the insert first: it takes the write lock
-            created = _token(row)
+            detail: dict[str, Any] = {"name": name, "role": role}
+            if maker is not None:
+                detail["made_by"] = maker.shown()
             append_audit(
                 session,
                 at=now,
@@ -118,10 +137,11 @@ class TokenRepository:
                 action="token.create",
                 target=f"token:{prefix}",
                 tenant=tenant,
-                detail={"name": name, "role": role},
-                after=_shown(created),
+                detail=detail,
+                after=_shown(_token(row)),
             )
-            return created
+            judge_new(session, row, now, actor)
+            return _token(row)
 
         return issue(
             self._engine, TOKEN_SCHEME, "token", insert, self._new_prefix, self._new_secret
@@ -168,7 +188,9 @@ class TokenRepository:
 
     def authenticate(self, token: str, now: datetime) -> TokenIdentity | None:
         """Who `token` speaks for at `now`; None when it is malformed, unknown, revoked or
-        expired. The stored hash is compared in constant time."""
+        expired. The stored hash is compared in constant time. Raises CredentialSuspended for
+        the token itself while it is suspended (after the hash matched: nobody learns of another
+        token's state)."""
         prefix = token_prefix(token, TOKEN_SCHEME)
         if prefix is None:
             return None
@@ -180,7 +202,10 @@ class TokenRepository:
             if not key_matches(stored_hash, token) or row is None:
                 return None
             found = _token(row)
-        if found.state(aware_utc(now)) != "active":
+        state = found.state(aware_utc(now))
+        if state == "suspended":
+            raise CredentialSuspended(SUSPENDED)
+        if state != "active":
             return None
         return TokenIdentity(found.prefix, found.name, found.role, found.tenant)
 
@@ -211,6 +236,8 @@ def _token(row: ApiTokenRow) -> ApiToken:
         created_by=row.created_by,
         expires_at=row.expires_at,
         revoked_at=row.revoked_at,
+        suspended_at=row.suspended_at,
+        made_by=maker_of(row),
     )
 
 
