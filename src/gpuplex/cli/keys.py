@@ -135,7 +135,7 @@ def list_command(
     store: StoreOption = None,
     output: OutputOption = KeysOutput.TABLE,
 ) -> None:
-    """The keys and their state (active, expired, revoked); never the key itself."""
+    """The keys and their state (active, expired, revoked, suspended); never the key itself."""
     with reported():
         with _key_store(store) as repository:
             keys = repository.list(tenant)
@@ -220,6 +220,8 @@ def key_json(key: ApiKey, now: datetime) -> dict[str, Any]:
         "created_at": key.created_at.isoformat(),
         "expires_at": key.expires_at.isoformat() if key.expires_at else None,
         "revoked_at": key.revoked_at.isoformat() if key.revoked_at else None,
+        "suspended_at": key.suspended_at.isoformat() if key.suspended_at else None,
+        "made_by": key.made_by.shown() if key.made_by is not None else None,
         **key.limits.model_dump(),
         "state": key.state(now),
     }
@@ -233,7 +235,7 @@ def keys_table(keys: list[ApiKey], now: datetime) -> Table:
             no_wrap=column in ("prefix", "state"),
             overflow="fold" if column in ("tenant", "name", "models") else "ellipsis",
         )
-    colours = {"active": "green", "expired": "yellow", "revoked": "red"}
+    colours = {"active": "green", "expired": "yellow", "revoked": "red", "suspended": "magenta"}
     for key in keys:
         state = key.state(now)
         table.add_row(

@@ -10,7 +10,6 @@ import json
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
-from datetime import datetime
 from enum import StrEnum
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
@@ -207,17 +206,19 @@ def list_command(
     if output is TokenOutput.JSON:
         sys.stdout.write(json.dumps([_token_json(t) for t in found], indent=2) + "\n")
         return
-    table = Table("prefix", "name", "role", "tenant", "created", "state")
+    table = Table("prefix", "name", "role", "tenant", "created", "made by", "state")
     now = utc_now()
     for token in found:
-        state = "revoked" if token.revoked_at else _expiry_state(token.expires_at, now)
+        maker = token.made_by
+        made_by = (maker.person or f"token {maker.token_prefix}") if maker is not None else "-"
         table.add_row(
             token.prefix,
             escape(token.name),
             token.role,
             escape(token.tenant or "-"),
             token.created_at.strftime("%Y-%m-%d %H:%M"),
-            state,
+            escape(made_by),
+            token.state(now),
         )
     out.print(table)
 
@@ -239,10 +240,6 @@ def _home_host_dir() -> Path | None:
     return host_dir if host_dir.is_dir() else None
 
 
-def _expiry_state(expires_at: datetime | None, now: datetime) -> str:
-    return "expired" if expires_at is not None and expires_at <= now else "active"
-
-
 def _token_json(token: ApiToken) -> dict[str, Any]:
     return {
         "prefix": token.prefix,
@@ -252,4 +249,7 @@ def _token_json(token: ApiToken) -> dict[str, Any]:
         "created_at": token.created_at.isoformat(),
         "expires_at": token.expires_at.isoformat() if token.expires_at else None,
         "revoked_at": token.revoked_at.isoformat() if token.revoked_at else None,
+        "suspended_at": token.suspended_at.isoformat() if token.suspended_at else None,
+        "state": token.state(utc_now()),
+        "made_by": token.made_by.shown() if token.made_by is not None else None,
     }

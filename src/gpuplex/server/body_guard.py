@@ -3,8 +3,8 @@ body is read before the caller is known and none is read past its limit.
 
 For a request that carries a body:
 - under /api/v1, the caller is checked first: no bearer token at all (nor a dashboard session
-  cookie), or one the store does not know (or has revoked, or has seen expire), gets 401 before a
-  byte of the body is read;
+  cookie), or one the store does not know (or has revoked, suspended, or seen expire), gets 401
+  before a byte of the body is read;
 - a declared Content-Length over `max_body_bytes` gets 413 before a byte is read;
 - while the app reads, the bytes are counted: past `max_body_bytes` the app reads no more and the
   client gets 413; a body that has not all come within `body_timeout_s` gets 408.
@@ -29,7 +29,7 @@ from starlette.requests import cookie_parser
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from gpuplex.core.serve.keys import bearer_token
-from gpuplex.errors import ErrorCode, StoreError
+from gpuplex.errors import CredentialSuspended, ErrorCode, StoreError
 from gpuplex.oidc.tokens import looks_like_jwt
 from gpuplex.server.context import ServerContext
 from gpuplex.server.oidc_principal import oidc_principal
@@ -117,7 +117,11 @@ class BodyGuard:
             token = bearer_token(_header(scope, b"authorization"))
             if token is None:
                 return await self._session_refusal(scope)
-            if self.authenticate is not None and not await _known(self.authenticate, token):
+            try:
+                known = self.authenticate is None or await _known(self.authenticate, token)
+            except CredentialSuspended as suspended:
+                return ApiProblem(ErrorCode.UNAUTHENTICATED, suspended.message)
+            if not known:
                 return ApiProblem(ErrorCode.UNAUTHENTICATED, UNKNOWN_CREDENTIALS)
         size = declared.strip() if declared is not None else b""
         if size.isdigit() and int(size) > self.max_body_bytes:

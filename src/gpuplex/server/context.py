@@ -16,6 +16,7 @@ from gpuplex.server.metering import Metering
 from gpuplex.store import AuditLog, Engine, KeyRepository, UsageRepository
 from gpuplex.store.budget_enforcement import EnforcementRepository
 from gpuplex.store.budgets import BudgetRepository
+from gpuplex.store.credential_grants import OidcPeople
 from gpuplex.store.jobs import JobRepository
 from gpuplex.store.key_usage import KeyUsageRepository
 from gpuplex.store.rollups import RollupRepository
@@ -55,6 +56,8 @@ class ServerContext:
     issuer_keys: IssuerKeysCache
     #: people signed in to the dashboard with the identity provider (server/sign_in.py)
     web_sessions: WebSessions
+    #: people of the identity provider as last seen, for the credentials they made
+    people: OidcPeople
     #: since when this process runs the jobs (server/job_runner.py), for why a job waits
     job_runner_lead: JobRunnerLead = field(default_factory=JobRunnerLead)
 
@@ -94,6 +97,7 @@ class ServerContext:
             jobs=jobs,
             issuer_keys=IssuerKeysCache(now_s),
             web_sessions=WebSessions(engine),
+            people=OidcPeople(engine),
         )
 
 

@@ -19,6 +19,7 @@ from gpuplex.core.access import Principal, Role
 from gpuplex.core.access.oidc_groups import Grant, GroupRule, grants_of
 from gpuplex.errors import ErrorCode, IdentityProviderUnavailable, OidcTokenError
 from gpuplex.server.context import ServerContext
+from gpuplex.server.credential_grants import note_groups_seen
 from gpuplex.server.problems import ApiProblem
 
 #: Where a person with roles on several tenants says which one a request is for.
@@ -70,6 +71,7 @@ def principal_of_groups(
     dashboard session keeps the groups its sign-in saw and takes the rules afresh each time).
     `chosen`: the tenant the request acts on, for a person with roles on several."""
     said, in_path = chosen if chosen is not None else (None, None)
+    note_groups_seen(ctx, groups, subject, name, issuer)  # what they made follows these groups
     grants = grants_for(ctx, groups, issuer)
     common = {"name": name, "issuer": issuer, "subject": subject}
     if any(g.role is Role.PLATFORM_ADMIN for g in grants):

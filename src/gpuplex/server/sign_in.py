@@ -5,7 +5,8 @@
   a nonce kept server-side, bound to this browser by a short-lived cookie) and sends the browser to
   the provider.
 - `GET /auth/callback`: where the provider sends the browser back; the code is exchanged, the
-  tokens verified, the person's groups must give a role, and a session begins: an HttpOnly
+  tokens verified, the person's groups noted (what they made follows them:
+  server/credential_grants.py), the groups must give a role, and a session begins: an HttpOnly
   `SameSite=Strict` session cookie (`Secure` when served over TLS). Failures come back to the
   dashboard as `#signin_error=...`, never as a token or a stack trace.
 - `GET /auth/session`: whether this browser is signed in, and if so who, what they may choose, and
@@ -35,6 +36,7 @@ from gpuplex.clock import now_s
 from gpuplex.core.spec.auth import OidcSpec
 from gpuplex.errors import ErrorCode, IdentityProviderUnavailable, OidcTokenError
 from gpuplex.server.context import ServerContext, server_context
+from gpuplex.server.credential_grants import SEEN_AT_SIGN_IN, note_groups_seen
 from gpuplex.server.oidc_code_flow import authorization_url, exchange_code, signed_in_person
 from gpuplex.server.oidc_principal import NO_ROLE, grants_for
 from gpuplex.server.problems import ApiProblem
@@ -154,6 +156,9 @@ def finish_sign_in(
             code_verifier=pending.code_verifier,
         )
         person = signed_in_person(keys, oidc, tokens, nonce=pending.nonce, now_s=now_s())
+        note_groups_seen(
+            ctx, person.groups, person.subject, person.name, oidc.issuer, SEEN_AT_SIGN_IN
+        )
         if not grants_for(ctx, person.groups, oidc.issuer):
             return _back_with_error(request, NO_ROLE)
     except (OidcTokenError, IdentityProviderUnavailable) as failed:

@@ -1,5 +1,8 @@
 """Preview and apply a spec: parse it (errors name line and field), plan it against the applied
-plan, and store it as the next revision on top of the one the caller saw."""
+plan, and store it as the next revision on top of the one the caller saw. In the same transaction,
+every credential a person made is judged again under the new revision's `auth.oidc.roles`
+(store/credential_grants.py): a removed or changed rule suspends what it no longer allows the
+moment the revision is visible."""
 
 from __future__ import annotations
 
@@ -7,9 +10,12 @@ import hashlib
 from dataclasses import dataclass
 
 from gpuplex.core.plan import Plan, make_plan
+from gpuplex.core.spec import GpuplexSpec
 from gpuplex.errors import StaleRevisionError
 from gpuplex.server.context import ServerContext
+from gpuplex.server.credential_grants import rules_of_spec
 from gpuplex.specfile import load_spec_text
+from gpuplex.store.credential_grants import review_on_apply
 from gpuplex.store.spec_revisions import SpecRevision
 
 
@@ -18,6 +24,7 @@ class Preview:
     base_revision: int  # 0 before the first apply
     spec_sha256: str
     plan: Plan
+    spec: GpuplexSpec
 
 
 def spec_sha256(spec_yaml: str) -> str:
@@ -30,7 +37,7 @@ def preview(ctx: ServerContext, spec_yaml: str, source: str = "spec_yaml") -> Pr
     applied = ctx.current.get()
     plan = make_plan(spec, applied.plan if applied is not None else None)
     base = applied.revision if applied is not None else 0
-    return Preview(base_revision=base, spec_sha256=spec_sha256(spec_yaml), plan=plan)
+    return Preview(base_revision=base, spec_sha256=spec_sha256(spec_yaml), plan=plan, spec=spec)
 
 
 def apply(
@@ -52,12 +59,14 @@ def apply(
             base_revision=base_revision,
             current_revision=planned.base_revision,
         )
+    at = ctx.now()
     revision = ctx.revisions.append(
         spec_yaml=spec_yaml,
         spec_sha256=planned.spec_sha256,
         plan=planned.plan.model_dump(mode="json"),
         actor=actor,
-        at=ctx.now(),
+        at=at,
         base_revision=base_revision,
+        then=review_on_apply(rules_of_spec(planned.spec), at, actor),
     )
     return revision, planned.plan

@@ -1,4 +1,6 @@
-"""A tenant's gateway API keys: create (the secret is in this one reply only), list, revoke."""
+"""A tenant's gateway API keys: create (the secret is in this one reply only), list, revoke. A key
+records who made it (`made_by`); one a person's chain made is suspended while that person could not
+make it (store/credential_grants.py): the gateway does not serve it, and the list says so."""
 
 from __future__ import annotations
 
@@ -14,12 +16,15 @@ from gpuplex.core.spec.rate_limits import RateLimits
 from gpuplex.errors import ErrorCode
 from gpuplex.server.auth import CurrentPrincipal, require
 from gpuplex.server.context import ServerContext, server_context
+from gpuplex.server.credential_grants import credential_maker
 from gpuplex.server.pages import Cursor, Limit, Page, page_of
 from gpuplex.server.problems import ERROR_RESPONSES, PRINTABLE, ApiProblem
 from gpuplex.server.request_model import RequestModel
 from gpuplex.server.routes.tenants import applied_tenant
+from gpuplex.server.routes.tokens import MadeByReply, made_by_reply
 from gpuplex.server.times import checked_time
 from gpuplex.store import ApiKey
+from gpuplex.store.keys import KeyState
 
 router = APIRouter(tags=["keys"], responses=ERROR_RESPONSES)
 Context = Annotated[ServerContext, Depends(server_context)]
@@ -47,7 +52,11 @@ class KeyReply(BaseModel):
     created_at: datetime
     expires_at: datetime | None
     revoked_at: datetime | None
-    state: str
+    suspended_at: datetime | None = Field(
+        description="Since when it is refused: its maker no longer holds a role that could make it."
+    )
+    state: KeyState
+    made_by: MadeByReply | None = Field(description="None: made by no person and no token.")
 
 
 class KeyCreatedReply(KeyReply):
@@ -63,7 +72,9 @@ def key_reply(key: ApiKey, now: datetime) -> KeyReply:
         created_at=key.created_at,
         expires_at=key.expires_at,
         revoked_at=key.revoked_at,
+        suspended_at=key.suspended_at,
         state=key.state(now),
+        made_by=made_by_reply(key.made_by),
     )
 
 
@@ -107,7 +118,14 @@ def create_key(
             field="expires_at",
         )
     secret, key = ctx.keys.create(
-        tenant, body.name, body.models, body.expires_at, body.limits, now, principal.actor
+        tenant,
+        body.name,
+        body.models,
+        body.expires_at,
+        body.limits,
+        now,
+        principal.actor,
+        made_by=credential_maker(ctx, principal),
     )
     return KeyCreatedReply(**key_reply(key, now).model_dump(), key=secret)
 

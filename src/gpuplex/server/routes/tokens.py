@@ -1,5 +1,7 @@
 """Control-plane tokens for people and automation. A platform admin makes any; a tenant admin makes
-tenant-admin or viewer tokens for their own tenant. The secret is in the create reply only."""
+tenant-admin or viewer tokens for their own tenant. The secret is in the create reply only. A token
+records who made it (`made_by`); one a person's chain made is suspended while that person could
+not make it (store/credential_grants.py), and listed so."""
 
 from __future__ import annotations
 
@@ -13,12 +15,14 @@ from gpuplex.core.access import Permission, Principal, Role, Verdict, may_grant
 from gpuplex.errors import ErrorCode
 from gpuplex.server.auth import CurrentPrincipal, require
 from gpuplex.server.context import ServerContext, server_context
+from gpuplex.server.credential_grants import credential_maker
 from gpuplex.server.pages import Cursor, Limit, Page, page_of
 from gpuplex.server.problems import ERROR_RESPONSES, PRINTABLE, ApiProblem
 from gpuplex.server.request_model import RequestModel
 from gpuplex.server.routes.tenants import applied_tenant
 from gpuplex.server.times import checked_time
-from gpuplex.store.tokens import ApiToken
+from gpuplex.store.credentials import CredentialMaker
+from gpuplex.store.tokens import ApiToken, TokenState
 
 router = APIRouter(tags=["tokens"], responses=ERROR_RESPONSES)
 Context = Annotated[ServerContext, Depends(server_context)]
@@ -33,6 +37,32 @@ class TokenCreateRequest(RequestModel):
     expires_at: datetime | None = None
 
 
+class GrantReply(BaseModel):
+    role: Role
+    tenant: str | None = Field(description="None: the platform.")
+    groups: list[str] = Field(description="The maker's groups that gave the role.")
+
+
+class MadeByReply(BaseModel):
+    """Who made a credential: the token that made it, and the person at the root of its chain
+    with the grant they acted under (a credential made by a person's token follows the person)."""
+
+    token: str | None = Field(description="The prefix of the control-plane token that made it.")
+    person: str | None = Field(description="`oidc SUBJECT at ISSUER`: the person at its root.")
+    grant: GrantReply | None
+
+
+def made_by_reply(maker: CredentialMaker | None) -> MadeByReply | None:
+    if maker is None:
+        return None
+    grant = None
+    if maker.grant_role is not None:
+        grant = GrantReply(
+            role=Role(maker.grant_role), tenant=maker.grant_tenant, groups=list(maker.grant_groups)
+        )
+    return MadeByReply(token=maker.token_prefix, person=maker.person, grant=grant)
+
+
 class TokenReply(BaseModel):
     prefix: str
     name: str
@@ -42,13 +72,18 @@ class TokenReply(BaseModel):
     created_by: str
     expires_at: datetime | None
     revoked_at: datetime | None
+    suspended_at: datetime | None = Field(
+        description="Since when it is refused: its maker no longer holds a role that could make it."
+    )
+    state: TokenState
+    made_by: MadeByReply | None = Field(description="None: made by no person and no token.")
 
 
 class TokenCreatedReply(TokenReply):
     token: str = Field(description="The whole token. Shown in this reply only; store it now.")
 
 
-def token_reply(token: ApiToken) -> TokenReply:
+def token_reply(token: ApiToken, now: datetime) -> TokenReply:
     return TokenReply(
         prefix=token.prefix,
         name=token.name,
@@ -58,6 +93,9 @@ def token_reply(token: ApiToken) -> TokenReply:
         created_by=token.created_by,
         expires_at=token.expires_at,
         revoked_at=token.revoked_at,
+        suspended_at=token.suspended_at,
+        state=token.state(now),
+        made_by=made_by_reply(token.made_by),
     )
 
 
@@ -73,7 +111,8 @@ def list_tokens(
 ) -> Page[TokenReply]:
     """Platform admins see every token; tenant admins their tenant's."""
     require(principal, Permission.TOKEN_READ, principal.tenant)
-    return page_of([token_reply(t) for t in _visible(principal, ctx)], limit, cursor)
+    now = ctx.now()
+    return page_of([token_reply(t, now) for t in _visible(principal, ctx)], limit, cursor)
 
 
 @router.post("/tokens", response_model=TokenCreatedReply, status_code=201)
@@ -108,8 +147,9 @@ def create_token(
         expires_at=body.expires_at,
         now=now,
         actor=principal.actor,
+        made_by=credential_maker(ctx, principal),
     )
-    return TokenCreatedReply(**token_reply(token).model_dump(), token=secret)
+    return TokenCreatedReply(**token_reply(token, now).model_dump(), token=secret)
 
 
 @router.delete("/tokens/{prefix}", response_model=TokenReply)
@@ -117,7 +157,8 @@ def revoke_token(prefix: str, principal: CurrentPrincipal, ctx: Context) -> Toke
     require(principal, Permission.TOKEN_WRITE, principal.tenant)
     if not any(t.prefix == prefix for t in _visible(principal, ctx)):
         raise ApiProblem(ErrorCode.NOT_FOUND, f"no token {prefix!r}")
-    return token_reply(ctx.tokens.revoke(prefix, ctx.now(), principal.actor))
+    now = ctx.now()
+    return token_reply(ctx.tokens.revoke(prefix, now, principal.actor), now)
 
 
 class WhoAmIReply(BaseModel):
