@@ -21,6 +21,7 @@ from gpuplex.store.audit import AuditLog, verify_audit
 from gpuplex.store.credential_grants import OidcPeople, review_on_apply
 from gpuplex.store.credentials import CredentialMaker
 from gpuplex.store.keys import KeyRepository
+from gpuplex.store.migrate import downgrade_store, upgrade_store
 from gpuplex.store.spec_revisions import SpecRevisions
 from gpuplex.store.tokens import TokenRepository
 from gpuplex.store.web_sessions import WebSessions
@@ -265,3 +266,19 @@ def test_a_persons_sessions_take_the_groups_seen_last(engine: Engine) -> None:
     assert person is not None
     assert person.groups == ("gpu-acme-viewers",)
     assert [(g.role, g.tenant) for g in person.grants] == [(Role.TENANT_VIEWER, "acme")]
+
+
+def test_credentials_stored_before_revision_0012_record_no_maker_and_work_as_before(
+    engine: Engine,
+) -> None:
+    token, _ = TokenRepository(engine).create("ci", "tenant-admin", "acme", None, T0, "root")
+    key, _ = KeyRepository(engine).create("acme", "app", [], None, RateLimits(), T0, "root")
+    downgrade_store(engine, "0011")
+    upgrade_store(engine)
+    tokens, keys = TokenRepository(engine), KeyRepository(engine)
+    assert [(t.made_by, t.suspended_at) for t in tokens.list()] == [(None, None)]
+    assert [(k.made_by, k.suspended_at) for k in keys.list()] == [(None, None)]
+    apply_rules(engine, WITHOUT_ADMINS, T0 + timedelta(minutes=1))
+    assert tokens.authenticate(token, T0 + timedelta(minutes=1)) is not None
+    (record,) = keys.active_records(T0 + timedelta(minutes=1))
+    assert key.split("_")[1] == record.key.prefix
