@@ -67,6 +67,8 @@ class GpuplexError(Exception):
     code and whether a retry can help (gpuplex/error_codes.py); a subclass sets its code."""
 
     code: ErrorCode = ErrorCode.INTERNAL
+    #: When known, the seconds after which the same request may succeed (a Retry-After header).
+    retry_after_s: int | None = None
 
     def __init__(self, message: str) -> None:
         super().__init__(message)
@@ -138,9 +140,13 @@ class OidcTokenError(GpuplexError):
 class IdentityProviderUnavailable(GpuplexError):
     """The identity provider's discovery document or key set cannot be fetched or read (down,
     unreachable, an answer that is not what OpenID Connect Discovery says): tokens cannot be
-    checked now, whoever sent them; retry."""
+    checked now, whoever sent them; retry (after `retry_after_s` when known)."""
 
     code = ErrorCode.IDENTITY_PROVIDER_UNAVAILABLE
+
+    def __init__(self, message: str, *, retry_after_s: int | None = None) -> None:
+        super().__init__(message)
+        self.retry_after_s = retry_after_s
 
 
 class PlanFileError(GpuplexError):

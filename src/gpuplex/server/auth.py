@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Annotated
 
 from fastapi import Depends, Request
+from fastapi.concurrency import run_in_threadpool
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from gpuplex.core.access import Permission, Principal, Role, Verdict, decide
@@ -30,14 +31,16 @@ _bearer = HTTPBearer(
 )
 
 
-def current_principal(
+async def current_principal(
     request: Request,
     credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
     ctx: Annotated[ServerContext, Depends(server_context)],
 ) -> Principal:
+    """On the event loop: the store is read in a worker thread, and an identity provider's
+    token that needs its keys fetched awaits the fetch without holding one."""
     cookie = session_cookie(request)
     if credentials is None and cookie:  # the dashboard, signed in with the identity provider
-        principal = session_principal(ctx, request, cookie)
+        principal = await run_in_threadpool(session_principal, ctx, request, cookie)
         request.state.principal = principal
         return principal
     if credentials is None or credentials.scheme.lower() != "bearer":
@@ -47,10 +50,10 @@ def current_principal(
             "`gpuplex token create` or POST /api/v1/tokens",
         )
     if looks_like_jwt(credentials.credentials):  # the identity provider's (auth.oidc)
-        principal = oidc_principal(ctx, credentials.credentials, chosen_tenant(request))
+        principal = await oidc_principal(ctx, credentials.credentials, chosen_tenant(request))
         request.state.principal = principal
         return principal
-    identity = ctx.tokens.authenticate(credentials.credentials, ctx.now())
+    identity = await run_in_threadpool(ctx.tokens.authenticate, credentials.credentials, ctx.now())
     if identity is None:
         raise ApiProblem(ErrorCode.UNAUTHENTICATED, "the token is unknown, revoked or expired")
     principal = Principal(

@@ -21,7 +21,7 @@ sign-in's own routes live under /auth/, outside this check).
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import anyio.to_thread
@@ -29,7 +29,7 @@ from starlette.requests import cookie_parser
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from gpuplex.core.serve.keys import bearer_token
-from gpuplex.errors import ErrorCode, StoreError
+from gpuplex.errors import ErrorCode, IdentityProviderUnavailable, StoreError
 from gpuplex.oidc.tokens import looks_like_jwt
 from gpuplex.server.context import ServerContext
 from gpuplex.server.oidc_principal import oidc_principal
@@ -49,8 +49,8 @@ NO_CREDENTIALS = (
 UNKNOWN_CREDENTIALS = "the token is unknown, revoked or expired"
 ENDED_SESSION = "the dashboard session ended or is unknown: sign in again"
 
-#: token -> whether it is a known, active control-plane token (called in a worker thread).
-Authenticate = Callable[[str], bool]
+#: token -> whether it is a known, active control-plane token (awaited on the event loop).
+Authenticate = Callable[[str], Awaitable[bool]]
 #: session cookie -> whether it is a live dashboard session (called in a worker thread).
 KnownSession = Callable[[str], bool]
 
@@ -60,14 +60,22 @@ def active_token_check(context: ServerContext) -> Authenticate:
     identity provider's token that verifies (the route then says whether its groups give a role,
     and answers for a provider it cannot read)."""
 
-    def active(token: str) -> bool:
+    async def active(token: str) -> bool:
         if looks_like_jwt(token):
             try:
-                oidc_principal(context, token)
+                await oidc_principal(context, token)
             except ApiProblem as refused:
                 return refused.code is not ErrorCode.UNAUTHENTICATED
+            except IdentityProviderUnavailable:
+                return True  # the route answers for that (503)
             return True
-        return context.tokens.authenticate(token, context.now()) is not None
+        try:
+            found = await anyio.to_thread.run_sync(
+                context.tokens.authenticate, token, context.now()
+            )
+        except StoreError:  # the store is unavailable: the route answers for that (503)
+            return True
+        return found is not None
 
     return active
 
@@ -117,7 +125,7 @@ class BodyGuard:
             token = bearer_token(_header(scope, b"authorization"))
             if token is None:
                 return await self._session_refusal(scope)
-            if self.authenticate is not None and not await _known(self.authenticate, token):
+            if self.authenticate is not None and not await self.authenticate(token):
                 return ApiProblem(ErrorCode.UNAUTHENTICATED, UNKNOWN_CREDENTIALS)
         size = declared.strip() if declared is not None else b""
         if size.isdigit() and int(size) > self.max_body_bytes:
@@ -135,9 +143,9 @@ class BodyGuard:
         return None
 
 
-async def _known(authenticate: Authenticate, token: str) -> bool:
+async def _known(known_session: KnownSession, cookie: str) -> bool:
     try:
-        return await anyio.to_thread.run_sync(authenticate, token)
+        return await anyio.to_thread.run_sync(known_session, cookie)
     except StoreError:  # the store is unavailable: the route answers for that (503)
         return True
 

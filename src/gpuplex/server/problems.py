@@ -155,6 +155,8 @@ def problem_response(error: GpuplexError, headers: Mapping[str, str] | None = No
     """The error as a response, with the status its code carries."""
     if error.code is ErrorCode.UNAUTHENTICATED:
         headers = {"www-authenticate": "Bearer", **(headers or {})}
+    if error.retry_after_s is not None:
+        headers = {"retry-after": str(error.retry_after_s), **(headers or {})}
     return JSONResponse(problem_body(error), status_code=error.status, headers=headers)
 
 

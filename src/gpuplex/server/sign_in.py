@@ -26,16 +26,24 @@ import logging
 import re
 import urllib.parse
 from datetime import UTC, datetime
+from functools import partial
 from typing import Annotated
 
+import anyio
 from fastapi import APIRouter, Depends, Request
+from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse, RedirectResponse, Response
 
 from gpuplex.clock import now_s
 from gpuplex.core.spec.auth import OidcSpec
 from gpuplex.errors import ErrorCode, IdentityProviderUnavailable, OidcTokenError
 from gpuplex.server.context import ServerContext, server_context
-from gpuplex.server.oidc_code_flow import authorization_url, exchange_code, signed_in_person
+from gpuplex.server.oidc_code_flow import (
+    SignedInPerson,
+    authorization_url,
+    exchange_code,
+    signed_in_person,
+)
 from gpuplex.server.oidc_principal import NO_ROLE, grants_for
 from gpuplex.server.problems import ApiProblem
 from gpuplex.store.web_sessions import PendingSignIn, csrf_matches, csrf_token_of, new_secret
@@ -48,6 +56,8 @@ DASHBOARD = "/dashboard/"
 _LOCAL_PATH = re.compile(r"^/(?![/\\])[^\x00-\x20\x7f\\]{0,2000}$")
 #: Methods that change nothing: everything else needs the session's CSRF token.
 SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
+#: Sign-ins that may wait on the provider's token endpoint at once (each holds a thread).
+PROVIDER_THREADS = 8
 
 log = logging.getLogger(__name__)
 router = APIRouter(prefix="/auth", include_in_schema=False)
@@ -77,7 +87,7 @@ def sign_in_config(ctx: Context) -> dict[str, object]:
 
 
 @router.get("/login")
-def begin_sign_in(request: Request, ctx: Context, return_to: str = DASHBOARD) -> Response:
+async def begin_sign_in(request: Request, ctx: Context, return_to: str = DASHBOARD) -> Response:
     oidc = _oidc(ctx)
     if oidc is None:
         raise ApiProblem(
@@ -91,11 +101,16 @@ def begin_sign_in(request: Request, ctx: Context, return_to: str = DASHBOARD) ->
         )
     state, browser = new_secret(), new_secret()
     pending = PendingSignIn(code_verifier=new_secret(), nonce=new_secret(), return_to=return_to)
-    try:
-        endpoint = ctx.issuer_keys.of(oidc.issuer).endpoint("authorization_endpoint")
-    except IdentityProviderUnavailable as error:
-        raise ApiProblem(ErrorCode.IDENTITY_PROVIDER_UNAVAILABLE, error.message) from None
-    ctx.web_sessions.begin_sign_in(state=state, browser=browser, pending=pending, now=ctx.now())
+    endpoint = await ctx.issuer_keys.of(oidc.issuer).endpoint_for("authorization_endpoint")
+    await run_in_threadpool(
+        partial(
+            ctx.web_sessions.begin_sign_in,
+            state=state,
+            browser=browser,
+            pending=pending,
+            now=ctx.now(),
+        )
+    )
     target = authorization_url(
         endpoint,
         oidc,
@@ -118,7 +133,7 @@ def begin_sign_in(request: Request, ctx: Context, return_to: str = DASHBOARD) ->
 
 
 @router.get("/callback", name="sign_in_callback")
-def finish_sign_in(
+async def finish_sign_in(
     request: Request,
     ctx: Context,
     state: str = "",
@@ -136,8 +151,13 @@ def finish_sign_in(
             request, "this control plane takes no sign-in now; use a gpuplex token"
         )
     sign_in_cookie = cookie_name(SIGN_IN_COOKIE, request.headers.get("host"))
-    pending = ctx.web_sessions.take_sign_in(
-        state=state, browser=request.cookies.get(sign_in_cookie), now=ctx.now()
+    pending = await run_in_threadpool(
+        partial(
+            ctx.web_sessions.take_sign_in,
+            state=state,
+            browser=request.cookies.get(sign_in_cookie),
+            now=ctx.now(),
+        )
     )
     if pending is None:
         return _back_with_error(
@@ -146,27 +166,35 @@ def finish_sign_in(
         )
     keys = ctx.issuer_keys.of(oidc.issuer)
     try:
-        tokens = exchange_code(
-            keys.endpoint("token_endpoint"),
-            oidc,
-            code=code,
-            redirect_uri=_callback_url(request),
-            code_verifier=pending.code_verifier,
-        )
-        person = signed_in_person(keys, oidc, tokens, nonce=pending.nonce, now_s=now_s())
+        token_endpoint = await keys.endpoint_for("token_endpoint")
+
+        def ask_the_provider() -> SignedInPerson:
+            tokens = exchange_code(
+                token_endpoint,
+                oidc,
+                code=code,
+                redirect_uri=_callback_url(request),
+                code_verifier=pending.code_verifier,
+            )
+            return signed_in_person(keys, oidc, tokens, nonce=pending.nonce, now_s=now_s())
+
+        person = await anyio.to_thread.run_sync(ask_the_provider, limiter=_provider_lane(request))
         if not grants_for(ctx, person.groups, oidc.issuer):
             return _back_with_error(request, NO_ROLE)
     except (OidcTokenError, IdentityProviderUnavailable) as failed:
         log.warning("a dashboard sign-in failed: %s", failed.message)
         return _back_with_error(request, failed.message)
     now = ctx.now()
-    cookie, _ = ctx.web_sessions.create(
-        issuer=oidc.issuer,
-        subject=person.subject,
-        name=person.name,
-        groups=person.groups,
-        now=now,
-        expires_at=datetime.fromtimestamp(person.expires_at_s, UTC),
+    cookie, _ = await run_in_threadpool(
+        partial(
+            ctx.web_sessions.create,
+            issuer=oidc.issuer,
+            subject=person.subject,
+            name=person.name,
+            groups=person.groups,
+            now=now,
+            expires_at=datetime.fromtimestamp(person.expires_at_s, UTC),
+        )
     )
     reply = RedirectResponse(pending.return_to, status_code=303)
     reply.set_cookie(
@@ -225,6 +253,16 @@ def require_csrf(request: Request, cookie: str) -> None:
             "a change made with a dashboard session must carry its X-CSRF-Token header "
             "(GET /auth/session gives it)",
         )
+
+
+def _provider_lane(request: Request) -> anyio.CapacityLimiter:
+    """The worker threads sign-ins may hold while the provider answers (the token exchange): a
+    lane of their own, so a provider that hangs ties up these and no others."""
+    lane = getattr(request.app.state, "provider_lane", None)
+    if lane is None:
+        lane = request.app.state.provider_lane = anyio.CapacityLimiter(PROVIDER_THREADS)
+    assert isinstance(lane, anyio.CapacityLimiter)
+    return lane
 
 
 def _callback_url(request: Request) -> str:
