@@ -17,7 +17,8 @@ Browsers share cookies between the ports of one host name, so the cookies are na
 port the request came to (`gpuplex_session_8090`): two control planes on one machine keep their
 sessions apart.
 
-Bearer tokens (gpuplex's own, the `#token=` links, and the provider's) keep working beside it.
+Bearer tokens (gpuplex's own, the `#token=` links, and the provider's) keep working beside it; a
+link never replaces a signed-in session unasked (dashboard/tokenlink.js).
 """
 
 from __future__ import annotations
