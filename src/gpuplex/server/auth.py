@@ -14,6 +14,7 @@ from gpuplex.errors import ErrorCode
 from gpuplex.oidc.tokens import looks_like_jwt
 from gpuplex.server.body_guard import ENDED_SESSION
 from gpuplex.server.context import ServerContext, server_context
+from gpuplex.server.failure_throttle import client_address
 from gpuplex.server.oidc_principal import (
     TENANT_HEADER,
     TenantChoice,
@@ -87,7 +88,25 @@ def chosen_tenant(request: Request) -> TenantChoice:
     return request.headers.get(TENANT_HEADER) or None, in_path if isinstance(in_path, str) else None
 
 
-CurrentPrincipal = Annotated[Principal, Depends(current_principal)]
+def counted_principal(
+    request: Request,
+    credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
+    ctx: Annotated[ServerContext, Depends(server_context)],
+) -> Principal:
+    """`current_principal` behind the failure throttle (server/failure_throttle.py): a throttled
+    address gets 429 before anything is checked; credentials that fail count against it."""
+    address = client_address(request)
+    ctx.failure_throttle.refuse_if_throttled(address)
+    try:
+        return current_principal(request, credentials, ctx)
+    except ApiProblem as refused:
+        presented = credentials is not None or bool(session_cookie(request))
+        if refused.code is ErrorCode.UNAUTHENTICATED and presented:
+            ctx.failure_throttle.failed(address)
+        raise
+
+
+CurrentPrincipal = Annotated[Principal, Depends(counted_principal)]
 
 
 def require(principal: Principal, permission: Permission, tenant: str | None = None) -> None:
