@@ -149,6 +149,19 @@ class IdentityProviderUnavailable(GpuplexError):
         self.retry_after_s = retry_after_s
 
 
+class TooManySignIns(GpuplexError):
+    """No room for another dashboard sign-in under way: the client address began as many as one
+    address may have, or the store holds as many as it keeps in all. Nothing begun before is
+    dropped to make room; `retry_after_s` is when the oldest in the way expires (a sign-in that
+    is finished or abandoned at the provider frees its place sooner or then)."""
+
+    code = ErrorCode.TOO_MANY_SIGN_INS
+
+    def __init__(self, message: str, *, retry_after_s: int) -> None:
+        super().__init__(message)
+        self.retry_after_s = retry_after_s
+
+
 class PlanFileError(GpuplexError):
     code = ErrorCode.PLAN_INVALID
 

@@ -15,6 +15,7 @@ from gpuplex.errors import ErrorCode
 from gpuplex.oidc.tokens import looks_like_jwt
 from gpuplex.server.body_guard import ENDED_SESSION
 from gpuplex.server.context import ServerContext, server_context
+from gpuplex.server.failure_throttle import client_address
 from gpuplex.server.oidc_principal import (
     TENANT_HEADER,
     TenantChoice,
@@ -90,7 +91,25 @@ def chosen_tenant(request: Request) -> TenantChoice:
     return request.headers.get(TENANT_HEADER) or None, in_path if isinstance(in_path, str) else None
 
 
-CurrentPrincipal = Annotated[Principal, Depends(current_principal)]
+async def counted_principal(
+    request: Request,
+    credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
+    ctx: Annotated[ServerContext, Depends(server_context)],
+) -> Principal:
+    """`current_principal` with the failure throttle (server/failure_throttle.py): credentials
+    that fail count against the client address, and past its failures they are answered 429
+    instead of 401; credentials that hold are always taken."""
+    try:
+        return await current_principal(request, credentials, ctx)
+    except ApiProblem as refused:
+        presented = credentials is not None or bool(session_cookie(request))
+        if refused.code is not ErrorCode.UNAUTHENTICATED or not presented:
+            raise
+        address = client_address(request)
+        raise ctx.failure_throttle.answer_to_failure(address, refused) from None
+
+
+CurrentPrincipal = Annotated[Principal, Depends(counted_principal)]
 
 
 def require(principal: Principal, permission: Permission, tenant: str | None = None) -> None:

@@ -3,11 +3,15 @@
 - `GET /auth/config`: whether this control plane offers the sign-in (the applied spec's auth.oidc).
 - `GET /auth/login?return_to=/dashboard/`: begins a sign-in (authorization code + PKCE, a state and
   a nonce kept server-side, bound to this browser by a short-lived cookie) and sends the browser to
-  the provider.
+  the provider. When this client address has as many sign-ins under way as one address may, or
+  the store as many as it keeps in all (store/web_sessions.py), the answer is 429
+  `too_many_sign_ins` with `Retry-After`: sign-ins begun before are never dropped to make room.
 - `GET /auth/callback`: where the provider sends the browser back; the code is exchanged, the
   tokens verified, the person's groups must give a role, and a session begins: an HttpOnly
   `SameSite=Strict` session cookie (`Secure` when served over TLS). Failures come back to the
-  dashboard as `#signin_error=...`, never as a token or a stack trace.
+  dashboard as `#signin_error=...`, never as a token or a stack trace, and count against the
+  client address (server/failure_throttle.py): past its limit the address's callbacks get 429
+  `too_many_failed_auth` before the state is looked up.
 - `GET /auth/session`: whether this browser is signed in, and if so who, what they may choose, and
   the session's CSRF token, which the page sends back as `X-CSRF-Token` on every change
   (server/auth.py checks it). Another site can neither read this answer nor make the token.
@@ -37,8 +41,9 @@ from fastapi.responses import JSONResponse, RedirectResponse, Response
 
 from gpuplex.clock import now_s
 from gpuplex.core.spec.auth import OidcSpec
-from gpuplex.errors import ErrorCode, IdentityProviderUnavailable, OidcTokenError
+from gpuplex.errors import ErrorCode, IdentityProviderUnavailable, OidcTokenError, TooManySignIns
 from gpuplex.server.context import ServerContext, server_context
+from gpuplex.server.failure_throttle import client_address
 from gpuplex.server.oidc_code_flow import (
     SignedInPerson,
     authorization_url,
@@ -103,15 +108,21 @@ async def begin_sign_in(request: Request, ctx: Context, return_to: str = DASHBOA
     state, browser = new_secret(), new_secret()
     pending = PendingSignIn(code_verifier=new_secret(), nonce=new_secret(), return_to=return_to)
     endpoint = await ctx.issuer_keys.of(oidc.issuer).endpoint_for("authorization_endpoint")
-    await run_in_threadpool(
-        partial(
-            ctx.web_sessions.begin_sign_in,
-            state=state,
-            browser=browser,
-            pending=pending,
-            now=ctx.now(),
+    try:
+        await run_in_threadpool(
+            partial(
+                ctx.web_sessions.begin_sign_in,
+                state=state,
+                browser=browser,
+                client=client_address(request),
+                pending=pending,
+                now=ctx.now(),
+            )
         )
-    )
+    except TooManySignIns as full:
+        raise ApiProblem(
+            ErrorCode.TOO_MANY_SIGN_INS, full.message, retry_after_s=full.retry_after_s
+        ) from None
     target = authorization_url(
         endpoint,
         oidc,
@@ -151,6 +162,20 @@ async def finish_sign_in(
         return _back_with_error(
             request, "this control plane takes no sign-in now; use a gpuplex token"
         )
+    address = client_address(request)
+    ctx.failure_throttle.refuse_if_throttled(address)  # before the state is looked up
+    signed_in = await _signed_in(request, ctx, oidc, state, code)
+    if isinstance(signed_in, str):
+        ctx.failure_throttle.failed(address)
+        return _back_with_error(request, signed_in)
+    return signed_in
+
+
+async def _signed_in(
+    request: Request, ctx: ServerContext, oidc: OidcSpec, state: str, code: str
+) -> Response | str:
+    """The reply that begins the session of the sign-in `state` names (or says the provider
+    cannot be read now: not the client's failure); else why the sign-in failed."""
     sign_in_cookie = cookie_name(SIGN_IN_COOKIE, request.headers.get("host"))
     pending = await run_in_threadpool(
         partial(
@@ -161,10 +186,7 @@ async def finish_sign_in(
         )
     )
     if pending is None:
-        return _back_with_error(
-            request,
-            "this sign-in expired, was used already or began in another browser: sign in again",
-        )
+        return "this sign-in expired, was used already or began in another browser: sign in again"
     keys = ctx.issuer_keys.of(oidc.issuer)
     try:
         token_endpoint = await keys.endpoint_for("token_endpoint")
@@ -181,10 +203,13 @@ async def finish_sign_in(
 
         person = await anyio.to_thread.run_sync(ask_the_provider, limiter=_provider_lane(request))
         if not grants_for(ctx, person.groups, oidc.issuer):
-            return _back_with_error(request, NO_ROLE)
-    except (OidcTokenError, IdentityProviderUnavailable) as failed:
+            return NO_ROLE
+    except OidcTokenError as failed:
         log.warning("a dashboard sign-in failed: %s", failed.message)
-        return _back_with_error(request, failed.message)
+        return failed.message
+    except IdentityProviderUnavailable as unavailable:
+        log.warning("a dashboard sign-in failed: %s", unavailable.message)
+        return _back_with_error(request, unavailable.message)
     now = ctx.now()
     cookie, _ = await run_in_threadpool(
         partial(
