@@ -95,6 +95,7 @@ class ErrorCode(CodeWithAnswers):
     INTERNAL = "internal_error", 500, EXIT_FAILED, FINAL
     CONTROL_PLANE_UNREACHABLE = "control_plane_unreachable", 503, EXIT_FAILED, RETRY
     IDENTITY_PROVIDER_UNAVAILABLE = "identity_provider_unavailable", 503, EXIT_FAILED, RETRY
+    TOO_MANY_SIGN_INS = "too_many_sign_ins", 429, EXIT_FAILED, RETRY
     # The gateway (OpenAI-compatible API)
     INVALID_JSON = "invalid_json", 400, EXIT_BAD_INPUT, FINAL
     INVALID_API_KEY = "invalid_api_key", 401, EXIT_FAILED, FINAL

@@ -67,6 +67,8 @@ class GpuplexError(Exception):
     code and whether a retry can help (gpuplex/error_codes.py); a subclass sets its code."""
 
     code: ErrorCode = ErrorCode.INTERNAL
+    #: When known, the seconds after which the same request may succeed (a Retry-After header).
+    retry_after_s: int | None = None
 
     def __init__(self, message: str) -> None:
         super().__init__(message)
@@ -146,9 +148,26 @@ class CredentialSuspended(GpuplexError):
 class IdentityProviderUnavailable(GpuplexError):
     """The identity provider's discovery document or key set cannot be fetched or read (down,
     unreachable, an answer that is not what OpenID Connect Discovery says): tokens cannot be
-    checked now, whoever sent them; retry."""
+    checked now, whoever sent them; retry (after `retry_after_s` when known)."""
 
     code = ErrorCode.IDENTITY_PROVIDER_UNAVAILABLE
+
+    def __init__(self, message: str, *, retry_after_s: int | None = None) -> None:
+        super().__init__(message)
+        self.retry_after_s = retry_after_s
+
+
+class TooManySignIns(GpuplexError):
+    """No room for another dashboard sign-in under way: the client address began as many as one
+    address may have, or the store holds as many as it keeps in all. Nothing begun before is
+    dropped to make room; `retry_after_s` is when the oldest in the way expires (a sign-in that
+    is finished or abandoned at the provider frees its place sooner or then)."""
+
+    code = ErrorCode.TOO_MANY_SIGN_INS
+
+    def __init__(self, message: str, *, retry_after_s: int) -> None:
+        super().__init__(message)
+        self.retry_after_s = retry_after_s
 
 
 class PlanFileError(GpuplexError):

@@ -6,22 +6,21 @@ tenant of the revision served. The caller is then that tenant's, with the tenant
 budget and every model of the tenant, metered under the account's identity
 (`core.serve.service_accounts.account_prefix`).
 
-Nothing here blocks the event loop on the provider: the issuer's keys are cached (gpuplex.oidc.keys);
-when a token needs the key set fetched (first use, a new `kid` after rotation, the set's age), one
-fetch per issuer runs at a time in the executor, and every request that needs it awaits that one.
-A fetch that failed is not tried again for `RETRY_FETCH_S`: meanwhile, requests that need it are
-answered 503 `identity_provider_unavailable`. A verified token is remembered by its SHA-256 until
+Nothing here blocks the event loop on the provider: the issuer's keys are cached, fetched off the
+request path and awaited (gpuplex.oidc.keys): a token whose key is cached never waits, whatever
+other tokens are doing; one that needs a fetch awaits the one fetch in flight; while a failed
+fetch's backoff runs, it is answered 503 `identity_provider_unavailable` with Retry-After. ID
+tokens are refused unless `auth.oidc.accept_id_tokens`. A verified token is remembered by its SHA-256 until
 the earlier of its `exp` and a minute, so its next requests cost a hash and a dictionary lookup.
 """
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from collections.abc import Collection
 from typing import Any
 
-from gpuplex.clock import monotonic_s, now_s
+from gpuplex.clock import now_s
 from gpuplex.core.serve.service_accounts import (
     VERIFIED_TTL_S,
     ServiceAccount,
@@ -33,12 +32,10 @@ from gpuplex.core.serve.service_accounts import (
 from gpuplex.core.spec.auth import OidcSpec
 from gpuplex.errors import ErrorCode, IdentityProviderUnavailable, OidcTokenError
 from gpuplex.gateway.api_errors import ApiError
-from gpuplex.oidc.keys import IssuerKeys, IssuerKeysCache, kid_of
+from gpuplex.oidc.keys import IssuerKeysCache
+from gpuplex.oidc.tokens import refuse_id_token
 
 log = logging.getLogger(__name__)
-
-#: After a failed fetch of an issuer's keys, requests that need one are refused this long.
-RETRY_FETCH_S = 5.0
 
 
 class ServiceAccounts:
@@ -52,9 +49,6 @@ class ServiceAccounts:
         self._issuers = issuers if issuers is not None else IssuerKeysCache(now_s)
         self._ttl_s = ttl_s
         self._verified = verified if verified is not None else VerifiedTokens()
-        self._fetching: dict[str, asyncio.Future[dict[str, Any]]] = {}
-        self._failed: dict[str, tuple[float, str]] = {}  # issuer -> (when, why)
-        self.fetches = 0  # key-set fetches started (for tests and logs)
 
     async def account(
         self, token: str, oidc: OidcSpec, tenants: Collection[str]
@@ -94,42 +88,17 @@ class ServiceAccounts:
     ) -> dict[str, Any] | None:
         issuer = self._issuers.of(oidc.issuer)
         try:
-            kid = kid_of(token)
-            keys = issuer.cached_key_set(kid)
-            if keys is None:
-                keys = await self._fetched(issuer, kid)
-            return issuer.verify_with(keys, token, audience=audience, skew_s=oidc.clock_skew_s)
+            claims = await issuer.verified(token, audience=audience, skew_s=oidc.clock_skew_s)
+            if not oidc.accept_id_tokens:
+                refuse_id_token(token, claims)
+            return claims
         except OidcTokenError:
             return None
         except IdentityProviderUnavailable as error:
+            log.error("cannot read the identity provider's keys: %s", error.message)
             raise ApiError(
                 ErrorCode.IDENTITY_PROVIDER_UNAVAILABLE,
                 "the identity provider's keys cannot be read now, so the token cannot be "
                 "checked; try again shortly, or use an API key",
-                retry_after_s=int(RETRY_FETCH_S),
+                retry_after_s=error.retry_after_s or 1,
             ) from error
-
-    async def _fetched(self, issuer: IssuerKeys, kid: str | None) -> dict[str, Any]:
-        """The issuer's key set after a fetch: the one in flight, or one started now in the
-        executor; IdentityProviderUnavailable within RETRY_FETCH_S of a failed one."""
-        name = issuer.issuer
-        running = self._fetching.get(name)
-        if running is None:
-            failed = self._failed.get(name)
-            if failed is not None and monotonic_s() - failed[0] < RETRY_FETCH_S:
-                raise IdentityProviderUnavailable(failed[1])
-            loop = asyncio.get_running_loop()
-            self.fetches += 1
-            running = loop.run_in_executor(None, issuer.key_set, kid)
-            self._fetching[name] = running
-            running.add_done_callback(lambda done: self._fetch_done(name, done))
-        return await asyncio.shield(running)
-
-    def _fetch_done(self, issuer: str, done: asyncio.Future[dict[str, Any]]) -> None:
-        self._fetching.pop(issuer, None)
-        error = done.exception() if not done.cancelled() else None
-        if isinstance(error, IdentityProviderUnavailable):
-            log.error("cannot read the identity provider's keys: %s", error.message)
-            self._failed[issuer] = (monotonic_s(), error.message)
-        elif error is None:
-            self._failed.pop(issuer, None)

@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from joserfc import jwt
+from joserfc import jws, jwt
 from joserfc.errors import JoseError
 from joserfc.jwk import KeySet
 
@@ -74,6 +74,34 @@ def verified_claims(
             f"{MAX_TOKEN_LIFETIME_S // 3600} hours from now, the longest gpuplex takes"
         )
     return claims
+
+
+#: Claims only an ID token carries (OpenID Connect Core 2, 3.1.3.6, 3.3.2.11; Keycloak marks its
+#: own with `typ: ID`); RFC 9068 access tokens say `typ: at+jwt` in their header.
+ID_TOKEN_CLAIMS = ("nonce", "at_hash", "c_hash", "s_hash")
+ACCESS_TOKEN_TYPES = frozenset({"at+jwt", "application/at+jwt"})
+
+
+def refuse_id_token(token: str, claims: Mapping[str, Any]) -> None:
+    """OidcTokenError when a verified bearer token is an ID token: an ID token tells the client
+    it was issued to who signed in; it is not a grant to call an API (a site the person signed
+    in to could replay it). A token whose header says it is an access token (`typ: at+jwt`)
+    is one; otherwise one carrying a claim only ID tokens carry is refused."""
+    try:
+        header = jws.extract_compact(token.encode()).headers()
+    except (JoseError, ValueError, TypeError):
+        raise OidcTokenError("the token is not a signed JWT") from None
+    if str(header.get("typ", "")).lower() in ACCESS_TOKEN_TYPES:
+        return
+    marked = [c for c in ID_TOKEN_CLAIMS if c in claims]
+    if claims.get("typ") == "ID":
+        marked.append("typ: ID")
+    if marked:
+        raise OidcTokenError(
+            f"this is an ID token ({', '.join(marked)}), not an access token: send the access "
+            "token your identity provider issued for gpuplex (an operator may take ID tokens "
+            "with auth.oidc.accept_id_tokens)"
+        )
 
 
 def _said(error: Exception) -> str:

@@ -61,6 +61,7 @@ def create_app(
         BodyGuard,
         authenticate=active_token_check(context),
         known_session=live_session_check(context),
+        throttle=context.failure_throttle,
     )
     for module in (
         tenants,

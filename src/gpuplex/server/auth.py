@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Annotated
 
 from fastapi import Depends, Request
+from fastapi.concurrency import run_in_threadpool
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from gpuplex.core.access import Permission, Principal, Role, Verdict, decide
@@ -14,6 +15,7 @@ from gpuplex.errors import ErrorCode
 from gpuplex.oidc.tokens import looks_like_jwt
 from gpuplex.server.body_guard import ENDED_SESSION
 from gpuplex.server.context import ServerContext, server_context
+from gpuplex.server.failure_throttle import client_address
 from gpuplex.server.oidc_principal import (
     TENANT_HEADER,
     TenantChoice,
@@ -30,14 +32,16 @@ _bearer = HTTPBearer(
 )
 
 
-def current_principal(
+async def current_principal(
     request: Request,
     credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
     ctx: Annotated[ServerContext, Depends(server_context)],
 ) -> Principal:
+    """On the event loop: the store is read in a worker thread, and an identity provider's
+    token that needs its keys fetched awaits the fetch without holding one."""
     cookie = session_cookie(request)
     if credentials is None and cookie:  # the dashboard, signed in with the identity provider
-        principal = session_principal(ctx, request, cookie)
+        principal = await run_in_threadpool(session_principal, ctx, request, cookie)
         request.state.principal = principal
         return principal
     if credentials is None or credentials.scheme.lower() != "bearer":
@@ -47,10 +51,10 @@ def current_principal(
             "`gpuplex token create` or POST /api/v1/tokens",
         )
     if looks_like_jwt(credentials.credentials):  # the identity provider's (auth.oidc)
-        principal = oidc_principal(ctx, credentials.credentials, chosen_tenant(request))
+        principal = await oidc_principal(ctx, credentials.credentials, chosen_tenant(request))
         request.state.principal = principal
         return principal
-    identity = ctx.tokens.authenticate(credentials.credentials, ctx.now())
+    identity = await run_in_threadpool(ctx.tokens.authenticate, credentials.credentials, ctx.now())
     if identity is None:
         raise ApiProblem(ErrorCode.UNAUTHENTICATED, "the token is unknown, revoked or expired")
     principal = Principal(
@@ -87,7 +91,25 @@ def chosen_tenant(request: Request) -> TenantChoice:
     return request.headers.get(TENANT_HEADER) or None, in_path if isinstance(in_path, str) else None
 
 
-CurrentPrincipal = Annotated[Principal, Depends(current_principal)]
+async def counted_principal(
+    request: Request,
+    credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
+    ctx: Annotated[ServerContext, Depends(server_context)],
+) -> Principal:
+    """`current_principal` with the failure throttle (server/failure_throttle.py): credentials
+    that fail count against the client address, and past its failures they are answered 429
+    instead of 401; credentials that hold are always taken."""
+    try:
+        return await current_principal(request, credentials, ctx)
+    except ApiProblem as refused:
+        presented = credentials is not None or bool(session_cookie(request))
+        if refused.code is not ErrorCode.UNAUTHENTICATED or not presented:
+            raise
+        address = client_address(request)
+        raise ctx.failure_throttle.answer_to_failure(address, refused) from None
+
+
+CurrentPrincipal = Annotated[Principal, Depends(counted_principal)]
 
 
 def require(principal: Principal, permission: Permission, tenant: str | None = None) -> None:

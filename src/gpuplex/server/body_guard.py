@@ -4,15 +4,17 @@ body is read before the caller is known and none is read past its limit.
 For a request that carries a body:
 - under /api/v1, the caller is checked first: no bearer token at all (nor a dashboard session
   cookie), or one the store does not know (or has revoked, suspended, or seen expire), gets 401
-  before a byte of the body is read;
+  before a byte of the body is read; a token or cookie refused counts against the client address,
+  and past its failures the address's refusals are 429 instead (server/failure_throttle.py);
 - a declared Content-Length over `max_body_bytes` gets 413 before a byte is read;
 - while the app reads, the bytes are counted: past `max_body_bytes` the app reads no more and the
   client gets 413; a body that has not all come within `body_timeout_s` gets 408.
 
 The answers are the server's problem JSON (gpuplex.server.problems) with stable codes:
-`unauthenticated` (401), `request_too_large` (413), `request_timeout` (408). What the client still
-sends after an early answer is not parsed: the front door (gpuplex/http_guard.py) drops a little,
-stops reading, and closes the connection soon after.
+`unauthenticated` (401), `too_many_failed_auth` (429), `request_too_large` (413),
+`request_timeout` (408). What the client still sends after an early answer is not parsed: the
+front door (gpuplex/http_guard.py) drops a little, stops reading, and closes the connection soon
+after.
 
 Every /api/v1 route that takes a body needs a bearer token or a dashboard session today (the
 sign-in's own routes live under /auth/, outside this check).
@@ -21,7 +23,7 @@ sign-in's own routes live under /auth/, outside this check).
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import anyio.to_thread
@@ -29,9 +31,11 @@ from starlette.requests import cookie_parser
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from gpuplex.core.serve.keys import bearer_token
-from gpuplex.errors import CredentialSuspended, ErrorCode, StoreError
+from gpuplex.errors import CredentialSuspended, ErrorCode, IdentityProviderUnavailable, StoreError
+from gpuplex.http_limits import client_key
 from gpuplex.oidc.tokens import looks_like_jwt
 from gpuplex.server.context import ServerContext
+from gpuplex.server.failure_throttle import FailureThrottle
 from gpuplex.server.oidc_principal import oidc_principal
 from gpuplex.server.problems import ApiProblem, problem_response
 from gpuplex.server.sign_in import SESSION_COOKIE, cookie_name
@@ -49,8 +53,8 @@ NO_CREDENTIALS = (
 UNKNOWN_CREDENTIALS = "the token is unknown, revoked or expired"
 ENDED_SESSION = "the dashboard session ended or is unknown: sign in again"
 
-#: token -> whether it is a known, active control-plane token (called in a worker thread).
-Authenticate = Callable[[str], bool]
+#: token -> whether it is a known, active control-plane token (awaited on the event loop).
+Authenticate = Callable[[str], Awaitable[bool]]
 #: session cookie -> whether it is a live dashboard session (called in a worker thread).
 KnownSession = Callable[[str], bool]
 
@@ -60,14 +64,22 @@ def active_token_check(context: ServerContext) -> Authenticate:
     identity provider's token that verifies (the route then says whether its groups give a role,
     and answers for a provider it cannot read)."""
 
-    def active(token: str) -> bool:
+    async def active(token: str) -> bool:
         if looks_like_jwt(token):
             try:
-                oidc_principal(context, token)
+                await oidc_principal(context, token)
             except ApiProblem as refused:
                 return refused.code is not ErrorCode.UNAUTHENTICATED
+            except IdentityProviderUnavailable:
+                return True  # the route answers for that (503)
             return True
-        return context.tokens.authenticate(token, context.now()) is not None
+        try:
+            found = await anyio.to_thread.run_sync(
+                context.tokens.authenticate, token, context.now()
+            )
+        except StoreError:  # the store is unavailable: the route answers for that (503)
+            return True
+        return found is not None
 
     return active
 
@@ -85,10 +97,12 @@ class BodyGuard:
         known_session: KnownSession | None = None,
         max_body_bytes: int = MAX_BODY_BYTES,
         body_timeout_s: float = BODY_TIMEOUT_S,
+        throttle: FailureThrottle | None = None,
     ) -> None:
         self.app = app
         self.authenticate = authenticate
         self.known_session = known_session
+        self.throttle = throttle
         self.max_body_bytes = max_body_bytes
         self.body_timeout_s = body_timeout_s
 
@@ -118,11 +132,13 @@ class BodyGuard:
             if token is None:
                 return await self._session_refusal(scope)
             try:
-                known = self.authenticate is None or await _known(self.authenticate, token)
-            except CredentialSuspended as suspended:
+                known = self.authenticate is None or await self.authenticate(token)
+            except CredentialSuspended as suspended:  # a real credential, its maker's grant gone
                 return ApiProblem(ErrorCode.UNAUTHENTICATED, suspended.message)
             if not known:
-                return ApiProblem(ErrorCode.UNAUTHENTICATED, UNKNOWN_CREDENTIALS)
+                return self._failed(
+                    scope, ApiProblem(ErrorCode.UNAUTHENTICATED, UNKNOWN_CREDENTIALS)
+                )
         size = declared.strip() if declared is not None else b""
         if size.isdigit() and int(size) > self.max_body_bytes:
             return too_large(self.max_body_bytes)
@@ -135,13 +151,20 @@ class BodyGuard:
         if not cookie:
             return ApiProblem(ErrorCode.UNAUTHENTICATED, NO_CREDENTIALS)
         if self.known_session is not None and not await _known(self.known_session, cookie):
-            return ApiProblem(ErrorCode.UNAUTHENTICATED, ENDED_SESSION)
+            return self._failed(scope, ApiProblem(ErrorCode.UNAUTHENTICATED, ENDED_SESSION))
         return None
 
+    def _failed(self, scope: Scope, refusal: ApiProblem) -> ApiProblem:
+        """`refusal` of credentials that were presented, counted against the client address
+        (429 instead once the address is past its failures)."""
+        if self.throttle is None:
+            return refusal
+        return self.throttle.answer_to_failure(_client(scope), refusal)
 
-async def _known(authenticate: Authenticate, token: str) -> bool:
+
+async def _known(known_session: KnownSession, cookie: str) -> bool:
     try:
-        return await anyio.to_thread.run_sync(authenticate, token)
+        return await anyio.to_thread.run_sync(known_session, cookie)
     except StoreError:  # the store is unavailable: the route answers for that (503)
         return True
 
@@ -209,6 +232,12 @@ class BoundedBody:
 
 async def _no_receive() -> Message:
     return {"type": "http.disconnect"}
+
+
+def _client(scope: Scope) -> str:
+    """The client address, keyed as server/failure_throttle.py keys it."""
+    client: Any = scope.get("client")
+    return client_key(None if client is None else (str(client[0]), int(client[1])))
 
 
 def _header(scope: Scope, name: bytes) -> bytes | None:

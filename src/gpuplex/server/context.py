@@ -12,6 +12,7 @@ from fastapi import Request
 from gpuplex.clock import now_s
 from gpuplex.oidc.keys import IssuerKeysCache
 from gpuplex.revision import AppliedRevisions
+from gpuplex.server.failure_throttle import FailureThrottle
 from gpuplex.server.metering import Metering
 from gpuplex.store import AuditLog, Engine, KeyRepository, UsageRepository
 from gpuplex.store.budget_enforcement import EnforcementRepository
@@ -60,6 +61,8 @@ class ServerContext:
     people: OidcPeople
     #: since when this process runs the jobs (server/job_runner.py), for why a job waits
     job_runner_lead: JobRunnerLead = field(default_factory=JobRunnerLead)
+    #: failed credentials and sign-ins per client address (server/failure_throttle.py)
+    failure_throttle: FailureThrottle = field(default_factory=FailureThrottle)
 
     @classmethod
     def open(

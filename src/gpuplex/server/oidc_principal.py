@@ -15,9 +15,12 @@ from __future__ import annotations
 
 from typing import Any
 
+from fastapi.concurrency import run_in_threadpool
+
 from gpuplex.core.access import Principal, Role
 from gpuplex.core.access.oidc_groups import Grant, GroupRule, grants_of
-from gpuplex.errors import ErrorCode, IdentityProviderUnavailable, OidcTokenError
+from gpuplex.errors import ErrorCode, OidcTokenError
+from gpuplex.oidc.tokens import refuse_id_token
 from gpuplex.server.context import ServerContext
 from gpuplex.server.credential_grants import note_groups_seen
 from gpuplex.server.problems import ApiProblem
@@ -31,8 +34,15 @@ NO_ROLE = "signed in, but none of your groups gives a role in gpuplex (auth.oidc
 TenantChoice = tuple[str | None, str | None]
 
 
-def oidc_principal(ctx: ServerContext, token: str, chosen: TenantChoice | None = None) -> Principal:
-    applied = ctx.current.get()
+async def oidc_principal(
+    ctx: ServerContext, token: str, chosen: TenantChoice | None = None
+) -> Principal:
+    """The person (or service account) an identity provider's bearer token speaks for. Called
+    on the event loop: a key-set fetch it needs is awaited, holding no worker thread, so
+    gpuplex's own tokens and /healthz never wait on the provider. An unreadable provider is
+    IdentityProviderUnavailable (503, with Retry-After). What reads the store (the applied
+    revision, the person's groups as last seen) runs in a worker thread."""
+    applied = await run_in_threadpool(ctx.current.get)
     oidc = applied.spec.auth.oidc if applied is not None else None
     if applied is None or oidc is None:
         raise ApiProblem(
@@ -41,15 +51,16 @@ def oidc_principal(ctx: ServerContext, token: str, chosen: TenantChoice | None =
             "auth.oidc): use a gpuplex token",
         )
     try:
-        claims = ctx.issuer_keys.of(oidc.issuer).verify(
+        claims = await ctx.issuer_keys.of(oidc.issuer).verified(
             token, audience=oidc.expected_audience, skew_s=oidc.clock_skew_s
         )
+        if not oidc.accept_id_tokens:
+            refuse_id_token(token, claims)
     except OidcTokenError as error:
         raise ApiProblem(ErrorCode.UNAUTHENTICATED, error.message) from None
-    except IdentityProviderUnavailable as error:
-        raise ApiProblem(ErrorCode.IDENTITY_PROVIDER_UNAVAILABLE, error.message) from None
     subject = str(claims["sub"])
-    return principal_of_groups(
+    return await run_in_threadpool(
+        principal_of_groups,
         ctx,
         groups_of(claims, oidc.groups_claim),
         subject,

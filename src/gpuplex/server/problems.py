@@ -42,6 +42,8 @@ API_CODES: tuple[ErrorCode, ...] = (
     ErrorCode.JOB_STATE,
     ErrorCode.CONFLICT,
     ErrorCode.TOO_MANY_JOBS,
+    ErrorCode.TOO_MANY_FAILED_AUTH,
+    ErrorCode.TOO_MANY_SIGN_INS,
     ErrorCode.REQUEST_TOO_LARGE,
     ErrorCode.INVALID_REQUEST,
     ErrorCode.SPEC_INVALID,
@@ -67,7 +69,8 @@ _MEANING = {
     409: "A conflict, such as a spec applied on a stale revision or a finished job cancelled.",
     413: "The request body is larger than the API takes (8 MiB).",
     422: "Invalid input; `field` names it.",
-    429: "Too many of something at once, such as a tenant's jobs not finished; retry later.",
+    429: "Too many of something at once, such as a tenant's jobs not finished, or failed "
+    "credentials from one address; retry later (`Retry-After` says when, where it is given).",
     500: "An unexpected failure; the server log has the details.",
     503: "The store, or the identity provider that checks a sign-in token, is unavailable; retry.",
 }
@@ -121,13 +124,20 @@ ERROR_RESPONSES = error_responses(API_CODES)
 
 class ApiProblem(RequestRefused):
     """An error the API answers with; raise it from a route. `field` names the input at fault;
-    `extra` adds keys to the body."""
+    `retry_after_s` becomes a `Retry-After` header; `extra` adds keys to the body."""
 
     def __init__(
-        self, code: ErrorCode, message: str, *, field: str | None = None, **extra: Any
+        self,
+        code: ErrorCode,
+        message: str,
+        *,
+        field: str | None = None,
+        retry_after_s: int | None = None,
+        **extra: Any,
     ) -> None:
         super().__init__(code, message)
         self.field = field
+        self.retry_after_s = retry_after_s
         self.extra = extra
 
 
@@ -155,6 +165,8 @@ def problem_response(error: GpuplexError, headers: Mapping[str, str] | None = No
     """The error as a response, with the status its code carries."""
     if error.code is ErrorCode.UNAUTHENTICATED:
         headers = {"www-authenticate": "Bearer", **(headers or {})}
+    if error.retry_after_s is not None:
+        headers = {"retry-after": str(error.retry_after_s), **(headers or {})}
     return JSONResponse(problem_body(error), status_code=error.status, headers=headers)
 
 

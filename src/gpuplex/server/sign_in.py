@@ -3,12 +3,16 @@
 - `GET /auth/config`: whether this control plane offers the sign-in (the applied spec's auth.oidc).
 - `GET /auth/login?return_to=/dashboard/`: begins a sign-in (authorization code + PKCE, a state and
   a nonce kept server-side, bound to this browser by a short-lived cookie) and sends the browser to
-  the provider.
+  the provider. When this client address has as many sign-ins under way as one address may, or
+  the store as many as it keeps in all (store/web_sessions.py), the answer is 429
+  `too_many_sign_ins` with `Retry-After`: sign-ins begun before are never dropped to make room.
 - `GET /auth/callback`: where the provider sends the browser back; the code is exchanged, the
   tokens verified, the person's groups noted (what they made follows them:
   server/credential_grants.py), the groups must give a role, and a session begins: an HttpOnly
   `SameSite=Strict` session cookie (`Secure` when served over TLS). Failures come back to the
-  dashboard as `#signin_error=...`, never as a token or a stack trace.
+  dashboard as `#signin_error=...`, never as a token or a stack trace, and count against the
+  client address (server/failure_throttle.py): past its limit the address's callbacks get 429
+  `too_many_failed_auth` before the state is looked up.
 - `GET /auth/session`: whether this browser is signed in, and if so who, what they may choose, and
   the session's CSRF token, which the page sends back as `X-CSRF-Token` on every change
   (server/auth.py checks it). Another site can neither read this answer nor make the token.
@@ -18,7 +22,8 @@ Browsers share cookies between the ports of one host name, so the cookies are na
 port the request came to (`gpuplex_session_8090`): two control planes on one machine keep their
 sessions apart.
 
-Bearer tokens (gpuplex's own, the `#token=` links, and the provider's) keep working beside it.
+Bearer tokens (gpuplex's own, the `#token=` links, and the provider's) keep working beside it; a
+link never replaces a signed-in session unasked (dashboard/tokenlink.js).
 """
 
 from __future__ import annotations
@@ -27,17 +32,26 @@ import logging
 import re
 import urllib.parse
 from datetime import UTC, datetime
+from functools import partial
 from typing import Annotated
 
+import anyio
 from fastapi import APIRouter, Depends, Request
+from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse, RedirectResponse, Response
 
 from gpuplex.clock import now_s
 from gpuplex.core.spec.auth import OidcSpec
-from gpuplex.errors import ErrorCode, IdentityProviderUnavailable, OidcTokenError
+from gpuplex.errors import ErrorCode, IdentityProviderUnavailable, OidcTokenError, TooManySignIns
 from gpuplex.server.context import ServerContext, server_context
 from gpuplex.server.credential_grants import SEEN_AT_SIGN_IN, note_groups_seen
-from gpuplex.server.oidc_code_flow import authorization_url, exchange_code, signed_in_person
+from gpuplex.server.failure_throttle import client_address
+from gpuplex.server.oidc_code_flow import (
+    SignedInPerson,
+    authorization_url,
+    exchange_code,
+    signed_in_person,
+)
 from gpuplex.server.oidc_principal import NO_ROLE, grants_for
 from gpuplex.server.problems import ApiProblem
 from gpuplex.store.web_sessions import PendingSignIn, csrf_matches, csrf_token_of, new_secret
@@ -50,6 +64,8 @@ DASHBOARD = "/dashboard/"
 _LOCAL_PATH = re.compile(r"^/(?![/\\])[^\x00-\x20\x7f\\]{0,2000}$")
 #: Methods that change nothing: everything else needs the session's CSRF token.
 SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
+#: Sign-ins that may wait on the provider's token endpoint at once (each holds a thread).
+PROVIDER_THREADS = 8
 
 log = logging.getLogger(__name__)
 router = APIRouter(prefix="/auth", include_in_schema=False)
@@ -79,7 +95,7 @@ def sign_in_config(ctx: Context) -> dict[str, object]:
 
 
 @router.get("/login")
-def begin_sign_in(request: Request, ctx: Context, return_to: str = DASHBOARD) -> Response:
+async def begin_sign_in(request: Request, ctx: Context, return_to: str = DASHBOARD) -> Response:
     oidc = _oidc(ctx)
     if oidc is None:
         raise ApiProblem(
@@ -93,11 +109,22 @@ def begin_sign_in(request: Request, ctx: Context, return_to: str = DASHBOARD) ->
         )
     state, browser = new_secret(), new_secret()
     pending = PendingSignIn(code_verifier=new_secret(), nonce=new_secret(), return_to=return_to)
+    endpoint = await ctx.issuer_keys.of(oidc.issuer).endpoint_for("authorization_endpoint")
     try:
-        endpoint = ctx.issuer_keys.of(oidc.issuer).endpoint("authorization_endpoint")
-    except IdentityProviderUnavailable as error:
-        raise ApiProblem(ErrorCode.IDENTITY_PROVIDER_UNAVAILABLE, error.message) from None
-    ctx.web_sessions.begin_sign_in(state=state, browser=browser, pending=pending, now=ctx.now())
+        await run_in_threadpool(
+            partial(
+                ctx.web_sessions.begin_sign_in,
+                state=state,
+                browser=browser,
+                client=client_address(request),
+                pending=pending,
+                now=ctx.now(),
+            )
+        )
+    except TooManySignIns as full:
+        raise ApiProblem(
+            ErrorCode.TOO_MANY_SIGN_INS, full.message, retry_after_s=full.retry_after_s
+        ) from None
     target = authorization_url(
         endpoint,
         oidc,
@@ -120,7 +147,7 @@ def begin_sign_in(request: Request, ctx: Context, return_to: str = DASHBOARD) ->
 
 
 @router.get("/callback", name="sign_in_callback")
-def finish_sign_in(
+async def finish_sign_in(
     request: Request,
     ctx: Context,
     state: str = "",
@@ -137,41 +164,74 @@ def finish_sign_in(
         return _back_with_error(
             request, "this control plane takes no sign-in now; use a gpuplex token"
         )
+    address = client_address(request)
+    ctx.failure_throttle.refuse_if_throttled(address)  # before the state is looked up
+    signed_in = await _signed_in(request, ctx, oidc, state, code)
+    if isinstance(signed_in, str):
+        ctx.failure_throttle.failed(address)
+        return _back_with_error(request, signed_in)
+    return signed_in
+
+
+async def _signed_in(
+    request: Request, ctx: ServerContext, oidc: OidcSpec, state: str, code: str
+) -> Response | str:
+    """The reply that begins the session of the sign-in `state` names (or says the provider
+    cannot be read now: not the client's failure); else why the sign-in failed."""
     sign_in_cookie = cookie_name(SIGN_IN_COOKIE, request.headers.get("host"))
-    pending = ctx.web_sessions.take_sign_in(
-        state=state, browser=request.cookies.get(sign_in_cookie), now=ctx.now()
+    pending = await run_in_threadpool(
+        partial(
+            ctx.web_sessions.take_sign_in,
+            state=state,
+            browser=request.cookies.get(sign_in_cookie),
+            now=ctx.now(),
+        )
     )
     if pending is None:
-        return _back_with_error(
-            request,
-            "this sign-in expired, was used already or began in another browser: sign in again",
-        )
+        return "this sign-in expired, was used already or began in another browser: sign in again"
     keys = ctx.issuer_keys.of(oidc.issuer)
     try:
-        tokens = exchange_code(
-            keys.endpoint("token_endpoint"),
-            oidc,
-            code=code,
-            redirect_uri=_callback_url(request),
-            code_verifier=pending.code_verifier,
-        )
-        person = signed_in_person(keys, oidc, tokens, nonce=pending.nonce, now_s=now_s())
-        note_groups_seen(
-            ctx, person.groups, person.subject, person.name, oidc.issuer, SEEN_AT_SIGN_IN
+        token_endpoint = await keys.endpoint_for("token_endpoint")
+
+        def ask_the_provider() -> SignedInPerson:
+            tokens = exchange_code(
+                token_endpoint,
+                oidc,
+                code=code,
+                redirect_uri=_callback_url(request),
+                code_verifier=pending.code_verifier,
+            )
+            return signed_in_person(keys, oidc, tokens, nonce=pending.nonce, now_s=now_s())
+
+        person = await anyio.to_thread.run_sync(ask_the_provider, limiter=_provider_lane(request))
+        await run_in_threadpool(
+            note_groups_seen,
+            ctx,
+            person.groups,
+            person.subject,
+            person.name,
+            oidc.issuer,
+            SEEN_AT_SIGN_IN,
         )
         if not grants_for(ctx, person.groups, oidc.issuer):
-            return _back_with_error(request, NO_ROLE)
-    except (OidcTokenError, IdentityProviderUnavailable) as failed:
+            return NO_ROLE
+    except OidcTokenError as failed:
         log.warning("a dashboard sign-in failed: %s", failed.message)
-        return _back_with_error(request, failed.message)
+        return failed.message
+    except IdentityProviderUnavailable as unavailable:
+        log.warning("a dashboard sign-in failed: %s", unavailable.message)
+        return _back_with_error(request, unavailable.message)
     now = ctx.now()
-    cookie, _ = ctx.web_sessions.create(
-        issuer=oidc.issuer,
-        subject=person.subject,
-        name=person.name,
-        groups=person.groups,
-        now=now,
-        expires_at=datetime.fromtimestamp(person.expires_at_s, UTC),
+    cookie, _ = await run_in_threadpool(
+        partial(
+            ctx.web_sessions.create,
+            issuer=oidc.issuer,
+            subject=person.subject,
+            name=person.name,
+            groups=person.groups,
+            now=now,
+            expires_at=datetime.fromtimestamp(person.expires_at_s, UTC),
+        )
     )
     reply = RedirectResponse(pending.return_to, status_code=303)
     reply.set_cookie(
@@ -230,6 +290,16 @@ def require_csrf(request: Request, cookie: str) -> None:
             "a change made with a dashboard session must carry its X-CSRF-Token header "
             "(GET /auth/session gives it)",
         )
+
+
+def _provider_lane(request: Request) -> anyio.CapacityLimiter:
+    """The worker threads sign-ins may hold while the provider answers (the token exchange): a
+    lane of their own, so a provider that hangs ties up these and no others."""
+    lane = getattr(request.app.state, "provider_lane", None)
+    if lane is None:
+        lane = request.app.state.provider_lane = anyio.CapacityLimiter(PROVIDER_THREADS)
+    assert isinstance(lane, anyio.CapacityLimiter)
+    return lane
 
 
 def _callback_url(request: Request) -> str:

@@ -1,4 +1,5 @@
-"""Serialising writers that must read-then-write: the audit chain's tail, the current spec revision.
+"""Serialising writers that must read-then-write: the audit chain's tail, the current spec revision,
+the room left for dashboard sign-ins.
 
 PostgreSQL: a transaction-level advisory lock, one number per job, released at commit or rollback.
 SQLite: the database's one write lock, taken up front with BEGIN IMMEDIATE (or already held when the
@@ -22,6 +23,7 @@ class StoreLock(IntEnum):
     AUDIT = 0x67_70_78_02
     SPEC = 0x67_70_78_03
     JOB_RUNNER = 0x67_70_78_04  # session-level: held by the one job runner (store/leader.py)
+    SIGN_INS = 0x67_70_78_05  # counting the dashboard's sign-ins under way, then adding one
 
 
 def write_lock(session: Session, lock: StoreLock) -> None:

@@ -2,7 +2,8 @@
 the sign-in card offers the provider, the provider's own pages take the person's name and consent,
 and the dashboard comes back signed in. A member of `gpu-contoso-viewers` sees contoso only; a
 platform admin sees every tenant; after signing out, the session cookie (taken from the browser
-beforehand) no longer works. The token links keep working beside it (tests/e2e/dashboard)."""
+beforehand) no longer works. The token links keep working beside it (tests/e2e/dashboard), but a
+link never switches a signed-in person to its token unasked."""
 
 from __future__ import annotations
 
@@ -19,6 +20,15 @@ from tests.oidc.provider import OidcProvider, provider_or_skip, signing_key
 
 pytest.importorskip("playwright", reason="the dashboard tests drive chromium with playwright")
 from playwright.sync_api import Browser, Page, expect
+
+from tests.e2e.dashboard.token_links import (
+    api_calls,
+    calls_with_bearer,
+    expect_prompt_names,
+    expect_signed_in_as,
+    record_requests,
+    token_left_in_browser,
+)
 
 pytestmark = pytest.mark.slow
 
@@ -166,3 +176,85 @@ def test_a_token_link_still_works_beside_the_sign_in(browser: Browser, stack: St
     page.goto(f"/dashboard/#token={stack.contoso_token}")
     expect(page.get_by_test_id("whoami-tenant")).to_have_text("tenant contoso")
     context.close()
+
+
+def tenant_admin_token(stack: Stack, name: str, tenant: str) -> str:
+    """A token an attacker could make in a tenant of their own (made here by the platform admin)."""
+    reply = httpx.post(
+        f"{stack.base_url}/api/v1/tokens",
+        headers={"Authorization": f"Bearer {stack.admin_token}"},
+        json={"name": name, "role": "tenant-admin", "tenant": tenant},
+    )
+    assert reply.status_code == 201, reply.text
+    token: str = reply.json()["token"]
+    return token
+
+
+def session_cookie(page: Page, stack: Stack) -> dict[str, str]:
+    name = f"gpuplex_session_{urlsplit(stack.base_url).port}"
+    cookies = {c["name"]: c["value"] for c in page.context.cookies(stack.base_url)}
+    return {name: cookies[name]} if name in cookies else {}
+
+
+def test_a_token_link_does_not_switch_a_signed_in_person_silently(
+    page: Page, stack: Stack, page_errors: list[str]
+) -> None:
+    sign_in(page, "vic")
+    cookie = session_cookie(page, stack)
+    # the review's attack: another tenant's admin token under the victim's own name
+    linked = tenant_admin_token(stack, "vic", "fabrikam")
+    sent = record_requests(page)
+    page.goto(f"/dashboard/#token={linked}")
+    prompt = page.get_by_test_id("link-prompt")
+    expect(prompt).to_be_visible()
+    expect_prompt_names(page, "current", "vic", "tenant-viewer", "tenant contoso")
+    expect_prompt_names(page, "new", "vic", "tenant-admin", "tenant fabrikam")
+    expect(page.get_by_test_id("link-keep")).to_be_focused()
+    assert page.evaluate("location.hash") == ""
+    assert not token_left_in_browser(page, linked)
+    expect_signed_in_as(page, "vic", "tenant-viewer", "tenant contoso")  # behind the prompt
+
+    page.keyboard.press("Enter")  # the default keeps the session
+    expect(prompt).to_be_hidden()
+    expect_signed_in_as(page, "vic", "tenant-viewer", "tenant contoso")
+    assert tenants_shown(page) == {"contoso"}
+    assert not token_left_in_browser(page, linked)
+    # the link's token went out once, to ask who it is; every other call went with the session
+    assert calls_with_bearer(sent, linked) == [("GET", "/api/v1/whoami")]
+    others = [r for r in api_calls(sent) if "authorization" not in r.headers]
+    assert len(others) == len(api_calls(sent)) - 1
+    [cookie_name] = cookie
+    assert all(f"{cookie_name}=" in r.all_headers().get("cookie", "") for r in others)
+    assert httpx.get(f"{stack.base_url}/api/v1/whoami", cookies=cookie).status_code == 200
+    page.reload()  # nothing of the link is left to come back
+    expect_signed_in_as(page, "vic", "tenant-viewer", "tenant contoso")
+    expect(prompt).to_be_hidden()
+    assert our_errors(page_errors, stack) == []
+
+
+def test_switching_to_a_links_token_ends_the_session_and_shows_its_name_as_text(
+    page: Page, stack: Stack, page_errors: list[str]
+) -> None:
+    sign_in(page, "vic")
+    cookie = session_cookie(page, stack)
+    name = 'fabrikam <b>admin</b><img src=x onerror="window.__pwned = 1">'
+    linked = tenant_admin_token(stack, name, "fabrikam")
+    page.goto(f"/dashboard/#token={linked}")
+    prompt = page.get_by_test_id("link-prompt")
+    expect_prompt_names(page, "new", name, "tenant-admin", "tenant fabrikam")
+    assert prompt.locator("b, img").count() == 0
+    assert not token_left_in_browser(page, linked)
+
+    page.get_by_test_id("link-switch").click()
+    expect(prompt).to_be_hidden()
+    expect_signed_in_as(page, name, "tenant-admin", "tenant fabrikam")
+    rows = page.locator("[data-testid=tenant-row]")
+    expect(rows).to_have_count(1)
+    expect(rows).to_have_attribute("data-tenant", "fabrikam")
+    assert page.evaluate("sessionStorage.getItem('gpuplex.token')") == linked
+    assert session_cookie(page, stack) == {}
+    ended = httpx.get(f"{stack.base_url}/api/v1/whoami", cookies=cookie)
+    assert ended.status_code == 401
+    assert page.locator("b, img[src=x]").count() == 0
+    assert page.evaluate("window.__pwned") is None
+    assert our_errors(page_errors, stack) == []

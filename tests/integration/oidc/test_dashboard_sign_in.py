@@ -7,6 +7,8 @@ cookie, and the ways in that must stay shut: a state used twice or from another 
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import os
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -37,6 +39,7 @@ PEOPLE = {
 class Site:
     url: str
     provider: OidcProvider
+    admin_token: str  # a gpuplex platform-admin token
 
     @property
     def cookie(self) -> str:
@@ -62,7 +65,7 @@ def site(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Site]:
         + "    scopes: [openid, gpuplex]\n"
     )
     monkeypatch.setenv(SECRET_VARIABLE, SECRET)
-    server, port, _ = start_control_plane(tmp_path, spec)
+    server, port, admin_token = start_control_plane(tmp_path, spec)
     url = f"http://127.0.0.1:{port}"
     provider.clients.append(
         {
@@ -75,7 +78,7 @@ def site(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Site]:
     )
     try:
         provider.start(node)
-        yield Site(url, provider)
+        yield Site(url, provider, admin_token)
     finally:
         provider.stop()
         stop(server)
@@ -205,3 +208,69 @@ def test_the_config_says_whether_sign_in_is_offered(site: Site) -> None:
     reply = httpx.get(f"{site.url}/auth/config", timeout=10).json()
     assert reply == {"oidc": {"issuer": site.provider.issuer}}
     assert os.environ[SECRET_VARIABLE] not in httpx.get(f"{site.url}/auth/config").text
+
+
+def test_the_id_token_of_a_sign_in_is_not_an_api_token(site: Site) -> None:
+    """With the audience left at its default (the client id), which every ID token of gpuplex's
+    client carries, a person's ID token (here from a code flow of the test's own, as any site
+    using the same client could run) is refused as a bearer token, saying why."""
+    admin = {"authorization": f"Bearer {site.admin_token}"}
+    current = httpx.get(f"{site.url}/api/v1/spec", headers=admin, timeout=10).json()
+    spec = current["spec_yaml"].replace('audience: "urn:gpuplex:api"', 'audience: "gpuplex"')
+    applied = httpx.post(
+        f"{site.url}/api/v1/spec/apply",
+        headers=admin,
+        json={"spec_yaml": spec, "base_revision": current["revision"]},
+        timeout=10,
+    )
+    assert applied.status_code == 201, applied.text
+    tokens = code_flow_tokens(site, "carol")
+    refused = httpx.get(f"{site.url}/api/v1/whoami", headers=bearer(tokens["id_token"]))
+    assert refused.status_code == 401, refused.text
+    assert "ID token" in refused.json()["error"]["message"]
+
+
+def code_flow_tokens(site: Site, login: str) -> dict[str, str]:
+    """The provider's token answer for `login`, from an authorization code flow the test runs as
+    gpuplex's client (with its secret), a nonce and PKCE."""
+    verifier = "v" * 64
+    challenge = base64.urlsafe_b64encode(hashlib.sha256(verifier.encode()).digest())
+    with site.browser() as browser:
+        page = browser.get(
+            f"{site.provider.issuer}/auth",
+            params={
+                "client_id": "gpuplex",
+                "response_type": "code",
+                "scope": "openid gpuplex",
+                "redirect_uri": f"{site.url}/auth/callback",
+                "nonce": "n-0123456789",
+                "state": "s-0123456789",
+                "code_challenge": challenge.rstrip(b"=").decode(),
+                "code_challenge_method": "S256",
+            },
+        )
+        landed = fill_in_forms(browser, page, login)
+    back = next(
+        r.headers["location"]
+        for r in (*landed.history, landed)
+        if "/auth/callback?" in r.headers.get("location", "")
+    )
+    code = parse_qs(urlsplit(back).query)["code"][0]
+    reply = httpx.post(
+        f"{site.provider.issuer}/token",
+        auth=("gpuplex", SECRET),
+        data={
+            "grant_type": "authorization_code",
+            "code": code,
+            "redirect_uri": f"{site.url}/auth/callback",
+            "code_verifier": verifier,
+        },
+        timeout=10,
+    )
+    assert reply.status_code == 200, reply.text
+    answer: dict[str, str] = reply.json()
+    return answer
+
+
+def bearer(token: str) -> dict[str, str]:
+    return {"authorization": f"Bearer {token}"}

@@ -1,8 +1,9 @@
 """The gateway's service accounts: a token of a tenant's account is verified once and then taken
 from the table of verified tokens (by its hash) while the tenant exists and the spec's settings
-are those it was verified under; the first tokens of a burst make one key-set fetch, in the
-executor, the event loop running on meanwhile; a provider that cannot be read is 503 and is not
-asked again for RETRY_FETCH_S; a made-up `kid` within the refresh interval fetches nothing. Through
+are those it was verified under; the first tokens of a burst make one key-set fetch, off the event
+loop, which runs on meanwhile; a provider that cannot be read is 503 with Retry-After and is not
+asked again before its backoff; a made-up `kid` within the refresh interval fetches nothing; an ID
+token is refused. Through
 the runtime: a refused token counts toward the address's failed checks like a bad key, and a
 valid one gets in as a caller of its tenant with the tenant's limits and every model."""
 
@@ -11,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
+from collections.abc import Callable
 from types import SimpleNamespace
 from typing import Any, cast
 
@@ -23,11 +25,10 @@ from gpuplex.core.serve.limits import Limit, LimitKind
 from gpuplex.core.serve.service_accounts import account_prefix
 from gpuplex.core.spec.auth import OidcSpec
 from gpuplex.errors import ErrorCode, IdentityProviderUnavailable
-from gpuplex.gateway import service_accounts as module
 from gpuplex.gateway.api_errors import ApiError
 from gpuplex.gateway.auth import KeyCache
 from gpuplex.gateway.runtime import GatewayRuntime
-from gpuplex.gateway.service_accounts import RETRY_FETCH_S, ServiceAccounts
+from gpuplex.gateway.service_accounts import ServiceAccounts
 from gpuplex.oidc.keys import IssuerKeys, IssuerKeysCache
 from gpuplex.store.keys import KeyRepository
 
@@ -85,8 +86,8 @@ class Provider:
         return self.asked.count(JWKS_URI)
 
 
-def accounts(provider: Provider) -> ServiceAccounts:
-    return ServiceAccounts(IssuerKeysCache(now_s, fetch=provider))
+def accounts(provider: Provider, clock: Callable[[], float] = now_s) -> ServiceAccounts:
+    return ServiceAccounts(IssuerKeysCache(clock, fetch=provider))
 
 
 def test_a_verified_token_is_taken_from_the_table_until_its_tenant_or_settings_change(
@@ -171,19 +172,15 @@ def test_a_burst_of_first_tokens_makes_one_fetch_off_the_event_loop() -> None:
     subjects, ticks = asyncio.run(scenario())
     assert subjects == [f"svc-{n}" for n in range(10)]
     assert provider.key_set_fetches == 1
-    assert service.fetches == 1
-    assert threading.get_ident() not in provider.threads  # fetched in the executor
+    assert threading.get_ident() not in provider.threads  # fetched off the event loop
     assert ticks >= 10  # the loop went on while the (0.4 s) fetch ran
 
 
-def test_an_unreadable_provider_is_503_and_not_asked_again_for_a_while(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
+def test_an_unreadable_provider_is_503_and_not_asked_again_for_a_while() -> None:
     provider = Provider()
     provider.down = True
-    service = accounts(provider)
-    clock = [1_000.0]
-    monkeypatch.setattr(module, "monotonic_s", lambda: clock[0])
+    clock = [time.time()]
+    service = accounts(provider, lambda: clock[0])
 
     async def attempt() -> ApiError | str:
         try:
@@ -196,12 +193,25 @@ def test_an_unreadable_provider_is_503_and_not_asked_again_for_a_while(
     assert isinstance(first, ApiError)
     assert (first.code, first.status) == (ErrorCode.IDENTITY_PROVIDER_UNAVAILABLE, 503)
     asked = len(provider.asked)
-    clock[0] += RETRY_FETCH_S - 0.1
-    assert isinstance(asyncio.run(attempt()), ApiError)
+    clock[0] += 9.9  # within the first backoff (the refresh interval, 10 s)
+    again = asyncio.run(attempt())
+    assert isinstance(again, ApiError)
+    assert again.retry_after_s == 1
     assert len(provider.asked) == asked  # not asked again so soon
     provider.down = False
     clock[0] += 0.2
     assert asyncio.run(attempt()) == "acme"
+
+
+def test_an_id_token_is_refused() -> None:
+    service = accounts(Provider())
+    id_token = token(nonce="n-0123")
+
+    async def scenario() -> None:
+        assert await service.account(token(), oidc(), TENANTS) is not None
+        assert await service.account(id_token, oidc(), TENANTS) is None
+
+    asyncio.run(scenario())
 
 
 def test_a_made_up_kid_within_the_refresh_interval_fetches_nothing() -> None:

@@ -17,7 +17,12 @@ from joserfc.jwk import ECKey, RSAKey
 from joserfc.jws import JWSRegistry
 
 from gpuplex.errors import ErrorCode, OidcTokenError
-from gpuplex.oidc.tokens import MAX_TOKEN_LIFETIME_S, looks_like_jwt, verified_claims
+from gpuplex.oidc.tokens import (
+    MAX_TOKEN_LIFETIME_S,
+    looks_like_jwt,
+    refuse_id_token,
+    verified_claims,
+)
 
 ISSUER = "https://login.example.com/realms/acme"
 AUDIENCE = "gpuplex"
@@ -165,3 +170,26 @@ def test_a_key_set_that_cannot_be_read_refuses_every_token() -> None:
 )
 def test_what_looks_like_a_jwt(text: str, is_jwt: bool) -> None:
     assert looks_like_jwt(text) is is_jwt
+
+
+@pytest.mark.parametrize(
+    ("marker", "why"),
+    [
+        ({"nonce": "n-0123"}, "nonce"),
+        ({"at_hash": "x"}, "at_hash"),
+        ({"c_hash": "x"}, "c_hash"),
+        ({"s_hash": "x"}, "s_hash"),
+        ({"typ": "ID"}, "typ: ID"),
+    ],
+)
+def test_an_id_token_is_refused_as_an_api_bearer(marker: dict[str, str], why: str) -> None:
+    token = signed(claims(**marker))
+    with pytest.raises(OidcTokenError, match=f"an ID token \\({why}\\)"):
+        refuse_id_token(token, check(token))
+
+
+def test_an_access_token_is_taken_as_an_api_bearer() -> None:
+    plain = signed(claims(scope="openid gpuplex", client_id="svc-ci"))
+    refuse_id_token(plain, check(plain))  # no claim only an ID token carries
+    rfc9068 = jwt.encode({"alg": "RS256", "kid": KEY.kid, "typ": "at+jwt"}, claims(), KEY)
+    refuse_id_token(rfc9068, check(rfc9068))  # its header says what it is

@@ -27,9 +27,16 @@ class FailedAttempts:
 
     def throttled(self, address: str, now_s: float) -> bool:
         """Whether `address` has used up its failures for this minute."""
+        return self.throttled_for_s(address, now_s) > 0
+
+    def throttled_for_s(self, address: str, now_s: float) -> float:
+        """How long `address` stays throttled from `now_s` (until its minute ends); 0.0 when it
+        is not throttled."""
         self._expire(now_s)
         window = self._windows.get(address)
-        return window is not None and window[1] >= self.per_min
+        if window is None or window[1] < self.per_min:
+            return 0.0
+        return window[0] + WINDOW_S - now_s
 
     def record(self, address: str, now_s: float) -> None:
         """One more failed check from `address`."""

@@ -85,6 +85,10 @@ class OidcSpec(SpecModel):
     scopes: list[str] = Field(default_factory=lambda: ["openid", "profile", "email"])
     groups_claim: str = Field(default="groups", min_length=1, max_length=256)
     clock_skew_s: StrictInt = Field(default=60, ge=0, le=300)
+    accept_id_tokens: bool = Field(
+        default=False,
+        description="Take ID tokens as API bearers too (by default only access tokens).",
+    )
     roles: list[GroupRoleSpec] = Field(default_factory=list)
     gateway: OidcGatewaySpec | None = None
 

@@ -1,6 +1,7 @@
-// The REST API client: a pasted token (or a `#token=` link's) lives in sessionStorage and goes out
-// as a Bearer header; without one, the browser sends the session cookie of a sign-in with the
-// identity provider (HttpOnly: this code never sees it), and changes carry its CSRF token.
+// The REST API client: a pasted token (or a `#token=` link's, taken as tokenlink.js says) lives in
+// sessionStorage and goes out as a Bearer header; without one, the browser sends the session
+// cookie of a sign-in with the identity provider (HttpOnly: this code never sees it), and changes
+// carry its CSRF token.
 
 const TOKEN_KEY = "gpuplex.token";
 export const API = "/api/v1";
@@ -13,17 +14,17 @@ export class ApiError extends Error {
   }
 }
 
-/** Take `#token=...` from the address (so `gpuplex up` can print a ready link), keep it, and
- * remove it from the address bar and history. */
-export function adoptTokenFromFragment() {
+/** Take `#token=...` out of the address bar and history at once (so `gpuplex up` can print a
+ * ready link without leaving the token behind); the token, not kept anywhere, or null. */
+export function takeTokenFromAddress() {
   const params = new URLSearchParams(window.location.hash.replace(/^#/, ""));
   const token = params.get("token");
-  if (!token) return;
-  setToken(token.trim());
+  if (token === null) return null;
   params.delete("token");
   const rest = params.toString();
   const clean = window.location.pathname + window.location.search + (rest ? `#${rest}` : "");
   window.history.replaceState(null, "", clean);
+  return token.trim() || null;
 }
 
 export function getToken() {
@@ -74,6 +75,13 @@ export async function get(path, query = {}) {
   const url = new URL(API + path, window.location.origin);
   for (const [name, value] of Object.entries(query)) url.searchParams.set(name, value);
   return answer(await fetch(url, { headers: headers("GET"), cache: "no-store" }));
+}
+
+/** Who a token is, as the server says ({name, role, tenant}), asked with that token alone: no
+ * session cookie, no tenant header, a read-only call. */
+export async function describeToken(token) {
+  const sent = { Accept: "application/json", Authorization: `Bearer ${token}` };
+  return answer(await fetch(`${API}/whoami`, { headers: sent, credentials: "omit", cache: "no-store" }));
 }
 
 /** End the identity-provider session: the server forgets it, so its cookie stops working. */

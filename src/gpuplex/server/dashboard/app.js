@@ -1,9 +1,10 @@
-// The dashboard: sign in with a control-plane token or with the identity provider (a session
+// The dashboard: sign in with a control-plane token (pasted, or a `#token=` link's, which never
+// replaces a signed-in session unasked: tokenlink.js) or with the identity provider (a session
 // cookie the server keeps; server/sign_in.py), then every 10 s fetch the GPU map, tenants,
 // queues and jobs, usage, budgets and events and redraw. A tenant-scoped token sees only its own
 // tenant: the API filters, and the page draws only what it is given.
 
-import { ApiError, adoptTokenFromFragment, all, chooseTenant, chosenTenant, clearToken, currentSession, get, getToken, identityProvider, setToken, signOutOfSession, tenantPath } from "./api.js";
+import { ApiError, all, chooseTenant, chosenTenant, clearToken, currentSession, get, getToken, identityProvider, setToken, signOutOfSession, takeTokenFromAddress, tenantPath } from "./api.js";
 import { renderKeySpend } from "./budgets.js";
 import { hourlySeries, renderUsage, usageRange } from "./charts.js";
 import { fill, h } from "./dom.js";
@@ -11,6 +12,7 @@ import { renderGpuMap } from "./gpumap.js";
 import { renderLatency } from "./latency.js";
 import { renderBudgets, renderEvents, renderTenants } from "./panels.js";
 import { renderQueues } from "./queues.js";
+import { askToSwitch } from "./tokenlink.js";
 
 const REFRESH_MS = 10_000;
 const $ = (id) => document.getElementById(id);
@@ -90,7 +92,22 @@ async function start() {
   await refresh(mine);
 }
 
-async function refresh(mine) {
+let inFlight = Promise.resolve(); // the refresh under way
+
+function refresh(mine) {
+  inFlight = fetchAndDraw(mine);
+  return inFlight;
+}
+
+/** Stop refreshing and let the requests under way finish, so that ending a session does not cut
+ * them off with a 401. */
+async function stopRefreshing() {
+  generation += 1;
+  clearTimeout(timer);
+  await inFlight.catch(() => {});
+}
+
+async function fetchAndDraw(mine) {
   const range = usageRange();
   const [nodes, tenants, events, queues] = await Promise.allSettled([get("/nodes"), all("/tenants"), get("/events", { limit: 25 }), get("/queues")]);
   const names = tenants.status === "fulfilled" ? tenants.value.map((t) => t.name) : [];
@@ -160,8 +177,71 @@ async function resumeSession() {
   else showSignIn();
 }
 
+/** Who this tab is signed in as, asked of the server: {kind, name, role, tenant}, or null when
+ * nobody is (a kept token the server refuses is dropped). Throws when the server cannot tell. */
+async function signedInIdentity() {
+  if (getToken()) {
+    try {
+      return { kind: "token", ...(await get("/whoami")) };
+    } catch (error) {
+      if (!(error instanceof ApiError && error.status === 401)) throw error;
+      clearToken();
+    }
+  }
+  const session = await currentSession();
+  if (!session.signed_in) return null;
+  await offerTenantChoice(); // a person on several tenants is asked about one of them
+  return { kind: "session", ...(await get("/whoami")) };
+}
+
+/** A `#token=` link's token: used at once where nobody is signed in; where someone is, the page
+ * goes on as them and asks, and switches (ending the session, or dropping the kept token) only
+ * when told to. Where the server cannot say who is signed in, the link is dropped. */
+async function followLink(linkedToken) {
+  let current;
+  try {
+    current = await signedInIdentity();
+  } catch (error) {
+    showSignIn(`The link was not used: cannot tell who is signed in: ${error.message}`);
+    return;
+  }
+  if (current === null) {
+    setToken(linkedToken);
+    await start();
+    return;
+  }
+  const shown = start().catch(reportError); // the page as it is, behind the question
+  if (current.kind === "token" && getToken() === linkedToken) return;
+  if (!(await askToSwitch(current, linkedToken))) return;
+  await shown;
+  await stopRefreshing();
+  if (current.kind === "session") {
+    try {
+      await signOutOfSession();
+    } catch (error) {
+      fill($("status"), `Not switched: signing out failed: ${error.message}`);
+      $("status").classList.add("status-error");
+      timer = setTimeout(() => refresh(generation).catch(reportError), REFRESH_MS);
+      return;
+    }
+  }
+  chooseTenant(null);
+  setToken(linkedToken);
+  await start();
+}
+
+let lastStep = Promise.resolve(); // the page's start and each link, one after another
+
+function inTurn(step) {
+  lastStep = lastStep.then(step).catch(reportError);
+}
+
 function main() {
-  adoptTokenFromFragment();
+  const linkedToken = takeTokenFromAddress();
+  window.addEventListener("hashchange", () => {
+    const token = takeTokenFromAddress();
+    if (token) inTurn(() => followLink(token));
+  });
   $("signin-form").addEventListener("submit", (event) => {
     event.preventDefault();
     const token = $("token-input").value.trim();
@@ -175,6 +255,7 @@ function main() {
   });
   $("signout").addEventListener("click", async () => {
     chooseTenant(null);
+    await stopRefreshing();
     if (getToken()) clearToken();
     else {
       try {
@@ -188,8 +269,9 @@ function main() {
   });
   const signInError = takeSignInError();
   if (signInError !== null) showSignIn(signInError);
-  else if (getToken()) start();
-  else resumeSession();
+  else if (linkedToken) inTurn(() => followLink(linkedToken));
+  else if (getToken()) inTurn(start);
+  else inTurn(resumeSession);
 }
 
 main();
