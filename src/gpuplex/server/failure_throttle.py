@@ -92,5 +92,6 @@ class FailureThrottle:
     def answer_to_failure(self, address: str, refusal: ApiProblem) -> ApiProblem:
         """Count a failure from `address`: the answer to give is `refusal` (401), or the 429
         once the address is past its failures."""
+        past = self.refusal(address)  # the address was past its failures before this one
         self.failed(address)
-        return self.refusal(address) or refusal
+        return past or refusal

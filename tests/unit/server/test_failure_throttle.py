@@ -100,3 +100,14 @@ def test_an_ipv6_client_counts_by_its_64_and_an_ipv4_one_by_its_address() -> Non
     assert client_address(request_from("2001:db8:1:3::1")) != same_host[0]
     assert client_address(request_from("::ffff:192.0.2.1")) == "192.0.2.1"
     assert client_address(request_from("192.0.2.1")) != client_address(request_from("192.0.2.2"))
+
+
+def test_failures_get_their_401_up_to_the_bound_and_429_past_it() -> None:
+    throttle = FailureThrottle(clock=lambda: 1_000.0)
+    unauthenticated = ApiProblem(ErrorCode.UNAUTHENTICATED, "the token is unknown")
+    answers = [throttle.answer_to_failure("192.0.2.1", unauthenticated) for _ in range(22)]
+    assert [a.code for a in answers] == [ErrorCode.UNAUTHENTICATED] * 20 + [
+        ErrorCode.TOO_MANY_FAILED_AUTH
+    ] * 2
+    assert answers[-1].retry_after_s == 60
+    assert throttle.answer_to_failure("192.0.2.2", unauthenticated) is unauthenticated
