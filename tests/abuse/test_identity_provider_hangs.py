@@ -7,7 +7,9 @@ plane and the gateway, each process asks the provider for its key set at most on
 interval (10 s; a failed fetch backs off from there): counted by the kernel, as the connections
 waiting in the stopped provider's accept queue, not by gpuplex. Meanwhile a gpuplex token at the
 control plane, an API key at the gateway, `/healthz`, and valid provider tokens whose key is cached
-keep answering: the p99 of each is printed and must stay under 100 ms."""
+keep answering: the p99 of each is printed (and kept in test-artifacts/identity-provider-hang.txt)
+and must stay under 100 ms (on a machine already slower than that before the flood, under twice
+the caller's own p99 before it)."""
 
 from __future__ import annotations
 
@@ -20,6 +22,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from pathlib import Path
 
 import httpx
 import pytest
@@ -30,6 +33,7 @@ from tests.abuse.front_door import start_control_plane
 from tests.e2e.gateway.stack import Gateway, Stack, stack_in, stop
 from tests.oidc.provider import AUDIENCE, OidcProvider, provider_or_skip, signing_key
 
+ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts"
 SECRET = "hung-provider-secret-0123456789abcdef"  # noqa: S105 - a test client's secret
 GATEWAY_AUDIENCE = "urn:gpuplex:gateway"
 REFRESH_S = 10  # gpuplex.oidc.keys: at most one fetch per issuer per this, whatever the kids
@@ -38,10 +42,11 @@ FLOOD_CLIENTS = 40
 FLOOD_ADDRESSES = 200  # 127.0.0.2 ... : an attacker with many addresses
 PER_CLIENT_PER_S = 5  # 200 requests a second in all (one made-up kid froze gpuplex 5 s before)
 P99_LIMIT_S = 0.100
-#: On a machine so loaded that the callers' p99 is over QUIET_P99_S before any flood, the bound is
-#: LOADED_LIMIT_S instead: still far below the 5 s a request waiting on the hung provider takes.
-QUIET_P99_S = 0.050
-LOADED_LIMIT_S = 1.0
+#: On a machine already so loaded that a caller's p99 before the flood is over half of
+#: P99_LIMIT_S, its bound is this many times that p99 instead: still far below the 5 s a
+#: request waiting on the hung provider takes.
+LOADED_FACTOR = 2.0
+WARM_UP_S = 2.0
 BASELINE_S = 4.0
 
 SPEC = """
@@ -237,6 +242,7 @@ def test_a_hung_provider_and_a_flood_of_made_up_kids_freeze_nothing(front: Front
     for url, token in probes.values():  # each process has the key set before the provider hangs
         reply = httpx.get(url, headers={"authorization": f"Bearer {token}"} if token else {})
         assert reply.status_code == 200, (url, reply.text)
+    run_probes(probes, time.monotonic() + WARM_UP_S)  # the processes' first requests, untimed
     baseline = run_probes(probes, time.monotonic() + BASELINE_S)  # no flood, the provider up
     assert front.provider.process is not None
     os.killpg(front.provider.process.pid, signal.SIGSTOP)
@@ -256,34 +262,34 @@ def test_a_hung_provider_and_a_flood_of_made_up_kids_freeze_nothing(front: Front
     os.killpg(front.provider.process.pid, signal.SIGCONT)
     hung_s = time.monotonic() - hung_at
 
-    quiet = max(p99(times_of(timed)) for timed in baseline.values()) < QUIET_P99_S
-    limit = P99_LIMIT_S if quiet else LOADED_LIMIT_S
+    limits = {
+        name: max(P99_LIMIT_S, LOADED_FACTOR * p99(times_of(timed)))
+        for name, timed in baseline.items()
+    }
     report = [
         f"flood: {sum(answers.values())} requests with made-up kids, answers {answers}",
         f"key-set fetches from both processes while the provider hung {hung_s:.1f} s: {fetches}",
         f"{'caller':44} {'requests':>8} {'p50 ms':>7} {'p99 ms':>7} {'max ms':>7} "
-        f"{'p99 before':>10} {'ratio':>6}",
+        f"{'p99 before':>10} {'ratio':>6} {'bound ms':>8}",
     ]
     for name, timed in during.items():
         times, before = times_of(timed), p99(times_of(baseline[name]))
         report.append(
             f"{name:44} {len(times):8d} {statistics.median(times) * 1000:7.1f} "
             f"{p99(times) * 1000:7.1f} {max(times) * 1000:7.1f} {before * 1000:10.1f} "
-            f"{p99(times) / before:6.2f}"
+            f"{p99(times) / before:6.2f} {limits[name] * 1000:8.0f}"
         )
     report.append(
-        f"bound on each p99: {limit * 1000:.0f} ms"
-        + (
-            ""
-            if quiet
-            else f" (the machine is loaded: p99 over {QUIET_P99_S * 1000:.0f} ms before)"
-        )
+        f"bound on each p99: {P99_LIMIT_S * 1000:.0f} ms, or {LOADED_FACTOR:g}x its p99 before the "
+        "flood where the machine was already slower than that"
     )
     print("\n" + "\n".join(report))  # noqa: T201 - the figures the issue asks to see
+    ARTIFACTS.mkdir(exist_ok=True)
+    (ARTIFACTS / "identity-provider-hang.txt").write_text("\n".join(report) + "\n")
     for name, timed in during.items():
         assert {status for _, status in timed} == {200}, (name, timed)
         assert len(timed) >= 100, name
-        assert p99(times_of(timed)) < limit, name
+        assert p99(times_of(timed)) < limits[name], name
     assert sum(answers.values()) >= 500  # the flood did arrive
     assert set(answers) <= {401, 429, 503}, answers  # refused, throttled or "try again"
     # one fetch per process per interval at most (a failure backs off further)
