@@ -110,7 +110,6 @@ class IssuerKeys:
         self._failures = 0  # fetches failed in a row
         self._failure: str | None = None  # why the last one failed
         self._in_flight: Future[KeySet] | None = None
-        self.fetches = 0  # fetches started (for logs and tests)
 
     # --- verifying -------------------------------------------------------------------------
 
@@ -212,7 +211,6 @@ class IssuerKeys:
         future.set_running_or_notify_cancel()  # a waiter giving up cannot cancel it for others
         self._in_flight = future
         self._tried_at = now
-        self.fetches += 1
         threading.Thread(
             target=self._run_fetch, args=(future,), name="gpuplex-oidc-keys", daemon=True
         ).start()
