@@ -84,3 +84,24 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         if group == "vllm" and item.get_closest_marker("timeout") is None:
             item.add_marker(pytest.mark.timeout(VLLM_TEST_TIMEOUT_S))
 
+
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist's worker sends its test ids to the controller
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """Keep `--dist loadgroup` grouping on pytest 9.2. pytest-xdist (3.8) tells the controller a
+    test's group by appending `@group` to its node id in the worker, through `item._nodeid`, which
+    pytest 9.2 no longer reads (a node's id is the structured `item._id` now): the groups were then
+    silently spread over both workers (pytest-dev/pytest-xdist#1386). Where a grouped test's id
+    lacks its suffix, this appends it as pytest-xdist would; where pytest-xdist did, it does
+    nothing."""
+    if not getattr(session.config.option, "loadgroup", False):  # set in xdist's workers only
+        return
+    for item in session.items:
+        names = {
+            str(mark.args[0] if mark.args else mark.kwargs.get("name", "default"))
+            for mark in item.iter_markers("xdist_group")
+        }
+        suffix = "@" + "_".join(sorted(names))
+        if names and not item.nodeid.endswith(suffix):
+            from _pytest.nodeid import NodeId  # pytest >= 9.2, the only one that gets here
+
+            item._id = NodeId.parse(item.nodeid + suffix)
