@@ -172,11 +172,12 @@ def start_vllm(
     loras: Iterable[str] | None = None,
     port: int | None = None,
     extra_args: Iterable[str] = (),
+    environment: Mapping[str, str] | None = None,
     timeout_s: float = START_TIMEOUT_S,
     say: Callable[[str], None] | None = None,
 ) -> VllmServer:
     """Start vLLM serving `model` as `served_name` and the adapters named in `loras` (default: all
-    of the model's), output to `log_path`, and wait for /health 200, saying how long it has waited
+    of the model's), output to `log_path`, `environment` over `vllm_env()`'s, and wait for /health 200, saying how long it has waited
     every 15 s (`say`: default to stderr). Raises RuntimeError with the end of its log when it exits
     first or is not up in `timeout_s` (stopping it)."""
     say = say or _to_stderr
@@ -191,7 +192,7 @@ def start_vllm(
             command,
             stdout=log,
             stderr=subprocess.STDOUT,
-            env=vllm_env(),
+            env=vllm_env() | dict(environment or {}),
             start_new_session=True,
         )
     server = VllmServer(

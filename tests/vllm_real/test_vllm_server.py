@@ -5,6 +5,7 @@ so a vLLM upgrade that changes one fails here first."""
 from __future__ import annotations
 
 import json
+import socket
 import time
 from typing import Any
 
@@ -175,3 +176,18 @@ def test_metrics_count_prompt_and_generated_tokens_under_the_base_name(
     while (now := [counter(vllm, name) for name in names]) != expected:
         assert time.monotonic() < deadline, f"{names}: {now}, expected {expected}"
         time.sleep(0.2)
+
+
+def test_an_idle_keep_alive_connection_is_closed_after_5_s(vllm: VllmServer) -> None:
+    """VLLM_HTTP_TIMEOUT_KEEP_ALIVE (5 s by default): a client pool that keeps idle connections
+    longer (the gateway's keeps them 30 s) meets connections vLLM has closed."""
+    host, port = vllm.url.removeprefix("http://").split(":")
+    with socket.create_connection((host, int(port)), timeout=10) as sock:
+        sock.sendall(f"GET /health HTTP/1.1\r\nHost: {host}\r\n\r\n".encode())
+        assert sock.recv(4096).startswith(b"HTTP/1.1 200")
+        time.sleep(3)
+        sock.sendall(f"GET /health HTTP/1.1\r\nHost: {host}\r\n\r\n".encode())
+        assert sock.recv(4096).startswith(b"HTTP/1.1 200")  # still open after 3 s idle
+        idle_from = time.monotonic()
+        assert sock.recv(4096) == b""  # closed by the server, blocking until then
+        assert 4 < time.monotonic() - idle_from < 8
