@@ -14,7 +14,8 @@ from gpuplex.core.serve.inference import (
     read_request,
 )
 from gpuplex.core.serve.tokens import IMAGE_PART_TOKENS, prompt_tokens, text_tokens
-from gpuplex.sim.model_requests import GenerationRequest, parse_request
+from gpuplex.sim.model_requests import GenerationRequest, ServedModels, parse_request
+from gpuplex.sim.model_tokenizer import sim_tokenizer
 
 USER = [{"role": "user", "content": "abcd"}]
 
@@ -112,7 +113,7 @@ def test_the_simulated_vllm_generates_exactly_the_budget_the_gateway_reserved(
 ) -> None:
     request = ok(Endpoint.CHAT, body, cap)
     forwarded = forwarded_body(body, request, "m") or body
-    generated = parse_request(Endpoint.CHAT, forwarded, {"m"}, 16, 8)
+    served = ServedModels(bases=("m",), max_model_len=10_000)  # room for any budget drawn
+    generated = parse_request(Endpoint.CHAT, forwarded, served, sim_tokenizer())
     assert isinstance(generated, GenerationRequest)
     assert generated.generated_tokens == request.completion_budget
-    assert generated.prompt_tokens == request.prompt_tokens
