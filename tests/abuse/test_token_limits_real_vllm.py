@@ -165,8 +165,8 @@ def _spec(vllm_port: int) -> str:
         tenants.append(
             f"""
   - name: {_tenant(at)}
-    isolation: time-slicing
-    requirement: none
+    isolation: timeslice
+    requirement: shared
     workloads:
       - name: chat
         gpu: {{memory_gib: 4}}
