@@ -57,19 +57,6 @@ def _badly_tokenized(rng: random.Random, size: int) -> str:
     return "".join(chr(rng.randrange(0x4E00, 0x9FFF)) for _ in range(size))
 
 
-TOOL = {
-    "type": "function",
-    "function": {
-        "name": "lookup",
-        "description": "Look a word up.",
-        "parameters": {
-            "type": "object",
-            "properties": {"word": {"type": "string"}, "note": {"type": "string"}},
-            "required": ["word", "note"],
-        },
-    },
-}
-
 BODIES: dict[str, Callable[[random.Random], dict[str, object]]] = {
     "decoy messages on completions": lambda rng: {
         "prompt": _text(rng, 120),
@@ -101,13 +88,6 @@ BODIES: dict[str, Callable[[random.Random], dict[str, object]]] = {
         "messages": [{"role": "user", "content": _text(rng, 10)}],
         "stream": True,
         "max_tokens": 200,
-    },
-    "forced tool calls in streams without include_usage": lambda rng: {
-        "messages": [{"role": "user", "content": _text(rng, 10)}],
-        "tools": [TOOL],
-        "tool_choice": {"type": "function", "function": {"name": "lookup"}},
-        "stream": True,
-        "max_tokens": 120,
     },
     "abandoned whole replies": lambda rng: {
         "messages": [{"role": "user", "content": _text(rng, 10)}],
@@ -164,7 +144,6 @@ ATTACKS = (
     Attack("own chat template", "chat/completions", 8),
     Attack("fields for the shared server", "chat/completions", 8),
     Attack("streams without include_usage", "chat/completions", 8),
-    Attack("forced tool calls in streams without include_usage", "chat/completions", 4),
     Attack("abandoned whole replies", "chat/completions", 16, hang_up_s=0.15),
     Attack("abandoned streams", "completions", 16, hang_up_s=0.15),
     Attack("badly tokenized text", "chat/completions", 8),
@@ -279,7 +258,7 @@ async def _burst(
     stop_at = time.monotonic() + BURST_S
 
     async def client(rng: random.Random) -> None:
-        async with httpx.AsyncClient(timeout=60) as http:
+        async with httpx.AsyncClient(timeout=180) as http:
             while time.monotonic() < stop_at:
                 body = {"model": model, **attack.body(rng)}
                 request = http.stream(
@@ -300,6 +279,8 @@ async def _burst(
                                 await asyncio.sleep(0.2)
                 except TimeoutError:
                     statuses[499] = statuses.get(499, 0) + 1
+                except httpx.TimeoutException:  # a loaded machine: the limit must hold anyway
+                    statuses[0] = statuses.get(0, 0) + 1
 
     await asyncio.gather(*(client(random.Random(seed * 100 + c)) for c in range(attack.clients)))
     return statuses, said

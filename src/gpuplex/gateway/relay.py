@@ -81,21 +81,25 @@ class Exchange:
         since the server may have read and generated that much before it stopped."""
         if not self.forwarded:
             return 0
-        counted = self.prompt_tokens + self.completion_tokens
+        prompt, completion = self.billed_tokens()
+        counted = prompt + completion
         return counted if self.reported else max(counted, self.request.reserved_tokens)
 
     def billed_tokens(self) -> tuple[int, int]:
-        """(prompt, completion) tokens the usage record bills: the server's count; for a whole
-        reply the client abandoned (the server's count never came), the completion budget, which
-        the server may have generated before the cancel reached it; else what was counted."""
+        """(prompt, completion) tokens the usage record bills: the server's count, with the
+        prompt once per sequence (for `n` > 1 the server reads it once each, and vLLM counts it
+        so); for a whole reply the client abandoned (the server's count never came), the
+        completion budget, which the server may have generated before the cancel reached it;
+        else what was counted."""
+        prompt = self.prompt_tokens * self.request.choices
         if (
             not self.reported
             and not self.request.stream
             and self.status == CLIENT_GONE
             and self.forwarded
         ):
-            return self.prompt_tokens, self.request.completion_budget
-        return self.prompt_tokens, self.completion_tokens
+            return prompt, self.request.completion_budget
+        return prompt, self.completion_tokens
 
 
 Recorder = Callable[["GatewayRuntime", Exchange], bool]

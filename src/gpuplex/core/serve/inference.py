@@ -50,7 +50,9 @@ class InferenceRequest:
 
     @property
     def reserved_tokens(self) -> int:
-        return self.prompt_tokens + self.completion_budget
+        """The prompt once per sequence (vLLM reads it so for `n` > 1, and counts it so in its
+        metrics), and every sequence's budget."""
+        return self.prompt_tokens * self.choices + self.completion_budget
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,7 +121,7 @@ def read_request(
     if asked is None:
         asked = default_max_tokens
         if token_cap is not None:
-            asked = max(1, min(asked, (token_cap - prompt) // (choices * prompts)))
+            asked = max(1, min(asked, (token_cap - prompt * choices) // (choices * prompts)))
     return InferenceRequest(
         endpoint, model, stream, prompt, asked, choices, prompts, stream and wants_usage
     )
