@@ -8,7 +8,7 @@ work, against calling that server directly in the same run.
 
 The backend is vLLM's OpenAI server on CPU (tests/vllm_real/server.py: the tiny random-weight
 Llama the tests build, float32, eager), serving it as `bench`. Three setups, each measured with
-non-streaming chat (max_tokens 16) and streaming, by wrk in two ways (bench/gateway_load.py):
+non-streaming chat (max_tokens 16, temperature 0: the same reply every time) and streaming, by wrk in two ways (bench/gateway_load.py):
 - closed loop, --connections connections (default 4): req/s, and CPU per request, read from
   /proc for the gateway's process group and for vLLM's (API server, engine core, worker);
 - paced at about --rate req/s (default 6) over --paced-connections connections (default 12, each
@@ -108,9 +108,9 @@ class VllmBench:
         urls = {DIRECT: server.url} | {label: g.url for label, g in gateways.items()}
         key_of = {DIRECT: keys["plain"], PLAIN.label: keys["plain"], FULL.label: keys["full"]}
         for setup in SETUPS:
-            self.results.replies[setup] = probe(urls[setup], key_of[setup])
+            self.results.replies[setup] = probe(urls[setup], key_of[setup], greedy_body)
             self.say(f"{setup}: warming up ({self.results.replies[setup]})")
-            wrk(urls[setup], key_of[setup], chat_body(False), self.options.connections, self.options.warmup_s)  # fmt: skip
+            wrk(urls[setup], key_of[setup], greedy_body(False), self.options.connections, self.options.warmup_s)  # fmt: skip
         self.idle(gateways)
         if len(set(self.results.replies.values())) > 1:
             self.results.notes.append(
@@ -148,7 +148,7 @@ class VllmBench:
         try:
             for mode in MODES:
                 self.say(f"one request at a time, {mode}: {n} per setup")
-                body = chat_body(mode == STREAMING)
+                body = greedy_body(mode == STREAMING)
                 took: dict[str, list[float]] = {setup: [] for setup in SETUPS}
                 for i in range(n):
                     for setup in SETUPS[i % 3 :] + SETUPS[: i % 3]:
@@ -183,7 +183,7 @@ class VllmBench:
         time.sleep(o.pause_s)
         vllm_before = group_cpu_s(server.process.pid)
         gateway_before = group_cpu_s(gateway.process.pid) if gateway else 0.0
-        body = chat_body(mode == STREAMING)
+        body = greedy_body(mode == STREAMING)
         try:
             if tool == CLOSED:
                 load = wrk(url, key, body, o.connections, o.duration_s)
@@ -200,6 +200,14 @@ class VllmBench:
             f"  round {round_ + 1} · {setup} · {mode} · {tool}: {load.rate_per_s:,.1f} req/s, "
             f"p50 {load.p50_ms:.1f} ms, p99 {load.p99_ms:.1f} ms{errors}"
         )
+
+
+def greedy_body(stream: bool) -> str:
+    """bench/gateway.py's chat request at temperature 0: every setup's replies are then the same
+    16 tokens in the same events (sampled, a stream's event count varies: a token that is not
+    whole UTF-8 is held back and sent with the next)."""
+    body = json.loads(chat_body(stream)) | {"temperature": 0}
+    return json.dumps(body, separators=(",", ":"))
 
 
 def _time_one(client: httpx.Client, body: str) -> float:

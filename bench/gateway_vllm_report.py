@@ -189,7 +189,7 @@ def print_results(results: VllmResults, console: Console) -> None:
         f"average {results.load_average} · vLLM up in {results.vllm_start_s:g} s"
     )
     console.print(
-        f"chat completions, max_tokens 16 · req/s: wrk closed loop, {o.connections} connections, "
+        f"chat completions, max_tokens 16, temperature 0 · req/s: wrk closed loop, {o.connections} connections, "
         f"{o.duration_s:g} s · p50/p99: wrk paced at {o.rate_per_s} req/s over "
         f"{o.paced_connections} connections, {o.duration_s:g} s · medians over {o.rounds} rounds, "
         "each setup back to back within a round · added = the setup's percentile minus vLLM "
