@@ -51,7 +51,7 @@ from rich.markup import escape
 from tests.e2e.gateway.stack import cannot_run_gateway
 from tests.vllm_real.server import VllmServer, build_model, missing, start_vllm
 
-from bench.gateway_load import CHAT_PATH, CLOSED, MODEL, chat_body, find_tool, probe, wrk
+from bench.gateway_load import CHAT_PATH, CLOSED, MODEL, chat_body, find_tool, wrk
 from bench.gateway_procs import Processes, Running, group_cpu_s
 from bench.gateway_report import MODES, STREAMING
 from bench.gateway_vllm_report import (
@@ -108,7 +108,7 @@ class VllmBench:
         urls = {DIRECT: server.url} | {label: g.url for label, g in gateways.items()}
         key_of = {DIRECT: keys["plain"], PLAIN.label: keys["plain"], FULL.label: keys["full"]}
         for setup in SETUPS:
-            self.results.replies[setup] = probe(urls[setup], key_of[setup], greedy_body)
+            self.results.replies[setup] = said(urls[setup], key_of[setup])
             self.say(f"{setup}: warming up ({self.results.replies[setup]})")
             wrk(urls[setup], key_of[setup], greedy_body(False), self.options.connections, self.options.warmup_s)  # fmt: skip
         self.idle(gateways)
@@ -203,11 +203,37 @@ class VllmBench:
 
 
 def greedy_body(stream: bool) -> str:
-    """bench/gateway.py's chat request at temperature 0: every setup's replies are then the same
-    16 tokens in the same events (sampled, a stream's event count varies: a token that is not
-    whole UTF-8 is held back and sent with the next)."""
+    """bench/gateway.py's chat request at temperature 0: every setup's reply is then the same 16
+    tokens. (Not in the same number of stream events: vLLM sends in one event the tokens that
+    queued up since its last send, so the count varies from run to run, direct too.)"""
     body = json.loads(chat_body(stream)) | {"temperature": 0}
     return json.dumps(body, separators=(",", ":"))
+
+
+def said(url: str, key: str) -> str:
+    """What one non-streaming and one streaming request get back, in a few words: the tokens and
+    the text, to check that every setup serves the same reply."""
+    headers = {"authorization": f"Bearer {key}", "content-type": "application/json"}
+    try:
+        whole = httpx.post(url + CHAT_PATH, content=greedy_body(False), headers=headers, timeout=30)
+        streamed = httpx.post(
+            url + CHAT_PATH, content=greedy_body(True), headers=headers, timeout=30
+        )
+    except httpx.HTTPError as error:
+        return f"{type(error).__name__}: {error}"
+    if whole.status_code != 200 or streamed.status_code != 200:
+        return f"HTTP {whole.status_code}, stream HTTP {streamed.status_code}"
+    answer = whole.json()
+    text = answer["choices"][0]["message"]["content"]
+    events = [
+        line[len("data: ") :] for line in streamed.text.splitlines() if line.startswith("data: ")
+    ]
+    chunks = [json.loads(event) for event in events if event != "[DONE]"]
+    stream_text = "".join(
+        c["choices"][0]["delta"].get("content") or "" for c in chunks if c.get("choices")
+    )
+    same = "the same text" if stream_text == text else repr(stream_text[:40])
+    return f"{answer['usage']['completion_tokens']} tokens, {text[:40]!r}; stream: {same}"
 
 
 def _time_one(client: httpx.Client, body: str) -> float:
