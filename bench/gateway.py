@@ -7,6 +7,7 @@ reverse proxy on the same backend, and the comparison that chose its HTTP server
                                       [--redis-url redis://127.0.0.1:6379/0]
                                       [--against REF [--rounds 2]]
     make bench-gateway ARGS="--against HEAD"   # this tree's gateway against HEAD's, ~4 minutes
+    make bench-gateway ARGS="--vllm"           # in front of a real vLLM (make vllm), ~8 minutes
 
 Needs `wrk` and `nginx` on the machine (`apt-get install wrk nginx`; the script checks), and Redis
 at --redis-url for the 2-worker rows (skipped, with a note, without it). As root, the gateway runs
@@ -51,6 +52,11 @@ means over rounds that ran at different speeds is not), the latencies, and a ver
 "within 10 %" when after ÷ before req/s is at least 0.90. A tree whose gateway cannot start (a spec or store it
 cannot read) is reported with the end of its log.
 
+`--vllm` measures instead the gateway in front of a real vLLM on CPU against vLLM called directly,
+in the same run: added p50/p99 latency, under wrk and one request at a time, and the gateway's CPU
+per request (bench/gateway_vllm.py, which takes its own options; needs `make vllm` and wrk, not
+nginx).
+
 The rest lives beside this file: bench/gateway_load.py (wrk, both ways), bench/gateway_procs.py (the
 processes, the worktree), bench/gateway_report.py (rows, tables, JSON). Results are recorded in
 docs/benchmarks.md.
@@ -90,6 +96,7 @@ from bench.gateway_procs import (
     checkout,
     describe_ref,
     describe_working_tree,
+    group_cpu_s,
     redis_reachable,
     tail_lines,
 )
@@ -110,6 +117,7 @@ from bench.gateway_report import (
     print_header,
     print_section,
 )
+from bench.gateway_vllm import main as against_vllm
 from bench.planner_measure import machine
 
 PLAIN = GatewaySetup("gateway → backend (1 worker, no limits)", "plain")
@@ -401,20 +409,6 @@ class Compare(Runner):
             procs.stop(running)
 
 
-def group_cpu_s(group: int) -> float:
-    """CPU seconds (user + system) used so far by the live processes of process group `group`:
-    a gateway and its workers and usage mover (started in a session of their own)."""
-    total = 0
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue  # gone meanwhile
-        if int(fields[2]) == group:
-            total += int(fields[11]) + int(fields[12])
-    return total / os.sysconf("SC_CLK_TCK")
-
-
 def parse_options(argv: Sequence[str] | None) -> tuple[Options, argparse.Namespace]:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     defaults = Options()
@@ -446,6 +440,12 @@ def parse_options(argv: Sequence[str] | None) -> tuple[Options, argparse.Namespa
         default=None,
         help=f"with --against: passes over every row, before and after (default {COMPARE_ROUNDS})",
     )
+    add(
+        "--vllm",
+        action="store_true",
+        help="only the gateway in front of a real vLLM against vLLM direct (make vllm first); "
+        "its options: bench/gateway.py --vllm --help",
+    )
     args = parser.parse_args(argv)
     if args.rounds is not None and args.against is None:
         parser.error("--rounds goes with --against")
@@ -475,6 +475,10 @@ def _interrupted(signum: int, frame: FrameType | None) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if "--vllm" in argv:
+        signal.signal(signal.SIGTERM, _interrupted)
+        return against_vllm([a for a in argv if a != "--vllm"])
     options, args = parse_options(argv)
     console = Console() if sys.stdout.isatty() else Console(width=220)
     status = Console(stderr=True) if sys.stderr.isatty() else Console(stderr=True, width=220)

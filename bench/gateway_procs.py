@@ -389,6 +389,20 @@ print("published")
 """
 
 
+def group_cpu_s(group: int) -> float:
+    """CPU seconds (user + system) used so far by the live processes of process group `group`:
+    a gateway and its workers and usage mover, or a vLLM server's three processes (started in a session of their own)."""
+    total = 0
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue  # gone meanwhile
+        if int(fields[2]) == group:
+            total += int(fields[11]) + int(fields[12])
+    return total / os.sysconf("SC_CLK_TCK")
+
+
 def tail_lines(text: str, lines: int = 30) -> str:
     return "\n".join(text.strip().splitlines()[-lines:])
 
