@@ -116,7 +116,9 @@ def health_session(
     options: dict[str, Any] = {
         "limit": max(1, replicas),
         "limit_per_host": 1,
-        "keepalive_timeout": max(30.0, 3 * interval_s),
+        # under uvicorn's 5 s idle close (vLLM's server): a check every `interval_s` above that
+        # opens a fresh connection rather than race the server closing the old one
+        "keepalive_timeout": 4.0,
     }
     connector = (
         aiohttp.TCPConnector(**options)

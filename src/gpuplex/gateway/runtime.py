@@ -58,6 +58,12 @@ def tenant_limits(table: RouteTable, tenant: str) -> tuple[Limit, ...]:
     return scope_limits(f"tenant:{tenant}", policy.rate_limits)
 
 
+#: How long an idle connection to a model server is kept: under the 5 s after which uvicorn (vLLM's
+#: and SGLang's HTTP server, by default) closes an idle one, so the gateway never sends a request
+#: on a connection the server is closing at that moment (a 503 to the tenant for nothing).
+UPSTREAM_KEEPALIVE_S = 4.0
+
+
 class GatewayRuntime:
     def __init__(self, settings: GatewaySettings) -> None:
         self.settings = settings
@@ -168,7 +174,7 @@ class GatewayRuntime:
 
     async def start(self) -> None:
         connector = IdentityCheckingConnector(
-            self.identity, limit=0, keepalive_timeout=30, ttl_dns_cache=300
+            self.identity, limit=0, keepalive_timeout=UPSTREAM_KEEPALIVE_S, ttl_dns_cache=300
         )
         self.session = aiohttp.ClientSession(
             connector=connector,
