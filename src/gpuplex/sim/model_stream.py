@@ -107,8 +107,9 @@ class StreamEvents:
             choice["text"] = piece
         choice |= {"logprobs": None, "finish_reason": None}
         if last:
-            finish = request.prompts[output.prompt].finish_reason.value
-            choice |= {"finish_reason": finish, "stop_reason": None}
+            choice["finish_reason"] = request.prompts[output.prompt].finish_reason.value
+        if last or not self._chat:  # vLLM: a completion chunk always names its stop reason
+            choice["stop_reason"] = None
         if not self._chat:
             choice["prompt_token_ids"] = None
         choice["token_ids"] = None
