@@ -27,7 +27,7 @@ from tests.vllm_real.server import VllmServer
 pytestmark = pytest.mark.xdist_group("vllm")
 
 LORA = "lora-a"
-MAX_TOKENS = 4
+MAX_TOKENS = 6
 USER = [{"role": "user", "content": "Say hello to the differential test."}]
 TOOLS = [
     {
@@ -133,13 +133,15 @@ CASES = [
     Case("empty tools", CHAT, _gen(messages=USER, tools=[])),
     Case("embeddings", "/v1/embeddings", {"input": ["one", "two"]}),
 ]
-#: Cases whose answer depends on flags the real server may run without (a tool parser): compared
-#: only when vLLM accepts them.
+#: Forced tool calls: vLLM answers them only with a tool parser (`--enable-auto-tool-choice
+#: --tool-call-parser ...`), and its random-weight model writes arguments that are no JSON, so both
+#: servers are cut at `max_tokens` (`length`) and compared where the shapes do not depend on what
+#: the model wrote: a named function, its arguments streamed piece by piece. Compared only when the
+#: real server has a tool parser (the session's does not: 400, and the test says so).
+NAMED = {"type": "function", "function": {"name": "weather"}}
 OPTIONAL = [
     Case(
-        "chat with a required tool call",
-        CHAT,
-        _gen(messages=USER, tools=TOOLS, tool_choice="required", max_tokens=64),
+        "named tool call", CHAT, _gen(messages=USER, tools=TOOLS, tool_choice=NAMED, max_tokens=3)
     ),
     Case(
         "streamed named tool call",
@@ -147,8 +149,8 @@ OPTIONAL = [
         _gen(
             messages=USER,
             tools=TOOLS,
-            tool_choice={"type": "function", "function": {"name": "weather"}},
-            max_tokens=64,
+            tool_choice=NAMED,
+            max_tokens=3,
             stream=True,
             stream_options=USAGE,
         ),
@@ -302,7 +304,8 @@ def kind(chunk: object) -> str:
     return "role" if "role" in choice.get("delta", {}) else "token"
 
 
-def stream_facts(events: list[object]) -> dict[str, object]:
+def stream_facts(events: list[object]) -> tuple[dict[str, object], dict[str, set[str]]]:
+    """The facts of a stream that must match, and the shapes of its events by kind."""
     kinds = [kind(e) for e in events]
     by_kind: dict[str, set[str]] = {}
     for event, what in zip(events, kinds, strict=True):
@@ -316,13 +319,14 @@ def stream_facts(events: list[object]) -> dict[str, object]:
             if kind(c) == "finish"
         ),
         "roles": sorted(c["choices"][0]["index"] for c in chunks if kind(c) == "role"),
-        "token_choices": sorted({c["choices"][0]["index"] for c in chunks if kind(c) == "token"}),
+        "token_choices": sorted({c["choices"][0]["index"] for c in chunks if kind(c) != "role"}),
         "objects": sorted({e["object"] for e in events if isinstance(e, dict)}),
-        "with_usage": Counter(
-            k for k, e in zip(kinds, events, strict=True) if isinstance(e, dict) and "usage" in e
+        # which kinds of event carry usage (how many token events there are depends on how
+        # fast the client reads: vLLM merges the tokens of a slow reader into fewer events)
+        "with_usage": sorted(
+            {k for k, e in zip(kinds, events, strict=True) if isinstance(e, dict) and "usage" in e}
         ),
-        "shapes": by_kind,
-    }
+    }, by_kind
 
 
 def _runs(kinds: list[str]) -> list[str]:
@@ -360,8 +364,15 @@ def compare(case: Case, real: Target, sim: Target) -> None:
                     assert len(answer.body["choices"]) == choices
                 check_usage(target, case, answer.body["usage"], choices)
         return
-    expected, got = stream_facts(theirs.events), stream_facts(ours.events)
+    (expected, their_shapes), (got, our_shapes) = (
+        stream_facts(theirs.events),
+        stream_facts(ours.events),
+    )
     assert got == expected, (theirs.events, ours.events)
+    for what, shapes in their_shapes.items():
+        assert our_shapes.get(what) == shapes, (what, theirs.events, ours.events)
+    # vLLM may merge a slow reader's tokens into its finish event, leaving no token event at all
+    assert set(our_shapes) - set(their_shapes) <= {"token"}
     for target, answer in ((real, theirs), (sim, ours)):
         usage_chunks = [e for e in answer.events if isinstance(e, dict) and not e["choices"]]
         if usage_chunks:
