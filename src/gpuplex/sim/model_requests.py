@@ -26,7 +26,6 @@ import orjson
 from gpuplex.core.serve.inference import Endpoint
 from gpuplex.sim.model_chat import ChatRefused, render_chat, tool_arguments
 from gpuplex.sim.model_errors import (
-    SCHEMA_ERROR,
     ModelErrorReply,
     invalid,
     no_route,
@@ -182,6 +181,10 @@ def _chat(
         return invalid(
             "messages", "Field required" if messages is None else "Input should be a valid list"
         )
+    if not messages:
+        return refused(
+            "Cannot apply chat template to an empty conversation. Provide at least one message."
+        )
     tool = _tool_choice(body)
     if isinstance(tool, ModelErrorReply):
         return tool
@@ -282,12 +285,7 @@ def _options(body: Mapping[str, object]) -> tuple[bool, bool, bool] | ModelError
     if not isinstance(options, dict):
         return invalid("stream_options", "Input should be a valid dictionary")
     if options and not stream:
-        return ModelErrorReply(
-            400,
-            "Stream options can only be defined when `stream=True`.",
-            "stream_options",
-            SCHEMA_ERROR,
-        )
+        return _schema("Stream options can only be defined when `stream=True`.", "stream_options")
     include_usage = options.get("include_usage") is True
     return True, include_usage, include_usage and options.get("continuous_usage_stats") is True
 
@@ -298,8 +296,10 @@ def _choices(body: Mapping[str, object]) -> int | ModelErrorReply:
         return 1
     if not _is_int(n):
         return invalid("n", "Input should be a valid integer")
-    if not 1 <= n <= MAX_CHOICES:
-        return refused(f"n must be at least 1 and at most {MAX_CHOICES}, got {n}.", "n")
+    if n < 1:
+        return refused(f"n must be at least 1, got {n}.")  # vLLM names no parameter here
+    if n > MAX_CHOICES:
+        return refused(f"n must be at most {MAX_CHOICES}, got {n}.", "n")
     return n
 
 
@@ -355,7 +355,9 @@ def _find_tool(body: Mapping[str, object], name: str) -> Mapping[str, object]:
 
 
 def _schema(message: str, param: str) -> ModelErrorReply:
-    return ModelErrorReply(400, message, param, SCHEMA_ERROR)
+    """A check vLLM makes while it reads the body (a pydantic model validator raising its own
+    validation error): a BadRequestError whose message names the parameter."""
+    return refused(f"{message} (parameter={param})", param)
 
 
 def _embedding(

@@ -49,6 +49,9 @@ Handler = Callable[[Receive, Send], Awaitable[None]]
 SSE_HEADERS = [(b"content-type", b"text/event-stream"), (b"cache-control", b"no-cache")]
 SHUTTING_DOWN = ModelErrorReply(503, "The simulated server is shutting down: retry elsewhere.")
 logger = logging.getLogger(__name__)
+#: Bodies up to this size are remembered with what they parse to, the last PARSED_BODIES of them.
+PARSED_BODY_BYTES = 16 * 1024
+PARSED_BODIES = 256
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,6 +127,7 @@ class ModelServer:
         self.paced = not self.latency.instant or self.slots is not None
         self._id_prefix = id_prefix
         self._ids = 0
+        self._parsed: dict[tuple[Endpoint, bytes], GenerationRequest | ModelErrorReply] = {}
         self._models_body = models_reply(
             settings.models + settings.embedding_models,
             settings.adapters,
@@ -195,13 +199,11 @@ class ModelServer:
         raw = await _read_body(receive)
         if raw is None:
             return  # the client left before sending its request
-        try:
-            body = orjson.loads(raw)
-        except orjson.JSONDecodeError:
+        request = self._parse(endpoint, raw)
+        if request is None:
             await _send_error(send, invalid_json())
             return
         self.last_request = raw
-        request = parse_request(endpoint, body, self.served, self.tokenizer)
         if isinstance(request, ModelErrorReply):
             await _send_error(send, request)
             return
@@ -213,6 +215,25 @@ class ModelServer:
             await self._stream(request, suffix, receive, send)
         else:
             await self._whole(request, suffix, receive, send)
+
+    def _parse(self, endpoint: Endpoint, raw: bytes) -> GenerationRequest | ModelErrorReply | None:
+        """What a body asks for (None: it is not JSON). Small bodies are remembered with what they
+        parse to: load tests and benchmarks send one body again and again, and tokenizing it each
+        time would make this server, not the one under test, the bottleneck."""
+        key = (endpoint, raw)
+        known = self._parsed.get(key)
+        if known is not None:
+            return known
+        try:
+            body = orjson.loads(raw)
+        except orjson.JSONDecodeError:
+            return None
+        request = parse_request(endpoint, body, self.served, self.tokenizer)
+        if len(raw) <= PARSED_BODY_BYTES:
+            if len(self._parsed) >= PARSED_BODIES:
+                del self._parsed[next(iter(self._parsed))]  # the oldest
+            self._parsed[key] = request
+        return request
 
     async def _whole(
         self, request: GenerationRequest, suffix: str, receive: Receive, send: Send

@@ -14,6 +14,8 @@ chunk carries its choice's running usage. Pure: ids, the time and the tokenizer 
 
 from __future__ import annotations
 
+from functools import lru_cache
+
 import orjson
 
 from gpuplex.core.serve.inference import Endpoint
@@ -26,7 +28,7 @@ from gpuplex.sim.model_replies import (
     reply_id,
     tool_call_id,
 )
-from gpuplex.sim.model_requests import GenerationRequest
+from gpuplex.sim.model_requests import GenerationRequest, ToolCallPlan
 from gpuplex.sim.model_tokenizer import SimTokenizer
 
 
@@ -47,6 +49,8 @@ class StreamEvents:
             "created": created_s,
             "model": request.model,
         }
+        #: every token chunk starts so: `data: {"id":...,"model":...,"choices":[`
+        self._prefix = b"data: " + orjson.dumps(self._head)[:-1] + b',"choices":['
 
     def head(self) -> bytes:
         """Before the first token: a chat stream's role chunks, one per choice."""
@@ -98,29 +102,26 @@ class StreamEvents:
 
     def _token(self, output: ChoiceOutput, step: int) -> bytes:
         request = self._request
-        piece = output.pieces[step]
         last = step == len(output.pieces) - 1
-        choice: dict[str, object] = {"index": output.index}
-        if self._chat:
-            choice["delta"] = self._delta(output, step, piece)
+        finish = request.prompts[output.prompt].finish_reason.value if last else None
+        if request.tool_call is None:
+            field = (
+                "text" if not self._chat else "reasoning" if step < output.reasoning else "content"
+            )
+            choice = _choice_json(self._chat, output.index, field, output.pieces[step], finish)
         else:
-            choice["text"] = piece
-        choice |= {"logprobs": None, "finish_reason": None}
-        if last:
-            finish = request.prompts[output.prompt].finish_reason.value
-            choice |= {"finish_reason": finish, "stop_reason": None}
-        if not self._chat:
-            choice["prompt_token_ids"] = None
-        choice["token_ids"] = None
-        chunk: dict[str, object] = {**self._head, "choices": [choice]}
+            delta = self._tool_delta(request.tool_call, output, step)
+            choice = orjson.dumps(_choice(self._chat, output.index, delta, finish))
+        extra: dict[str, object] = {}
         if last and not request.include_usage:
-            chunk["system_fingerprint"] = SYSTEM_FINGERPRINT
-        return self._event(chunk, output, step + 1)
+            extra["system_fingerprint"] = SYSTEM_FINGERPRINT
+        if request.continuous_usage:
+            extra["usage"] = self._usage(output, step + 1)
+        tail = b"," + orjson.dumps(extra)[1:] if extra else b"}"
+        return self._prefix + choice + b"]" + tail + b"\n\n"
 
-    def _delta(self, output: ChoiceOutput, step: int, piece: str) -> dict[str, object]:
-        call = self._request.tool_call
-        if call is None:
-            return {"reasoning" if step < output.reasoning else "content": piece}
+    def _tool_delta(self, call: ToolCallPlan, output: ChoiceOutput, step: int) -> dict[str, object]:
+        piece = output.pieces[step]
         function: dict[str, object] = {"arguments": piece}
         tool: dict[str, object] = {"index": 0, "function": function}
         if step == 0:
@@ -134,18 +135,42 @@ class StreamEvents:
         return {"tool_calls": [tool]}
 
     def _event(self, chunk: dict[str, object], output: ChoiceOutput, generated: int) -> bytes:
-        request = self._request
-        if request.continuous_usage:
-            prompt = request.prompts[output.prompt].prompt_tokens
-            usage: dict[str, object] = {
-                "prompt_tokens": prompt,
-                "total_tokens": prompt + generated,
-                "completion_tokens": generated,
-            }
-            if self._chat:
-                details = min(generated, output.reasoning) if request.reasoning else None
-                usage["completion_tokens_details"] = (
-                    None if details is None else {"reasoning_tokens": details}
-                )
-            chunk["usage"] = usage
+        if self._request.continuous_usage:
+            chunk["usage"] = self._usage(output, generated)
         return b"data: " + orjson.dumps(chunk) + b"\n\n"
+
+    def _usage(self, output: ChoiceOutput, generated: int) -> dict[str, object]:
+        """A choice's running usage, for `continuous_usage_stats`."""
+        request = self._request
+        prompt = request.prompts[output.prompt].prompt_tokens
+        usage: dict[str, object] = {
+            "prompt_tokens": prompt,
+            "total_tokens": prompt + generated,
+            "completion_tokens": generated,
+        }
+        if self._chat:
+            details = min(generated, output.reasoning) if request.reasoning else None
+            usage["completion_tokens_details"] = (
+                None if details is None else {"reasoning_tokens": details}
+            )
+        return usage
+
+
+def _choice(chat: bool, index: int, said: object, finish: str | None) -> dict[str, object]:
+    """One choice of a token chunk, with the fields vLLM writes: a completion chunk names its stop
+    reason always, a chat chunk only with its finish reason."""
+    choice: dict[str, object] = {"index": index, "delta" if chat else "text": said}
+    choice |= {"logprobs": None, "finish_reason": finish}
+    if finish is not None or not chat:
+        choice["stop_reason"] = None
+    if not chat:
+        choice["prompt_token_ids"] = None
+    choice["token_ids"] = None
+    return choice
+
+
+@lru_cache(maxsize=4096)
+def _choice_json(chat: bool, index: int, field: str, piece: str, finish: str | None) -> bytes:
+    """A text token's choice as JSON (a few words repeat across every stream: made once)."""
+    said: object = {field: piece} if chat else piece
+    return orjson.dumps(_choice(chat, index, said, finish))

@@ -229,7 +229,7 @@ def test_an_unknown_model_is_not_found(api: openai.OpenAI) -> None:
         ),
         (
             "/v1/chat/completions",
-            b'{"model": "llama-8b", "messages": [], "max_tokens": 5000}',
+            b'{"model": "llama-8b", "messages": [{"role": "user", "content": "x"}], "max_tokens": 5000}',
             400,
             "BadRequestError",
             "max_tokens",

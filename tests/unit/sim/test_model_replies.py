@@ -98,7 +98,9 @@ def chunks_of(stream: bytes) -> list[dict[str, object]]:
             "max_completion_tokens",
             "BadRequestError",
         ),
-        (Endpoint.CHAT, {**CHAT, "n": 0}, 400, "n", "BadRequestError"),
+        (Endpoint.CHAT, {**CHAT, "n": 0}, 400, None, "BadRequestError"),
+        (Endpoint.CHAT, {**CHAT, "n": 129}, 400, "n", "BadRequestError"),
+        (Endpoint.CHAT, {**CHAT, "messages": []}, 400, None, "BadRequestError"),
         (Endpoint.CHAT, {**CHAT, "stream": "yes"}, 400, "body.stream", "Bad Request"),
         (
             Endpoint.CHAT,
@@ -112,10 +114,10 @@ def chunks_of(stream: bytes) -> list[dict[str, object]]:
             {**CHAT, "stream_options": {"include_usage": True}},
             400,
             "stream_options",
-            "Bad Request",
+            "BadRequestError",
         ),
-        (Endpoint.CHAT, {**CHAT, "tools": []}, 400, "tools", "Bad Request"),
-        (Endpoint.CHAT, {**CHAT, "tool_choice": "required"}, 400, "tool_choice", "Bad Request"),
+        (Endpoint.CHAT, {**CHAT, "tools": []}, 400, "tools", "BadRequestError"),
+        (Endpoint.CHAT, {**CHAT, "tool_choice": "required"}, 400, "tool_choice", "BadRequestError"),
         (
             Endpoint.CHAT,
             {
@@ -125,10 +127,10 @@ def chunks_of(stream: bytes) -> list[dict[str, object]]:
             },
             400,
             "tool_choice",
-            "Bad Request",
+            "BadRequestError",
         ),
-        (Endpoint.COMPLETIONS, {"model": "base"}, 400, "prompt", "Bad Request"),
-        (Endpoint.COMPLETIONS, {"model": "base", "prompt": ""}, 400, "prompt", "Bad Request"),
+        (Endpoint.COMPLETIONS, {"model": "base"}, 400, "prompt", "BadRequestError"),
+        (Endpoint.COMPLETIONS, {"model": "base", "prompt": ""}, 400, "prompt", "BadRequestError"),
         (
             Endpoint.COMPLETIONS,
             {"model": "base", "prompt": [1, "a"]},
