@@ -48,6 +48,10 @@ from gpuplex.host.proc import pid_list
 from gpuplex.host.state import Event, HostState, StateDir
 from gpuplex.settings import HostSettings
 
+#: How often a `starting` replica's health check runs at most: its first healthy answer makes it
+#: `running` (and the gateway's checks route to it) soon after it is ready.
+STARTING_INTERVAL_S = 2.0
+
 
 class HostRuntime:
     def __init__(
@@ -198,7 +202,10 @@ class HostRuntime:
             health, port = record.desired.health, record.desired.health_port
             if record.phase not in LIVE_PHASES or health is None or port is None:
                 continue
-            if now - self._checked_at.get(record.label, 0.0) >= health.interval_s:
+            interval_s = health.interval_s
+            if record.phase is Phase.STARTING:  # readiness is noticed within a couple of seconds
+                interval_s = min(interval_s, STARTING_INTERVAL_S)
+            if now - self._checked_at.get(record.label, 0.0) >= interval_s:
                 due[record.label] = (port, health.http_path, health.timeout_s)
         if not due:
             return records

@@ -80,15 +80,25 @@ class ServeSpec(SpecModel):
 
 
 class HealthCheckSpec(SpecModel):
+    """Readiness, then liveness: a replica is `starting` until its first healthy answer, and only
+    then do failed checks count. One that has not answered within `start_timeout_s` of its start
+    is restarted (the stop counts as an exit)."""
+
     http_path: str = Field(default="/health", pattern=r"^/")
     port: StrictInt | None = Field(default=None, ge=1, le=65535)
     interval_s: StrictFloat = Field(default=10.0, gt=0)
     timeout_s: StrictFloat = Field(default=2.0, gt=0)
     failure_threshold: StrictInt = Field(
-        default=3, ge=1, le=100, description="Consecutive failed checks before a restart."
+        default=3,
+        ge=1,
+        le=100,
+        description="Consecutive failed checks, once it has been ready, before a restart.",
     )
-    start_period_s: StrictFloat = Field(
-        default=30.0, ge=0, description="Failed checks this soon after a start do not count."
+    start_timeout_s: StrictFloat = Field(
+        default=600.0,
+        gt=0,
+        description="How long a replica may take to answer its first check (a model server "
+        "loading its weights) before it is restarted.",
     )
 
 
