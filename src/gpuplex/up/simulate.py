@@ -1,7 +1,8 @@
 """The spec the host runtime runs when there is no GPU: the same tenants, workloads and placement,
 with each command replaced by a stand-in that holds simulated GPU memory — the simulated
 OpenAI-compatible model server for served models (with the LoRA adapters riding on it), the
-simulated workload for batch and training jobs."""
+simulated workload for batch and training jobs. A stand-in reads none of the folders granted to the
+command it replaces (`reads`)."""
 
 from __future__ import annotations
 
@@ -39,7 +40,7 @@ def simulated_spec(
                 python, workload, adapters.get(f"{tenant.name}/{workload.name}", []), held_mib
             )
             env = workload.env | (python_env or {})
-            update = {"command": command, "image": None, "env": env}
+            update = {"command": command, "image": None, "env": env, "reads": []}
             workloads.append(workload.model_copy(update=update))
         tenants.append(tenant.model_copy(update={"workloads": workloads}))
     return spec.model_copy(update={"tenants": tenants})

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import posixpath
 from enum import StrEnum
+from typing import Annotated
 
-from pydantic import Field, StrictFloat, StrictInt, model_validator
+from pydantic import AfterValidator, Field, StrictFloat, StrictInt, model_validator
 
 from gpuplex.core.spec.fields import DnsLabel, SpecModel
 from gpuplex.core.spec.runtime import LimitsSpec, Network, RestartSpec
@@ -102,6 +104,28 @@ class HealthCheckSpec(SpecModel):
     )
 
 
+#: Longest a folder granted in `reads` may be, and how many one workload may have.
+MAX_READ_PATH_CHARS = 4096
+MAX_READS = 32
+
+
+def _check_read_folder(value: str) -> str:
+    if not value.startswith("/"):
+        raise ValueError(f"{value!r} is not an absolute path: give the folder from / on")
+    if value == "/" or "\0" in value or len(value) > MAX_READ_PATH_CHARS:
+        raise ValueError(f"{value!r} cannot be granted: name one folder below /")
+    if posixpath.normpath(value) != value:
+        raise ValueError(
+            f"{value!r} is not written plainly: write {posixpath.normpath(value)!r} "
+            "(no '..', '.', doubled or trailing '/')"
+        )
+    return value
+
+
+#: An absolute, plainly written folder (no `..`, no trailing `/`), not / itself.
+ReadFolder = Annotated[str, AfterValidator(_check_read_folder)]
+
+
 class WorkloadSpec(SpecModel):
     name: DnsLabel
     kind: WorkloadKind = WorkloadKind.INFERENCE
@@ -121,6 +145,13 @@ class WorkloadSpec(SpecModel):
         description="Extra environment; {port}, {replica} and {memory_mib} are filled in.",
     )
     health: HealthCheckSpec | None = None
+    reads: list[ReadFolder] = Field(
+        default_factory=list,
+        max_length=MAX_READS,
+        description="Folders on the host this workload's processes read (its model, its LoRA "
+        "adapters), absolute; granted read-only. `host apply` and `gpuplex up` refuse a spec "
+        "whose tenant user cannot read one. Nothing else of the host's /tmp is kept visible.",
+    )
     limits: LimitsSpec = Field(default_factory=LimitsSpec)
     restart: RestartSpec = Field(default_factory=RestartSpec)
     network: Network = Field(
