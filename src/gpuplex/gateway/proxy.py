@@ -29,6 +29,7 @@ from gpuplex.core.serve.inference import (
 )
 from gpuplex.core.serve.limits import Refused, retry_after_header
 from gpuplex.core.serve.routing import ReplicaState
+from gpuplex.core.serve.tokens import PromptOverhead
 from gpuplex.core.serve.usage import UsageRecord
 from gpuplex.core.spec import TenantSpec
 from gpuplex.errors import ErrorCode, LimiterUnavailable
@@ -63,9 +64,11 @@ async def handle_inference(
         raise ApiError(
             ErrorCode.INVALID_JSON, f"the request body is not valid JSON: {error}"
         ) from None
-    request = read_request(endpoint, body, config.default_max_tokens, caller.token_cap)
+    overhead = PromptOverhead(config.message_overhead_tokens, config.request_overhead_tokens)
+    request = read_request(endpoint, body, config.default_max_tokens, caller.token_cap, overhead)
     if isinstance(request, BadRequest):
-        raise ApiError(ErrorCode.INVALID_REQUEST, request.message, param=request.param)
+        code = ErrorCode.UNSUPPORTED_PARAMETER if request.unsupported else ErrorCode.INVALID_REQUEST
+        raise ApiError(code, request.message, param=request.param)
     route = live.routes.route(caller.tenant, request.model)
     if route is None or (caller.models and request.model not in caller.models):
         raise ApiError(
@@ -90,7 +93,7 @@ async def handle_inference(
         )
     # Always re-encoded from what was read, so the server reads exactly what was counted: a body
     # with a key twice (`"max_tokens": 1, "max_tokens": 5000`) could be read otherwise by it.
-    raw = orjson.dumps(forwarded_body(body, request, route.upstream_model) or body)
+    raw = orjson.dumps(forwarded_body(body, request, route.upstream_model))
     exchange = Exchange(
         new_request_id(), started_s, started_at, caller, request, route.upstream_model
     )
@@ -264,6 +267,7 @@ def record_usage(rt: GatewayRuntime, ex: Exchange) -> bool:
     status = ex.status or 500
     latency_s = now_s() - ex.started_s
     billed = ex.billable
+    prompt_tokens, completion_tokens = ex.billed_tokens()
     timing = ex.timing
     record = UsageRecord(
         request_id=ex.request_id,
@@ -272,8 +276,8 @@ def record_usage(rt: GatewayRuntime, ex: Exchange) -> bool:
         model=ex.request.model,
         endpoint=str(ex.request.endpoint),
         status=status,
-        prompt_tokens=ex.prompt_tokens if billed else 0,
-        completion_tokens=ex.completion_tokens if billed else 0,
+        prompt_tokens=prompt_tokens if billed else 0,
+        completion_tokens=completion_tokens if billed else 0,
         latency_s=latency_s,
         started_at=ex.started_at,
         stream=ex.request.stream,

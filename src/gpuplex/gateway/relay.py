@@ -57,6 +57,7 @@ class Exchange:
     cancellable: bool = False  # admitted: cancelling cannot lose a reservation to settle
     client_gone: bool = False  # the client went away first: cancelled
     upstream_broke: bool = False  # the model server broke its reply
+    reported: bool = False  # the token counts are the model server's own (its `usage`)
     watcher: asyncio.Future[None] | None = None  # watch_disconnect, once started
     watch_handle: asyncio.TimerHandle | None = None  # when watch_later starts it
     queue_wait_s: float | None = None  # once it had its turn in the fair queue
@@ -75,8 +76,26 @@ class Exchange:
 
     @property
     def used_tokens(self) -> int:
-        """What the rate limits and the fair queue are charged."""
-        return self.prompt_tokens + self.completion_tokens if self.forwarded else 0
+        """What the rate limits and the fair queue are charged: the server's own count, or, where
+        it gave none (a request cut short, a server that sends no usage), the whole reservation,
+        since the server may have read and generated that much before it stopped."""
+        if not self.forwarded:
+            return 0
+        counted = self.prompt_tokens + self.completion_tokens
+        return counted if self.reported else max(counted, self.request.reserved_tokens)
+
+    def billed_tokens(self) -> tuple[int, int]:
+        """(prompt, completion) tokens the usage record bills: the server's count; for a whole
+        reply the client abandoned (the server's count never came), the completion budget, which
+        the server may have generated before the cancel reached it; else what was counted."""
+        if (
+            not self.reported
+            and not self.request.stream
+            and self.status == CLIENT_GONE
+            and self.forwarded
+        ):
+            return self.prompt_tokens, self.request.completion_budget
+        return self.prompt_tokens, self.completion_tokens
 
 
 Recorder = Callable[["GatewayRuntime", Exchange], bool]
@@ -164,9 +183,9 @@ async def relay_whole(
 ) -> None:
     body = await _read_capped(reply, rt.config.max_reply_mib * 1024 * 1024, ex)
     if reply.status == 200:
-        ex.prompt_tokens, ex.completion_tokens, body = read_reply(
-            body, ex.request.prompt_tokens, ex.request.model
-        )
+        usage, body = read_reply(body, ex.request.model)
+        if usage is not None:
+            (ex.prompt_tokens, ex.completion_tokens), ex.reported = usage, True
     ex.status = reply.status
     if not record(rt, ex):
         raise ApiError(
@@ -284,7 +303,7 @@ async def _relay_events(
         message = "the model server broke off its reply; what arrived is billed"
         await _end_with_error(rt, ex, ApiError(code, message), send, record)
         return
-    ex.prompt_tokens, ex.completion_tokens = usage.tokens(ex.request.prompt_tokens)
+    _count(ex, usage)
     record(rt, ex)
     ex.replied = True
     await send({"type": "http.response.body", "body": b""})
@@ -305,12 +324,19 @@ async def _pass_on(
     (the record could not be written)."""
     before = usage.token_events
     done = -1
+    hidden: list[int] = []
     for at, event in enumerate(events):
         if usage.read_event(event) and done < 0:
             done = at
+        if usage.usage_only and not ex.request.wants_usage:
+            hidden.append(at)  # the gateway asked for it; the client did not
+    if hidden:
+        if done >= 0:
+            done -= sum(1 for at in hidden if at < done)
+        events = [event for at, event in enumerate(events) if at not in hidden]
     if usage.token_events != before:
         _tokens_arrived(ex, read_s)
-    ex.prompt_tokens, ex.completion_tokens = usage.tokens(ex.request.prompt_tokens)
+    _count(ex, usage)
     going = done < 0 or record(rt, ex)  # [DONE]: the record first, with every token counted
     if not going:
         events = events[:done]
@@ -323,6 +349,11 @@ async def _pass_on(
         error = ApiError(ErrorCode.USAGE_UNAVAILABLE, "usage could not be recorded")
         await _end_with_error(rt, ex, error, send, record)
     return going
+
+
+def _count(ex: Exchange, usage: StreamUsage) -> None:
+    ex.prompt_tokens, ex.completion_tokens = usage.tokens(ex.request.prompt_tokens)
+    ex.reported = usage.reported
 
 
 def _tokens_arrived(ex: Exchange, read_s: float) -> None:

@@ -11,7 +11,8 @@ from enum import StrEnum
 import orjson
 
 from gpuplex.core.serve.inference import Endpoint
-from gpuplex.core.serve.tokens import UnknownContent, is_token_array, prompt_tokens, text_tokens
+from gpuplex.core.serve.tokens import UnknownContent, is_token_array, text_tokens
+from gpuplex.core.serve.tokens import chat_prompt_tokens as prompt_tokens
 
 #: Limits that keep one request from costing the server gigabytes (vLLM's max_model_len does the
 #: same for completions).

@@ -171,8 +171,7 @@ def test_lora_adapter_gets_the_base_with_only_the_model_and_the_token_limit_rewr
         "max_tokens": 2,
         "max_completion_tokens": 2,  # the one budget, in both fields a server may read
         "temperature": 0.25,
-        "user": "u-1",
-    }
+    }  # `user` is dropped: an end-user id changes nothing a server generates
 
 
 def test_wrong_and_revoked_keys_get_401(stack: Stack, gateway: Gateway, connect: Connect) -> None:

@@ -46,6 +46,24 @@ class GatewaySpec(SpecModel):
             "into the forwarded request (lowered to fit the caller's tokens_per_min)."
         ),
     )
+    message_overhead_tokens: StrictInt = Field(
+        default=8,
+        ge=0,
+        le=4096,
+        description=(
+            "Tokens a model's chat template adds per message (or per prompt of a list) beyond "
+            "its text: reserved with the message's bytes, an upper bound on its tokens."
+        ),
+    )
+    request_overhead_tokens: StrictInt = Field(
+        default=128,
+        ge=0,
+        le=65536,
+        description=(
+            "Tokens a model's template adds once per request (BOS, the generation prompt, a "
+            "default system prompt, tool instructions): reserved with every request."
+        ),
+    )
     max_reply_mib: StrictInt = Field(
         default=64,
         ge=1,

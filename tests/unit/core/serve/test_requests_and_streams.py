@@ -8,21 +8,37 @@ from hypothesis import given, strategies as st
 
 from gpuplex.core.serve.inference import BadRequest, Endpoint, InferenceRequest, read_request
 from gpuplex.core.serve.stream_usage import StreamUsage, reply_usage
-from gpuplex.core.serve.tokens import prompt_tokens, text_tokens
+from gpuplex.core.serve.tokens import (
+    PromptOverhead,
+    chat_prompt_tokens,
+    completion_prompt_tokens,
+    text_tokens,
+)
+
+NO_OVERHEAD = PromptOverhead(per_message=0, per_request=0)
+USER = [{"role": "user", "content": "x"}]
 
 
-def test_tokens_are_a_quarter_of_the_characters_rounded_up() -> None:
-    assert [text_tokens(t) for t in ("", "a", "abcd", "abcde")] == [0, 1, 1, 2]
+def test_text_costs_at_most_its_utf8_bytes() -> None:
+    assert [text_tokens(t) for t in ("", "a", "abcd", "日本語", "\U0001f600")] == [0, 1, 4, 9, 4]
     body = {"messages": [{"content": "abcdefgh"}, {"content": [{"type": "text", "text": "abc"}]}]}
-    assert prompt_tokens(body) == 3
-    assert prompt_tokens({"input": ["abcd", "abcd"]}) == 2
+    assert chat_prompt_tokens(body, NO_OVERHEAD) == 11
+    assert completion_prompt_tokens({"input": ["abcd", "abcd"]}, "input", NO_OVERHEAD) == 8
+
+
+def test_the_template_overhead_is_added_per_message_and_per_request() -> None:
+    overhead = PromptOverhead(per_message=8, per_request=100)
+    empty = {"role": "user", "content": ""}
+    assert chat_prompt_tokens({"messages": [empty] * 1000}, overhead) == 100 + 1000 * (8 + 4)
+    prompts = {"prompt": ["a", "b", "c"]}
+    assert completion_prompt_tokens(prompts, "prompt", overhead) == 100 + 3 * (8 + 1)
 
 
 def test_a_chat_request_reserves_prompt_plus_max_tokens() -> None:
     body = {"model": "m", "messages": [{"role": "user", "content": "x" * 40}], "max_tokens": 7}
-    request = read_request(Endpoint.CHAT, body, default_max_tokens=512)
-    assert request == InferenceRequest(Endpoint.CHAT, "m", False, 10, 7)
-    assert request.reserved_tokens == 17
+    request = read_request(Endpoint.CHAT, body, default_max_tokens=512, overhead=NO_OVERHEAD)
+    assert request == InferenceRequest(Endpoint.CHAT, "m", False, 44, 7)  # content + "user"
+    assert request.reserved_tokens == 51
     default = read_request(Endpoint.COMPLETIONS, {"model": "m", "prompt": "abcd"}, 512)
     assert isinstance(default, InferenceRequest)
     assert default.max_tokens == 512
@@ -37,8 +53,9 @@ def test_a_chat_request_reserves_prompt_plus_max_tokens() -> None:
         (Endpoint.CHAT, {"model": "m", "messages": "hi"}, "messages"),
         (Endpoint.CHAT, {"model": "m", "messages": ["hi"]}, "messages"),
         (Endpoint.CHAT, {"model": "m", "messages": [{}], "stream": "yes"}, "stream"),
-        (Endpoint.CHAT, {"model": "m", "messages": [{}], "max_tokens": True}, "max_tokens"),
-        (Endpoint.CHAT, {"model": "m", "messages": [{}], "max_tokens": 0}, "max_tokens"),
+        (Endpoint.CHAT, {"model": "m", "messages": [{}]}, "messages[0].role"),
+        (Endpoint.CHAT, {"model": "m", "messages": USER, "max_tokens": True}, "max_tokens"),
+        (Endpoint.CHAT, {"model": "m", "messages": USER, "max_tokens": 0}, "max_tokens"),
         (Endpoint.COMPLETIONS, {"model": "m", "prompt": 5}, "prompt"),
         (Endpoint.EMBEDDINGS, {"model": "m", "input": []}, "input"),
     ],
@@ -72,10 +89,27 @@ def test_stream_usage_chunk_wins_over_counting() -> None:
     assert usage.tokens(prompt_estimate=3) == (9, 4)
 
 
-def test_reply_usage_falls_back_to_the_estimate() -> None:
-    assert reply_usage(b'{"usage": {"prompt_tokens": 5, "completion_tokens": 2}}', 1) == (5, 2)
-    assert reply_usage(b"not json", 4) == (4, 0)
-    assert reply_usage(b'{"usage": {"prompt_tokens": "5"}}', 4) == (4, 0)
+def test_reply_usage_is_the_servers_count_or_none() -> None:
+    assert reply_usage(b'{"usage": {"prompt_tokens": 5, "completion_tokens": 2}}') == (5, 2)
+    assert reply_usage(b"not json") is None
+    assert reply_usage(b'{"usage": {"prompt_tokens": "5"}}') is None
+
+
+def test_the_usage_only_chunk_is_marked_and_every_generated_part_counts() -> None:
+    usage = StreamUsage()
+    usage.read_event(_event({"choices": [{"delta": {"role": "assistant", "content": ""}}]}))
+    assert (usage.token_events, usage.completion_tokens, usage.usage_only) == (0, 0, False)
+    usage.read_event(_event({"choices": [{"delta": {"reasoning_content": "hmm"}}]}))
+    call = {"index": 0, "function": {"name": "get", "arguments": '{"a": 1}'}}
+    usage.read_event(_event({"choices": [{"delta": {"tool_calls": [call]}}]}))
+    assert usage.token_events == 2
+    assert usage.completion_tokens == 1 + 1 + 2  # reasoning; name and arguments
+    assert not usage.reported
+    usage.read_event(_event({"choices": [], "usage": {"prompt_tokens": 4, "completion_tokens": 9}}))
+    assert usage.usage_only and usage.reported
+    assert usage.tokens(prompt_estimate=100) == (4, 9)
+    usage.read_event(b"data: [DONE]\n\n")
+    assert not usage.usage_only
 
 
 _LINE_ENDS = st.sampled_from([b"\n", b"\r\n", b"\r"])

@@ -1,0 +1,37 @@
+"""The suite's pytest-xdist groups (tests/conftest.py) hold: every test of a group runs on one
+worker. pytest 9.2 broke pytest-xdist's grouping silently (the tests were spread as if ungrouped);
+this runs a small suite on two workers in a subprocess and reads where each test ran."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+RAN = re.compile(r"^\[(gw\d+)\] .*?(SKIPPED|PASSED|FAILED|ERROR) (\S+)", re.MULTILINE)
+
+
+@pytest.mark.slow
+def test_every_vllm_test_runs_on_one_worker_under_its_group_name(tmp_path: Path) -> None:
+    environment = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")}
+    # no vLLM there: its tests skip at once (and GPUPLEX_REQUIRE_VLLM would fail them)
+    environment["GPUPLEX_VLLM_VENV"] = str(tmp_path / "no-vllm")
+    environment.pop("GPUPLEX_REQUIRE_VLLM", None)
+    command = [sys.executable, "-m", "pytest", "-n", "2", "--dist", "loadgroup", "-v"]
+    command += ["-p", "no:cacheprovider", "tests/vllm_real", "tests/unit/core/serve"]
+    done = subprocess.run(  # noqa: S603 - pytest on this suite
+        command, cwd=ROOT, env=environment, capture_output=True, text=True, timeout=240, check=False
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    ran = RAN.findall(done.stdout)
+    vllm = [(worker, nodeid) for worker, _, nodeid in ran if nodeid.startswith("tests/vllm_real/")]
+    assert len(vllm) >= 5, done.stdout[-3000:]
+    assert {worker for worker, _ in vllm} == {vllm[0][0]}, vllm
+    assert all(nodeid.endswith("@vllm") for _, nodeid in vllm), vllm
+    others = {worker for worker, _, nodeid in ran if nodeid.startswith("tests/unit/")}
+    assert others == {"gw0", "gw1"}  # the ungrouped rest is shared
