@@ -23,7 +23,7 @@ from gpuplex.core.apply.model import (
     WorkloadDesired,
     WorkloadRecord,
 )
-from gpuplex.core.apply.restart import after_exit, after_health_check
+from gpuplex.core.apply.restart import after_exit, after_health_check, check_interval_s
 from gpuplex.core.spec.runtime import Runtime
 from gpuplex.errors import GpuplexError, HostActionError
 from gpuplex.host import job_stops
@@ -47,10 +47,6 @@ from gpuplex.host.ports import port_taken
 from gpuplex.host.proc import pid_list
 from gpuplex.host.state import Event, HostState, StateDir
 from gpuplex.settings import HostSettings
-
-#: How often a `starting` replica's health check runs at most: its first healthy answer makes it
-#: `running` (and the gateway's checks route to it) soon after it is ready.
-STARTING_INTERVAL_S = 2.0
 
 
 class HostRuntime:
@@ -202,10 +198,7 @@ class HostRuntime:
             health, port = record.desired.health, record.desired.health_port
             if record.phase not in LIVE_PHASES or health is None or port is None:
                 continue
-            interval_s = health.interval_s
-            if record.phase is Phase.STARTING:  # readiness is noticed within a couple of seconds
-                interval_s = min(interval_s, STARTING_INTERVAL_S)
-            if now - self._checked_at.get(record.label, 0.0) >= interval_s:
+            if now - self._checked_at.get(record.label, 0.0) >= check_interval_s(record):
                 due[record.label] = (port, health.http_path, health.timeout_s)
         if not due:
             return records

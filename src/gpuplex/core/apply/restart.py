@@ -62,6 +62,22 @@ def after_exit(record: WorkloadRecord, exit_status: ExitStatus, now_s: float) ->
     )
 
 
+#: How often a `starting` replica's health check runs at most: its first healthy answer makes it
+#: `running` soon after it is ready.
+STARTING_INTERVAL_S = 2.0
+
+
+def check_interval_s(record: WorkloadRecord) -> float:
+    """Seconds between a replica's health checks: `interval_s`, at most STARTING_INTERVAL_S while
+    it has not answered yet. A replica without a health check is never checked."""
+    health = record.desired.health
+    if health is None:
+        return float("inf")
+    if record.phase is Phase.STARTING:
+        return min(health.interval_s, STARTING_INTERVAL_S)
+    return health.interval_s
+
+
 def after_health_check(record: WorkloadRecord, ok: bool, now_s: float) -> WorkloadRecord:
     """Count a check. Readiness first: a replica is `starting` until its first success, which
     makes it `running`; failures before that never count (how long it may take is

@@ -10,6 +10,7 @@ from gpuplex.core.apply.restart import (
     after_exit,
     after_health_check,
     backoff_delay_s,
+    check_interval_s,
     health_verdict,
 )
 from gpuplex.core.plan.model import Mode
@@ -235,3 +236,10 @@ def test_the_default_start_timeout_waits_minutes() -> None:
 def test_no_health_check_means_no_verdict() -> None:
     current = record(wanted("api", binding(Mode.DEDICATED, 0)), health_failures=50)
     assert health_verdict(current, 1e9) is None
+
+
+def test_a_starting_replica_is_checked_every_two_seconds_at_most() -> None:
+    starting = checked()  # interval_s 10 (the default)
+    assert check_interval_s(starting) == 2.0
+    assert check_interval_s(after_health_check(starting, True, 101.0)) == 10.0
+    assert check_interval_s(record(wanted("api", binding(Mode.DEDICATED, 0)))) == float("inf")
