@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import random
+import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -121,17 +122,35 @@ BODIES: dict[str, Callable[[random.Random], dict[str, object]]] = {
         "messages": [{"role": "user", "content": _badly_tokenized(rng, 120)}],
         "max_tokens": 8,
     },
-    "ordinary mix": lambda rng: rng.choice(
+    "ordinary chat": lambda rng: rng.choice(
         [
             {"messages": [{"role": "user", "content": _text(rng, 20)}], "max_tokens": 32, "n": 2},
-            {"prompt": [rng.randrange(5, 3000) for _ in range(40)], "max_tokens": 24},
-            {"prompt": [[7, 8, 9], [10, 11]], "max_tokens": 12},
             {
-                "messages": [{"role": "user", "content": _text(rng, 8)}],
+                "messages": [
+                    {"role": "system", "content": "Answer briefly."},
+                    {"role": "user", "content": _text(rng, 8)},
+                ],
                 "stream": True,
                 "stream_options": {"include_usage": True},
+                "max_completion_tokens": 40,
             },
+            {
+                "messages": [{"role": "user", "content": _text(rng, 8)}],
+                "temperature": 0.7,
+                "top_p": 0.9,
+                "seed": 3,
+                "stop": ["\n\n"],
+                "user": "end-user-7",
+            },
+        ]
+    ),
+    "ordinary completions": lambda rng: rng.choice(
+        [
+            {"prompt": [rng.randrange(5, 3000) for _ in range(40)], "max_tokens": 24},
+            {"prompt": [[7, 8, 9], [10, 11]], "max_tokens": 12, "n": 2},
             {"prompt": _text(rng, 12), "max_tokens": 20, "temperature": 0.7, "seed": 3},
+            {"prompt": _text(rng, 12), "stream": True, "max_tokens": 30, "logprobs": 2},
+            {"prompt": _text(rng, 6), "echo": True, "max_tokens": 10},
         ]
     ),
 }
@@ -149,9 +168,9 @@ ATTACKS = (
     Attack("abandoned whole replies", "chat/completions", 16, hang_up_s=0.15),
     Attack("abandoned streams", "completions", 16, hang_up_s=0.15),
     Attack("badly tokenized text", "chat/completions", 8),
-    Attack("ordinary mix", "chat/completions", 8),
-    Attack("ordinary mix", "completions", 8),
-    Attack("ordinary mix", "chat/completions", 8, lora=True),
+    Attack("ordinary chat", "chat/completions", 8),
+    Attack("ordinary completions", "completions", 8),
+    Attack("ordinary chat", "chat/completions", 8, lora=True),
 )
 
 
@@ -165,8 +184,8 @@ def _spec(vllm_port: int) -> str:
         tenants.append(
             f"""
   - name: {_tenant(at)}
-    isolation: time-slicing
-    requirement: none
+    isolation: timeslice
+    requirement: shared
     workloads:
       - name: chat
         gpu: {{memory_gib: 4}}
@@ -215,9 +234,47 @@ def _wait_idle(url: str, timeout_s: float = 60) -> None:
     time.sleep(0.5)  # counters are updated as the engine's last step is logged
 
 
-async def _burst(gateway: Gateway, key: str, attack: Attack, seed: int) -> dict[int, int]:
-    """`attack.clients` clients sending its requests back to back for BURST_S; status counts."""
+class Sampler:
+    """vLLM's token count every half second, in a thread, for `most_in_a_window`."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self.samples: list[tuple[float, int]] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def __enter__(self) -> Sampler:
+        self.samples.append((time.monotonic(), _vllm_tokens(self.url)))
+        self._thread.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self._stop.set()
+        self._thread.join()
+        self.samples.append((time.monotonic(), _vllm_tokens(self.url)))
+
+    def _run(self) -> None:
+        while not self._stop.wait(0.5):
+            self.samples.append((time.monotonic(), _vllm_tokens(self.url)))
+
+    def most_in_a_window(self, window_s: float = 60.0) -> int:
+        """The most tokens vLLM did in any `window_s` between two samples."""
+        most = 0
+        for at, (start_s, start_tokens) in enumerate(self.samples):
+            for end_s, end_tokens in self.samples[at:]:
+                if end_s - start_s > window_s:
+                    break
+                most = max(most, end_tokens - start_tokens)
+        return most
+
+
+async def _burst(
+    gateway: Gateway, key: str, attack: Attack, seed: int
+) -> tuple[dict[int, int], dict[int, str]]:
+    """`attack.clients` clients sending its requests back to back for BURST_S: the status counts,
+    and the first body of each status other than 200 and 429 (what a refusal said)."""
     statuses: dict[int, int] = {}
+    said: dict[int, str] = {}
     model = "tuned" if attack.lora else "chat"
     stop_at = time.monotonic() + BURST_S
 
@@ -235,14 +292,17 @@ async def _burst(gateway: Gateway, key: str, attack: Attack, seed: int) -> dict[
                     async with asyncio.timeout(attack.hang_up_s):
                         async with request as reply:
                             await reply.aread()
-                            statuses[reply.status_code] = statuses.get(reply.status_code, 0) + 1
+                            status = reply.status_code
+                            statuses[status] = statuses.get(status, 0) + 1
+                            if status not in (200, 429):
+                                said.setdefault(status, reply.text[:300])
                             if reply.status_code == 429:
                                 await asyncio.sleep(0.2)
                 except TimeoutError:
                     statuses[499] = statuses.get(499, 0) + 1
 
     await asyncio.gather(*(client(random.Random(seed * 100 + c)) for c in range(attack.clients)))
-    return statuses
+    return statuses, said
 
 
 def _billed(stack: Stack, tenant: str, at_least: int, timeout_s: float = 15) -> int:
@@ -285,23 +345,23 @@ def test_a_tenant_cannot_make_the_shared_server_do_more_than_its_tokens_per_min(
     tenant = _tenant(at)
     key = stack.key(tenant, tpm=TPM)
     _wait_idle(vllm_url)
-    before = _vllm_tokens(vllm_url)
-    started = time.monotonic()
-    statuses = asyncio.run(_burst(gateway, key, attack, at))
-    _wait_idle(vllm_url)
-    assert time.monotonic() - started < 50, "the burst must stay inside one window"
-    done = _vllm_tokens(vllm_url) - before
+    with Sampler(vllm_url) as sampler:
+        statuses, said = asyncio.run(_burst(gateway, key, attack, at))
+        _wait_idle(vllm_url)
+    done = sampler.samples[-1][1] - sampler.samples[0][1]
+    most = sampler.most_in_a_window()
     billed = _billed(stack, tenant, done)
     others = {
         _tenant(other): _billed(stack, _tenant(other), 0, timeout_s=0)
         for other in range(len(ATTACKS))
         if other > at
     }
-    print(
-        f"\n{attack.name} ({attack.path}): vLLM read+generated {done} tokens "
-        f"({done / TPM:.2f}x tokens_per_min), billed {billed}, answers {statuses}"
+    seconds = sampler.samples[-1][0] - sampler.samples[0][0]
+    print(  # noqa: T201 - the figures docs/security.md quotes
+        f"\n{attack.name} ({attack.path}, {attack.clients} clients): vLLM read+generated "
+        f"{done} tokens in {seconds:.0f} s, at most {most} ({most / TPM:.2f}x tokens_per_min) "
+        f"in a 60 s window; billed {billed}; answers {statuses} {said}"
     )
-    assert done <= 2 * TPM, f"{attack.name}: vLLM did {done} tokens for a limit of {TPM}"
+    assert most <= 2 * TPM, f"{attack.name}: vLLM did {most} tokens in 60 s, limit {TPM}"
     assert billed >= done, f"{attack.name}: vLLM did {done} tokens, {billed} billed"
-    assert billed <= 2 * TPM
     assert not any(others.values()), f"tokens billed to tenants that sent nothing: {others}"

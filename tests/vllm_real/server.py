@@ -40,7 +40,7 @@ MAX_MODEL_LEN = 512
 #: The builder's adapters are rank 8; two of them may run in one batch.
 MAX_LORA_RANK = 8
 MAX_LORAS = 2
-START_TIMEOUT_S = 240.0
+START_TIMEOUT_S = 600.0
 #: vLLM's own settings: offline (nothing from a model hub), no usage reports, 1 GiB of KV cache
 #: (about 524k tokens of this model), LoRA adapters loadable at run time (`/v1/load_lora_adapter`).
 VLLM_ENVIRONMENT = {
@@ -52,6 +52,10 @@ VLLM_ENVIRONMENT = {
     "VLLM_CPU_KVCACHE_SPACE": "1",
     "VLLM_ALLOW_RUNTIME_LORA_UPDATING": "True",
     "TOKENIZERS_PARALLELISM": "false",
+    # vLLM pins its worker's threads to CPU 0 of a 2-core machine and keeps CPU 1 for itself: two
+    # instances (the suite's and one `gpuplex up` runs) would then share one core. Unpinned, the
+    # kernel spreads them (a start took over 4 minutes pinned beside another instance).
+    "VLLM_CPU_OMP_THREADS_BIND": "nobind",
 }
 #: What the parent's environment must not pass on: the project venv's paths.
 NOT_INHERITED = ("PYTHONPATH", "VIRTUAL_ENV", "PYTHONHOME")

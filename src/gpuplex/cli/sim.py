@@ -38,6 +38,25 @@ def model_command(
     adapter: Annotated[
         list[str] | None, typer.Option(help="A LoRA adapter name on the base; repeat for more.")
     ] = None,
+    embedding_model: Annotated[
+        list[str] | None,
+        typer.Option(
+            help=(
+                "A served name that only embeds, as a vLLM embedding model; repeat for more. "
+                "With one, the other models refuse embeddings (404), as a generative vLLM does."
+            ),
+            show_default="every model also embeds",
+        ),
+    ] = None,
+    reasoning_model: Annotated[
+        list[str] | None,
+        typer.Option(
+            help=(
+                "A served name (model or adapter) whose chat replies reason first "
+                "(`reasoning`, as vLLM with a reasoning parser); repeat for more."
+            )
+        ),
+    ] = None,
     prefill_ms_per_token: Annotated[
         float,
         typer.Option(
@@ -77,9 +96,10 @@ def model_command(
         ),
     ] = 0,
 ) -> None:
-    """Serve a simulated OpenAI-compatible model server (vLLM-like).
+    """Serve a simulated OpenAI-compatible model server that answers as vLLM does.
 
-    It serves until SIGINT or SIGTERM, which end the requests in progress at once."""
+    It counts tokens with a small BPE tokenizer of its own (trained at start, about half a
+    second), and serves until SIGINT or SIGTERM, which end the requests in progress at once."""
     try:
         import uvicorn  # a test and demo tool: the rest of the CLI does not need it
     except ImportError:
@@ -92,6 +112,8 @@ def model_command(
     settings = ModelServerSettings(
         models=tuple(model or [DEFAULT_MODEL]),
         adapters=tuple(adapter or []),
+        embedding_models=tuple(embedding_model or []),
+        reasoning_models=tuple(reasoning_model or []),
         prefill_s_per_token=prefill_ms_per_token / 1000,
         decode_s_per_token=decode_ms_per_token / 1000,
         contention=contention,
@@ -100,7 +122,7 @@ def model_command(
         max_model_len=max_model_len,
         embedding_dim=embedding_dim,
     )
-    served = ", ".join(settings.models + settings.adapters)
+    served = ", ".join(settings.models + settings.embedding_models + settings.adapters)
     typer.echo(f"simulated model server on http://{host}:{port} serving {served}", err=True)
     app = make_app(settings)
     if gpu_memory_mib:

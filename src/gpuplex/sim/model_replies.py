@@ -1,9 +1,12 @@
-"""The simulated model server's reply bodies, in the shapes the official `openai` client parses:
-chat completions, text completions, their server-sent-event chunks, embeddings and the model list.
+"""The simulated model server's whole replies, in vLLM 0.32's shapes (every field vLLM writes, null
+where it has nothing to say): chat and text completions, embeddings, the model list, and what each
+choice generates.
 
-Generated text is `completion_tokens` copies of a four-character token, so the gateway's estimate
-(`gpuplex.core.serve.tokens`) counts exactly the tokens the reply's `usage` reports. Pure: ids and
-the time come in as arguments."""
+Generated text is made of real tokens of the simulated tokenizer (model_tokenizer.py): whole-word
+tokens for text, the JSON arguments' own tokens for a tool call, so the reply's `usage` is what the
+tokenizer counts in it. A reasoning model's choices give their first half to `reasoning`, the rest to
+`content`. Choices of a list of prompts are numbered across prompts: prompt p's choice c is
+`p * n + c`, as vLLM numbers them. Pure: ids, the time and the tokenizer come in as arguments."""
 
 from __future__ import annotations
 
@@ -18,17 +21,11 @@ import orjson
 
 from gpuplex.core.serve.inference import Endpoint
 from gpuplex.sim.model_requests import GenerationRequest
+from gpuplex.sim.model_tokenizer import SimTokenizer
 
-#: One generated token: four characters, so `text_tokens` counts it as exactly one.
-WORD = "tok "
 DONE_EVENT = b"data: [DONE]\n\n"
 OWNED_BY = "gpuplex-sim"
-
-
-def generated_text(completion_tokens: int) -> str:
-    return WORD * completion_tokens
-
-
+SYSTEM_FINGERPRINT = "gpuplex-sim"
 _ID_PREFIX = {Endpoint.CHAT: "chatcmpl", Endpoint.COMPLETIONS: "cmpl", Endpoint.EMBEDDINGS: "embd"}
 
 
@@ -37,82 +34,135 @@ def reply_id(endpoint: Endpoint, suffix: str) -> str:
     return f"{_ID_PREFIX[endpoint]}-{suffix}"
 
 
-def usage(request: GenerationRequest) -> dict[str, int]:
-    if request.endpoint is Endpoint.EMBEDDINGS:
-        return {"prompt_tokens": request.prompt_tokens, "total_tokens": request.prompt_tokens}
-    return {
-        "prompt_tokens": request.prompt_tokens,
-        "completion_tokens": request.generated_tokens,
-        "total_tokens": request.prompt_tokens + request.generated_tokens,
-    }
-
-
-def completion_reply(request: GenerationRequest, suffix: str, created_s: int) -> bytes:
-    """The whole (non-streaming) reply to a chat or text completion request."""
-    text = generated_text(request.completion_tokens)
-    chat = request.endpoint is Endpoint.CHAT
-    said: dict[str, object] = (
-        {"message": {"role": "assistant", "content": text}} if chat else {"text": text}
-    )
-    choices = [
-        {"index": index, **said, "logprobs": None, "finish_reason": request.finish_reason.value}
-        for index in range(request.choices)
-    ]
-    kind = "chat.completion" if chat else "text_completion"
-    return orjson.dumps(
-        {
-            "id": reply_id(request.endpoint, suffix),
-            "object": kind,
-            "created": created_s,
-            "model": request.model,
-            "choices": choices,
-            "usage": usage(request),
-        }
-    )
+def tool_call_id(suffix: str, index: int) -> str:
+    return f"chatcmpl-tool-{suffix}{index:x}"
 
 
 @dataclass(frozen=True, slots=True)
-class StreamEvents:
-    """The server-sent events of one streamed reply: the first token's events (a chat stream's first
-    delta also carries the role; one event per choice), every later token's events, and the end: the chunk with the
-    finish reason, the usage chunk if the request asked for it, and `data: [DONE]`."""
+class ChoiceOutput:
+    """What one choice generates: its tokens' texts, the first `reasoning` of them reasoning."""
 
-    first: bytes
-    token: bytes
-    end: bytes
+    index: int  # across prompts: prompt * n + choice
+    prompt: int
+    pieces: tuple[str, ...]
+    reasoning: int = 0
+
+    @property
+    def reasoning_text(self) -> str:
+        return "".join(self.pieces[: self.reasoning])
+
+    @property
+    def text(self) -> str:
+        return "".join(self.pieces[self.reasoning :])
 
 
-def stream_events(request: GenerationRequest, suffix: str, created_s: int) -> StreamEvents:
+def choice_outputs(request: GenerationRequest, tokenizer: SimTokenizer) -> list[ChoiceOutput]:
+    """Every choice of every prompt, in index order."""
+    outputs: list[ChoiceOutput] = []
+    words = tokenizer.words
+    for p, run in enumerate(request.prompts):
+        for c in range(request.choices):
+            index = p * request.choices + c
+            length = run.completion_tokens
+            if request.tool_call is not None:
+                ids: Sequence[int] = request.tool_call.arguments[:length]
+            else:
+                ids = [words[(index + i) % len(words)] for i in range(length)]
+            reasoning = (length + 1) // 2 if request.reasoning else 0
+            outputs.append(
+                ChoiceOutput(index, p, tuple(tokenizer.piece(i) for i in ids), reasoning)
+            )
+    return outputs
+
+
+def reasoning_tokens(request: GenerationRequest) -> int:
+    return sum((p.completion_tokens + 1) // 2 for p in request.prompts) * request.choices
+
+
+def usage(request: GenerationRequest) -> dict[str, object]:
+    """The whole request's usage as vLLM writes it in a whole reply."""
+    completion = 0 if request.endpoint is Endpoint.EMBEDDINGS else request.generated_tokens
+    details = {"reasoning_tokens": reasoning_tokens(request)} if request.reasoning else None
+    return {
+        "prompt_tokens": request.prompt_tokens,
+        "total_tokens": request.prompt_tokens + completion,
+        "completion_tokens": completion,
+        "prompt_tokens_details": None,
+        "completion_tokens_details": details,
+    }
+
+
+def completion_reply(
+    request: GenerationRequest, tokenizer: SimTokenizer, suffix: str, created_s: int
+) -> bytes:
+    """The whole (non-streaming) reply to a chat or text completion request."""
     chat = request.endpoint is Endpoint.CHAT
-    head: dict[str, object] = {
+    choices = [
+        (_chat_choice if chat else _text_choice)(request, output, suffix)
+        for output in choice_outputs(request, tokenizer)
+    ]
+    body: dict[str, object] = {
         "id": reply_id(request.endpoint, suffix),
-        "object": "chat.completion.chunk" if chat else "text_completion",
+        "object": "chat.completion" if chat else "text_completion",
         "created": created_s,
         "model": request.model,
+        "choices": choices,
+        "service_tier": None,
+        "system_fingerprint": SYSTEM_FINGERPRINT,
+        "usage": usage(request),
     }
-    if request.include_usage:
-        head["usage"] = None  # as OpenAI: every chunk but the last carries a null usage
-
-    def event(choice: dict[str, object]) -> bytes:
-        """The event for every choice, one after another (vLLM sends one per choice)."""
-        return b"".join(
-            b"data: "
-            + orjson.dumps({**head, "choices": [{"index": index, **choice, "logprobs": None}]})
-            + b"\n\n"
-            for index in range(request.choices)
-        )
-
     if chat:
-        first = event({"delta": {"role": "assistant", "content": WORD}, "finish_reason": None})
-        token = event({"delta": {"content": WORD}, "finish_reason": None})
-        last = event({"delta": {}, "finish_reason": request.finish_reason.value})
-    else:
-        token = first = event({"text": WORD, "finish_reason": None})
-        last = event({"text": "", "finish_reason": request.finish_reason.value})
-    if request.include_usage:
-        totals = {**head, "choices": [], "usage": usage(request)}
-        last += b"data: " + orjson.dumps(totals) + b"\n\n"
-    return StreamEvents(first=first, token=token, end=last + DONE_EVENT)
+        body |= {"prompt_logprobs": None, "prompt_token_ids": None, "prompt_text": None}
+    body |= {"kv_transfer_params": None, "ec_transfer_params": None, "metrics": None}
+    return orjson.dumps(body)
+
+
+def _chat_choice(
+    request: GenerationRequest, output: ChoiceOutput, suffix: str
+) -> dict[str, object]:
+    message: dict[str, object] = {
+        "role": "assistant",
+        "content": output.text,
+        "refusal": None,
+        "annotations": None,
+        "audio": None,
+        "function_call": None,
+        "reasoning": output.reasoning_text if request.reasoning else None,
+    }
+    call = request.tool_call
+    if call is not None:
+        function = {"name": call.name, "arguments": output.text}
+        message["content"] = ""
+        message["tool_calls"] = [
+            {"id": tool_call_id(suffix, output.index), "type": "function", "function": function}
+        ]
+    elif request.reasoning and not output.text:
+        message["content"] = None
+    return {
+        "index": output.index,
+        "message": message,
+        "logprobs": None,
+        "finish_reason": request.prompts[output.prompt].finish_reason.value,
+        "stop_reason": None,
+        "token_ids": None,
+        "routed_experts": None,
+    }
+
+
+def _text_choice(
+    request: GenerationRequest, output: ChoiceOutput, suffix: str
+) -> dict[str, object]:
+    return {
+        "index": output.index,
+        "text": output.text,
+        "logprobs": None,
+        "finish_reason": request.prompts[output.prompt].finish_reason.value,
+        "stop_reason": None,
+        "token_ids": None,
+        "prompt_logprobs": None,
+        "prompt_token_ids": None,
+        "routed_experts": None,
+    }
 
 
 def embedding_vector(text: str, dimensions: int) -> list[float]:
@@ -123,23 +173,46 @@ def embedding_vector(text: str, dimensions: int) -> list[float]:
     return [x / norm for x in raw]
 
 
-def embeddings_reply(request: GenerationRequest) -> bytes:
+def embeddings_reply(request: GenerationRequest, suffix: str, created_s: int) -> bytes:
     """The reply to an embeddings request: one vector per input, as floats or base64 float32."""
     data: list[dict[str, object]] = []
-    for index, text in enumerate(request.inputs):
-        vector = embedding_vector(text, request.dimensions)
+    for index, run in enumerate(request.prompts):
+        vector = embedding_vector(run.text, request.dimensions)
         encoded: object = vector
         if request.base64:
             encoded = base64.b64encode(struct.pack(f"<{len(vector)}f", *vector)).decode()
-        data.append({"object": "embedding", "index": index, "embedding": encoded})
+        data.append({"index": index, "object": "embedding", "embedding": encoded})
     return orjson.dumps(
-        {"object": "list", "data": data, "model": request.model, "usage": usage(request)}
+        {
+            "id": reply_id(Endpoint.EMBEDDINGS, suffix),
+            "object": "list",
+            "created": created_s,
+            "model": request.model,
+            "data": data,
+            "usage": usage(request),
+        }
     )
 
 
-def models_reply(models: Sequence[str], adapters: Sequence[str], created_s: int) -> bytes:
+def models_reply(
+    models: Sequence[str], adapters: Sequence[str], created_s: int, max_model_len: int
+) -> bytes:
     """`GET /v1/models`: the base models, then the LoRA adapters on the first (vLLM's shape)."""
     base = models[0] if models else None
+    permission = {
+        "id": "modelperm-sim",
+        "object": "model_permission",
+        "created": created_s,
+        "allow_create_engine": False,
+        "allow_sampling": True,
+        "allow_logprobs": True,
+        "allow_search_indices": False,
+        "allow_view": True,
+        "allow_fine_tuning": False,
+        "organization": "*",
+        "group": None,
+        "is_blocking": False,
+    }
 
     def card(name: str, parent: str | None) -> dict[str, object]:
         return {
@@ -147,8 +220,10 @@ def models_reply(models: Sequence[str], adapters: Sequence[str], created_s: int)
             "object": "model",
             "created": created_s,
             "owned_by": OWNED_BY,
-            "root": parent or name,
+            "root": name,
             "parent": parent,
+            "max_model_len": None if parent else max_model_len,
+            "permission": [permission],
         }
 
     cards = [card(m, None) for m in models] + [card(a, base) for a in adapters]

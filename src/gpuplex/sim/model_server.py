@@ -1,12 +1,15 @@
-"""A simulated OpenAI-compatible model server, shaped like vLLM's: chat and text completions (whole
-or streamed token by token), embeddings, the model list, plus `/sim/...` endpoints that let tests
-see what arrived. It serves a base model and LoRA adapter names, takes time per token as the latency
-model says, and can hold requests beyond a batch size. A raw ASGI app with orjson, cheap per request,
+"""A simulated OpenAI-compatible model server that answers as vLLM 0.32 does: chat and text
+completions (whole or streamed token by token), embeddings, the model list, `/tokenize`, plus
+`/sim/...` endpoints that let tests see what arrived. It counts tokens with a tokenizer of its own
+(model_tokenizer.py), never with the gateway's estimate, so tests can catch the estimate being wrong
+or gamed. It serves a base model and LoRA adapter names, takes time per token as the latency model
+says, and can hold requests beyond a batch size. A raw ASGI app with orjson, cheap per request,
 because benchmarks run it as the backend behind both nginx and the gateway.
 
-    GET  /health               {"status": "ok"}
+    GET  /health               200, empty (vLLM's)
     GET  /v1/models            base models, then adapters
     POST /v1/chat/completions  POST /v1/completions  POST /v1/embeddings
+    POST /tokenize             POST /detokenize
     GET  /sim/last-request     the last JSON body POSTed to /v1, as it arrived
     GET  /sim/stats            {"requests": {model: count}, "in_flight": n,
                                 "prompt_tokens": {model: read}, "generated_tokens": {model: n}}
@@ -29,19 +32,13 @@ import orjson
 from gpuplex.clock import monotonic_s, now_s
 from gpuplex.core.serve.inference import ENDPOINT_PATHS, Endpoint
 from gpuplex.ids import random_hex
+from gpuplex.sim.model_errors import ModelErrorReply, detail, invalid_json
 from gpuplex.sim.model_latency import LatencyModel
-from gpuplex.sim.model_replies import (
-    completion_reply,
-    embeddings_reply,
-    models_reply,
-    stream_events,
-)
-from gpuplex.sim.model_requests import (
-    ErrorReply,
-    GenerationRequest,
-    invalid_json,
-    parse_request,
-)
+from gpuplex.sim.model_replies import completion_reply, embeddings_reply, models_reply
+from gpuplex.sim.model_requests import GenerationRequest, ServedModels, parse_request
+from gpuplex.sim.model_stream import StreamEvents
+from gpuplex.sim.model_tokenize import detokenize_reply, tokenize_reply
+from gpuplex.sim.model_tokenizer import SimTokenizer, sim_tokenizer
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -50,9 +47,7 @@ Send = Callable[[Message], Awaitable[None]]
 Handler = Callable[[Receive, Send], Awaitable[None]]
 
 SSE_HEADERS = [(b"content-type", b"text/event-stream"), (b"cache-control", b"no-cache")]
-SHUTTING_DOWN = ErrorReply(
-    503, "The simulated server is shutting down: retry elsewhere.", "shutdown"
-)
+SHUTTING_DOWN = ModelErrorReply(503, "The simulated server is shutting down: retry elsewhere.")
 logger = logging.getLogger(__name__)
 
 
@@ -62,6 +57,8 @@ class ModelServerSettings:
 
     models: tuple[str, ...]
     adapters: tuple[str, ...] = ()
+    embedding_models: tuple[str, ...] = ()  # embed only; when set, only they embed
+    reasoning_models: tuple[str, ...] = ()  # bases or adapters whose chat replies reason first
     prefill_s_per_token: float = 0.0
     decode_s_per_token: float = 0.0
     contention: float = 0.0  # slowdown = 1 + contention * (in_flight - 1)
@@ -74,20 +71,41 @@ class ModelServerSettings:
     def latency(self) -> LatencyModel:
         return LatencyModel(self.prefill_s_per_token, self.decode_s_per_token, self.contention)
 
+    @property
+    def served(self) -> ServedModels:
+        return ServedModels(
+            bases=self.models,
+            adapters=self.adapters,
+            embedding=self.embedding_models,
+            reasoning=self.reasoning_models,
+            max_model_len=self.max_model_len,
+            default_max_tokens=self.default_max_tokens,
+            embedding_dim=self.embedding_dim,
+        )
+
 
 def make_app(settings: ModelServerSettings) -> ModelServer:
-    """The ASGI app of a simulated model server (run it with uvicorn, or any ASGI server)."""
-    return ModelServer(settings, id_prefix=random_hex(12), started_s=int(now_s()))
+    """The ASGI app of a simulated model server (run it with uvicorn, or any ASGI server). Its
+    tokenizer is made here (once per process), before the server answers anything."""
+    return ModelServer(settings, sim_tokenizer(), id_prefix=random_hex(12), started_s=int(now_s()))
 
 
 class ModelServer:
     """The ASGI app. `in_flight`, `requests` and `last_request` are what `/sim/...` reports;
     `stop()` ends the requests in progress at their next token (for a quick, quiet shutdown)."""
 
-    def __init__(self, settings: ModelServerSettings, *, id_prefix: str, started_s: int) -> None:
+    def __init__(
+        self,
+        settings: ModelServerSettings,
+        tokenizer: SimTokenizer,
+        *,
+        id_prefix: str,
+        started_s: int,
+    ) -> None:
         self.settings = settings
+        self.tokenizer = tokenizer
         self.latency = settings.latency
-        self.served = frozenset(settings.models + settings.adapters)
+        self.served = settings.served
         self.in_flight = 0
         self.requests: Counter[str] = Counter()
         #: what the simulated accelerator really did: prompt tokens read, tokens generated
@@ -106,12 +124,19 @@ class ModelServer:
         self.paced = not self.latency.instant or self.slots is not None
         self._id_prefix = id_prefix
         self._ids = 0
-        self._models_body = models_reply(settings.models, settings.adapters, started_s)
+        self._models_body = models_reply(
+            settings.models + settings.embedding_models,
+            settings.adapters,
+            started_s,
+            settings.max_model_len,
+        )
         self._routes: dict[str, tuple[str, Handler]] = {
             **{
                 path: ("POST", partial(self._generate, endpoint))
                 for path, endpoint in ENDPOINT_PATHS.items()
             },
+            "/tokenize": ("POST", partial(self._tokenize, tokenize_reply)),
+            "/detokenize": ("POST", partial(self._tokenize, detokenize_reply)),
             "/v1/models": ("GET", self._models),
             "/health": ("GET", self._health),
             "/sim/last-request": ("GET", self._last_request),
@@ -153,19 +178,16 @@ class ModelServer:
                 "simulated model server failed on %s %s", scope["method"], scope["path"]
             )
             with suppress(Exception):
-                await _send_error(send, ErrorReply(500, "The simulated server failed.", "internal"))
+                await _send_error(send, ModelErrorReply(500, "The simulated server failed."))
 
     async def _http(self, scope: Scope, receive: Receive, send: Send) -> None:
         route = self._routes.get(scope["path"])
-        if route is None:
-            message = f"No route {scope['path']}: see GET /v1/models and POST /v1/chat/completions."
-            await _send_error(send, ErrorReply(404, message, "not_found"))
+        if route is None:  # FastAPI's answers, as vLLM gives them
+            await _send_json(send, 404, detail(404))
             return
         method, handler = route
         if scope["method"] != method:
-            message = f"{scope['path']} accepts {method}, not {scope['method']}."
-            error = ErrorReply(405, message, "method_not_allowed")
-            await _send_json(send, 405, error.body(), [(b"allow", method.encode())])
+            await _send_json(send, 405, detail(405), [(b"allow", method.encode())])
             return
         await handler(receive, send)
 
@@ -179,16 +201,8 @@ class ModelServer:
             await _send_error(send, invalid_json())
             return
         self.last_request = raw
-        settings = self.settings
-        request = parse_request(
-            endpoint,
-            body,
-            self.served,
-            settings.default_max_tokens,
-            settings.embedding_dim,
-            settings.max_model_len,
-        )
-        if isinstance(request, ErrorReply):
+        request = parse_request(endpoint, body, self.served, self.tokenizer)
+        if isinstance(request, ModelErrorReply):
             await _send_error(send, request)
             return
         self.requests[request.model] += 1
@@ -203,48 +217,70 @@ class ModelServer:
     async def _whole(
         self, request: GenerationRequest, suffix: str, receive: Receive, send: Send
     ) -> None:
+        embedding = request.endpoint is Endpoint.EMBEDDINGS
         if self.paced:
-            decoding = (
-                request.endpoint is not Endpoint.EMBEDDINGS and self.latency.decode_s_per_token > 0
-            )
+            decoding = not embedding and self.latency.decode_s_per_token > 0
             async with _Turn(self, receive) as turn:
-                for index in range(request.completion_tokens if decoding else 1):
-                    if not await turn.token(index, request.prompt_tokens):
+                for step in range(request.steps if decoding else 1):
+                    if not await turn.token(step, request.prompt_tokens):
                         if self.stopping:
                             await _send_error(send, SHUTTING_DOWN)
                         return  # else the client has gone: nobody to answer
                     if decoding:
-                        self.generated_tokens[request.model] += request.sequences
+                        self.generated_tokens[request.model] += request.running(step)
             if not decoding:
                 self.generated_tokens[request.model] += request.generated_tokens
         else:
             self.generated_tokens[request.model] += request.generated_tokens
-        if request.endpoint is Endpoint.EMBEDDINGS:
-            body = embeddings_reply(request)
+        if embedding:
+            body = embeddings_reply(request, suffix, int(now_s()))
         else:
-            body = completion_reply(request, suffix, int(now_s()))
+            body = completion_reply(request, self.tokenizer, suffix, int(now_s()))
         await _send_json(send, 200, body)
 
     async def _stream(
         self, request: GenerationRequest, suffix: str, receive: Receive, send: Send
     ) -> None:
-        events = stream_events(request, suffix, int(now_s()))
+        events = StreamEvents(request, self.tokenizer, suffix, int(now_s()))
         await send({"type": "http.response.start", "status": 200, "headers": SSE_HEADERS})
         async with _Turn(self, receive) as turn:
-            for index in range(request.completion_tokens):
-                if not await turn.token(index, request.prompt_tokens):
+            for step in range(request.steps):
+                if not await turn.token(step, request.prompt_tokens):
                     await send({"type": "http.response.body", "body": b""})  # cut short
                     return
-                chunk = events.token if index else events.first
-                self.generated_tokens[request.model] += request.sequences
+                chunk = events.step(step)
+                if step == 0:
+                    chunk = events.head() + chunk
+                self.generated_tokens[request.model] += request.running(step)
                 await send({"type": "http.response.body", "body": chunk, "more_body": True})
-        await send({"type": "http.response.body", "body": events.end})
+        await send({"type": "http.response.body", "body": events.end()})
+
+    async def _tokenize(
+        self,
+        answer: Callable[[object, ServedModels, SimTokenizer], bytes | ModelErrorReply],
+        receive: Receive,
+        send: Send,
+    ) -> None:
+        raw = await _read_body(receive)
+        if raw is None:
+            return
+        try:
+            body = orjson.loads(raw)
+        except orjson.JSONDecodeError:
+            await _send_error(send, invalid_json())
+            return
+        reply = answer(body, self.served, self.tokenizer)
+        if isinstance(reply, ModelErrorReply):
+            await _send_error(send, reply)
+        else:
+            await _send_json(send, 200, reply)
 
     async def _models(self, receive: Receive, send: Send) -> None:
         await _send_json(send, 200, self._models_body)
 
     async def _health(self, receive: Receive, send: Send) -> None:
-        await _send_json(send, 200, b'{"status":"ok"}')
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": b""})
 
     async def _last_request(self, receive: Receive, send: Send) -> None:
         await _send_json(send, 200, self.last_request)
@@ -343,7 +379,7 @@ async def _send_json(
     await send({"type": "http.response.body", "body": body})
 
 
-async def _send_error(send: Send, error: ErrorReply) -> None:
+async def _send_error(send: Send, error: ModelErrorReply) -> None:
     await _send_json(send, error.status, error.body())
 
 

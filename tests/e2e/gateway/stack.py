@@ -144,6 +144,16 @@ def start_sim_model(
     return process
 
 
+def sim_prompt_tokens(sim_url: str, body: dict[str, object]) -> int:
+    """What a simulated model server counts for a request's prompt (its `/tokenize`, the count its
+    `usage` reports): gateway tests compare what the gateway records with this, the server's word,
+    never with the gateway's own estimate."""
+    asked = {key: body[key] for key in ("model", "messages", "prompt", "tools") if key in body}
+    reply = httpx.post(f"{sim_url}/tokenize", json=asked, timeout=10)
+    reply.raise_for_status()
+    return int(reply.json()["count"])
+
+
 @dataclass
 class Gateway:
     spec_path: Path | None  # None: the gateway serves the store's applied revision

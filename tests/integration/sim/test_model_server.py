@@ -21,12 +21,16 @@ import typer
 from typer.testing import CliRunner
 
 from gpuplex.cli.sim import sim_app
-from gpuplex.core.serve.tokens import text_tokens
 from gpuplex.sim.model_server import ModelServerSettings, make_app
+from gpuplex.sim.model_tokenizer import sim_tokenizer
 from tests.integration.sim.servers import serving, start_cli
 
+TOKENIZER = sim_tokenizer()
 MESSAGES: list[Any] = [{"role": "user", "content": "Say something in twenty characters"}]
-PROMPT_TOKENS = 9  # 35 characters
+#: The chat as the simulated model's template renders it, counted by its tokenizer.
+PROMPT_TOKENS = TOKENIZER.count(
+    "<s><|user|>\nSay something in twenty characters<|end|>\n<|assistant|>\n"
+)
 
 
 @pytest.fixture(scope="module")
@@ -76,7 +80,7 @@ def test_chat_completion(api: openai.OpenAI) -> None:
     choice = chat.choices[0]
     assert choice.message.role == "assistant"
     assert choice.message.content is not None
-    assert text_tokens(choice.message.content) == 7
+    assert TOKENIZER.count(choice.message.content) == 7
     assert choice.finish_reason == "length"
     assert chat.usage is not None
     assert (chat.usage.prompt_tokens, chat.usage.completion_tokens) == (PROMPT_TOKENS, 7)
@@ -103,9 +107,13 @@ def test_text_completion(api: openai.OpenAI) -> None:
     completion = api.completions.create(model="llama-8b", prompt="abcdefgh", max_tokens=3)
     assert completion.id.startswith("cmpl-")
     assert completion.object == "text_completion"
-    assert text_tokens(completion.choices[0].text) == 3
+    assert TOKENIZER.count(completion.choices[0].text) == 3
     assert completion.usage is not None
-    assert (completion.usage.prompt_tokens, completion.usage.completion_tokens) == (2, 3)
+    prompt_tokens = 1 + TOKENIZER.count("abcdefgh")  # a BOS token, then the text's
+    assert (completion.usage.prompt_tokens, completion.usage.completion_tokens) == (
+        prompt_tokens,
+        3,
+    )
 
 
 def test_embeddings_as_the_client_asks_by_default_and_as_floats(api: openai.OpenAI) -> None:
@@ -119,7 +127,8 @@ def test_embeddings_as_the_client_asks_by_default_and_as_floats(api: openai.Open
     assert math.fsum(x * x for x in floats.data[0].embedding) == pytest.approx(1.0)
     again = api.embeddings.create(model="embed", input="one", encoding_format="float")
     assert again.data[0].embedding == floats.data[0].embedding
-    assert (floats.usage.prompt_tokens, floats.usage.total_tokens) == (2, 2)
+    inputs = 2 + TOKENIZER.count("one") + TOKENIZER.count("two")
+    assert (floats.usage.prompt_tokens, floats.usage.total_tokens) == (inputs, inputs)
     small = api.embeddings.create(model="embed", input="one", dimensions=3, encoding_format="float")
     assert len(small.data[0].embedding) == 3
 
@@ -136,15 +145,17 @@ def test_streamed_chat(api: openai.OpenAI, include_usage: bool) -> None:
     chunks = list(stream)
     content = [c for c in chunks if c.choices and c.choices[0].delta.content]
     assert len(content) == 6  # one event per token
-    assert text_tokens("".join(c.choices[0].delta.content or "" for c in content)) == 6
+    assert TOKENIZER.count("".join(c.choices[0].delta.content or "" for c in content)) == 6
     assert chunks[0].choices[0].delta.role == "assistant"
+    assert chunks[0].choices[0].delta.content == ""  # vLLM's role chunk: no token yet
     assert {c.id for c in chunks} == {chunks[0].id}
     assert chunks[0].id.startswith("chatcmpl-")
     assert [c.choices[0].finish_reason for c in chunks if c.choices][-1] == "length"
     if include_usage:
         assert chunks[-1].choices == []
         assert chunks[-1].usage is not None
-        assert (chunks[-1].usage.prompt_tokens, chunks[-1].usage.completion_tokens) == (9, 6)
+        usage = chunks[-1].usage
+        assert (usage.prompt_tokens, usage.completion_tokens) == (PROMPT_TOKENS, 6)
     else:
         assert all(c.usage is None for c in chunks)
         assert chunks[-1].choices
@@ -152,7 +163,8 @@ def test_streamed_chat(api: openai.OpenAI, include_usage: bool) -> None:
 
 def test_streamed_completion(api: openai.OpenAI) -> None:
     chunks = list(api.completions.create(model="llama-8b", prompt="abcd", stream=True))
-    assert "".join(c.choices[0].text for c in chunks) == "tok " * 5
+    assert len(chunks) == 5
+    assert TOKENIZER.count("".join(c.choices[0].text for c in chunks)) == 5
     assert chunks[-1].choices[0].finish_reason == "stop"
 
 
@@ -183,51 +195,108 @@ def test_last_request_is_the_body_as_sent_and_stats_count_per_model(
 def test_an_unknown_model_is_not_found(api: openai.OpenAI) -> None:
     with pytest.raises(openai.NotFoundError) as missing:
         api.chat.completions.create(model="gpt-4", messages=MESSAGES)
-    assert missing.value.code == "model_not_found"
-    assert "gpt-4" in missing.value.message
+    assert missing.value.body == {
+        "message": "The model `gpt-4` does not exist. Valid aliases: llama-8b, embed.",
+        "type": "NotFoundError",
+        "param": "model",
+        "code": 404,
+    }
 
 
 # --- errors on the wire -------------------------------------------------------------------------
 
 
 @pytest.mark.parametrize(
-    ("path", "body", "status", "code"),
+    ("path", "body", "status", "kind", "param"),
     [
-        ("/v1/chat/completions", b"{not json", 400, "invalid_json"),
-        ("/v1/chat/completions", b"", 400, "invalid_json"),
-        ("/v1/chat/completions", b"[1, 2]", 400, "invalid_request"),
-        ("/v1/chat/completions", b'{"messages": []}', 400, "invalid_request"),
-        ("/v1/chat/completions", b'{"model": 3, "messages": []}', 400, "invalid_request"),
-        ("/v1/chat/completions", b'{"model": "llama-8b", "messages": {}}', 400, "invalid_request"),
+        ("/v1/chat/completions", b"{not json", 400, "Bad Request", "body"),
+        ("/v1/chat/completions", b"", 400, "Bad Request", "body"),
+        ("/v1/chat/completions", b"[1, 2]", 400, "Bad Request", "body"),
+        ("/v1/chat/completions", b'{"model": 3, "messages": []}', 400, "Bad Request", "body.model"),
+        (
+            "/v1/chat/completions",
+            b'{"model": "llama-8b", "messages": {}}',
+            400,
+            "Bad Request",
+            "body.messages",
+        ),
         (
             "/v1/chat/completions",
             b'{"model": "llama-8b", "messages": [{"role": "user", "content": "x"}], "max_tokens": 0}',
             400,
-            "invalid_request",
+            "BadRequestError",
+            "max_tokens",
         ),
-        ("/v1/completions", b'{"model": "nope", "prompt": "x"}', 404, "model_not_found"),
-        ("/v1/embeddings", b'{"model": "embed"}', 400, "invalid_request"),
+        (
+            "/v1/chat/completions",
+            b'{"model": "llama-8b", "messages": [], "max_tokens": 5000}',
+            400,
+            "BadRequestError",
+            "max_tokens",
+        ),
+        ("/v1/completions", b'{"model": "nope", "prompt": "x"}', 404, "NotFoundError", "model"),
+        ("/v1/embeddings", b'{"model": "embed"}', 400, "Bad Request", "body.input"),
+        ("/tokenize", b'{"model": "nope", "prompt": "x"}', 404, "NotFoundError", "model"),
     ],
 )
-def test_bad_requests(raw: httpx.Client, path: str, body: bytes, status: int, code: str) -> None:
+def test_bad_requests(
+    raw: httpx.Client, path: str, body: bytes, status: int, kind: str, param: str
+) -> None:
     reply = raw.post(path, content=body)
     assert reply.status_code == status
     assert reply.headers["content-type"] == "application/json"
     error = reply.json()["error"]
     assert set(error) == {"message", "type", "param", "code"}
-    assert error["code"] == code
+    assert (error["type"], error["param"], error["code"]) == (kind, param, status)
 
 
-def test_unknown_paths_and_wrong_methods(raw: httpx.Client) -> None:
+def test_unknown_paths_and_wrong_methods_answer_as_fastapi_does(raw: httpx.Client) -> None:
     missing = raw.get("/v2/chat")
     assert missing.status_code == 404
-    assert missing.json()["error"]["code"] == "not_found"
+    assert missing.json() == {"detail": "Not Found"}
     wrong = raw.get("/v1/chat/completions")
     assert wrong.status_code == 405
     assert wrong.headers["allow"] == "POST"
-    assert wrong.json()["error"]["code"] == "method_not_allowed"
+    assert wrong.json() == {"detail": "Method Not Allowed"}
     assert raw.post("/v1/models").status_code == 405
-    assert raw.get("/health").json() == {"status": "ok"}
+    health = raw.get("/health")
+    assert (health.status_code, health.content) == (200, b"")
+
+
+def test_a_list_of_prompts_gets_a_choice_per_prompt_and_n(api: openai.OpenAI) -> None:
+    prompts = ["one", "two three four"]
+    reply = api.completions.create(model="llama-8b", prompt=prompts, max_tokens=3, n=2)
+    assert [c.index for c in reply.choices] == [0, 1, 2, 3]
+    assert all(TOKENIZER.count(c.text) == 3 for c in reply.choices)
+    assert reply.usage is not None
+    assert reply.usage.prompt_tokens == sum(1 + TOKENIZER.count(p) for p in prompts)
+    assert reply.usage.completion_tokens == 2 * 2 * 3
+    stream = api.completions.create(
+        model="llama-8b",
+        prompt=[[5, 6, 7], [8]],
+        max_tokens=2,
+        stream=True,
+        stream_options={"include_usage": True},
+    )
+    chunks = list(stream)
+    assert sorted(c.choices[0].index for c in chunks if c.choices) == [0, 0, 1, 1]
+    usage = chunks[-1].usage
+    assert usage is not None
+    assert (usage.prompt_tokens, usage.completion_tokens) == (4, 4)
+
+
+def test_tokenize_counts_what_usage_reports(raw: httpx.Client, api: openai.OpenAI) -> None:
+    chat = api.chat.completions.create(model="llama-8b", messages=MESSAGES, max_tokens=1)
+    counted = raw.post("/tokenize", json={"model": "llama-8b", "messages": MESSAGES}).json()
+    assert set(counted) == {"count", "max_model_len", "tokens", "token_strs"}
+    assert chat.usage is not None
+    assert counted["count"] == len(counted["tokens"]) == chat.usage.prompt_tokens
+    text = api.completions.create(model="llama-8b", prompt="abcdefgh", max_tokens=1)
+    counted = raw.post("/tokenize", json={"prompt": "abcdefgh"}).json()
+    assert text.usage is not None
+    assert counted["count"] == text.usage.prompt_tokens
+    back = raw.post("/detokenize", json={"tokens": counted["tokens"]}).json()
+    assert back == {"prompt": "abcdefgh"}
 
 
 def test_sse_wire_format(raw: httpx.Client) -> None:
@@ -239,7 +308,7 @@ def test_sse_wire_format(raw: httpx.Client) -> None:
     assert events[-1] == b""
     assert all(e.startswith(b"data: ") for e in events[:-1])
     assert events[-2] == b"data: [DONE]"
-    assert len(events) == 2 + 1 + 2  # two tokens, the finish chunk, [DONE], the trailing ""
+    assert len(events) == 2 + 2  # two tokens (the last with the finish reason), [DONE], ""
 
 
 def test_the_command_under_a_parent_app_as_gpuplex_registers_it() -> None:
@@ -249,6 +318,8 @@ def test_the_command_under_a_parent_app_as_gpuplex_registers_it() -> None:
     shown = runner.invoke(root, ["sim", "model", "--help"])
     assert shown.exit_code == 0
     assert "--decode-ms-per-token" in shown.output
+    assert "--embedding-model" in shown.output
+    assert "--reasoning-model" in shown.output
     refused = runner.invoke(root, ["sim", "model", "--max-concurrency", "0"])
     assert refused.exit_code == 2
 
@@ -300,10 +371,10 @@ def test_prefill_time_grows_with_the_prompt(any_api: openai.OpenAI) -> None:
     with serving(settings) as (url, _):
         api = any_api.with_options(base_url=f"{url}/v1")
         started = time.monotonic()
-        api.completions.create(model="m", prompt="x" * 400, max_tokens=1)  # 100 tokens
+        api.completions.create(model="m", prompt=" the" * 100, max_tokens=1)  # 101 tokens
         long_s = time.monotonic() - started
         started = time.monotonic()
-        api.completions.create(model="m", prompt="x" * 4, max_tokens=1)  # 1 token
+        api.completions.create(model="m", prompt="the", max_tokens=1)  # 2 tokens
         short_s = time.monotonic() - started
     assert long_s >= 0.4
     assert short_s < 0.2

@@ -20,7 +20,8 @@ from gpuplex.core.serve.tokens import (
     completion_prompt_tokens,
     text_tokens,
 )
-from gpuplex.sim.model_requests import GenerationRequest, parse_request
+from gpuplex.sim.model_requests import GenerationRequest, ServedModels, parse_request
+from gpuplex.sim.model_tokenizer import sim_tokenizer
 
 USER = [{"role": "user", "content": "abcd"}]
 NO_OVERHEAD = PromptOverhead(per_message=0, per_request=0)
@@ -197,7 +198,8 @@ def test_the_simulated_vllm_generates_exactly_the_budget_the_gateway_reserved(
     request = read_request(Endpoint.CHAT, body, 512, cap)
     assert isinstance(request, InferenceRequest)
     forwarded = forwarded_body(body, request, "m")
-    generated = parse_request(Endpoint.CHAT, forwarded, {"m"}, 16, 8)
+    served = ServedModels(bases=("m",), max_model_len=10_000)  # room for any budget drawn
+    generated = parse_request(Endpoint.CHAT, forwarded, served, sim_tokenizer())
     assert isinstance(generated, GenerationRequest)
     assert generated.generated_tokens == request.completion_budget
-    assert generated.prompt_tokens <= request.prompt_tokens
+    assert generated.prompt_tokens <= request.prompt_tokens  # a real tokenizer, within the bound
