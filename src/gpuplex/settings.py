@@ -227,3 +227,7 @@ class UpSettings:
     sample_interval_s: float = 5.0
     rollup_interval_s: float = 15.0
     check: bool = False  # start, send one request through the gateway, stop
+    #: on simulated GPUs: every workload runs its own command (a real model server), no stand-in
+    real_commands: bool = False
+    #: on simulated GPUs: these workloads (`tenant/workload`) run their own commands
+    real: tuple[str, ...] = ()

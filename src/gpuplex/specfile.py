@@ -91,7 +91,17 @@ def locate_in_file(path: Path, problems: Sequence[SpecProblem]) -> list[SpecProb
     warning's), each placed at the line and column of its field."""
     if not problems:
         return []
-    _, positions = _parse_yaml(_decode(path.read_bytes(), str(path)), str(path))
+    return locate_in_text(path.read_bytes(), str(path), problems)
+
+
+def locate_in_text(
+    raw: bytes | str, source: str, problems: Sequence[SpecProblem]
+) -> list[SpecProblem]:
+    """`problems` about YAML text already read and validated (from `source`), each placed at the
+    line and column of its field."""
+    if not problems:
+        return []
+    _, positions = _parse_yaml(_decode(raw, source), source)
     return [_locate(problem, positions) for problem in problems]
 
 

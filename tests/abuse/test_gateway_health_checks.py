@@ -154,8 +154,9 @@ def test_a_replica_that_is_down_is_still_marked_down() -> None:
         checks = asyncio.create_task(run_health_checks(lambda: [pool], 0.05, stop_checks))
         try:
             deadline = time.monotonic() + 2
-            while pool.replicas[0].healthy and time.monotonic() < deadline:
+            while not pool.checked and time.monotonic() < deadline:
                 await asyncio.sleep(0.02)
+            assert pool.checked  # a check was made, and said what it found
             assert not pool.replicas[0].healthy
         finally:
             stop_checks.set()

@@ -127,7 +127,8 @@ def test_a_full_spool_refuses_requests_until_space_returns_and_bills_every_reply
     deadline = time.monotonic() + 5
     while healthz(gateway)[0] != 200 and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert healthz(gateway) == (200, {"status": "ok"})
+    ready = {"total": 1, "ready": 1, "starting": 0, "down": 0}
+    assert healthz(gateway) == (200, {"status": "ok", "backends": ready})
     for stream in (False, True):
         status, request_id, _ = chat(gateway, key, stream)
         assert status == 200

@@ -37,6 +37,12 @@ EXPECTED: dict[str, Expected] = {
     "runtime-network-none-served.yaml": Expected(
         13, "tenants[0].workloads[0].network", "network none"
     ),
+    "runtime-reads-relative.yaml": Expected(
+        14, "tenants[0].workloads[0].reads[1]", "'models/adapters' is not an absolute path"
+    ),
+    "runtime-reads-on-a-lora-rider.yaml": Expected(
+        18, "tenants[0].workloads[1].reads", "grant them on the server it rides on (acme/chat)"
+    ),
     "runtime-backoff-order.yaml": Expected(
         12, "tenants[0].workloads[0].restart", "backoff_max_s must be >= backoff_initial_s"
     ),

@@ -25,6 +25,7 @@ from gpuplex.core.apply.mig_commands import mig_mode_commands, nvidia_smi_comman
 from gpuplex.core.catalog import gpu_model
 from gpuplex.core.catalog.device_check import catalog_verdict
 from gpuplex.core.plural import counted
+from gpuplex.core.spec import GpuplexSpec
 from gpuplex.errors import NotFoundError
 from gpuplex.host import session
 from gpuplex.host.state import StateDir
@@ -33,7 +34,7 @@ from gpuplex.host.wiring import open_driver
 from gpuplex.settings import HostSettings, gpuplex_home
 from gpuplex.specfile import load_spec_file
 from gpuplex.up.lifecycle import exit_with_parent
-from gpuplex.up.simulate import with_stand_ins
+from gpuplex.up.simulate import stand_ins_but, unknown_real
 
 host_app = command_group(
     "Run a plan on this GPU server: MIG, MPS, cgroups, supervised tenant processes."
@@ -66,6 +67,32 @@ NodeOption = Annotated[
 DriverOption = Annotated[
     Driver, typer.Option(help="nvml: real GPUs; sim: simulated GPUs; auto: NVML if it loads.")
 ]
+RealOption = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--real",
+        metavar="TENANT/WORKLOAD",
+        help="With --stand-ins: this workload runs its own command (a real model server on "
+        "simulated GPUs), not a stand-in. Repeat for several.",
+        show_default=False,
+    ),
+]
+
+
+def _transform(
+    stand_ins: bool, real: list[str] | None, spec: GpuplexSpec | None
+) -> session.SpecTransform | None:
+    """The stand-ins of `--stand-ins`, but for the `--real` workloads (checked against `spec`
+    where there is one)."""
+    if not stand_ins:
+        if real:
+            raise typer.BadParameter("--real goes with --stand-ins", param_hint="--real")
+        return None
+    if spec is not None:
+        problems = unknown_real(spec, real or [])
+        if problems:
+            raise typer.BadParameter("; ".join(problems), param_hint="--real")
+    return stand_ins_but(real or [])
 
 
 def _settings(
@@ -100,12 +127,13 @@ def apply_command(
             "does without a GPU) instead of the spec's commands: to try the host runtime.",
         ),
     ] = False,
+    real: RealOption = None,
 ) -> None:
     """Plan the spec against what this host runs and make it so (one reconcile pass)."""
     spec = load_spec_file(file)
     settings = _settings(state_dir, node, driver)
     warn_root_tenants(spec)
-    transform = with_stand_ins if stand_ins else None
+    transform = _transform(stand_ins, real, spec)
     result = session.apply(
         spec, file.read_bytes(), file, settings, dry_run=dry_run, transform=transform
     )
@@ -170,17 +198,18 @@ def run_command(
             "spec's commands, as `gpuplex up` does without a GPU.",
         ),
     ] = False,
+    real: RealOption = None,
 ) -> None:
     """Supervise this host: restart crashed replicas, health checks, VRAM watchdog, MPS daemons.
 
     Stopping it (or a crash) leaves every tenant running; starting it again re-adopts them."""
     exit_with_parent()  # under `gpuplex up`: stop when up dies, even by kill -9
     settings = _settings(state_dir, node, driver, interval)
-    transform = with_stand_ins if stand_ins else None
     if file is not None and follow_store is not None:
         raise typer.BadParameter("give a spec file or --follow-store, not both", param_hint="FILE")
-    if file is not None:
-        spec = load_spec_file(file)
+    spec = load_spec_file(file) if file is not None else None
+    transform = _transform(stand_ins, real, spec)
+    if file is not None and spec is not None:
         session.store(spec, file.read_bytes(), file, settings, transform)
     out.print(
         f"supervising {settings.state_dir} every {interval:g} s (Ctrl-C leaves tenants running)"

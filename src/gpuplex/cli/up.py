@@ -35,14 +35,39 @@ def up_command(
         bool,
         typer.Option("--check", help="Start, send one request through the gateway, then stop."),
     ] = False,
+    real_commands: Annotated[
+        bool,
+        typer.Option(
+            "--real-commands",
+            help="On simulated GPUs, run every workload's own command (a real model server, "
+            "e.g. vLLM on CPU) instead of a simulated stand-in.",
+        ),
+    ] = False,
+    real: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--real",
+            metavar="TENANT/WORKLOAD",
+            help="On simulated GPUs, run this workload's own command; the others get stand-ins. "
+            "Repeat for several.",
+            show_default=False,
+        ),
+    ] = None,
 ) -> None:
     """Run the control plane, the gateway and the host runtime for FILE's tenants, in one command.
 
-    Runs on the real GPUs if NVML finds any, else on simulated GPUs with simulated model servers.
-    Prints the dashboard link, demo API keys, an `openai` client example and the GPUPLEX_HOME
-    line that points the other commands at this instance; Ctrl-C stops everything."""
+    Runs on the real GPUs if NVML finds any, else on simulated GPUs with simulated model servers
+    (stand-ins for the spec's commands), unless --real-commands or --real says to run the spec's
+    own. Prints what runs for real and what is a stand-in, the dashboard link, demo API keys, an
+    `openai` client example and the GPUPLEX_HOME line that points the other commands at this
+    instance; Ctrl-C stops everything."""
     if driver not in ("auto", "nvml", "sim"):
         raise typer.BadParameter("use auto, nvml or sim", param_hint="--driver")
+    if real_commands and real:
+        raise typer.BadParameter(
+            "--real-commands runs every command for real already: give it or --real, not both",
+            param_hint="--real",
+        )
     # From here a Ctrl-C only sets a flag that start-up checks (never a half-done import or step)
     stop = StopSignals().catch()
     from gpuplex.up.run import run_up  # the server's libraries only for this command
@@ -56,6 +81,8 @@ def up_command(
             driver=driver,
             server_port=port,
             check=check,
+            real_commands=real_commands,
+            real=tuple(real or ()),
         ),
         out,
     )

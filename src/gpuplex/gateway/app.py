@@ -1,6 +1,7 @@
 """The gateway as an ASGI application: `/v1/chat/completions`, `/v1/completions`, `/v1/embeddings`,
 `/v1/models`, `/health` (liveness: the process answers), `/healthz` (readiness: it can serve and
-bill a request; 503 naming each problem otherwise), and `/metrics`. `/metrics` names every tenant,
+bill a request, 503 naming each problem otherwise; and how many model servers are ready, starting
+or down, `degraded` while one is not ready), and `/metrics`. `/metrics` names every tenant,
 so it needs the metrics token (`Authorization: Bearer`, $GPUPLEX_METRICS_TOKEN), or a caller in a
 network the operator listed in `gateway.metrics_from` (none by default: tenant workloads may share
 the host's network, loopback included). Every error is an OpenAI-style JSON body; nothing escapes
@@ -11,6 +12,7 @@ from __future__ import annotations
 import gc
 import ipaddress
 import logging
+from collections import Counter
 
 from gpuplex.core.serve.inference import ENDPOINT_PATHS
 from gpuplex.errors import ErrorCode
@@ -24,6 +26,7 @@ from gpuplex.gateway.asgi_io import (
     send_json,
     send_reply,
 )
+from gpuplex.gateway.backends import BackendState
 from gpuplex.gateway.proxy import handle_inference
 from gpuplex.gateway.runtime import GatewayRuntime
 from gpuplex.observe import gateway_metrics as metrics
@@ -142,12 +145,26 @@ async def _models(rt: GatewayRuntime, scope: Scope, send: Send, model_id: str) -
 
 
 async def _readiness(rt: GatewayRuntime, send: Send) -> None:
-    """200 when a request can be served and billed now; else 503 with each problem in words."""
+    """`ok` when a request can be served and billed now, and every model server has a replica
+    that answers its health check; else `degraded`, with each problem in words. 503 when the
+    gateway itself cannot serve (its usage spool), 200 otherwise: a model server that is down
+    or still starting makes its own models 503, not the gateway unready for every tenant. The
+    backends are counted, never named: anyone may ask, and tenants do not learn each other's."""
     problems = [problem for problem in (rt.spool.ready(),) if problem is not None]
-    if problems:
-        await send_json(send, 503, {"status": "degraded", "problems": problems})
-    else:
-        await send_json(send, 200, {"status": "ok"})
+    status = 503 if problems else 200
+    states = Counter(pool.state() for pool in rt.live.pools.values())
+    backends = {"total": sum(states.values())} | {
+        state.value: states[state] for state in BackendState
+    }
+    waiting = backends["total"] - backends[BackendState.READY.value]
+    if waiting:
+        problems.append(
+            f"{waiting} of {backends['total']} model servers have no replica that answers its "
+            f"health check ({states[BackendState.STARTING]} starting, "
+            f"{states[BackendState.DOWN]} down): requests to their models get 503 until one does"
+        )
+    body = {"status": "degraded" if problems else "ok", "backends": backends}
+    await send_json(send, status, body | ({"problems": problems} if problems else {}))
 
 
 def _metrics_allowed(rt: GatewayRuntime, scope: Scope) -> None:

@@ -1,6 +1,13 @@
 """The model server workloads the gateway sends requests to: each with its replicas (health,
 breaker, load), its fair queue, and a loop that checks `/health` on every replica.
 
+Readiness: a replica whose `/health` does not answer 200 is sent no request (a model server
+loading its weights answers nothing for a minute or more). A new pool (the gateway's start, a new
+revision) is checked within NEW_POOL_CHECK_S, not after a whole interval; until that first check
+its replicas are tried, so that a route moved to a running server loses no request, and a server
+still starting refuses the connection (503 to the client, a failure for its breaker). A backend is
+`starting` until one of its replicas has answered a check, `ready` while one does, `down` after.
+
 The health checks have an HTTP client of their own, with one kept-alive connection per replica,
 never the forwarding pool: when forwarding is saturated, or the process is out of file descriptors,
 a check still goes out on its open connection; and a check that cannot even open a socket here
@@ -13,6 +20,7 @@ import contextlib
 import errno
 import logging
 from collections.abc import Callable, Collection
+from enum import StrEnum
 from typing import Any
 
 import aiohttp
@@ -36,6 +44,14 @@ log = logging.getLogger(__name__)
 
 #: Errors of this process, not of the replica: a check that fails with one is not counted.
 LOCAL_ERRNOS = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM})
+#: How soon a pool no check has seen yet is checked.
+NEW_POOL_CHECK_S = 0.1
+
+
+class BackendState(StrEnum):
+    STARTING = "starting"  # no replica has answered its health check yet
+    READY = "ready"  # a replica answers
+    DOWN = "down"  # none does, and one did before
 
 
 class BackendPool:
@@ -43,11 +59,18 @@ class BackendPool:
         self.backend = backend
         self.id = backend.id
         self.replicas = [ReplicaState(url) for url in backend.urls]
+        self.checked = False  # a round of health checks has seen it
+        self.was_ready = False
         self.breaker = BreakerSettings(settings.breaker_failures, float(settings.breaker_open_s))
         in_flight = max(1, settings.max_in_flight_per_backend // workers)
         self.queue = BackendQueue(
             in_flight, settings.max_waiting_per_tenant, float(settings.max_wait_s)
         )
+
+    def state(self) -> BackendState:
+        if self.checked and any(r.healthy for r in self.replicas):
+            return BackendState.READY
+        return BackendState.DOWN if self.was_ready else BackendState.STARTING
 
     def any_available(self) -> bool:
         now = now_s()
@@ -69,6 +92,8 @@ class BackendPool:
 
     async def check_health(self, session: aiohttp.ClientSession, timeout_s: float) -> None:
         await asyncio.gather(*(self._check(session, r, timeout_s) for r in self.replicas))
+        self.checked = True
+        self.was_ready = self.was_ready or any(r.healthy for r in self.replicas)
         metrics.BACKEND_REPLICAS_UP.labels(self.id).set(sum(r.healthy for r in self.replicas))
 
     async def _check(
@@ -136,9 +161,16 @@ async def run_health_checks(
 ) -> None:
     """Check every replica of the pools `pools()` gives now (they change with the revision)."""
     replicas = sum(len(p.replicas) for p in pools())
+    timeout_s = min(interval_s, 2.0)
+    loop = asyncio.get_running_loop()
     async with health_session(replicas, interval_s, identity) as session:
         while not stop.is_set():
             checked = list(pools())
-            await asyncio.gather(*(p.check_health(session, min(interval_s, 2.0)) for p in checked))
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(stop.wait(), interval_s)
+            await asyncio.gather(*(p.check_health(session, timeout_s) for p in checked))
+            next_round = loop.time() + interval_s
+            while not stop.is_set() and (left := next_round - loop.time()) > 0:
+                new = [p for p in pools() if not p.checked]  # a new revision's
+                if new:
+                    await asyncio.gather(*(p.check_health(session, timeout_s) for p in new))
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(stop.wait(), min(left, NEW_POOL_CHECK_S))

@@ -141,9 +141,10 @@ class RevisionFollower:
                 ]
                 run_spec, run_plan = live_revision(spec, plan, tree, jobs)
                 sha256, settings = applied.spec_sha256, self._settings
-                desired, problems = desired_file(
+                desired, problems, unreadable = desired_file(
                     run_spec, run_plan, applied.revision, sha256, target, settings
                 )
+                problems += [u.line() for u in unreadable]
                 refused = _refused_jobs(running, problems)
                 if not refused:
                     break

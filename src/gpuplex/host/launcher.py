@@ -7,7 +7,6 @@ from __future__ import annotations
 import os
 import shutil
 import signal
-import stat
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
@@ -20,6 +19,7 @@ from gpuplex.core.spec.runtime import RestartPolicy
 from gpuplex.errors import HostActionError
 from gpuplex.host.cgroups import Cgroups
 from gpuplex.host.children import Children
+from gpuplex.host.grants import ENTER, Reader, allows, granted_reads
 from gpuplex.host.logs import log_paths
 from gpuplex.host.proc import (
     group_has_running_process,
@@ -160,15 +160,25 @@ class ProcessRuntime:
             cwd = user.home
         run_as = None if user is None else (user.uid, user.gid)
         keep: tuple[str, ...] = ()
+        read_only: tuple[tuple[str, str], ...] = ()
         if user is not None:  # a private /tmp: what of the host's /tmp it still sees
             keep = kept_visible(self.users.homes.parent, env, wanted, user)
+            groups = frozenset(os.getgrouplist(user.name, user.gid))
+            said = f"tenant {wanted.tenant}'s user {user.name}"
+            read_only = granted_reads(wanted, Reader(said, user.uid, groups))
         stdout_path, stderr_path = log_paths(self.logs_dir, wanted.tenant, unit_name(wanted))
         recorded = self._exit_file(wanted)
         if recorded is not None:
             recorded.unlink(missing_ok=True)  # an earlier run's
         exit_file = str(recorded) if recorded is not None else None
         argv = process_argv(
-            wanted, procs, run_as, private_tmp=user is not None, keep=keep, exit_file=exit_file
+            wanted,
+            procs,
+            run_as,
+            private_tmp=user is not None,
+            keep=keep,
+            read_only=read_only,
+            exit_file=exit_file,
         )
         with stdout_path.open("ab") as stdout, stderr_path.open("ab") as stderr:
             pid, ticks = self.children.spawn(argv, env=env, stdout=stdout, stderr=stderr, cwd=cwd)
@@ -256,26 +266,21 @@ class ProcessRuntime:
 def kept_visible(
     state_dir: Path, env: dict[str, str], wanted: WorkloadDesired, user: TenantUser
 ) -> tuple[str, ...]:
-    """What a replica still reaches under its private /tmp: the state directory (gpuplex's own,
-    made to be passed through: the tenant's home, the simulated driver, MPS pipes), and for a
-    workload of the spec (written by the operator) its PYTHONPATH, its program's folder and the
-    folders its command names by absolute path (a model, an output file's folder), each only
-    if the replica's user could reach it on the host: a folder behind a parent it may not
-    enter stays out of sight. A job (its file written by a tenant) keeps nothing it names."""
+    """What a replica still reaches under its private /tmp, besides the folders granted to it in
+    the spec (`reads`, host/grants.py): the state directory (gpuplex's own, made to be passed
+    through: the tenant's home, the simulated driver, MPS pipes), and for a workload of the spec
+    (written by the operator) its PYTHONPATH and its program's folder, each only if the replica's
+    user could reach it on the host: a folder behind a parent it may not enter stays out of
+    sight. Nothing is guessed from the command's arguments. A job (its file written by a tenant)
+    keeps nothing it names."""
     folders = [str(state_dir.resolve())]
     if wanted.job:
         return tuple(folders)
     named: list[str] = [part for part in env.get("PYTHONPATH", "").split(os.pathsep) if part]
-    program = wanted.argv[0]
+    program = wanted.argv[0] if wanted.argv else ""
     found = shutil.which(program, path=env.get("PATH")) if "/" not in program else program
     if found:
         named.append(str(Path(found).resolve().parent))
-    for argument in wanted.argv[1:]:
-        if argument.startswith("/"):
-            path = Path(argument)
-            folder = path if path.is_dir() else path.parent
-            if folder.is_dir():
-                named.append(str(folder))
     groups = set(os.getgrouplist(user.name, user.gid))
     for real in dict.fromkeys(os.path.realpath(f) for f in named):
         if reachable_as(Path(real), user.uid, groups):
@@ -287,18 +292,13 @@ def reachable_as(folder: Path, uid: int, gids: set[int]) -> bool:
     """Whether a user (`uid`, in groups `gids`, without capabilities) can enter `folder` and
     every folder above it, by their owner, group and mode bits (an ACL that would let it in is
     not read: such a folder is taken as closed, the safe side)."""
+    reader = Reader(str(uid), uid, frozenset(gids))
     for part in [folder, *folder.parents]:
         try:
             info = os.stat(part)
         except OSError:
             return False
-        if info.st_uid == uid:
-            allowed = info.st_mode & stat.S_IXUSR
-        elif info.st_gid in gids:
-            allowed = info.st_mode & stat.S_IXGRP
-        else:
-            allowed = info.st_mode & stat.S_IXOTH
-        if not allowed:
+        if not allows(info, reader, ENTER):
             return False
     return True
 

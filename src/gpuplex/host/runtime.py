@@ -23,7 +23,7 @@ from gpuplex.core.apply.model import (
     WorkloadDesired,
     WorkloadRecord,
 )
-from gpuplex.core.apply.restart import after_exit, after_health_check
+from gpuplex.core.apply.restart import after_exit, after_health_check, check_interval_s
 from gpuplex.core.spec.runtime import Runtime
 from gpuplex.errors import GpuplexError, HostActionError
 from gpuplex.host import job_stops
@@ -198,7 +198,7 @@ class HostRuntime:
             health, port = record.desired.health, record.desired.health_port
             if record.phase not in LIVE_PHASES or health is None or port is None:
                 continue
-            if now - self._checked_at.get(record.label, 0.0) >= health.interval_s:
+            if now - self._checked_at.get(record.label, 0.0) >= check_interval_s(record):
                 due[record.label] = (port, health.http_path, health.timeout_s)
         if not due:
             return records

@@ -23,12 +23,14 @@ from gpuplex.core.plan import Plan, make_plan
 from gpuplex.core.spec import GpuplexSpec
 from gpuplex.core.spec.fleet import NodeSpec
 from gpuplex.errors import HostActionError, HostBusyError, NotFoundError, SpecError, SpecProblem
+from gpuplex.host.grants import Unreadable, unreadable_grants
 from gpuplex.host.preflight import launch_problems
 from gpuplex.host.sim_driver import models_memory
 from gpuplex.host.state import DesiredFile, Event, HostState, StateDir
 from gpuplex.host.tenant_users import remove_users
 from gpuplex.host.wiring import open_driver, open_runtime
 from gpuplex.settings import HostSettings, inherited_environment
+from gpuplex.specfile import locate_in_text
 
 
 def choose_node(spec: GpuplexSpec, wanted: str | None) -> NodeSpec:
@@ -107,12 +109,23 @@ def prepare(
     plan = make_plan(spec, current=previous.plan if previous else None)
     revision = previous.revision + 1 if previous is not None else 1
     sha256 = hashlib.sha256(spec_text).hexdigest()
-    desired, problems = desired_file(
+    desired, problems, unreadable = desired_file(
         spec, plan, revision, sha256, str(spec_path), settings, transform
     )
+    if unreadable and not dry_run:
+        raise unreadable_error(spec, spec_text, spec_path, unreadable)
     if problems and not dry_run:
         raise HostActionError(f"{spec_path}: nothing was changed: " + "; ".join(problems))
-    return desired, desired.node, problems
+    return desired, desired.node, problems + [u.line() for u in unreadable]
+
+
+def unreadable_error(
+    spec: GpuplexSpec, spec_text: bytes, spec_path: Path, unreadable: list[Unreadable]
+) -> SpecError:
+    """Folders granted in `reads` that the tenants' users cannot read, each at its line in the
+    spec file: nothing was changed."""
+    problems = [u.problem(spec) for u in unreadable]
+    return SpecError(str(spec_path), locate_in_text(spec_text, str(spec_path), problems))
 
 
 def desired_file(
@@ -123,10 +136,11 @@ def desired_file(
     source: str,
     settings: HostSettings,
     transform: SpecTransform | None = None,
-) -> tuple[DesiredFile, list[str]]:
+) -> tuple[DesiredFile, list[str], list[Unreadable]]:
     """This node's desired state from an applied revision's spec and plan, as planned (never
-    planned again), and what would keep its replicas from starting. Raises HostActionError for
-    port clashes, NotFoundError when this node is not in the spec's fleet."""
+    planned again), what would keep its replicas from starting, and the folders granted in
+    `reads` that their users cannot read. Raises HostActionError for port clashes, NotFoundError
+    when this node is not in the spec's fleet."""
     node = choose_node(spec, settings.node)
     run_spec = transform(spec, plan) if transform is not None else spec
     host = desired_host(run_spec, plan, node.name)
@@ -134,7 +148,10 @@ def desired_file(
     if clashes:
         raise HostActionError(f"{source}: " + "; ".join(clashes))
     base_path = inherited_environment().get("PATH", os.defpath)
-    problems = launch_problems(host, base_path, settings.state_dir, as_root=os.geteuid() == 0)
+    as_root = os.geteuid() == 0
+    problems = launch_problems(host, base_path, settings.state_dir, as_root=as_root)
+    instance = StateDir(settings.state_dir).instance
+    unreadable = unreadable_grants(host, instance, as_root=as_root)
     desired = DesiredFile(
         revision=revision,
         spec_path=source,
@@ -145,7 +162,7 @@ def desired_file(
         host=host,
         applied_at=utc_now(),
     )
-    return desired, problems
+    return desired, problems, unreadable
 
 
 def store(

@@ -111,10 +111,11 @@ def container(workload: WorkloadSpec, share: GpuShare, image: str) -> dict[str, 
     out["resources"] = resources(share, workload.limits)
     probe_port = health_port(workload)
     if workload.health is not None and probe_port is not None:
-        out["readinessProbe"] = probe(workload.health, probe_port, initial_delay_s=0)
-        out["livenessProbe"] = probe(
-            workload.health, probe_port, initial_delay_s=workload.health.start_period_s
-        )
+        # readiness first: the startup probe gives it start_timeout_s to answer once; only then
+        # do the liveness (and readiness) probes count failures
+        out["startupProbe"] = startup_probe(workload.health, probe_port)
+        out["readinessProbe"] = probe(workload.health, probe_port)
+        out["livenessProbe"] = probe(workload.health, probe_port)
     out["securityContext"] = {
         "allowPrivilegeEscalation": False,
         "readOnlyRootFilesystem": True,
@@ -175,17 +176,24 @@ def health_port(workload: WorkloadSpec) -> int | None:
     return workload.serve.port if workload.serve is not None else None
 
 
-def probe(health: HealthCheckSpec, port: int, *, initial_delay_s: float) -> dict[str, Any]:
+def probe(health: HealthCheckSpec, port: int) -> dict[str, Any]:
     """An HTTP probe from the health check. Kubernetes counts whole seconds, at least one."""
-    out: dict[str, Any] = {
+    return {
         "httpGet": {"path": health.http_path, "port": port},
         "periodSeconds": max(1, math.ceil(health.interval_s)),
         "timeoutSeconds": max(1, math.ceil(health.timeout_s)),
         "failureThreshold": health.failure_threshold,
     }
-    if initial_delay_s > 0:
-        out["initialDelaySeconds"] = math.ceil(initial_delay_s)
-    return out
+
+
+def startup_probe(health: HealthCheckSpec, port: int) -> dict[str, Any]:
+    """Kubernetes' form of `start_timeout_s`: the probe may fail for that long (in whole periods)
+    before the container is restarted; the other probes wait until it has passed once."""
+    period_s = max(1, math.ceil(health.interval_s))
+    return {
+        **probe(health, port),
+        "failureThreshold": max(1, math.ceil(health.start_timeout_s / period_s)),
+    }
 
 
 def resources(share: GpuShare, limits: LimitsSpec) -> dict[str, dict[str, str]]:

@@ -51,6 +51,10 @@ class UpBanner:
     cli: str = "gpuplex"
     #: `job submit`'s arguments for a small job of a tenant with a queue; None: no queues
     job_example: tuple[str, ...] | None = None
+    #: on simulated GPUs: the workloads (`tenant/workload`) that run their own commands ...
+    real_commands: tuple[str, ...] = ()
+    #: ... and those that run a stand-in (a simulated model server or workload)
+    stand_ins: tuple[str, ...] = ()
 
 
 def gpuplex_command() -> str:
@@ -115,10 +119,27 @@ def openai_example(gateway_url: str, key: DemoKey) -> str:
     )
 
 
+def _what_runs(banner: UpBanner) -> list[str]:
+    """On simulated GPUs, which workloads run their own commands and which a stand-in."""
+    lines = []
+    if banner.real_commands:
+        lines.append(
+            f"  for real     {escape(', '.join(banner.real_commands))}: "
+            "their own commands, on simulated GPUs"
+        )
+    if banner.stand_ins:
+        lines.append(
+            f"  stand-ins    {escape(', '.join(banner.stand_ins))}: simulated model servers and "
+            "workloads, not their commands (--real-commands or --real TENANT/WORKLOAD runs them)"
+        )
+    return lines
+
+
 def print_banner(console: Console, banner: UpBanner) -> None:
     """Plain lines, never cut: tokens and keys must survive a copy and paste from any terminal."""
     lines = [
         f"[bold green]gpuplex is up[/]: {escape(banner.how)}",
+        *_what_runs(banner),
         f"  dashboard    {banner.server_url}/dashboard/#token={banner.admin_token}",
     ]
     if banner.viewer_token is not None and banner.viewer_tenant is not None:

@@ -29,7 +29,13 @@ from gpuplex.consoles import stderr_console
 from gpuplex.core.access import Role
 from gpuplex.core.serve.routes import route_table
 from gpuplex.core.spec import GpuplexSpec, RateLimits
-from gpuplex.errors import GatewayError, GpuplexError, HostActionError, HostBusyError
+from gpuplex.errors import (
+    GatewayError,
+    GpuplexError,
+    HostActionError,
+    HostBusyError,
+    NotFoundError,
+)
 from gpuplex.host import session
 from gpuplex.host.driver import GpuDriver
 from gpuplex.host.interpreter import reachable_by_others
@@ -54,7 +60,9 @@ from gpuplex.specfile import load_spec_file
 from gpuplex.store.db import open_store
 from gpuplex.up import children, lifecycle, readiness
 from gpuplex.up.banner import DemoKey, UpBanner, gpuplex_command, job_example, print_banner
+from gpuplex.up.real_commands import real_workloads, refuse_what_cannot_start, simulated_driver
 from gpuplex.up.sampler import Sampler
+from gpuplex.up.simulate import runs_for_real, unknown_real
 
 DEMO_NAME = "gpuplex up demo"
 READY_TIMEOUT_S = 60.0
@@ -67,6 +75,9 @@ def run_up(stop: lifecycle.StopSignals, settings: UpSettings, console: Console) 
     """Refuse before changing anything when this state directory or a port is in use; then start
     everything, unwinding what was started if a stop signal or an error comes first."""
     spec = load_spec_file(settings.spec_path)
+    unknown = unknown_real(spec, settings.real)
+    if unknown:
+        raise NotFoundError("--real: " + "; ".join(unknown))
     root = settings.state_dir.absolute()
     listeners = {
         "gateway": (spec.gateway.host, spec.gateway.port),
@@ -114,6 +125,10 @@ def _start_and_serve(
     engine = open_store(store_url)
     cleanup.callback(engine.dispose)
     ctx = ServerContext.open(engine, utc_now, dirs.root, ROLLUP_WINDOW_S)
+    real = real_workloads(settings) if simulated_driver(settings.driver) else None
+    # what the host runtime could not start, said before the spec is applied: a folder granted
+    # in `reads` that a tenant's user cannot read, a command it cannot run
+    refuse_what_cannot_start(ctx, spec, settings, host_settings, real)
     # planned once, here; the host runtime, the gateway and billing all read this revision
     apply_spec_file(ctx, settings.spec_path, actor="gpuplex up")
     applied = ctx.current.get()
@@ -126,6 +141,7 @@ def _start_and_serve(
     cleanup.callback(opened.driver.close)
     simulated = opened.driver.name == "sim"
     driver_name = "sim" if simulated else "nvml"
+    own, stand_ins = runs_for_real(spec, real if simulated else None)
 
     # /metrics on both is read with this token ($GPUPLEX_METRICS_TOKEN, else a new one)
     metrics_token = take_metrics_token() or new_metrics_token()
@@ -140,6 +156,8 @@ def _start_and_serve(
         home=root,
         cli=gpuplex_command(),
         job_example=job_example(spec, banner.viewer_tenant),
+        real_commands=tuple(own) if simulated else (),
+        stand_ins=tuple(stand_ins) if simulated else (),
     )
 
     (root / "store").chmod(0o700)  # specs, usage and webhook URLs: the owner's only
@@ -155,8 +173,10 @@ def _start_and_serve(
     stop.checkpoint()
     host_argv = [sys.executable, "-m", "gpuplex.cli", "host", "run", "--follow-store", store_url]
     host_argv += ["--state-dir", str(dirs.root), "--driver", driver_name]
-    if simulated:
+    if simulated and real is not None:  # None: every command runs for real
         host_argv.append("--stand-ins")
+        for name in real:
+            host_argv += ["--real", name]
     gateway_argv = [*python, "gateway", "--store", store_url]  # it follows the applied revision
     gateway_argv += ["--spool-dir", str(root / "gateway" / "spool")]
     lifeline = lifecycle.child_environment()

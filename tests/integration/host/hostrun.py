@@ -98,7 +98,7 @@ def server(tenant: str, port: int, *extra: str, **fields: Any) -> dict[str, Any]
             "interval_s": 0.1,
             "timeout_s": 0.5,
             "failure_threshold": 3,
-            "start_period_s": 5,
+            "start_timeout_s": 30,
         },
         "restart": fields.pop(
             "restart", {"backoff_initial_s": 0.3, "backoff_max_s": 2, "stop_grace_s": 2}

@@ -1,5 +1,6 @@
 """The gateway's own endpoints, on the ASGI app with a stand-in runtime: `/healthz` names what stops
-it from serving and billing a request; `/metrics` (every tenant's names, models and usage) needs
+it from serving and billing a request, and counts the model servers that are ready, starting and
+down (never naming them: anyone may ask); `/metrics` (every tenant's names, models and usage) needs
 the metrics token, or a caller from a network the operator listed, and answers anyone else 401
 with an OpenAI-style JSON error; `/health` stays a plain liveness answer."""
 
@@ -15,6 +16,7 @@ import orjson
 import pytest
 
 from gpuplex.gateway.app import GatewayApp
+from gpuplex.gateway.backends import BackendState
 from gpuplex.gateway.runtime import GatewayRuntime
 from gpuplex.observe.metrics_token import metrics_token_sha256
 from gpuplex.settings import GatewaySettings
@@ -32,8 +34,17 @@ class FakeSpool:
 
 
 @dataclass
+class FakePool:
+    now: BackendState
+
+    def state(self) -> BackendState:
+        return self.now
+
+
+@dataclass
 class FakeLive:
     metrics_networks: tuple[Any, ...] = ()
+    pools: dict[str, FakePool] = field(default_factory=dict)
 
 
 @dataclass
@@ -83,11 +94,41 @@ def get(
     return start["status"], response_headers, b"".join(m.get("body", b"") for m in sent[1:])
 
 
-def test_healthz_is_ok_while_the_spool_takes_records() -> None:
-    app, _ = gateway()
+def counted(total: int, ready: int, starting: int = 0, down: int = 0) -> dict[str, int]:
+    return {"total": total, "ready": ready, "starting": starting, "down": down}
+
+
+def test_healthz_is_ok_while_the_spool_takes_records_and_every_backend_is_ready() -> None:
+    app, runtime = gateway()
     status, headers, body = get(app, "/healthz")
-    assert (status, orjson.loads(body)) == (200, {"status": "ok"})
+    assert (status, orjson.loads(body)) == (200, {"status": "ok", "backends": counted(0, 0)})
     assert headers["content-type"] == "application/json"
+    runtime.live.pools = {"acme/chat": FakePool(BackendState.READY)}
+    status, _, body = get(app, "/healthz")
+    assert (status, orjson.loads(body)) == (200, {"status": "ok", "backends": counted(1, 1)})
+
+
+def test_healthz_says_when_model_servers_are_not_ready_without_naming_them() -> None:
+    """Its only backend down, every request 503: `/healthz` no longer says ok. The gateway
+    itself can still serve (another tenant's model, a retry once it is back), so 200."""
+    app, runtime = gateway()
+    runtime.live.pools = {
+        "acme/chat": FakePool(BackendState.DOWN),
+        "bolt/chat": FakePool(BackendState.STARTING),
+        "cora/chat": FakePool(BackendState.READY),
+    }
+    status, _, body = get(app, "/healthz")
+    assert status == 200
+    assert orjson.loads(body) == {
+        "status": "degraded",
+        "backends": counted(3, 1, starting=1, down=1),
+        "problems": [
+            "2 of 3 model servers have no replica that answers its health check (1 starting, "
+            "1 down): requests to their models get 503 until one does"
+        ],
+    }
+    assert b"acme" not in body
+    assert b"bolt" not in body
 
 
 def test_healthz_names_the_spool_problem_and_health_stays_ok() -> None:
@@ -95,7 +136,11 @@ def test_healthz_names_the_spool_problem_and_health_stays_ok() -> None:
     runtime.spool.cause = "the usage spool /var/spool is full (ENOSPC): 0 KiB free"
     status, _, body = get(app, "/healthz")
     assert status == 503
-    assert orjson.loads(body) == {"status": "degraded", "problems": [runtime.spool.cause]}
+    assert orjson.loads(body) == {
+        "status": "degraded",
+        "backends": counted(0, 0),
+        "problems": [runtime.spool.cause],
+    }
     status, _, body = get(app, "/health")  # liveness: `gpuplex up` and restarts must not fire
     assert (status, orjson.loads(body)) == (200, {"status": "ok"})
 

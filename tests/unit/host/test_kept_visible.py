@@ -1,7 +1,9 @@
-"""What a replica still sees of the host's /tmp behind its private one (`kept_visible`): a job keeps
-only gpuplex's state directory, whatever its command, environment and program name; a workload of
-the spec keeps the folders it names only where its user could reach them on the host (every
-folder above by owner, group and mode), never one behind a folder it may not enter."""
+"""What a replica still sees of the host's /tmp behind its private one (`kept_visible`), besides the
+folders granted in the spec (`reads`, tests/unit/host/test_grants.py): a job keeps only gpuplex's
+state directory, whatever its command, environment and program name; a workload of the spec keeps
+its PYTHONPATH and its program's folder only where its user could reach them on the host (every
+folder above by owner, group and mode), never one behind a folder it may not enter, and nothing
+its arguments name: a folder it reads must be granted."""
 
 from __future__ import annotations
 
@@ -58,14 +60,34 @@ def test_a_spec_workload_keeps_what_its_user_can_reach_and_nothing_behind_a_clos
     served = wanted(
         "chat",
         binding(Mode.DEDICATED, 0),
-        argv=[str(base / "open/bin/tool"), str(base / "open/model.bin"), str(base / "closed/sub")],
+        argv=[str(base / "open/bin/tool"), str(base / "closed/sub")],
     )
     env = {"PYTHONPATH": os.pathsep.join([str(base / "closed/sub"), str(base / "open")])}
     kept = kept_visible(base / "state", env, served, NOBODY)
     assert kept == (
         str((base / "state").resolve()),
-        str(base / "open"),  # on PYTHONPATH, and model.bin's folder
+        str(base / "open"),  # on PYTHONPATH
         str(base / "open/bin"),  # the program's folder
+    )
+
+
+def test_nothing_is_kept_for_naming_it_in_an_argument(base: Path) -> None:
+    """`--lora-modules b/chat=/tmp/.../adapter` once hid the adapter (only arguments starting
+    with / were guessed at), and a plain path let a replica see a folder nobody granted it."""
+    (base / "adapters").mkdir(mode=0o755)
+    served = wanted(
+        "chat",
+        binding(Mode.DEDICATED, 0),
+        argv=[
+            "/usr/bin/env",
+            str(base / "open/model.bin"),
+            f"--lora-modules=b/chat={base / 'adapters'}",
+            str(base / "adapters"),
+        ],
+    )
+    assert kept_visible(base / "state", {}, served, NOBODY) == (
+        str((base / "state").resolve()),
+        "/usr/bin",
     )
 
 

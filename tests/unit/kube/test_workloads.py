@@ -429,7 +429,7 @@ def test_memory_quantities(gib: float, quantity: str) -> None:
     assert memory_quantity(gib) == quantity
 
 
-def test_health_checks_become_readiness_and_liveness_probes() -> None:
+def test_health_checks_become_startup_readiness_and_liveness_probes() -> None:
     spec = one_tenant(
         {
             "serve": {"model": "m", "port": 9000},
@@ -439,7 +439,7 @@ def test_health_checks_become_readiness_and_liveness_probes() -> None:
                 "interval_s": 0.5,
                 "timeout_s": 2.5,
                 "failure_threshold": 4,
-                "start_period_s": 45,
+                "start_timeout_s": 45,
             },
         }
     )
@@ -450,7 +450,9 @@ def test_health_checks_become_readiness_and_liveness_probes() -> None:
         "timeoutSeconds": 3,
         "failureThreshold": 4,
     }
-    assert container["livenessProbe"] == {**container["readinessProbe"], "initialDelaySeconds": 45}
+    assert container["livenessProbe"] == container["readinessProbe"]
+    # it may take 45 s to answer once (45 periods of 1 s) before it is restarted
+    assert container["startupProbe"] == {**container["readinessProbe"], "failureThreshold": 45}
     assert [p["containerPort"] for p in container["ports"]] == [9000, 9100]
 
 

@@ -89,6 +89,7 @@ def _replica(
         restart=workload.restart,
         network=Network.NONE if job else workload.network,
         unix_user=tenant.unix_user,
+        reads=[] if job else list(workload.reads),
         job=job,
     )
 

@@ -166,7 +166,7 @@ class _Diff:
                     StopWorkload(label=record.label, reason=reason, counts_as_exit=False)
                 )
                 continue
-            verdict = health_verdict(record)
+            verdict = health_verdict(record, self.now_s)
             if verdict is not None:
                 self.actions.append(
                     StopWorkload(label=record.label, reason=verdict, counts_as_exit=True)

@@ -68,10 +68,6 @@ PRIVATE_TMP = ("/tmp", "/var/tmp")  # noqa: S108 - the paths being made private
 PRIVATE_SHM = "/dev/shm"  # noqa: S108 - the path being made private
 
 
-#: At most this many folders under a private path are kept visible (shell fds 3 to 9).
-MAX_KEPT = 7
-
-
 def process_argv(
     wanted: WorkloadDesired,
     cgroup_procs: list[str],
@@ -79,15 +75,17 @@ def process_argv(
     *,
     private_tmp: bool = False,
     keep: tuple[str, ...] = (),
+    read_only: tuple[tuple[str, str], ...] = (),
     exit_file: str | None = None,
 ) -> list[str]:
     """The argv for the process runtime: join cgroups; enter new namespaces where asked (network:
     none, and every job, gets a network of its own with loopback only; `private_tmp` a mount
     namespace with its own /tmp, /var/tmp and /dev/shm, where the folders of `keep` that lie
-    under those, such as the state directory, stay visible); drop to the tenant's Unix user (`run_as`, as uid and gid)
-    with no way back to privilege (no_new_privs, no capabilities); then exec the command. With
-    `exit_file`, the launching shell (root, where gpuplex is) stays and writes the exit status
-    there."""
+    under those, such as the state directory, stay visible, and each folder of `read_only`, as
+    (its path, the real folder on the host), is seen read-only wherever it lies); drop to the
+    tenant's Unix user (`run_as`, as uid and gid) with no way back to privilege (no_new_privs,
+    no capabilities); then exec the command. With `exit_file`, the launching shell (root, where
+    gpuplex is) stays and writes the exit status there."""
     if exit_file is None:
         argv = ["/bin/sh", "-c", _JOIN_CGROUPS, "gpuplex-launch", *cgroup_procs, "--"]
     else:
@@ -102,7 +100,7 @@ def process_argv(
     if private_tmp:
         unshare += ["--mount", "--propagation", "private"]
         paths = [*PRIVATE_TMP] + ([] if wanted.binding.mode is Mode.MPS else [PRIVATE_SHM])
-        setup += _private_mounts(paths, keep)
+        setup += _private_mounts(paths, keep, read_only)
     if setup:
         script = " && ".join(setup) + ' && exec "$@"'
         argv += [*unshare, "--", "/bin/sh", "-c", script, "gpuplex-namespaces"]
@@ -120,32 +118,61 @@ def own_network(wanted: WorkloadDesired) -> bool:
     return wanted.network is Network.NONE or wanted.job
 
 
-def _private_mounts(paths: list[str], keep: tuple[str, ...]) -> list[str]:
-    """Shell steps: a fresh tmpfs on each of `paths`; each folder of `keep` under one of them is
-    opened first (fd 3, 4, ...) and bound back at its own path, so it is still reached there.
+def _private_mounts(
+    paths: list[str], keep: tuple[str, ...], read_only: tuple[tuple[str, str], ...] = ()
+) -> list[str]:
+    """Shell steps: a fresh tmpfs on each of `paths`; then each folder to keep bound back at its
+    own path, each folder of `read_only` (path, real folder) bound at its path read-only.
 
-    The folders made on the fresh tmpfs to reach a kept folder are 711 (umask 066): passed
-    through, never listed, and holding nothing but the way to what is kept. Which folders may be
-    kept at all (none the replica's user could not reach on the host, but gpuplex's own state
-    directory) is the caller's decision (host/launcher.py `kept_visible`)."""
-    under = [k for k in keep if any(k.startswith(path.rstrip("/") + "/") for path in paths)]
-    kept = [k for k in dict.fromkeys(under) if not any(k.startswith(o + "/") for o in under)]
-    kept = kept[:MAX_KEPT]  # the state directory first (the caller's order); more is unusual
+    Before the tmpfs covers a private path, it is opened (fd 3, 4, 5), and what lay under it is
+    bound from `/proc/self/fd/N/<the rest of its path>`: the kernel follows the open folder, not
+    the new tmpfs. Parents are bound before what lies in them, so a kept folder inside a
+    read-only one (the state directory inside a granted folder) stays writable. The folders made
+    on the fresh tmpfs to reach a bound one are 711 (umask 066): passed through, never listed,
+    and holding nothing but the way to what is bound. Which folders may be kept or granted at
+    all is the caller's decision (host/launcher.py `kept_visible`, host/grants.py)."""
+    binds: dict[str, tuple[str, bool]] = {}  # path in the namespace -> (real folder, read-only)
+    for folder, real in read_only:
+        target = folder if _under_any(folder, paths) else real  # a link outside: its folder
+        binds[target] = (real, True)
+    for folder in keep:
+        if _under_any(folder, paths) or _under_any(
+            folder, [t for t, (_, ro) in binds.items() if ro]
+        ):
+            binds[folder] = (folder, False)  # gpuplex's own folders stay writable
+    opened = [p for p in paths if any(_under(real, p) for real, _ in binds.values())]
     steps = []
-    if kept:
-        steps.append("exec " + " ".join(f"{3 + n}<{shlex.quote(k)}" for n, k in enumerate(kept)))
+    if opened:
+        steps.append("exec " + " ".join(f"{3 + n}<{shlex.quote(p)}" for n, p in enumerate(opened)))
     steps += [f"mount -t tmpfs -o mode=1777,nosuid,nodev tmpfs {path}" for path in paths]
-    for n, folder in enumerate(kept):
+    for target in sorted(binds, key=lambda t: (t.count("/"), t)):
+        real, ro = binds[target]
+        source = real
+        for n, path in enumerate(opened):
+            if _under(real, path):
+                rest = real[len(path.rstrip("/")) :].lstrip("/")
+                source = f"/proc/self/fd/{3 + n}" + (f"/{rest}" if rest else "")
+                break
+        quoted = shlex.quote(target)
         # --no-canonicalize: mount would otherwise turn /proc/self/fd/N back into the path,
         # which now names the empty folder on the new tmpfs; the kernel follows the fd itself
-        quoted = shlex.quote(folder)
-        steps.append(
-            f"(umask 066 && mkdir -p {quoted}) && "
-            f"mount --no-canonicalize --bind /proc/self/fd/{3 + n} {quoted}"
-        )
-    if kept:
-        steps.append("exec " + " ".join(f"{3 + n}<&-" for n in range(len(kept))))
+        step = f"mount --no-canonicalize --bind {shlex.quote(source)} {quoted}"
+        if _under_any(target, paths):
+            step = f"(umask 066 && mkdir -p {quoted}) && {step}"
+        if ro:
+            step += f" && mount --no-canonicalize -o remount,bind,ro,nosuid,nodev {quoted}"
+        steps.append(step)
+    if opened:
+        steps.append("exec " + " ".join(f"{3 + n}<&-" for n in range(len(opened))))
     return steps
+
+
+def _under(path: str, folder: str) -> bool:
+    return path == folder or path.startswith(folder.rstrip("/") + "/")
+
+
+def _under_any(path: str, folders: list[str]) -> bool:
+    return any(_under(path, folder) for folder in folders)
 
 
 def container_name(wanted: WorkloadDesired, instance: str) -> str:

@@ -51,6 +51,9 @@ class WorkloadDesired(ApplyModel):
     restart: RestartSpec = Field(default_factory=RestartSpec)
     network: Network = Network.HOST
     unix_user: str | None = None
+    #: host folders granted to it in the spec (`reads`), absolute: seen read-only, and checked
+    #: readable by its user before anything changes
+    reads: list[str] = Field(default_factory=list)
     #: a job's replica (its file a tenant wrote at run time, `JobWorkloadSpec`): always in a
     #: network namespace of its own, and none of the host paths it names is bound into its /tmp
     job: bool = False

@@ -62,9 +62,26 @@ def after_exit(record: WorkloadRecord, exit_status: ExitStatus, now_s: float) ->
     )
 
 
+#: How often a `starting` replica's health check runs at most: its first healthy answer makes it
+#: `running` soon after it is ready.
+STARTING_INTERVAL_S = 2.0
+
+
+def check_interval_s(record: WorkloadRecord) -> float:
+    """Seconds between a replica's health checks: `interval_s`, at most STARTING_INTERVAL_S while
+    it has not answered yet. A replica without a health check is never checked."""
+    health = record.desired.health
+    if health is None:
+        return float("inf")
+    if record.phase is Phase.STARTING:
+        return min(health.interval_s, STARTING_INTERVAL_S)
+    return health.interval_s
+
+
 def after_health_check(record: WorkloadRecord, ok: bool, now_s: float) -> WorkloadRecord:
-    """Count a check: success makes a starting replica running; failures inside the start period do
-    not count."""
+    """Count a check. Readiness first: a replica is `starting` until its first success, which
+    makes it `running`; failures before that never count (how long it may take is
+    `start_timeout_s`, see `health_verdict`). Once it has been ready, failures in a row count."""
     if ok:
         return record.model_copy(
             update={
@@ -74,21 +91,32 @@ def after_health_check(record: WorkloadRecord, ok: bool, now_s: float) -> Worklo
                 "healthy_at_s": now_s,
             }
         )
-    health = record.desired.health
-    started = record.started_at_s if record.started_at_s is not None else now_s
-    in_start_period = health is not None and now_s - started < health.start_period_s
-    never_healthy = record.healthy_at_s is None
-    failures = (
-        record.health_failures if in_start_period and never_healthy else record.health_failures + 1
-    )
+    never_ready = record.healthy_at_s is None
+    failures = record.health_failures if never_ready else record.health_failures + 1
     return record.model_copy(
         update={"health_failures": failures, "health_checks": record.health_checks + 1}
     )
 
 
-def health_verdict(record: WorkloadRecord) -> str | None:
-    """Why the replica must be restarted for failing its health checks, or None."""
+def health_verdict(record: WorkloadRecord, now_s: float) -> str | None:
+    """Why the replica must be restarted for its health checks, or None: it has failed
+    `failure_threshold` checks in a row since it was ready, or it has not been ready once within
+    `start_timeout_s` of its start."""
     health = record.desired.health
-    if health is None or record.health_failures < health.failure_threshold:
+    if health is None:
+        return None
+    if record.healthy_at_s is None:
+        started = record.started_at_s
+        if (
+            record.phase is Phase.STARTING
+            and started is not None
+            and now_s - started >= health.start_timeout_s
+        ):
+            return (
+                f"not ready within start_timeout_s ({health.start_timeout_s:g} s): its health "
+                f"check never answered ({counted(record.health_checks, 'check')} made)"
+            )
+        return None
+    if record.health_failures < health.failure_threshold:
         return None
     return f"health check failed {counted(record.health_failures, 'time')} in a row"

@@ -208,6 +208,17 @@ def _check_runtime(workload: WorkloadSpec, path: FieldPath) -> Iterator[SpecProb
         yield SpecProblem(
             (*path, "command"), "command is empty: give the program and its arguments"
         )
+    if workload.reads and workload.command is None and workload.image is None:
+        where = (
+            f"the server it rides on ({workload.serve.lora_of})"
+            if workload.serve is not None and workload.serve.lora_of
+            else "the workload whose command reads them"
+        )
+        yield SpecProblem(
+            (*path, "reads"),
+            f"reads grants folders to a workload's processes, and this one runs none (no command "
+            f"or image): grant them on {where}",
+        )
 
 
 def _check_quota(tenant: TenantSpec, path: FieldPath) -> Iterator[SpecProblem]:

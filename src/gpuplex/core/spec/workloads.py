@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import posixpath
 from enum import StrEnum
+from typing import Annotated
 
-from pydantic import Field, StrictFloat, StrictInt, model_validator
+from pydantic import AfterValidator, Field, StrictFloat, StrictInt, model_validator
 
 from gpuplex.core.spec.fields import DnsLabel, SpecModel
 from gpuplex.core.spec.runtime import LimitsSpec, Network, RestartSpec
@@ -80,16 +82,48 @@ class ServeSpec(SpecModel):
 
 
 class HealthCheckSpec(SpecModel):
+    """Readiness, then liveness: a replica is `starting` until its first healthy answer, and only
+    then do failed checks count. One that has not answered within `start_timeout_s` of its start
+    is restarted (the stop counts as an exit)."""
+
     http_path: str = Field(default="/health", pattern=r"^/")
     port: StrictInt | None = Field(default=None, ge=1, le=65535)
     interval_s: StrictFloat = Field(default=10.0, gt=0)
     timeout_s: StrictFloat = Field(default=2.0, gt=0)
     failure_threshold: StrictInt = Field(
-        default=3, ge=1, le=100, description="Consecutive failed checks before a restart."
+        default=3,
+        ge=1,
+        le=100,
+        description="Consecutive failed checks, once it has been ready, before a restart.",
     )
-    start_period_s: StrictFloat = Field(
-        default=30.0, ge=0, description="Failed checks this soon after a start do not count."
+    start_timeout_s: StrictFloat = Field(
+        default=600.0,
+        gt=0,
+        description="How long a replica may take to answer its first check (a model server "
+        "loading its weights) before it is restarted.",
     )
+
+
+#: Longest a folder granted in `reads` may be, and how many one workload may have.
+MAX_READ_PATH_CHARS = 4096
+MAX_READS = 32
+
+
+def _check_read_folder(value: str) -> str:
+    if not value.startswith("/"):
+        raise ValueError(f"{value!r} is not an absolute path: give the folder from / on")
+    if value == "/" or "\0" in value or len(value) > MAX_READ_PATH_CHARS:
+        raise ValueError(f"{value!r} cannot be granted: name one folder below /")
+    if posixpath.normpath(value) != value:
+        raise ValueError(
+            f"{value!r} is not written plainly: write {posixpath.normpath(value)!r} "
+            "(no '..', '.', doubled or trailing '/')"
+        )
+    return value
+
+
+#: An absolute, plainly written folder (no `..`, no trailing `/`), not / itself.
+ReadFolder = Annotated[str, AfterValidator(_check_read_folder)]
 
 
 class WorkloadSpec(SpecModel):
@@ -111,6 +145,13 @@ class WorkloadSpec(SpecModel):
         description="Extra environment; {port}, {replica} and {memory_mib} are filled in.",
     )
     health: HealthCheckSpec | None = None
+    reads: list[ReadFolder] = Field(
+        default_factory=list,
+        max_length=MAX_READS,
+        description="Folders on the host this workload's processes read (its model, its LoRA "
+        "adapters), absolute; granted read-only. `host apply` and `gpuplex up` refuse a spec "
+        "whose tenant user cannot read one. Nothing else of the host's /tmp is kept visible.",
+    )
     limits: LimitsSpec = Field(default_factory=LimitsSpec)
     restart: RestartSpec = Field(default_factory=RestartSpec)
     network: Network = Field(

@@ -125,10 +125,24 @@ CASES = [
     ),
     pytest.param(
         BASE,
-        replaced(EVERYONE, API.label, record(API, health_failures=3)),
+        replaced(EVERYONE, API.label, record(API, health_failures=3, healthy_at_s=0.0)),
         0.0,
         [("stop", "acme/api#0", True)],
         id="health-threshold-reached",
+    ),
+    pytest.param(
+        BASE,
+        replaced(EVERYONE, API.label, record(API, Phase.STARTING, started_at_s=0.0)),
+        599.0,
+        [],
+        id="still-starting-within-the-start-timeout",
+    ),
+    pytest.param(
+        BASE,
+        replaced(EVERYONE, API.label, record(API, Phase.STARTING, started_at_s=0.0)),
+        600.0,
+        [("stop", "acme/api#0", True)],
+        id="never-ready-by-the-start-timeout",
     ),
     pytest.param(
         BASE,

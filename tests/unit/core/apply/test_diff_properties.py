@@ -103,7 +103,7 @@ def test_never_stops_a_replica_that_runs_as_desired_on_a_fine_gpu(
     lost, dead_mps = subset(gpus), subset(mps_gpus)
 
     records: list[WorkloadRecord] = [
-        record(w, health_failures=2 if w.label in unhealthy else 1)
+        record(w, health_failures=2 if w.label in unhealthy else 1, healthy_at_s=0.0)
         for w in desired.workloads
         if w.label in up
     ]

@@ -249,3 +249,74 @@ def test_mps_container_shares_ipc_and_the_pipe_directory() -> None:
 def test_container_without_image_is_refused() -> None:
     with pytest.raises(ValueError, match="no image"):
         container_argv("docker", wanted("w", binding(Mode.DEDICATED, 0)), ["GPU-a"], {}, "i", None)
+
+
+def _setup_script(argv: list[str]) -> str:
+    after_join = argv[argv.index("--") + 1 :]
+    return after_join[after_join.index("/bin/sh") + 2]
+
+
+#: Paths in a mount script (nothing is made there).
+UP, LINK = "/tmp/up", "/tmp/link"  # noqa: S108
+
+
+def test_granted_folders_are_bound_read_only_from_the_covered_tmp_parents_first() -> None:
+    served = wanted("chat", binding(Mode.DEDICATED, 0))
+    argv = process_argv(
+        served,
+        ["/cg/cgroup.procs"],
+        (1001, 1002),
+        private_tmp=True,
+        keep=(f"{UP}/host", "/opt/venv/bin"),  # the state directory inside a granted folder
+        read_only=(
+            (UP, UP),
+            ("/srv/models/base", "/srv/models/base"),
+            (LINK, "/data/adapters"),  # a link under /tmp to a folder elsewhere
+        ),
+    )
+    script = _setup_script(argv)
+    ro = "mount --no-canonicalize -o remount,bind,ro,nosuid,nodev"
+    steps = [
+        "exec 3</tmp",  # the host's /tmp, opened before the tmpfs covers it
+        "mount -t tmpfs -o mode=1777,nosuid,nodev tmpfs /tmp",
+        "mount -t tmpfs -o mode=1777,nosuid,nodev tmpfs /var/tmp",
+        "mount -t tmpfs -o mode=1777,nosuid,nodev tmpfs /dev/shm",
+        f"(umask 066 && mkdir -p {LINK}) && mount --no-canonicalize --bind /data/adapters "
+        f"{LINK} && {ro} {LINK}",
+        f"(umask 066 && mkdir -p {UP}) && mount --no-canonicalize --bind /proc/self/fd/3/up "
+        f"{UP} && {ro} {UP}",
+        f"mount --no-canonicalize --bind /srv/models/base /srv/models/base && {ro} "
+        "/srv/models/base",
+        # gpuplex's own folder inside a granted one, after it: writable again
+        f"(umask 066 && mkdir -p {UP}/host) && mount --no-canonicalize --bind "
+        f"/proc/self/fd/3/up/host {UP}/host",
+        "exec 3<&-",
+    ]
+    assert script.startswith(" && ".join(steps) + " && ")
+    assert "/opt/venv/bin" not in script  # outside the private paths: seen as it is
+
+
+@pytest.mark.skipif(
+    os.geteuid() != 0 or shutil.which("unshare") is None, reason="mount namespaces need root"
+)
+def test_a_granted_folder_is_read_only_inside_and_nothing_else_of_tmp_is_there(
+    tmp_path: Path,
+) -> None:
+    granted = tmp_path / "model"
+    granted.mkdir()
+    (granted / "weights").write_text("w")
+    (tmp_path / "other").mkdir()
+    script = (
+        'cat "$1/weights"; touch "$1/new" 2>/dev/null && echo wrote || echo refused; '
+        'ls "$2" 2>/dev/null && echo other-there || echo other-gone'
+    )
+    job = wanted(
+        "probe",
+        binding(Mode.DEDICATED, 0),
+        argv=["/bin/sh", "-c", script, "probe", str(granted), str(tmp_path / "other")],
+    )
+    argv = process_argv(job, [], None, private_tmp=True, read_only=((str(granted),) * 2,))
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=30, check=False)  # noqa: S603
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["wrefused", "other-gone"]
+    assert not (granted / "new").exists()

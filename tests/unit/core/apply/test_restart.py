@@ -10,6 +10,7 @@ from gpuplex.core.apply.restart import (
     after_exit,
     after_health_check,
     backoff_delay_s,
+    check_interval_s,
     health_verdict,
 )
 from gpuplex.core.plan.model import Mode
@@ -161,11 +162,11 @@ def test_a_replica_crashing_rarely_never_fails(offsets: list[float]) -> None:
 # --- health checks ---------------------------------------------------------------------------------
 
 
-def checked(start_period_s: float = 30.0, threshold: int = 3) -> WorkloadRecord:
+def checked(start_timeout_s: float = 300.0, threshold: int = 3) -> WorkloadRecord:
     desired = wanted(
         "api",
         binding(Mode.DEDICATED, 0),
-        health=health(start_period_s=start_period_s, failure_threshold=threshold),
+        health=health(start_timeout_s=start_timeout_s, failure_threshold=threshold),
     )
     return record(desired, Phase.STARTING, started_at_s=100.0)
 
@@ -179,14 +180,15 @@ def run_checks(current: WorkloadRecord, checks: list[tuple[float, bool]]) -> Wor
 @pytest.mark.parametrize(
     ("checks", "failures", "phase"),
     [
+        # a model server loading its weights: never counted while it has not been ready once
         ([(110.0, False), (120.0, False), (129.9, False)], 0, Phase.STARTING),
-        ([(110.0, False), (130.0, False), (140.0, False)], 2, Phase.STARTING),
+        ([(110.0 + 10 * n, False) for n in range(30)], 0, Phase.STARTING),
         ([(105.0, True), (110.0, False), (115.0, False)], 2, Phase.RUNNING),
         ([(105.0, True), (110.0, False), (115.0, True)], 0, Phase.RUNNING),
-        ([(131.0, False), (132.0, False), (133.0, False)], 3, Phase.STARTING),
+        ([(180.0, False), (190.0, True), (200.0, False)], 1, Phase.RUNNING),
     ],
 )
-def test_failures_in_the_start_period_count_only_after_a_success(
+def test_failures_count_only_once_the_replica_has_been_ready(
     checks: list[tuple[float, bool]], failures: int, phase: Phase
 ) -> None:
     after = run_checks(checked(), checks)
@@ -201,17 +203,43 @@ def test_success_marks_running_and_healthy() -> None:
 
 
 @pytest.mark.parametrize("threshold", [1, 2, 5])
-def test_verdict_fires_at_the_failure_threshold(threshold: int) -> None:
-    current = checked(start_period_s=0.0, threshold=threshold)
+def test_verdict_fires_at_the_failure_threshold_after_readiness(threshold: int) -> None:
+    current = after_health_check(checked(threshold=threshold), True, 150.0)
     for n in range(1, threshold):
         current = after_health_check(current, False, 200.0 + n)
-        assert health_verdict(current) is None
+        assert health_verdict(current, 200.0 + n) is None
     current = after_health_check(current, False, 300.0)
-    verdict = health_verdict(current)
+    verdict = health_verdict(current, 300.0)
     times = "time" if threshold == 1 else "times"
     assert verdict == f"health check failed {threshold} {times} in a row"
 
 
+def test_a_replica_never_ready_is_restarted_at_its_start_timeout_and_not_before() -> None:
+    """vLLM takes a minute or more to answer /health: the default waits ten minutes for it."""
+    current = run_checks(
+        checked(start_timeout_s=120.0), [(100.0 + 2 * n, False) for n in range(60)]
+    )
+    assert health_verdict(current, 219.9) is None
+    verdict = health_verdict(current, 220.0)
+    assert verdict == (
+        "not ready within start_timeout_s (120 s): its health check never answered (60 checks made)"
+    )
+    ready = after_health_check(current, True, 219.0)
+    assert health_verdict(ready, 500.0) is None  # ready once: the start timeout is over
+
+
+def test_the_default_start_timeout_waits_minutes() -> None:
+    assert health().start_timeout_s == 600.0
+    assert health_verdict(checked(start_timeout_s=health().start_timeout_s), 100.0 + 599) is None
+
+
 def test_no_health_check_means_no_verdict() -> None:
     current = record(wanted("api", binding(Mode.DEDICATED, 0)), health_failures=50)
-    assert health_verdict(current) is None
+    assert health_verdict(current, 1e9) is None
+
+
+def test_a_starting_replica_is_checked_every_two_seconds_at_most() -> None:
+    starting = checked()  # interval_s 10 (the default)
+    assert check_interval_s(starting) == 2.0
+    assert check_interval_s(after_health_check(starting, True, 101.0)) == 10.0
+    assert check_interval_s(record(wanted("api", binding(Mode.DEDICATED, 0)))) == float("inf")

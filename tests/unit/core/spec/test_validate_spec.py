@@ -188,6 +188,27 @@ CASES: list[tuple[str, object, tuple[str | int, ...], str]] = [
         ("tenants", 0, "isolation"),
         "needs hardware isolation",
     ),
+    *[
+        (
+            f"reads {folder!r}",
+            doc(one(gpu={"count": 1}, command=["x"], reads=["/models/a", folder])),
+            ("tenants", 0, "workloads", 0, "reads", 1),
+            words,
+        )
+        for folder, words in [
+            ("models/b", "not an absolute path"),
+            ("/", "name one folder below /"),
+            ("/models/../etc", "write '/etc'"),
+            ("/models/b/", "write '/models/b'"),
+            ("/models//b", "write '/models/b'"),
+        ]
+    ],
+    (
+        "reads on a workload that runs nothing",
+        doc(one(gpu={"count": 1}, reads=["/models/a"])),
+        ("tenants", 0, "workloads", 0, "reads"),
+        "grant them on the workload whose command reads them",
+    ),
 ]
 
 
