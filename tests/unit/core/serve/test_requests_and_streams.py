@@ -106,7 +106,8 @@ def test_the_usage_only_chunk_is_marked_and_every_generated_part_counts() -> Non
     assert usage.completion_tokens == 1 + 1 + 2  # reasoning; name and arguments
     assert not usage.reported
     usage.read_event(_event({"choices": [], "usage": {"prompt_tokens": 4, "completion_tokens": 9}}))
-    assert usage.usage_only and usage.reported
+    assert usage.usage_only
+    assert usage.reported
     assert usage.tokens(prompt_estimate=100) == (4, 9)
     usage.read_event(b"data: [DONE]\n\n")
     assert not usage.usage_only
