@@ -60,6 +60,17 @@ def render_chat(
     return "".join(parts)
 
 
+def render_request(body: Mapping[str, object], messages: Sequence[object]) -> str:
+    """`render_chat` with a chat request's own options (its tools, `add_generation_prompt`,
+    `continue_final_message`), as chat completions and `/tokenize` both render it."""
+    return render_chat(
+        messages,
+        body.get("tools"),
+        add_generation_prompt=body.get("add_generation_prompt", True) is not False,
+        continue_final_message=body.get("continue_final_message") is True,
+    )
+
+
 def content_text(content: object, index: int = 0) -> str:
     """A message's content as text: a string, null, or a list of text parts."""
     if content is None:

@@ -24,7 +24,7 @@ from typing import TypeGuard
 import orjson
 
 from gpuplex.core.serve.inference import Endpoint
-from gpuplex.sim.model_chat import ChatRefused, render_chat, tool_arguments
+from gpuplex.sim.model_chat import ChatRefused, render_request, tool_arguments
 from gpuplex.sim.model_errors import (
     ModelErrorReply,
     invalid,
@@ -193,12 +193,7 @@ def _chat(
         isinstance(template_kwargs, dict) and template_kwargs.get("enable_thinking") is False
     )
     try:
-        text = render_chat(
-            messages,
-            body.get("tools"),
-            add_generation_prompt=body.get("add_generation_prompt", True) is not False,
-            continue_final_message=body.get("continue_final_message") is True,
-        )
+        text = render_request(body, messages)
     except ChatRefused as error:
         return refused(str(error), error.param)
     n_prompt = tokenizer.count(text, add_bos=body.get("add_special_tokens") is True)

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import orjson
 
-from gpuplex.sim.model_chat import ChatRefused, render_chat
+from gpuplex.sim.model_chat import ChatRefused, render_request
 from gpuplex.sim.model_errors import ModelErrorReply, invalid, refused
 from gpuplex.sim.model_requests import ServedModels
 from gpuplex.sim.model_tokenizer import SimTokenizer
@@ -31,12 +31,7 @@ def tokenize_reply(
     prompt = body.get("prompt")
     if isinstance(messages, list):
         try:
-            text = render_chat(
-                messages,
-                body.get("tools"),
-                add_generation_prompt=body.get("add_generation_prompt", True) is not False,
-                continue_final_message=body.get("continue_final_message") is True,
-            )
+            text = render_request(body, messages)
         except ChatRefused as error:
             return refused(str(error), error.param)
         tokens = tokenizer.encode(text, add_bos=body.get("add_special_tokens") is True)
