@@ -57,6 +57,19 @@ def _badly_tokenized(rng: random.Random, size: int) -> str:
     return "".join(chr(rng.randrange(0x4E00, 0x9FFF)) for _ in range(size))
 
 
+TOOL = {
+    "type": "function",
+    "function": {
+        "name": "lookup",
+        "description": "Look a word up.",
+        "parameters": {
+            "type": "object",
+            "properties": {"word": {"type": "string"}, "note": {"type": "string"}},
+            "required": ["word", "note"],
+        },
+    },
+}
+
 BODIES: dict[str, Callable[[random.Random], dict[str, object]]] = {
     "decoy messages on completions": lambda rng: {
         "prompt": _text(rng, 120),
@@ -88,6 +101,13 @@ BODIES: dict[str, Callable[[random.Random], dict[str, object]]] = {
         "messages": [{"role": "user", "content": _text(rng, 10)}],
         "stream": True,
         "max_tokens": 200,
+    },
+    "forced tool calls in streams without include_usage": lambda rng: {
+        "messages": [{"role": "user", "content": _text(rng, 10)}],
+        "tools": [TOOL],
+        "tool_choice": {"type": "function", "function": {"name": "lookup"}},
+        "stream": True,
+        "max_tokens": 120,
     },
     "abandoned whole replies": lambda rng: {
         "messages": [{"role": "user", "content": _text(rng, 10)}],
@@ -144,6 +164,7 @@ ATTACKS = (
     Attack("own chat template", "chat/completions", 8),
     Attack("fields for the shared server", "chat/completions", 8),
     Attack("streams without include_usage", "chat/completions", 8),
+    Attack("forced tool calls in streams without include_usage", "chat/completions", 4),
     Attack("abandoned whole replies", "chat/completions", 16, hang_up_s=0.15),
     Attack("abandoned streams", "completions", 16, hang_up_s=0.15),
     Attack("badly tokenized text", "chat/completions", 8),

@@ -29,6 +29,10 @@ from tests.vllm_real.server import (
     start_vllm,
 )
 
+#: A tool-call parser, so that vLLM answers forced tool calls (`tool_choice` naming a function) and
+#: streams them as `tool_calls` deltas: the differential test and the abuse tests send them.
+TOOL_PARSER = ("--enable-auto-tool-choice", "--tool-call-parser", "pythonic")
+
 
 def vllm_or_skip() -> None:
     """Skip (or fail, under GPUPLEX_REQUIRE_VLLM=1) where vLLM is not installed."""
@@ -49,7 +53,7 @@ def vllm_model(tmp_path_factory: pytest.TempPathFactory) -> ModelFiles:
 @pytest.fixture(scope="session")
 def vllm(vllm_model: ModelFiles, tmp_path_factory: pytest.TempPathFactory) -> Iterator[VllmServer]:
     log_path = tmp_path_factory.mktemp("vllm-server") / "vllm.log"
-    server = start_vllm(vllm_model, log_path, served_name=BASE_NAME)
+    server = start_vllm(vllm_model, log_path, served_name=BASE_NAME, extra_args=TOOL_PARSER)
     try:
         yield server
     finally:

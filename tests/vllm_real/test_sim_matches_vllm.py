@@ -136,8 +136,8 @@ CASES = [
 #: Forced tool calls: vLLM answers them only with a tool parser (`--enable-auto-tool-choice
 #: --tool-call-parser ...`), and its random-weight model writes arguments that are no JSON, so both
 #: servers are cut at `max_tokens` (`length`) and compared where the shapes do not depend on what
-#: the model wrote: a named function, its arguments streamed piece by piece. Compared only when the
-#: real server has a tool parser (the session's does not: 400, and the test says so).
+#: the model wrote: a named function, its arguments streamed piece by piece. The session's vLLM has
+#: a tool parser (tests/vllm_real/fixtures.py).
 NAMED = {"type": "function", "function": {"name": "weather"}}
 OPTIONAL = [
     Case(
@@ -389,9 +389,8 @@ def test_tool_calls_answer_as_vllm_with_a_tool_parser_does(
     case: Case, real: Target, sim: Target
 ) -> None:
     answer = real.ask(case)
-    if answer.status != 200:
-        error = answer.body.get("error", {}) if isinstance(answer.body, dict) else {}
-        pytest.skip(f"this vLLM runs without a tool parser: {error.get('message')}")
+    error = answer.body.get("error", {}) if isinstance(answer.body, dict) else {}
+    assert answer.status == 200, f"the session's vLLM runs with a tool parser: {error}"
     compare(case, real, sim)
 
 
