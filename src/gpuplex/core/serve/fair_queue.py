@@ -14,9 +14,10 @@ requests in flight towards the model server, and virtual token counters (VTC, Sh
   kept among tenants of the same priority.
 - Slots are not preempted, so a tenant that arrives while another holds every slot would wait for
   one to finish (up to a whole request, and with requests of equal length finishing together, that
-  wait does not average out). A few overflow slots above the bound go only to tenants holding less
-  than their weighted share of the slots: a newcomer starts at once, the busy tenant keeps its slots,
-  and the backend sees a batch a little larger than the bound.
+  wait does not average out). A few overflow slots above the bound go to tenants holding less than
+  their weighted share of the slots, no more than one request ahead of the turn: a newcomer starts
+  at once, the busy tenant keeps its slots, and the backend sees a batch a little larger than the
+  bound.
 - Each tenant's queue has a length bound: a full queue refuses at once. Wait timeouts belong to the
   caller, which `cancel`s what it gave up on.
 
@@ -26,6 +27,7 @@ The state is plain data; the gateway's queue runtime wraps it with futures.
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 
@@ -73,23 +75,27 @@ class FairQueue:
         return True
 
     def dispatch(self) -> QueuedRequest | None:
-        """The next request to send to the backend, if a slot is free and anyone waits."""
+        """The next request to send to the backend, if a slot is free and anyone waits: whose turn
+        it is decides the counters. An overflow slot goes to a tenant holding less than its share
+        of the slots, and only if that leaves it at most one request ahead of the turn: were it
+        given to any tenant under its share, a full backend (where every freed slot is an overflow
+        one) would share its slots by count and not its tokens, and a tenant of short requests
+        would get several times the tokens of one of long requests."""
         if self.waiting_count == 0 or self.in_flight >= self.max_in_flight + self.overflow:
             return None
-        under_share_only = self.in_flight >= self.max_in_flight
-        shares = self._slot_shares() if under_share_only else {}
-        chosen: _Tenant | None = None
-        for name, tenant in self.tenants.items():
-            if under_share_only and tenant.in_flight >= shares.get(name, 0):
-                continue
-            if tenant.waiting and (
-                chosen is None
-                or tenant.priority > chosen.priority
-                or (tenant.priority == chosen.priority and tenant.counter < chosen.counter)
-            ):
-                chosen = tenant
-        if chosen is None:
+        turn = self._turn(self.tenants.items())
+        if turn is None:
             return None
+        chosen = turn
+        if self.in_flight >= self.max_in_flight:
+            shares = self._slot_shares()
+            under = [(n, t) for n, t in self.tenants.items() if t.in_flight < shares.get(n, 0)]
+            overflow = self._turn(under)
+            if overflow is None or overflow.priority < turn.priority:
+                return None
+            if overflow.counter - turn.counter > overflow.waiting[0].cost_tokens / overflow.weight:
+                return None  # more than one request ahead of the turn
+            chosen = overflow
         request = chosen.waiting.popleft()
         self.waiting_count -= 1
         self.in_flight += 1
@@ -97,6 +103,19 @@ class FairQueue:
         self.virtual_time = chosen.counter
         chosen.counter += request.cost_tokens / chosen.weight
         return request
+
+    @staticmethod
+    def _turn(tenants: Iterable[tuple[str, _Tenant]]) -> _Tenant | None:
+        """The waiting tenant whose turn it is: the highest priority, then the smallest counter."""
+        chosen: _Tenant | None = None
+        for _, tenant in tenants:
+            if tenant.waiting and (
+                chosen is None
+                or tenant.priority > chosen.priority
+                or (tenant.priority == chosen.priority and tenant.counter < chosen.counter)
+            ):
+                chosen = tenant
+        return chosen
 
     def finish(self, request: QueuedRequest, used_tokens: int) -> None:
         """A dispatched request is over: free its slot, correct its charge to what it used."""

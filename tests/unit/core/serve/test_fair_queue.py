@@ -14,11 +14,16 @@ def jain_index(values: list[float]) -> float:
 
 
 def simulate(
-    tenants: dict[str, tuple[int, list[int]]], slots: int, horizon_s: float
+    tenants: dict[str, tuple[int, list[int]]],
+    slots: int,
+    horizon_s: float,
+    overflow: int = 0,
+    free_tokens: int = 0,
 ) -> dict[str, float]:
     """Backlogged tenants (weight, request sizes cycled) on a backend with `slots` that serves
-    100 tokens/s per slot; returns tokens served per tenant by `horizon_s`."""
-    queue = FairQueue(max_in_flight=slots, max_waiting_per_tenant=4)
+    100 tokens/s per slot, the first `free_tokens` of each request at no cost (a prompt read in a
+    moment); returns tokens served per tenant by `horizon_s`."""
+    queue = FairQueue(max_in_flight=slots, max_waiting_per_tenant=4, overflow=overflow)
     served = dict.fromkeys(tenants, 0.0)
     counters = dict.fromkeys(tenants, 0)
     running: list[tuple[float, int, QueuedRequest]] = []
@@ -38,7 +43,8 @@ def simulate(
         refill(tenant)
     while now < horizon_s:
         while (request := queue.dispatch()) is not None:
-            heapq.heappush(running, (now + request.cost_tokens / 100, seq, request))
+            busy_s = max(request.cost_tokens - free_tokens, 1) / 100
+            heapq.heappush(running, (now + busy_s, seq, request))
             seq += 1
         now, _, done = heapq.heappop(running)
         queue.finish(done, done.cost_tokens)
@@ -54,6 +60,22 @@ def test_equal_weights_give_equal_token_throughput_whatever_the_request_sizes() 
         horizon_s=2000,
     )
     assert jain_index(list(served.values())) >= 0.99
+
+
+@pytest.mark.parametrize("free_tokens", [0, 47])
+def test_a_full_backend_with_an_overflow_slot_still_shares_tokens_not_slots(
+    free_tokens: int,
+) -> None:
+    """As the gateway runs it (an overflow slot over 4): every freed slot of a full backend is an
+    overflow one. Tokens stay shared even where short requests' tokens cost the server little."""
+    served = simulate(
+        {"a": (1, [free_tokens + 8]), "b": (1, [free_tokens + 30]), "c": (1, [free_tokens + 60])},
+        slots=4,
+        horizon_s=2000,
+        overflow=1,
+        free_tokens=free_tokens,
+    )
+    assert jain_index(list(served.values())) >= 0.99, served
 
 
 def test_weights_1_2_4_give_shares_within_5_percent() -> None:
