@@ -333,9 +333,18 @@ def behind_gateway(vllm: object, vllm_model: object) -> Iterator[tuple[Stack, Ga
             )
             assert loaded.status_code == 200, loaded.text
     port = int(url.rsplit(":", 1)[1])
-    with stack_in() as made:
-        gateway = made.gateway(_spec(port))
-        yield made, gateway, url
+    try:
+        with stack_in() as made:
+            gateway = made.gateway(_spec(port))
+            yield made, gateway, url
+    finally:  # the session's vLLM serves its own adapters only again, for the tests after these
+        for at in range(len(ATTACKS)):
+            if ATTACKS[at].lora:
+                httpx.post(
+                    f"{url}/v1/unload_lora_adapter",
+                    json={"lora_name": f"{_tenant(at)}/tuned"},
+                    timeout=60,
+                )
 
 
 @pytest.mark.parametrize("at", range(len(ATTACKS)), ids=[a.name for a in ATTACKS])

@@ -13,7 +13,12 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-RAN = re.compile(r"^\[(gw\d+)\] .*?(SKIPPED|PASSED|FAILED|ERROR) (\S+)", re.MULTILINE)
+#: `[gw0] [ 10%] PASSED tests/x.py::test_y[an id, spaces and all]@vllm`: the node id, whose
+#: parameter id may hold spaces (the differential test's cases are named in words).
+RAN = re.compile(
+    r"^\[(gw\d+)\] .*?(SKIPPED|PASSED|FAILED|ERROR) ([^\s\[]+(?:\[[^\]]*\])?(?:@[\w-]+)?)",
+    re.MULTILINE,
+)
 
 
 @pytest.mark.slow

@@ -65,10 +65,12 @@ def run_one(scenario: Scenario, settings: BenchSettings) -> ScenarioResult:
     host = HostSettings(
         state_dir=settings.work_dir / "state", node=settings.node, driver=settings.driver
     )
-    out_dir = settings.work_dir / "results"
-    out_dir.mkdir(parents=True, exist_ok=True)
     # each tenant's loop, as the tenant's own user, writes its result here (like /tmp: anyone may
-    # add a file, only its owner may replace it)
+    # add a file, only its owner may replace it). Inside the host runtime's state directory, the
+    # one folder of the host's /tmp a tenant's private /tmp passes through: nothing is guessed
+    # from a command's arguments any more (host/launcher.py `kept_visible`).
+    out_dir = host.state_dir / "results"
+    out_dir.mkdir(parents=True, exist_ok=True)
     out_dir.chmod(0o1733)
     for load in scenario.tenants:  # a rerun in the same directory starts clean
         Path(result_path(out_dir, scenario, load)).unlink(missing_ok=True)

@@ -13,8 +13,9 @@ For a request that carries a body:
 The answers are the server's problem JSON (gpuplex.server.problems) with stable codes:
 `unauthenticated` (401), `too_many_failed_auth` (429), `request_too_large` (413),
 `request_timeout` (408). What the client still sends after an early answer is not parsed: the
-front door (gpuplex/http_guard.py) drops a little, stops reading, and closes the connection soon
-after.
+answer says `Connection: close`, so no client sends its next request on a connection the server
+is about to close, and the front door (gpuplex/http_guard.py) drops a little, stops reading, and
+closes it.
 
 Every /api/v1 route that takes a body needs a bearer token or a dashboard session today (the
 sign-in's own routes live under /auth/, outside this check).
@@ -117,7 +118,7 @@ class BodyGuard:
             return
         refusal = await self._refusal(scope, declared)
         if refusal is not None:
-            await problem_response(refusal)(scope, receive, send)
+            await problem_response(refusal, UNREAD)(scope, receive, send)
             return
         body = BoundedBody(scope, receive, send, self.max_body_bytes, self.body_timeout_s)
         try:
@@ -227,7 +228,12 @@ class BoundedBody:
     async def _answer(self, problem: ApiProblem) -> None:
         self.answered = True
         if not self.started:  # else the app's reply is cut short; nothing more can be said
-            await problem_response(problem)(self.scope, _no_receive, self._send)
+            await problem_response(problem, UNREAD)(self.scope, _no_receive, self._send)
+
+
+#: An answer given before the body was read whole ends its connection, and says so: a client that
+#: sent its next request on it would race the close (and get no answer at all).
+UNREAD = {"connection": "close"}
 
 
 async def _no_receive() -> Message:

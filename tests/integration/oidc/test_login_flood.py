@@ -208,6 +208,8 @@ def test_failed_callbacks_and_bad_tokens_from_one_address_get_429_while_another_
         for n in range(20):
             if n % 4 == 3:  # with a body: refused by the body guard before the body is read
                 reply = prober.post(keys, headers=bad[n % 2], json={"name": "k"})
+                # and the connection ends there: the next request must not race its close
+                assert reply.headers.get("connection") == "close"
             elif n % 4 == 2:  # a session cookie that names no session
                 reply = prober.get(whoami, headers={"cookie": f"{site.session_cookie}=gone"})
             else:
