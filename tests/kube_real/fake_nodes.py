@@ -19,6 +19,7 @@ from typing import Any
 import yaml
 
 from gpuplex.core.spec import GpuplexSpec
+from gpuplex.kube.kueue_flavors import GPU_PRODUCT_LABEL, gfd_product
 from gpuplex.kube.naming import SHARING_STRATEGY_LABEL, Manifest
 from gpuplex.kube.node_config import DEVICE_PLUGIN_CONFIGMAP, MIG_PARTED_CONFIGMAP, MIG_PARTED_KEY
 
@@ -60,7 +61,7 @@ def fake_nodes(spec: GpuplexSpec, manifests: list[Manifest]) -> list[tuple[Manif
                     "kubernetes.io/hostname": name,
                     "kubernetes.io/os": "linux",
                     "kubernetes.io/arch": "amd64",
-                    "nvidia.com/gpu.product": str(node.gpus[0].model),
+                    GPU_PRODUCT_LABEL: _product(spec, str(node.gpus[0].model)),
                     "nvidia.com/gpu.count": str(gpus),
                     SHARING_STRATEGY_LABEL: strategy,
                 },
@@ -82,6 +83,13 @@ def fake_nodes(spec: GpuplexSpec, manifests: list[Manifest]) -> list[tuple[Manif
         }
         out.append((node_object, status))
     return out
+
+
+def _product(spec: GpuplexSpec, model_name: str) -> str:
+    """GPU feature discovery's product label for the model (its NVML name, spaces as `-`)."""
+    model = spec.fleet.catalog.model(model_name)
+    product = gfd_product(model.nvml_names) if model is not None else None
+    return product or model_name
 
 
 def _gpu_capacity(

@@ -2,8 +2,9 @@
 the test control plane: its CustomResourceDefinitions applied from the shared copy of Kueue's CRD
 schemas (`../shared/data/kueue-crds`, read where they are, never copied into the project), a Kueue
 `Configuration` written for the session, and the manager started as one more program of the
-control plane, authenticated as the cluster's admin (system:masters: Kueue's own ClusterRole is not
-installed).
+control plane, authenticated as its own service account `kueue-system/kueue-controller-manager`, as
+a real installation runs it (bound to cluster-admin: Kueue's own ClusterRole is not installed), so
+an admission policy that trusts only Kueue's controller sees the name it sees on a real cluster.
 
 Webhooks are served, as in a real installation: internal certificate management is off (it wants a
 Service and a Secret in kueue-system), so the fixture issues Kueue a serving certificate for
@@ -40,11 +41,20 @@ import yaml
 from gpuplex.kube.apply import ClientTransport, connect
 from gpuplex.kube.naming import Manifest
 from tests.kube_real.binaries import Kueue
-from tests.kube_real.cluster import ControlPlane, ControlPlaneError, free_port, http_ok, log_tail
+from tests.kube_real.cluster import (
+    ControlPlane,
+    ControlPlaneError,
+    free_port,
+    http_ok,
+    kubeconfig_for,
+    log_tail,
+)
 from tests.kube_real.pki import serving_pair
 
 KUEUE_CRDS = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "kueue-crds"
 NAMESPACE = "kueue-system"
+#: Kueue's controller's service account, as its release installs it (`kubernetes.kueue`'s default).
+SERVICE_ACCOUNT = "kueue-controller-manager"
 #: The API groups whose webhooks are registered: the batch/job integration and Kueue's own kinds.
 WEBHOOK_GROUPS = frozenset({"batch", "kueue.x-k8s.io"})
 FEATURE_GATES = {"MultiKueue": False, "VisibilityOnDemand": False}
@@ -187,6 +197,7 @@ class KueueManager:
         cert_dir.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(pair.cert, cert_dir / "tls.crt")
         shutil.copyfile(pair.key, cert_dir / "tls.key")
+        kubeconfig = self._service_account_kubeconfig()
         probe_port, webhook_port = free_port(), free_port()
         config = self.directory / "kueue-config.yaml"
         config.write_text(yaml.safe_dump(configuration(probe_port, webhook_port, cert_dir)))
@@ -199,7 +210,7 @@ class KueueManager:
             lambda: http_ok(f"http://127.0.0.1:{probe_port}/readyz"),
             {
                 **os.environ,
-                "KUBECONFIG": str(self.cluster.kubeconfig),
+                "KUBECONFIG": str(kubeconfig),
                 "GPUPLEX_ETC_OVERLAY": str(etc),
                 "GPUPLEX_METRICS_CERTS": str(cert_dir),
             },
@@ -213,6 +224,52 @@ class KueueManager:
             created = self.send("POST", WEBHOOK_PATHS[hooks["kind"]], hooks)
             _ok(created.status, created.text, f"registering {hooks['metadata']['name']}")
         self._wait("Kueue's Job webhook to suspend a queued Job", self._job_webhook_answers)
+
+    def _service_account_kubeconfig(self) -> Path:
+        """A kubeconfig with a token of Kueue's service account, bound to cluster-admin."""
+        account = {
+            "apiVersion": "v1",
+            "kind": "ServiceAccount",
+            "metadata": {"name": SERVICE_ACCOUNT, "namespace": NAMESPACE},
+        }
+        created = self.send("POST", f"/api/v1/namespaces/{NAMESPACE}/serviceaccounts", account)
+        if created.status != 409:
+            _ok(created.status, created.text, f"creating service account {SERVICE_ACCOUNT}")
+        binding = {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "ClusterRoleBinding",
+            "metadata": {"name": "kueue-test-cluster-admin"},
+            "roleRef": {
+                "apiGroup": "rbac.authorization.k8s.io",
+                "kind": "ClusterRole",
+                "name": "cluster-admin",
+            },
+            "subjects": [
+                {"kind": "ServiceAccount", "name": SERVICE_ACCOUNT, "namespace": NAMESPACE}
+            ],
+        }
+        created = self.send(
+            "POST", "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings", binding
+        )
+        if created.status != 409:
+            _ok(created.status, created.text, "binding Kueue's service account to cluster-admin")
+        request = {
+            "apiVersion": "authentication.k8s.io/v1",
+            "kind": "TokenRequest",
+            "spec": {"expirationSeconds": 24 * 3600},
+        }
+        token = self.send(
+            "POST",
+            f"/api/v1/namespaces/{NAMESPACE}/serviceaccounts/{SERVICE_ACCOUNT}/token",
+            request,
+        )
+        _ok(token.status, token.text, "a token for Kueue's service account")
+        return kubeconfig_for(
+            self.directory / "kueue.kubeconfig",
+            self.cluster.server,
+            self.cluster.pki.ca.cert,
+            token=token.body["status"]["token"],
+        )
 
     def _apply_crds(self) -> None:
         names = []

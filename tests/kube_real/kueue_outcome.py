@@ -57,6 +57,8 @@ class Outcome(StrEnum):
     HELD = "held"
     #: Evicted to make room for another Workload and not admitted again.
     PREEMPTED = "preempted"
+    #: The API server refused the Job when it was created (an admission policy): never queued.
+    REFUSED = "refused"
 
 
 @dataclass(frozen=True)
@@ -69,6 +71,8 @@ class Submission:
     gpus: int
     priority_class: str | None = None
     resource: str = GPU
+    #: The pods' PriorityClass (gpuplex's queued Jobs run at `gpuplex-queued`).
+    pod_priority_class: str | None = None
 
 
 @dataclass(frozen=True)
@@ -128,6 +132,9 @@ def job_manifest(submission: Submission) -> Manifest:
         labels[PRIORITY_LABEL] = submission.priority_class
     limits = {submission.resource: str(submission.gpus)}
     container = {"name": "main", "image": IMAGE, "resources": {"limits": limits}}
+    pod: dict[str, Any] = {"restartPolicy": "Never", "containers": [container]}
+    if submission.pod_priority_class is not None:
+        pod["priorityClassName"] = submission.pod_priority_class
     return {
         "apiVersion": "batch/v1",
         "kind": "Job",
@@ -137,7 +144,7 @@ def job_manifest(submission: Submission) -> Manifest:
             "parallelism": 1,
             "completions": 1,
             "backoffLimit": 0,
-            "template": {"spec": {"restartPolicy": "Never", "containers": [container]}},
+            "template": {"spec": pod},
         },
     }
 
@@ -169,12 +176,35 @@ def run_scenario(
     )
     scenario = Scenario([])
     history: dict[str, set[str]] = {}
+    refused: dict[str, str] = {}
+    states: dict[str, str] = {}
     for submission in submissions:
-        apply(api, job_manifest(submission))
-        states = _settle(api, submissions, submission, history, timeout_s)
+        job = job_manifest(submission)
+        reply = _send(api, "POST", JOBS.collection_path(submission.namespace), job)
+        if reply.status in (403, 422) and "ValidatingAdmissionPolicy" in reply.text:
+            refused[submission.name] = str(reply.body.get("message", reply.text))
+        elif reply.status != 201:
+            raise ScenarioError(
+                f"creating Job {submission.name}: HTTP {reply.status}: {reply.text[:400]}"
+            )
+        else:
+            states = _settle(api, submissions, submission, history, timeout_s)
         scenario.steps.append((submission.name, states))
     workloads = _workloads(api, submissions)
     for submission in submissions:
+        if submission.name in refused:
+            scenario.decisions.append(
+                Decision(
+                    f"{submission.namespace}/{submission.name}",
+                    submission.queue,
+                    submission.gpus,
+                    Outcome.REFUSED,
+                    False,
+                    "",
+                    refused[submission.name],
+                )
+            )
+            continue
         scenario.decisions.append(_decision(submission, workloads[submission.name], history))
     return scenario
 

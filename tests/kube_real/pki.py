@@ -156,3 +156,16 @@ def serving_pair(pki: Pki, directory: Path, stem: str, names: tuple[str, ...]) -
         raise TypeError(f"{pki.ca.key} is not the EC key make_pki writes")
     pair, _, _ = _issue(directory, stem, _name(stem), ca=(ca_cert, ca_key), server_names=names)
     return pair
+
+
+def client_pair(pki: Pki, directory: Path, user: str, group: str) -> Pair:
+    """A client certificate for `user` in `group` (the API server reads the subject's CN as the
+    user name and O as a group), signed by the session's CA: a person of the company's directory,
+    as an OIDC login would name them."""
+    directory.mkdir(parents=True, exist_ok=True)
+    ca_cert = x509.load_pem_x509_certificate(pki.ca.cert.read_bytes())
+    ca_key = serialization.load_pem_private_key(pki.ca.key.read_bytes(), password=None)
+    if not isinstance(ca_key, ec.EllipticCurvePrivateKey):
+        raise TypeError(f"{pki.ca.key} is not the EC key make_pki writes")
+    pair, _, _ = _issue(directory, user, _name(user, group), ca=(ca_cert, ca_key), client=True)
+    return pair

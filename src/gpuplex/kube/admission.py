@@ -19,6 +19,7 @@ from collections.abc import Iterable
 from gpuplex.core.plan import Plan
 from gpuplex.core.spec import GpuplexSpec
 from gpuplex.kube.naming import (
+    QUEUED_PRIORITY_CLASS,
     TENANT_LABEL,
     Manifest,
     metadata,
@@ -44,7 +45,7 @@ CONTAINERS = (
 ALLOWED = "request.namespace in variables.grants ? variables.grants[request.namespace] : []"
 
 
-def _only_allowed(field: str) -> str:
+def only_allowed(field: str) -> str:
     """`c.resources.<field>` names no `nvidia.com/` resource outside the namespace's grant. Each
     level is guarded with `has`, since a container may omit resources, or requests, or limits."""
     return (
@@ -55,7 +56,7 @@ def _only_allowed(field: str) -> str:
 
 GPU_RESOURCES_ALLOWED = (
     "variables.containers.all(c, !has(c.resources) || "
-    f"(({_only_allowed('requests')}) && ({_only_allowed('limits')})))"
+    f"(({only_allowed('requests')}) && ({only_allowed('limits')})))"
 )
 
 PRIORITY_CLASS_IS_TENANTS = (
@@ -63,11 +64,40 @@ PRIORITY_CLASS_IS_TENANTS = (
     " && object.spec.priorityClassName == variables.priorityClasses[request.namespace]"
 )
 
+#: Who creates the pods of a Job: the Job controller, under its own service account where the
+#: controller manager runs with `--use-service-account-credentials` (as kubeadm and the managed
+#: clusters do), else as the controller manager itself. A tenant can be neither.
+JOB_CONTROLLER_USERS = (
+    "system:serviceaccount:kube-system:job-controller",
+    "system:kube-controller-manager",
+)
 
-def admission_policy(spec: GpuplexSpec, plan: Plan) -> list[Manifest]:
+#: With Kueue: a pod at the queued class is a queued Job's, and asks only for what the tenant's
+#: queue offers.
+QUEUED_POD = (
+    f"has(object.spec.priorityClassName) && object.spec.priorityClassName == "
+    f"'{QUEUED_PRIORITY_CLASS}'"
+)
+ALLOWED_WITH_QUEUES = (
+    "variables.queuedPod ? (request.namespace in variables.queueGrants ? "
+    "variables.queueGrants[request.namespace] : []) : " + ALLOWED
+)
+QUEUED_BY_JOB_CONTROLLER = (
+    "variables.queuedPod && request.namespace in variables.queueGrants && "
+    "request.userInfo.username in variables.jobControllers"
+)
+
+
+def admission_policy(
+    spec: GpuplexSpec, plan: Plan, queue_grants: dict[str, list[str]] | None = None
+) -> list[Manifest]:
     """The ValidatingAdmissionPolicy and its binding to every tenant namespace (namespaces labelled
     with the tenant). Rendered even for a plan with no placements: then no tenant pod may ask for
-    any GPU, which is what the plan says."""
+    any GPU, which is what the plan says.
+
+    `queue_grants` (with Kueue: namespace -> the GPU resources the tenant's queue offers) lets a
+    pod run at the `gpuplex-queued` class when the Job controller creates it (a queued Job's pod)
+    and ask for those resources; its ResourceQuota holds it to what Kueue may admit."""
     grants = {
         namespace_for(spec, tenant.name): [
             resource
@@ -99,12 +129,7 @@ def admission_policy(spec: GpuplexSpec, plan: Plan) -> list[Manifest]:
             "matchConditions": [
                 {"name": "created-or-spec-changed", "expression": MATCH_CREATE_OR_SPEC_CHANGE}
             ],
-            "variables": [
-                {"name": "grants", "expression": cel_map_of_lists(grants)},
-                {"name": "allowed", "expression": ALLOWED},
-                {"name": "priorityClasses", "expression": cel_map_of_strings(priorities)},
-                {"name": "containers", "expression": CONTAINERS},
-            ],
+            "variables": _variables(grants, priorities, queue_grants),
             "validations": [
                 {
                     "expression": GPU_RESOURCES_ALLOWED,
@@ -117,11 +142,19 @@ def admission_policy(spec: GpuplexSpec, plan: Plan) -> list[Manifest]:
                     "reason": "Forbidden",
                 },
                 {
-                    "expression": PRIORITY_CLASS_IS_TENANTS,
+                    "expression": PRIORITY_CLASS_IS_TENANTS
+                    if queue_grants is None
+                    else f"({PRIORITY_CLASS_IS_TENANTS}) || ({QUEUED_BY_JOB_CONTROLLER})",
                     "message": (
                         "a pod in a gpuplex tenant namespace must set priorityClassName to its "
                         "tenant's class (gpuplex-priority-<tenant priority>), so preemption "
                         "follows the spec's priorities"
+                        + (
+                            ""
+                            if queue_grants is None
+                            else f"; only the Job controller makes pods at {QUEUED_PRIORITY_CLASS}"
+                            " (the pods of Jobs queued through Kueue)"
+                        )
                     ),
                     "reason": "Forbidden",
                 },
@@ -129,6 +162,28 @@ def admission_policy(spec: GpuplexSpec, plan: Plan) -> list[Manifest]:
         },
     }
     return [policy, tenant_binding(POLICY_NAME)]
+
+
+def _variables(
+    grants: dict[str, list[str]],
+    priorities: dict[str, str],
+    queue_grants: dict[str, list[str]] | None,
+) -> list[dict[str, str]]:
+    variables = [{"name": "grants", "expression": cel_map_of_lists(grants)}]
+    if queue_grants is None:
+        variables.append({"name": "allowed", "expression": ALLOWED})
+    else:
+        variables += [
+            {"name": "queueGrants", "expression": cel_map_of_lists(queue_grants)},
+            {"name": "jobControllers", "expression": cel_list(JOB_CONTROLLER_USERS)},
+            {"name": "queuedPod", "expression": QUEUED_POD},
+            {"name": "allowed", "expression": ALLOWED_WITH_QUEUES},
+        ]
+    variables += [
+        {"name": "priorityClasses", "expression": cel_map_of_strings(priorities)},
+        {"name": "containers", "expression": CONTAINERS},
+    ]
+    return variables
 
 
 def tenant_binding(policy_name: str) -> Manifest:

@@ -26,12 +26,14 @@ Kueue has no minimum runtime; the grace period is the pods' own terminationGrace
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from gpuplex.core.plan import Plan
 from gpuplex.core.plural import counted
-from gpuplex.core.queues.tree import QueueNode, queue_tree
+from gpuplex.core.queues.tree import QueueNode, QueueTree, queue_tree
 from gpuplex.core.spec import GpuplexSpec
+from gpuplex.core.spec.queue_isolation import allowed_sharing, kind_allowed, sharing_words
 from gpuplex.core.spec.queues import WithinQueue
 from gpuplex.core.spec.quota_kinds import COMPUTE_PERCENT, GPU_MEMORY_GIB, amount_words
 from gpuplex.kube.kueue_flavors import (
@@ -64,14 +66,61 @@ def queue_name(queue: str) -> str:
     return f"gpuplex-{queue}"
 
 
+@dataclass(frozen=True, slots=True)
+class QueueQuotas:
+    """The queue tree carved into Kueue quotas: per queue its subtree's quota per flavor, which
+    flavors each tenant's queue offers, and what the carving left out."""
+
+    tree: QueueTree
+    flavors: KueueFlavors
+    subtree: dict[str, dict[FlavorResource, int]]
+    offered: dict[str, set[FlavorResource]]
+    notes: list[str]
+
+    def most(self, tenant: str) -> dict[str, int]:
+        """Kueue resource -> the most the tenant's queue may hold at once: its nominal quota
+        plus what it may borrow, per flavor it offers, never above the flavor's capacity."""
+        node = self.tree.tenant(tenant)
+        assert node is not None
+        held = self.subtree[tenant]
+        borrowing = _borrowing(node, self.flavors, held, self.offered[tenant])
+        capacity = self.flavors.capacity()
+        out: dict[str, int] = {}
+        for key in sorted(self.offered[tenant]):
+            nominal = held.get(key, 0)
+            # no borrowingLimit (no limit for the kind): Kueue lets it borrow all there is
+            most = nominal + borrowing.get(key, capacity[key]) if node.borrows else nominal
+            out[key[1]] = out.get(key[1], 0) + min(most, capacity[key])
+        return out
+
+
+def queue_quotas(spec: GpuplexSpec, plan: Plan) -> QueueQuotas | None:
+    """None when the spec has no queues or does not target Kueue (`kubernetes.kueue`)."""
+    if spec.kubernetes.kueue is None:
+        return None
+    flavors = kueue_flavors(spec, plan)
+    tree = queue_tree(spec, flavors.engine_capacity())
+    if tree is None:
+        return None
+    tenants = {t.name: t for t in spec.tenants}
+    offered = {
+        leaf.name: flavors.offered(allowed_sharing(tenants[leaf.name]))
+        for leaf in tree.root.tenants()
+    }
+    subtree, short = _allot(tree.root, flavors.capacity(), flavors, offered)
+    notes = [*flavors.notes(), *short, *_isolation_notes(spec, tree, flavors)]
+    return QueueQuotas(tree, flavors, subtree, offered, notes + _shared_notes(tree.root, flavors))
+
+
 def kueue_manifests(spec: GpuplexSpec, plan: Plan) -> tuple[list[Manifest], list[str]]:
     """Flavors, priority classes, Cohorts, ClusterQueues, LocalQueues; and notes. Nothing when
-    the spec has no queues."""
-    tree = queue_tree(spec)
-    if tree is None:
+    the spec has no queues or does not target Kueue."""
+    quotas = queue_quotas(spec, plan)
+    if quotas is None:
+        if spec.queues.enabled:
+            return [], [NO_KUEUE_NOTE]
         return [], []
-    flavors = kueue_flavors(spec, plan)
-    subtree, short = _allot(tree.root, flavors.capacity(), flavors)
+    tree, flavors, subtree = quotas.tree, quotas.flavors, quotas.subtree
     parents = {name: path[-2].name for name, path in tree.paths.items() if len(path) > 1}
 
     def cohort_of(queue: str) -> str:
@@ -84,10 +133,38 @@ def kueue_manifests(spec: GpuplexSpec, plan: Plan) -> tuple[list[Manifest], list
             parent = cohort_of(node.name) if node is not tree.root else None
             manifests.append(_cohort(node, flavors, subtree, parent))
     for tenant in tree.root.tenants():
-        manifests.append(_cluster_queue(spec, tenant, flavors, subtree, cohort_of(tenant.name)))
+        manifests.append(
+            _cluster_queue(
+                spec, tenant, flavors, subtree, quotas.offered[tenant.name], cohort_of(tenant.name)
+            )
+        )
     for tenant in tree.root.tenants():
         manifests.append(local_queue(namespace_for(spec, tenant.name), tenant.name))
-    return manifests, [*flavors.notes(), *short, *_shared_notes(tree.root, flavors)]
+    return manifests, quotas.notes
+
+
+NO_KUEUE_NOTE = (
+    "queues: are not rendered as Kueue objects: set kubernetes.kueue (`kueue: {}`) where the "
+    "cluster runs Kueue; without it tenants' Jobs run unqueued, within their namespace quotas"
+)
+
+
+def _isolation_notes(spec: GpuplexSpec, tree: QueueTree, flavors: KueueFlavors) -> list[str]:
+    """A queue guarantee or limit of a kind its tenant's isolation does not allow: Kueue's
+    quotas leave it out."""
+    tenants = {t.name: t for t in spec.tenants}
+    notes = []
+    for leaf in tree.root.tenants():
+        tenant = tenants[leaf.name]
+        allowed = allowed_sharing(tenant)
+        kinds = {*leaf.guarantee, *(leaf.limit or {})}
+        refused = sorted(k for k in kinds if not kind_allowed(k, allowed))
+        if refused:
+            notes.append(
+                f"queue {leaf.name}: Kueue's quotas leave out its {', '.join(refused)}: "
+                f"{sharing_words(tenant)}"
+            )
+    return notes
 
 
 def priority_classes() -> list[Manifest]:
@@ -112,17 +189,24 @@ def local_queue(namespace: str, tenant: str) -> Manifest:
     }
 
 
-def _wanted(node: QueueNode, flavors: KueueFlavors) -> dict[str, int]:
+def _wanted(
+    node: QueueNode, flavors: KueueFlavors, offered: dict[str, set[FlavorResource]]
+) -> dict[str, int]:
     """Per kind, what the queue's subtree holds: its guarantee, its children's where it sets none
-    (or where theirs are more)."""
+    (or where theirs are more); a tenant's queue only the kinds its flavors offer."""
     own = flavors.counts(node.guarantee)
-    below = [_wanted(child, flavors) for child in node.children]
+    if not node.children:
+        own = {k: v for k, v in own.items() if set(flavors.keys_of(k)) & offered[node.name]}
+    below = [_wanted(child, flavors, offered) for child in node.children]
     kinds = set(own).union(*below)
     return {kind: max(own.get(kind, 0), sum(b.get(kind, 0) for b in below)) for kind in kinds}
 
 
 def _allot(
-    root: QueueNode, capacity: dict[FlavorResource, int], flavors: KueueFlavors
+    root: QueueNode,
+    capacity: dict[FlavorResource, int],
+    flavors: KueueFlavors,
+    offered: dict[str, set[FlavorResource]],
 ) -> tuple[dict[str, dict[FlavorResource, int]], list[str]]:
     """Per queue, its subtree's quota per flavor: the root holds the capacity, every other
     queue takes what it wants from what its parent holds and its elder siblings left. What is
@@ -134,8 +218,8 @@ def _allot(
         left = dict(out[node.name])
         for child in node.children:
             mine: dict[FlavorResource, int] = {}
-            for kind, amount in _wanted(child, flavors).items():
-                for key in flavors.keys_of(kind):
+            for kind, amount in _wanted(child, flavors, offered).items():
+                for key in _keys(child, kind, flavors, offered):
                     mine[key] = min(amount, left.get(key, 0))
                     amount -= mine[key]
                     left[key] = left.get(key, 0) - mine[key]
@@ -147,14 +231,23 @@ def _allot(
                     )
                     notes.append(
                         f"queue {child.name}: Kueue's quotas leave out {what} of its guarantee: "
-                        "Kubernetes does not offer that many (the device plugin shares the full "
-                        "GPUs of a node the plan shares)"
+                        "the plan does not leave that many free (planned replicas hold the rest, "
+                        "or the device plugin shares the full GPUs of a node the plan shares)"
                     )
             out[child.name] = mine
             carve(child)
 
     carve(root)
     return out, notes
+
+
+def _keys(
+    node: QueueNode, kind: str, flavors: KueueFlavors, offered: dict[str, set[FlavorResource]]
+) -> list[FlavorResource]:
+    """The flavors that hold a kind for this queue, in fill order: a tenant's, only those it is
+    offered."""
+    keys = flavors.keys_of(kind)
+    return keys if node.children else [k for k in keys if k in offered[node.name]]
 
 
 def _cohort(
@@ -185,14 +278,17 @@ def _cluster_queue(
     tenant: QueueNode,
     flavors: KueueFlavors,
     subtree: dict[str, dict[FlavorResource, int]],
+    offered: set[FlavorResource],
     cohort: str,
 ) -> Manifest:
-    nominal = {key: subtree[tenant.name].get(key, 0) for key in flavors.capacity()}
-    groups = _resource_groups(tenant, flavors, nominal, nominal, root=False)
+    """Only the flavors the tenant's isolation allows (`offered`): Kueue admits no workload asking
+    for a resource its queue does not list, whatever the queue could borrow."""
+    nominal = {key: subtree[tenant.name].get(key, 0) for key in offered}
+    groups = _resource_groups(tenant, flavors, nominal, nominal, root=False, offered=offered)
     quota = namespace_quota(spec, next(t for t in spec.tenants if t.name == tenant.name))
     node_resources = [
-        {"name": "cpu", "nominalQuota": quota.cpu_cores, "borrowingLimit": 0},
-        {"name": "memory", "nominalQuota": f"{quota.memory_gib}Gi", "borrowingLimit": 0},
+        {"name": "cpu", "nominalQuota": str(quota.cpu_cores), "borrowingLimit": "0"},
+        {"name": "memory", "nominalQuota": f"{quota.memory_gib}Gi", "borrowingLimit": "0"},
     ]
     groups.append(
         {
@@ -230,50 +326,65 @@ def _resource_groups(
     held: dict[FlavorResource, int],
     *,
     root: bool,
+    offered: set[FlavorResource] | None = None,
 ) -> list[dict[str, Any]]:
-    """Every flavor and resource of the fleet, nominal quota 0 where the queue has none (Kueue
-    admits no workload asking for a resource its queue does not list)."""
-    extra = _borrowing(node, flavors, held) if not root else {}
+    """Every flavor and resource of the fleet (a ClusterQueue: those `offered`), nominal quota 0
+    where the queue has none (Kueue admits no workload asking for a resource its queue does not
+    list). Quantities as Kueue stores them (strings), so a second apply changes nothing."""
+    every = set(flavors.capacity()) if offered is None else offered
+    extra = _borrowing(node, flavors, held, every) if not root else {}
     groups = []
     for covered, names in flavors.resource_groups():
         entries = []
         for flavor in names:
+            if not all((flavor, resource) in every for resource in covered):
+                continue
             resources = []
             for resource in covered:
                 key = (flavor, resource)
-                entry: dict[str, Any] = {"name": resource, "nominalQuota": nominal.get(key, 0)}
+                entry: dict[str, Any] = {
+                    "name": resource,
+                    "nominalQuota": str(nominal.get(key, 0)),
+                }
                 if not root and not node.borrows:
-                    entry["borrowingLimit"] = 0
+                    entry["borrowingLimit"] = "0"
                 elif key in extra:
-                    entry["borrowingLimit"] = extra[key]
+                    entry["borrowingLimit"] = str(extra[key])
                 if not root and not node.lends:
-                    entry["lendingLimit"] = 0
+                    entry["lendingLimit"] = "0"
                 resources.append(entry)
             entries.append({"name": flavor, "resources": resources})
-        groups.append({"coveredResources": covered, "flavors": entries})
+        if entries:
+            groups.append({"coveredResources": covered, "flavors": entries})
     return groups
 
 
 def _borrowing(
-    node: QueueNode, flavors: KueueFlavors, held: dict[FlavorResource, int]
+    node: QueueNode,
+    flavors: KueueFlavors,
+    held: dict[FlavorResource, int],
+    offered: set[FlavorResource],
 ) -> dict[FlavorResource, int]:
     """Per flavor, how much the queue may borrow: its limit beyond what its subtree holds, per
-    kind, spread over the kind's flavors in proportion to each one's capacity beyond the
-    queue's own; nothing for a kind the limit leaves unset."""
+    kind, spread over the kind's `offered` flavors in proportion to each one's capacity beyond
+    the queue's own; nothing for a kind the limit leaves unset."""
     if node.limit is None:
         return {}
     capacity = flavors.capacity()
     out: dict[FlavorResource, int] = {}
     for kind, limit in flavors.counts(node.limit).items():
-        keys = flavors.keys_of(kind)
+        keys = [key for key in flavors.keys_of(kind) if key in offered]
+        if not keys:
+            continue
         beyond = max(0, limit - sum(held.get(key, 0) for key in keys))
         room = [max(0, capacity.get(key, 0) - held.get(key, 0)) for key in keys]
         out.update(zip(keys, split(beyond, room), strict=True))
     return out
 
 
-def _weight(weight: float) -> int | str:
-    return int(weight) if float(weight).is_integer() else str(weight)
+def _weight(weight: float) -> str:
+    """A Kubernetes quantity, as Kueue stores it: `2`, `0.5`."""
+    return str(int(weight)) if float(weight).is_integer() else str(weight)
 
 
 def _shared_notes(root: QueueNode, flavors: KueueFlavors) -> list[str]:

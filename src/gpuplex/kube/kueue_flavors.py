@@ -2,10 +2,14 @@
 
 The kinds of the queue tree (`gpuplex.core.queues.tree`) map to Kueue resources on flavors:
 
+The capacity is what the plan leaves free, as the device plugin offers it (`kueue_flavors`), so
+that Kueue never admits a Job whose pods find no GPU.
+
 - `gpus` -> `nvidia.com/gpu` on one flavor per GPU model that can run whole, selected by GPU
   feature discovery's `nvidia.com/gpu.product` label (the model's NVML name, spaces as `-`, as GFD
   writes it; a model with several NVML names, SXM and PCIe, is selected by the first one).
-- `mig:<profile>` -> `nvidia.com/mig-<profile>` (the device plugin's mixed strategy) on one flavor,
+- `mig:<profile>` -> `nvidia.com/mig-<profile>` (the device plugin's mixed strategy), the slices
+  cut for the queues (`gpuplex.kube.queue_slices`), on one flavor,
   `gpuplex-mig`, without node labels: the resource name alone finds the nodes holding that slice,
   and one flavor keeps every profile in one resource group (Kueue allows 16 per queue).
 - `gpu_memory_gib` and `compute_percent` -> `nvidia.com/gpu.shared` replicas on one flavor per
@@ -22,12 +26,12 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from gpuplex.core.plan import Mode, Plan
 from gpuplex.core.queues.drf import Resources
 from gpuplex.core.spec import GpuplexSpec
-from gpuplex.core.spec.fleet import runs_mig, runs_whole
+from gpuplex.core.spec.queue_isolation import Sharing
 from gpuplex.core.spec.quota_kinds import COMPUTE_PERCENT, GPU_MEMORY_GIB, GPUS, MIG_PREFIX
 from gpuplex.kube.device_plugin import MIN_REPLICAS
 from gpuplex.kube.naming import (
@@ -38,8 +42,9 @@ from gpuplex.kube.naming import (
     metadata,
     mig_resource,
 )
-from gpuplex.kube.nodes import node_gpus
+from gpuplex.kube.nodes import NodeGpus, node_gpus
 from gpuplex.kube.pods import SHARING_STRATEGY
+from gpuplex.kube.queue_slices import queue_mig_slices
 
 KUEUE_API = "kueue.x-k8s.io/v1beta2"
 #: GPU feature discovery's label for the card's product name (NVML's, spaces written `-`).
@@ -48,6 +53,9 @@ MIG_FLAVOR = "gpuplex-mig"
 #: CPU and memory: every ClusterQueue covers them (Kueue admits no workload asking for a resource
 #: its queue does not list), with the tenant namespace's quota as nominal quota.
 NODE_FLAVOR = "gpuplex-node"
+
+#: The way of sharing each GFD sharing strategy is.
+STRATEGY_SHARING = {"mps": Sharing.MPS, "time-slicing": Sharing.TIMESLICE}
 
 #: The kind `KueueFlavors.counts` gives shared GPU memory and compute in: device-plugin replicas.
 SHARED = "shared"
@@ -73,6 +81,9 @@ class KueueFlavors:
     #: MIG profile -> slices the fleet can hold
     mig: dict[str, int]
     shared: tuple[SharedFlavor, ...]
+    #: Kueue resource -> the most one pod can get: the most any one node has free (one shared
+    #: replica: the device plugin refuses a pod more, `failRequestsGreaterThanOne`)
+    most_on_a_node: dict[str, int] = field(default_factory=dict)
 
     def capacity(self) -> dict[FlavorResource, int]:
         out: dict[FlavorResource, int] = {(f, GPU_RESOURCE): n for f, _, n in self.gpu}
@@ -117,6 +128,35 @@ class KueueFlavors:
             counts.append(math.floor(amounts[COMPUTE_PERCENT] / smallest + 1e-9))
         return min(counts) if counts else None
 
+    def engine_capacity(self) -> Resources:
+        """The same capacity in the queue engine's kinds (`gpuplex.core.queues.tree`), so that
+        gpuplex's own admission rules and Kueue decide on the same amounts: whole GPUs, MIG
+        slices, and shared replicas as GPU memory and compute at the smallest replica's size
+        (how `shared_replicas` turns an amount into replicas)."""
+        out: dict[str, float] = {}
+        if self.gpu:
+            out[GPUS] = float(sum(n for _, _, n in self.gpu))
+        out.update({MIG_PREFIX + p: float(n) for p, n in self.mig.items()})
+        if self.shared:
+            replicas = sum(s.replicas for s in self.shared)
+            out[GPU_MEMORY_GIB] = replicas * min(s.replica_gib for s in self.shared)
+            out[COMPUTE_PERCENT] = replicas * min(s.replica_percent for s in self.shared)
+        return out
+
+    def offered(self, allowed: frozenset[Sharing]) -> set[FlavorResource]:
+        """The flavors and resources a tenant whose isolation allows `allowed` may use."""
+        keys: set[FlavorResource] = set()
+        if Sharing.WHOLE in allowed:
+            keys.update((f, GPU_RESOURCE) for f, _, _ in self.gpu)
+        if Sharing.MIG in allowed:
+            keys.update((MIG_FLAVOR, mig_resource(p)) for p in self.mig)
+        keys.update(
+            (s.name, SHARED_GPU_RESOURCE)
+            for s in self.shared
+            if STRATEGY_SHARING[s.strategy] in allowed
+        )
+        return keys
+
     def resource_groups(self) -> list[tuple[list[str], list[str]]]:
         """(covered resources, flavors) per Kueue resource group: whole GPUs, shares, MIG."""
         groups: list[tuple[list[str], list[str]]] = []
@@ -158,43 +198,57 @@ def resource_flavor(name: str, node_labels: dict[str, str]) -> Manifest:
 
 
 def kueue_flavors(spec: GpuplexSpec, plan: Plan) -> KueueFlavors:
-    """Whole GPUs per model (not those of nodes the plan shares: the device plugin renames all of
-    a shared node's full GPUs), MIG slices per profile, shared replicas per strategy."""
+    """What the plan leaves free for queued jobs, as the device plugin offers it: whole GPUs per
+    model that no planned replica holds (not those of nodes the plan shares: the device plugin
+    renames all of a shared node's full GPUs), the MIG slices cut for the queues
+    (`gpuplex.kube.queue_slices`), and the shared replicas no planned replica holds, per
+    strategy. Kueue hands out no more than this, so every pod of an admitted Job finds a GPU."""
     catalog = spec.fleet.catalog
-    shared, shared_nodes = shared_flavors(spec, plan)
+    nodes = node_gpus(spec, plan)
+    shared, shared_nodes = shared_flavors(nodes)
     whole: dict[str, int] = {}
     products: dict[str, str | None] = {}
-    mig: dict[str, int] = {}
-    for node in spec.fleet.nodes:
-        for group in node.gpus:
-            model = catalog.model(group.model)
-            if model is None:
+    on_node: dict[tuple[str, str], int] = {}  # (node, resource) -> free
+    for item in nodes:
+        if item.name in shared_nodes:
+            on_node[(item.name, SHARED_GPU_RESOURCE)] = 1
+            continue
+        for gpu in item.full_gpus():
+            model = catalog.model(gpu.model)
+            if model is None or gpu.occupants:
                 continue
-            if runs_whole(model, group.mig) and node.name not in shared_nodes:
-                whole[model.name] = whole.get(model.name, 0) + group.count
-                products[model.name] = gfd_product(model.nvml_names)
-            if runs_mig(model, group.mig) and model.mig is not None:
-                for profile in model.mig.profiles:
-                    mig[profile.name] = mig.get(profile.name, 0) + group.count * profile.max_count
-    gpu = tuple((gpu_flavor_name(name), products[name], count) for name, count in whole.items())
-    return KueueFlavors(gpu, mig, shared)
+            whole[model.name] = whole.get(model.name, 0) + 1
+            products[model.name] = gfd_product(model.nvml_names)
+            key = (item.name, GPU_RESOURCE)
+            on_node[key] = on_node.get(key, 0) + 1
+    mig: dict[str, int] = {}
+    for (node, _), counts in queue_mig_slices(spec, plan).items():
+        for profile, count in counts.items():
+            mig[profile] = mig.get(profile, 0) + count
+            key = (node, mig_resource(profile))
+            on_node[key] = on_node.get(key, 0) + count
+    most: dict[str, int] = {}
+    for (_, resource), count in on_node.items():
+        most[resource] = max(most.get(resource, 0), count)
+    models = tuple((gpu_flavor_name(name), products[name], n) for name, n in whole.items())
+    return KueueFlavors(models, mig, shared, most)
 
 
-def shared_flavors(spec: GpuplexSpec, plan: Plan) -> tuple[tuple[SharedFlavor, ...], set[str]]:
+def shared_flavors(nodes: list[NodeGpus]) -> tuple[tuple[SharedFlavor, ...], set[str]]:
     """One flavor per sharing strategy the plan runs, sized as the device plugin shares GPUs
-    there (`device_plugin.device_plugin_config`: one replica count for all full GPUs of a node);
-    and the names of the nodes that share."""
+    there (`device_plugin.device_plugin_config`: one replica count for all full GPUs of a node),
+    less the replicas planned replicas hold; and the names of the nodes that share."""
     found: dict[Mode, list[tuple[int, float, float]]] = {}
-    nodes: set[str] = set()
-    for item in node_gpus(spec, plan):
+    names: set[str] = set()
+    for item in nodes:
         full = item.full_gpus()
         modes = [g.mode for g in full if g.mode in SHARING_STRATEGY]
         if not modes:
             continue
-        nodes.add(item.name)
+        names.add(item.name)
         replicas = max(MIN_REPLICAS, *(len(g.occupants) for g in full))
         for gpu in full:
-            size = (replicas, gpu.memory_mib / 1024 / replicas, 100 / replicas)
+            size = (replicas - len(gpu.occupants), gpu.memory_mib / 1024 / replicas, 100 / replicas)
             found.setdefault(modes[0], []).append(size)  # one method per node (check_sharing)
     flavors = tuple(
         SharedFlavor(
@@ -207,7 +261,7 @@ def shared_flavors(spec: GpuplexSpec, plan: Plan) -> tuple[tuple[SharedFlavor, .
         for mode, strategy in SHARING_STRATEGY.items()
         if mode in found
     )
-    return flavors, nodes
+    return flavors, names
 
 
 def gfd_product(nvml_names: tuple[str, ...]) -> str | None:

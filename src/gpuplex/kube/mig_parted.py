@@ -16,23 +16,29 @@ from gpuplex.core.catalog import MigGeometry, MigProfile, gpu_model
 from gpuplex.core.plan import GpuView
 from gpuplex.errors import KubeRenderError
 from gpuplex.kube.nodes import NodeGpus
+from gpuplex.kube.queue_slices import QueueSlices
 
 #: The layout of a node with no GPU in MIG mode (the MIG manager's own default name).
 ALL_DISABLED = "all-disabled"
 ALL_DISABLED_LAYOUT: list[dict[str, Any]] = [{"devices": "all", "mig-enabled": False}]
 
 
-def mig_layout(item: NodeGpus) -> list[dict[str, Any]]:
+def mig_layout(item: NodeGpus, queue_slices: QueueSlices | None = None) -> list[dict[str, Any]]:
     """mig-parted entries for the node: GPUs with the same profile counts share an entry; GPUs
     not in MIG mode are listed with `mig-enabled: false`. `devices: all` when one entry covers
-    every GPU. A pinned GPU with no slice is MIG-enabled with no instances, as on a host."""
+    every GPU. A pinned GPU with no slice is MIG-enabled with the slices cut for the queues
+    (`gpuplex.kube.queue_slices`), else with no instances, as on a host."""
+    queue_slices = queue_slices or {}
     mig = {g.index for g in item.mig_gpus()}
     if not mig:
         return [dict(entry) for entry in ALL_DISABLED_LAYOUT]
     groups: dict[tuple[bool, tuple[tuple[str, int], ...]], list[int]] = {}
     for gpu in item.gpus:
         if gpu.index in mig:
-            key = (True, tuple(_profile_counts(item.name, gpu).items()))
+            planned = _profile_counts(item.name, gpu)
+            if not gpu.occupants:
+                planned = queue_slices.get((item.name, gpu.index), planned)
+            key = (True, tuple(planned.items()))
         else:
             key = (False, ())
         groups.setdefault(key, []).append(gpu.index)

@@ -138,6 +138,14 @@ def priority_class_name(priority: int) -> str:
     )
 
 
+#: The PriorityClass of queued Jobs' pods: value 0, below every tenant's class (so the scheduler
+#: never evicts a planned replica for a queued job), and Kueue's priority of a Job without the
+#: `kueue.x-k8s.io/priority-class` label, which is `gpuplex-normal`'s, as on one server. Its own
+#: ResourceQuota in each tenant namespace holds what the tenant's Kueue queue may admit.
+QUEUED_PRIORITY_CLASS = "gpuplex-queued"
+QUEUED_PRIORITY_VALUE = 0
+
+
 def priority_class_value(priority: int) -> int:
     """Kubernetes priority of a tenant priority: kept well below system classes (2e9) and above
     the default 0 for every tenant, in the same order as the spec's priorities."""

@@ -22,6 +22,7 @@ from gpuplex.kube.device_plugin import PLAIN_CONFIG, check_sharing, device_plugi
 from gpuplex.kube.mig_parted import ALL_DISABLED, ALL_DISABLED_LAYOUT, mig_layout, mig_parted_config
 from gpuplex.kube.naming import Manifest, metadata
 from gpuplex.kube.nodes import NodeGpus, node_gpus, node_manifest, pool_override_notes
+from gpuplex.kube.queue_slices import queue_mig_slices
 
 DEVICE_PLUGIN_CONFIGMAP = "gpuplex-device-plugin-config"
 MIG_PARTED_CONFIGMAP = "gpuplex-mig-parted-config"
@@ -54,7 +55,8 @@ def node_config(spec: GpuplexSpec, plan: Plan) -> NodeConfig:
         config, config_notes = device_plugin_config(item)
         plugin_configs[item.name] = config
         notes += config_notes
-    layouts = {item.name: mig_layout(item) for item in nodes}
+    slices = queue_mig_slices(spec, plan)
+    layouts = {item.name: mig_layout(item, slices) for item in nodes}
     plugin_names, plugin_named = _name_configs(
         nodes, plugin_configs, DEFAULT_CONFIG, PLAIN_CONFIG, "device-plugin config"
     )

@@ -8,7 +8,14 @@ scheduler too, and the classes stay few however many tenants there are.
 from __future__ import annotations
 
 from gpuplex.core.spec import GpuplexSpec
-from gpuplex.kube.naming import Manifest, metadata, priority_class_name, priority_class_value
+from gpuplex.kube.naming import (
+    QUEUED_PRIORITY_CLASS,
+    QUEUED_PRIORITY_VALUE,
+    Manifest,
+    metadata,
+    priority_class_name,
+    priority_class_value,
+)
 
 PREEMPT = "PreemptLowerPriority"
 NEVER_PREEMPT = "Never"
@@ -21,7 +28,7 @@ def priority_classes(spec: GpuplexSpec) -> list[Manifest]:
     for tenant in spec.tenants:
         tenants_by_priority.setdefault(tenant.priority, []).append(tenant.name)
     policy = PREEMPT if spec.policy.preemption else NEVER_PREEMPT
-    return [
+    classes: list[Manifest] = [
         {
             "apiVersion": "scheduling.k8s.io/v1",
             "kind": "PriorityClass",
@@ -33,6 +40,23 @@ def priority_classes(spec: GpuplexSpec) -> list[Manifest]:
         }
         for priority in sorted(tenants_by_priority, reverse=True)
     ]
+    if spec.kubernetes.kueue is not None and spec.queues.enabled:
+        classes.append(queued_priority_class())
+    return classes
+
+
+def queued_priority_class() -> Manifest:
+    """Queued Jobs' pods: below every tenant, and never preempting at the scheduler (Kueue
+    decides which queued Job runs and which is preempted)."""
+    return {
+        "apiVersion": "scheduling.k8s.io/v1",
+        "kind": "PriorityClass",
+        "metadata": metadata(QUEUED_PRIORITY_CLASS),
+        "value": QUEUED_PRIORITY_VALUE,
+        "globalDefault": False,
+        "preemptionPolicy": NEVER_PREEMPT,
+        "description": "gpuplex: pods of Jobs queued through Kueue",
+    }
 
 
 def _description(priority: int, tenants: list[str]) -> str:

@@ -74,6 +74,10 @@ VIEWER_RULES: list[Rule] = [
 ]
 
 
+#: With Kueue: a tenant sees its queue and why its Jobs wait (Kueue writes both; nobody else may).
+KUEUE_READ_RULE = _rule(["kueue.x-k8s.io"], ["localqueues", "workloads"], READ)
+
+
 def tenant_groups(templates: list[str], tenant: str) -> list[str]:
     """The configured group names with `{tenant}` filled in, each once, in the order given."""
     groups: list[str] = []
@@ -87,9 +91,10 @@ def tenant_groups(templates: list[str], tenant: str) -> list[str]:
 def rbac_manifests(spec: GpuplexSpec, namespace: str, tenant: str) -> list[Manifest]:
     """Both Roles always (so a binding added by hand has something to point at), a RoleBinding for
     each Role that has groups to bind."""
+    extra = [KUEUE_READ_RULE] if spec.kubernetes.kueue is not None and spec.queues.enabled else []
     manifests = [
-        role(ADMIN_ROLE, ADMIN_RULES, namespace, tenant),
-        role(VIEWER_ROLE, VIEWER_RULES, namespace, tenant),
+        role(ADMIN_ROLE, [*ADMIN_RULES, *extra], namespace, tenant),
+        role(VIEWER_ROLE, [*VIEWER_RULES, *extra], namespace, tenant),
     ]
     for binding, role_name, templates in (
         (ADMIN_BINDING, ADMIN_ROLE, spec.kubernetes.admin_groups),

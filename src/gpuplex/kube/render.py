@@ -3,7 +3,8 @@
 Pure: no cluster, no files. Each part lives in its own module; this one only puts them in order:
 cluster-scoped first (priority classes, device-plugin and MIG configs, node labels, the admission
 policy), then per tenant (namespace, quota, RBAC, network policies), then the workloads, then,
-when the spec has `queues:`, the Kueue objects and the policy that sends tenant Jobs through them.
+when the spec's `queues:` run on Kueue (`kubernetes.kueue`), the Kueue objects and the policy that
+sends tenant Jobs through them.
 """
 
 from __future__ import annotations
@@ -14,8 +15,9 @@ from gpuplex.core.plan import Plan
 from gpuplex.core.spec import GpuplexSpec
 from gpuplex.kube.admission import admission_policy
 from gpuplex.kube.job_queue_policy import job_queue_policy
-from gpuplex.kube.kueue import kueue_manifests
-from gpuplex.kube.naming import Manifest
+from gpuplex.kube.kueue import kueue_manifests, queue_quotas
+from gpuplex.kube.kueue_flavors import KueueFlavors
+from gpuplex.kube.naming import Manifest, namespace_for
 from gpuplex.kube.node_config import node_config
 from gpuplex.kube.priorities import priority_classes
 from gpuplex.kube.self_manifests import SelfOptions, self_manifests
@@ -38,16 +40,35 @@ def render_plan(spec: GpuplexSpec, plan: Plan) -> Rendered:
         notes.append(f"{unit.label()} is not rendered: the plan could not place it")
     workloads = workload_manifests(spec, plan)
     queues, queue_notes = kueue_manifests(spec, plan)
+    quotas = queue_quotas(spec, plan)
+    most = None if quotas is None else {t: quotas.most(t) for t in quotas.offered}
+    per_pod = None if quotas is None or most is None else pod_most(spec, most, quotas.flavors)
+    grants = None if per_pod is None else {ns: sorted(r) for ns, r in per_pod.items()}
     manifests = [
         *priority_classes(spec),
         *nodes.manifests,
-        *admission_policy(spec, plan),
-        *tenant_manifests(spec, plan),
+        *admission_policy(spec, plan, grants),
+        *tenant_manifests(spec, plan, most),
         *workloads,
     ]
-    if queues:
-        manifests += [*job_queue_policy(planned_jobs(workloads)), *queues]
+    if per_pod is not None and spec.kubernetes.kueue is not None:
+        policy = job_queue_policy(planned_jobs(workloads), per_pod, spec.kubernetes.kueue.username)
+        manifests += [*policy, *queues]
     return Rendered(manifests, notes + queue_notes)
+
+
+def pod_most(
+    spec: GpuplexSpec, most: dict[str, dict[str, int]], flavors: KueueFlavors
+) -> dict[str, dict[str, int]]:
+    """Namespace -> GPU resource -> the most one pod of a queued Job may ask for: what the
+    tenant's queue may admit, and what one node has free, whichever is less. A resource it may
+    never hold is absent: a Job asking for it (or for more) could never run, and is refused when
+    it is created rather than held by Kueue forever."""
+    out: dict[str, dict[str, int]] = {}
+    for tenant, resources in most.items():
+        limits = {r: min(n, flavors.most_on_a_node.get(r, 0)) for r, n in resources.items()}
+        out[namespace_for(spec, tenant)] = {r: n for r, n in limits.items() if n > 0}
+    return out
 
 
 def planned_jobs(workloads: list[Manifest]) -> dict[str, list[str]]:

@@ -17,17 +17,23 @@ from gpuplex.core.spec.tenants import TenantSpec
 from gpuplex.errors import KubeRenderError
 from gpuplex.kube.naming import (
     GPU_RESOURCE,
+    QUEUED_PRIORITY_CLASS,
     SHARED_GPU_RESOURCE,
     Manifest,
     gpu_request,
     metadata,
     namespace_for,
+    priority_class_name,
     tenant_gpu_requests,
 )
 from gpuplex.kube.network import network_policies
 from gpuplex.kube.rbac import rbac_manifests
 
 QUOTA_NAME = "gpuplex-quota"
+#: With Kueue: what the tenant's queue may admit, counted over the pods of queued Jobs only.
+QUEUED_QUOTA_NAME = "gpuplex-queued-quota"
+#: With Kueue: PVCs and storage (a quota scoped to a priority class counts pod resources only).
+STORAGE_QUOTA_NAME = "gpuplex-storage-quota"
 LIMIT_RANGE_NAME = "gpuplex-defaults"
 
 #: Pod Security: `baseline` is enforced (GPU pods need nothing `restricted` forbids, but operators'
@@ -49,19 +55,33 @@ DEFAULT_LIMIT_CORES = 2
 DEFAULT_LIMIT_GIB = 8
 
 
-def tenant_manifests(spec: GpuplexSpec, plan: Plan) -> list[Manifest]:
-    """Per tenant, in spec order: Namespace, ResourceQuota, LimitRange, Roles and RoleBindings,
-    NetworkPolicies. Every tenant gets a namespace, even one the plan places nothing for, so its
-    quota (zero GPUs) and RBAC exist before its first workload does."""
+def tenant_manifests(
+    spec: GpuplexSpec, plan: Plan, queued: dict[str, dict[str, int]] | None = None
+) -> list[Manifest]:
+    """Per tenant, in spec order: Namespace, ResourceQuota(s), LimitRange, Roles and
+    RoleBindings, NetworkPolicies. Every tenant gets a namespace, even one the plan places nothing
+    for, so its quota (zero GPUs) and RBAC exist before its first workload does.
+
+    `queued` (tenant -> Kueue resource -> the most its queue may admit; None without Kueue)
+    splits the quota in two by priority class: `gpuplex-quota` holds the tenant's own pods to the
+    plan, `gpuplex-queued-quota` holds queued Jobs' pods to what Kueue may admit, so that every
+    pod of an admitted Job fits and nothing else can use the queue's share."""
     check_namespaces(spec)
-    gpu_resources = plan_gpu_resources(plan)
+    gpu_resources = sorted(
+        {*plan_gpu_resources(plan), *(r for q in (queued or {}).values() for r in q)}
+    )
     manifests: list[Manifest] = []
     for tenant in spec.tenants:
         namespace = namespace_for(spec, tenant.name)
         quota = namespace_quota(spec, tenant)
         check_pods_fit_quota(spec, plan, tenant, quota)
         manifests.append(namespace_manifest(namespace, tenant.name))
-        manifests.append(resource_quota(plan, namespace, tenant.name, gpu_resources, quota))
+        if queued is None:
+            manifests.append(resource_quota(plan, namespace, tenant.name, gpu_resources, quota))
+        else:
+            manifests += queued_quotas(
+                spec, plan, tenant, gpu_resources, quota, queued.get(tenant.name, {})
+            )
         manifests.append(limit_range(namespace, tenant.name, quota))
         manifests.extend(rbac_manifests(spec, namespace, tenant.name))
         manifests.extend(network_policies(spec, namespace, tenant))
@@ -134,6 +154,51 @@ def resource_quota(
         "kind": "ResourceQuota",
         "metadata": metadata(QUOTA_NAME, namespace=namespace, tenant=tenant),
         "spec": {"hard": hard},
+    }
+
+
+def queued_quotas(
+    spec: GpuplexSpec,
+    plan: Plan,
+    tenant: TenantSpec,
+    gpu_resources: list[str],
+    quota: NamespaceQuotaSpec,
+    most: dict[str, int],
+) -> list[Manifest]:
+    """With Kueue, three quotas: the tenant's own pods (its priority class) to the plan's GPUs and
+    the namespace's CPU and memory; queued Jobs' pods (`gpuplex-queued`) to what the tenant's
+    ClusterQueue may admit, GPUs and CPU and memory alike (its cpu and memory nominal quota is
+    the namespace's); storage, which no pod scope counts. A pod of neither class is refused by
+    the admission policy, so every pod counts against exactly one."""
+    namespace = namespace_for(spec, tenant.name)
+    own = resource_quota(plan, namespace, tenant.name, gpu_resources, quota)
+    hard = own["spec"]["hard"]
+    storage = {key: hard.pop(key) for key in ("persistentvolumeclaims", "requests.storage")}
+    own["spec"]["scopeSelector"] = _priority_scope(priority_class_name(tenant.priority))
+    queued_hard = {f"requests.{name}": str(most.get(name, 0)) for name in gpu_resources}
+    queued_hard.update({key: value for key, value in hard.items() if "nvidia.com" not in key})
+    return [
+        own,
+        {
+            "apiVersion": "v1",
+            "kind": "ResourceQuota",
+            "metadata": metadata(QUEUED_QUOTA_NAME, namespace=namespace, tenant=tenant.name),
+            "spec": {"hard": queued_hard, "scopeSelector": _priority_scope(QUEUED_PRIORITY_CLASS)},
+        },
+        {
+            "apiVersion": "v1",
+            "kind": "ResourceQuota",
+            "metadata": metadata(STORAGE_QUOTA_NAME, namespace=namespace, tenant=tenant.name),
+            "spec": {"hard": storage},
+        },
+    ]
+
+
+def _priority_scope(priority_class: str) -> dict[str, object]:
+    return {
+        "matchExpressions": [
+            {"scopeName": "PriorityClass", "operator": "In", "values": [priority_class]}
+        ]
     }
 
 

@@ -53,12 +53,15 @@ class Admission:
         *,
         operation: str = "CREATE",
         old: Manifest | None = None,
+        user: str = "alice",
     ) -> list[str]:
-        """The messages of the validations `pod` fails; [] when it is admitted."""
+        """The messages of the validations `pod` fails; [] when it is admitted. `user`: who
+        asks (the API server's `request.userInfo.username`)."""
+        request = {"namespace": namespace, "operation": operation, "userInfo": {"username": user}}
         activation: dict[str, Any] = {
             "object": json_to_cel(pod),
             "oldObject": json_to_cel(old),
-            "request": json_to_cel({"namespace": namespace, "operation": operation}),
+            "request": json_to_cel(request),
             "namespaceObject": json_to_cel(
                 {"metadata": {"name": namespace, "labels": {TENANT_LABEL: "x"}}}
             ),

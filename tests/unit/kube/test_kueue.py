@@ -14,10 +14,10 @@ from hypothesis import HealthCheck, assume, given, settings, strategies as st
 from gpuplex.core.catalog import gpu_model
 from gpuplex.core.plan import Plan, make_plan
 from gpuplex.core.spec import GpuplexSpec, validate_spec
-from gpuplex.kube.job_queue_policy import POLICY_NAME, job_queue_policy
+from gpuplex.kube.job_queue_policy import POLICY_NAME
 from gpuplex.kube.kueue import LOCAL_QUEUE, QUEUE_NAME_LABEL
 from gpuplex.kube.kueue_flavors import kueue_flavors, split
-from gpuplex.kube.naming import Manifest
+from gpuplex.kube.naming import QUEUED_PRIORITY_CLASS, Manifest
 from gpuplex.kube.render import render_plan
 from gpuplex.kube.resources import apply_order, kind_of
 from tests.unit.kube.kube_specs import kube_specs
@@ -73,6 +73,7 @@ SPEC: dict[str, Any] = {
         },
         {"name": "tailspin", "isolation": "dedicated"},
     ],
+    "kubernetes": {"kueue": {}},
     "queues": {
         "organisations": [
             {
@@ -140,9 +141,14 @@ def named(manifests: list[Manifest], kind: str, name: str) -> Manifest:
 
 
 def quotas(manifest: Manifest) -> dict[tuple[str, str], dict[str, Any]]:
-    """(flavor, resource) -> its quota entry (without the name)."""
+    """(flavor, resource) -> its quota entry (without the name), counts as numbers (Kueue's
+    quantities are rendered as strings: `test_quantities_are_rendered_as_kueue_stores_them`)."""
     return {
-        (flavor["name"], entry["name"]): {k: v for k, v in entry.items() if k != "name"}
+        (flavor["name"], entry["name"]): {
+            k: int(v) if isinstance(v, str) and v.isdigit() else v
+            for k, v in entry.items()
+            if k != "name"
+        }
         for group in manifest["spec"].get("resourceGroups", [])
         for flavor in group["flavors"]
         for entry in flavor["resources"]
@@ -200,11 +206,10 @@ def test_flavors_select_nodes_as_the_device_plugin_and_gfd_label_them() -> None:
         MIG: None,  # the resource name nvidia.com/mig-<profile> finds the nodes
         "gpuplex-node": None,
     }
-    # every MIG profile of the A100 is a resource of the one MIG group, `+` written `.`
+    # the MIG group holds the profiles cut for the queues: fabrikam's four 1g.10gb slices
     root = named(manifests, "Cohort", "gpuplex")
     mig_group = next(g for g in root["spec"]["resourceGroups"] if g["flavors"][0]["name"] == MIG)
-    assert "nvidia.com/mig-1g.10gb" in mig_group["coveredResources"]
-    assert "nvidia.com/mig-1g.10gb.me" in mig_group["coveredResources"]
+    assert mig_group["coveredResources"] == ["nvidia.com/mig-1g.10gb"]
 
 
 def test_cohorts_follow_the_tree() -> None:
@@ -236,7 +241,8 @@ def test_cohorts_follow_the_tree() -> None:
 
 def test_guarantees_are_carved_out_of_the_parents_and_add_up_to_the_fleet() -> None:
     spec, plan, manifests = rendered()
-    # acme holds 4 of the 4 H100s; research 3 of them, contoso 2: each Cohort keeps the rest
+    # contoso's planned job holds one of the 4 H100s: acme holds the other 3 and an L40S;
+    # research the 3 H100s, contoso 2 of them: each Cohort keeps the rest
     assert (
         quotas(named(manifests, "ClusterQueue", "gpuplex-contoso"))[H100, "nvidia.com/gpu"][
             "nominalQuota"
@@ -249,10 +255,9 @@ def test_guarantees_are_carved_out_of_the_parents_and_add_up_to_the_fleet() -> N
         ]
         == 1
     )
-    assert (
-        quotas(named(manifests, "Cohort", "gpuplex-acme"))[H100, "nvidia.com/gpu"]["nominalQuota"]
-        == 1
-    )
+    acme = quotas(named(manifests, "Cohort", "gpuplex-acme"))
+    assert acme[H100, "nvidia.com/gpu"]["nominalQuota"] == 0
+    assert acme[L40S, "nvidia.com/gpu"]["nominalQuota"] == 1
     # the H100s are all acme's, so tailspin's GPU is an L40S
     tailspin = quotas(named(manifests, "ClusterQueue", "gpuplex-tailspin"))
     assert tailspin[H100, "nvidia.com/gpu"]["nominalQuota"] == 0
@@ -280,8 +285,8 @@ def test_limits_lending_and_borrowing() -> None:
     # limit 4 - guarantee 2: 2 to borrow, over the models that have room, never above the limit
     assert sum(q["borrowingLimit"] for q in gpus) == 2
     assert all("lendingLimit" not in q for q in gpus)
-    # no limit on MIG: no borrowing limit there
-    assert "borrowingLimit" not in contoso[MIG, "nvidia.com/mig-1g.10gb"]
+    # isolation dedicated: contoso's queue offers no MIG slices, whatever it could borrow
+    assert (MIG, "nvidia.com/mig-1g.10gb") not in contoso
     acme = quotas(named(manifests, "Cohort", "gpuplex-acme"))
     assert sum(acme[f, "nvidia.com/gpu"]["borrowingLimit"] for f in (H100, L40S)) == 2
     fabrikam = quotas(named(manifests, "ClusterQueue", "gpuplex-fabrikam"))
@@ -303,8 +308,9 @@ def test_shared_memory_becomes_device_plugin_replicas() -> None:
     l4 = gpu_model("L4")
     assert l4 is not None
     assert flavor.strategy == "mps"
-    # the plugin shares every full GPU of the node, the idle L4 too; neither is a whole GPU now
-    assert flavor.replicas == 2 * 2
+    # the plugin shares every full GPU of the node, the idle L4 too; neither is a whole GPU now;
+    # of their 2 x 2 replicas adatum's two planned ones hold two
+    assert flavor.replicas == 2 * 2 - 2
     assert "gpuplex-gpu-l4" not in [f for f, _, _ in kueue_flavors(spec, plan).gpu]
     assert flavor.replica_gib == pytest.approx(l4.memory_gib / 2)
     assert flavor.replica_percent == 50
@@ -327,7 +333,7 @@ def test_cluster_queue_rules() -> None:
         "withinClusterQueue": "LowerPriority",
         "borrowWithinCohort": {"policy": "Never"},
     }
-    assert contoso["fairSharing"] == {"weight": 2}
+    assert contoso["fairSharing"] == {"weight": "2"}
     assert contoso["queueingStrategy"] == "StrictFIFO"
     adatum = named(manifests, "ClusterQueue", "gpuplex-adatum")["spec"]
     assert adatum["preemption"]["reclaimWithinCohort"] == "Never"
@@ -369,33 +375,116 @@ def test_no_queues_no_kueue() -> None:
     assert all(m["metadata"]["name"] != POLICY_NAME for m in manifests)
 
 
-def job(name: str, labels: dict[str, str] | None = None) -> Manifest:
+def job(
+    name: str,
+    labels: dict[str, str] | None = None,
+    *,
+    priority_class: str | None = QUEUED_PRIORITY_CLASS,
+    limits: dict[str, str] | None = None,
+    suspend: bool | None = True,
+    kind: str = "Job",
+) -> Manifest:
+    """A Job (or a CronJob of it) in contoso's namespace, as a tenant writes one."""
+    container: dict[str, Any] = {"name": "main", "image": "trainer:1"}
+    if limits is not None:
+        container["resources"] = {"limits": limits}
+    pod: dict[str, Any] = {"restartPolicy": "Never", "containers": [container]}
+    if priority_class is not None:
+        pod["priorityClassName"] = priority_class
+    spec: dict[str, Any] = {"template": {"spec": pod}}
+    if suspend is not None:
+        spec["suspend"] = suspend
     meta: dict[str, Any] = {"name": name, "namespace": "contoso"}
+    if kind == "CronJob":
+        template: dict[str, Any] = {"spec": spec}
+        if labels is not None:
+            template["metadata"] = {"labels": labels}
+        return {
+            "apiVersion": "batch/v1",
+            "kind": "CronJob",
+            "metadata": meta,
+            "spec": {"schedule": "0 * * * *", "jobTemplate": template},
+        }
     if labels is not None:
         meta["labels"] = labels
-    return {"apiVersion": "batch/v1", "kind": "Job", "metadata": meta, "spec": {}}
+    return {"apiVersion": "batch/v1", "kind": "Job", "metadata": meta, "spec": spec}
+
+
+QUEUED = {QUEUE_NAME_LABEL: LOCAL_QUEUE}
+KUEUE_USER = "system:serviceaccount:kueue-system:kueue-controller-manager"
+
+
+def job_policy() -> Admission:
+    _, _, manifests = rendered()
+    policy = named(manifests, "ValidatingAdmissionPolicy", POLICY_NAME)
+    binding = named(manifests, "ValidatingAdmissionPolicyBinding", POLICY_NAME)
+    assert binding["spec"]["policyName"] == POLICY_NAME
+    return Admission(policy)
 
 
 def test_tenant_jobs_must_name_their_queue() -> None:
-    _, _, manifests = rendered()
-    policy = named(manifests, "ValidatingAdmissionPolicy", POLICY_NAME)
-    assert policy == job_queue_policy({"contoso": ["train"]})[0]
-    binding = named(manifests, "ValidatingAdmissionPolicyBinding", POLICY_NAME)
-    assert binding["spec"]["policyName"] == POLICY_NAME
-    admission = Admission(policy)
-    queued = {QUEUE_NAME_LABEL: LOCAL_QUEUE}
-    denied = admission.denials(job("sweep"), "contoso")
+    admission = job_policy()
+    denied = admission.denials(job("sweep", priority_class=None), "contoso")
     assert len(denied) == 1
     assert f"{QUEUE_NAME_LABEL}: {LOCAL_QUEUE}" in denied[0]
     assert admission.denials(job("sweep", {"team": "x"}), "contoso")
-    assert admission.denials(job("sweep", queued), "contoso") == []
-    # the plan's own batch workload runs outside the queues
-    assert admission.denials(job("train"), "contoso") == []
-    assert admission.denials(job("train"), "adatum")
+    assert admission.denials(job("sweep", QUEUED), "contoso") == []
+    # the plan's own batch workload runs outside the queues, at the tenant's class
+    planned = job("train", priority_class="gpuplex-priority-0")
+    assert admission.denials(planned, "contoso") == []
+    assert admission.denials(planned, "adatum")
     # the label cannot be taken off; a Job from before the queues may still be updated
-    old = job("sweep", queued)
+    old = job("sweep", QUEUED)
     assert admission.denials(job("sweep", {}), "contoso", operation="UPDATE", old=old)
-    assert admission.denials(job("old"), "contoso", operation="UPDATE", old=job("old")) == []
+    before = job("old", priority_class=None)
+    assert admission.denials(before, "contoso", operation="UPDATE", old=before) == []
+
+
+def test_queued_jobs_run_at_the_queued_class_and_only_they_do() -> None:
+    admission = job_policy()
+    [denied] = admission.denials(job("sweep", QUEUED, priority_class=None), "contoso")
+    assert QUEUED_PRIORITY_CLASS in denied
+    assert admission.denials(job("sweep", QUEUED, priority_class="gpuplex-priority-0"), "contoso")
+    # a Job that skips the queue cannot take the queue's quota
+    assert admission.denials(job("train"), "contoso")
+
+
+def test_a_queued_job_asking_what_its_queue_cannot_offer_is_refused_at_creation() -> None:
+    admission = job_policy()
+    # contoso: isolation dedicated, so whole GPUs only
+    assert admission.denials(job("sweep", QUEUED, limits={"nvidia.com/gpu": "2"}), "contoso") == []
+    for resource in ("nvidia.com/mig-1g.10gb", "nvidia.com/gpu.shared"):
+        [denied] = admission.denials(job("sweep", QUEUED, limits={resource: "1"}), "contoso")
+        assert "could never run" in denied
+    # fabrikam: isolation mig; its queue offers the 1g.10gb slices cut for it
+    fabrikam = job("sweep", QUEUED, limits={"nvidia.com/mig-1g.10gb": "1"})
+    assert admission.denials(fabrikam, "fabrikam") == []
+    assert admission.denials(job("sweep", QUEUED, limits={"nvidia.com/gpu": "1"}), "fabrikam")
+
+
+def test_only_kueue_starts_a_queued_job() -> None:
+    admission = job_policy()
+    assert admission.denials(job("sweep", QUEUED, suspend=False), "contoso")
+    assert admission.denials(job("sweep", QUEUED, suspend=None), "contoso")
+    held = job("sweep", QUEUED)
+    started = job("sweep", QUEUED, suspend=False)
+    [denied] = admission.denials(started, "contoso", operation="UPDATE", old=held)
+    assert "only Kueue starts it" in denied
+    assert (
+        admission.denials(started, "contoso", operation="UPDATE", old=held, user=KUEUE_USER) == []
+    )
+    # suspending again, or any update of a running Job, is anyone's to make
+    assert admission.denials(held, "contoso", operation="UPDATE", old=started) == []
+    assert admission.denials(started, "contoso", operation="UPDATE", old=started) == []
+
+
+def test_a_cronjobs_template_is_checked_when_the_cronjob_is_created() -> None:
+    admission = job_policy()
+    assert admission.denials(job("nightly", QUEUED, kind="CronJob"), "contoso") == []
+    assert admission.denials(job("nightly", kind="CronJob"), "contoso")
+    assert admission.denials(job("train", kind="CronJob"), "contoso")  # no plan exemption
+    asks_mig = job("nightly", QUEUED, limits={"nvidia.com/mig-1g.10gb": "1"}, kind="CronJob")
+    assert admission.denials(asks_mig, "contoso")
 
 
 def test_split_adds_up() -> None:
@@ -442,6 +531,7 @@ def specs_with_queues(draw: st.DrawFn) -> dict[str, Any]:
         team = {"name": f"team-{index}", "tenants": leaves}
         organisations.append({"name": f"org-{index}", "teams": [team]})
     data["queues"] = {"organisations": organisations}
+    data.setdefault("kubernetes", {})["kueue"] = {}
     assume(isinstance(validate_spec(data), GpuplexSpec))
     return data
 
@@ -477,7 +567,8 @@ def test_any_valid_queues_render_to_valid_quotas_that_add_up(data: dict[str, Any
 
 
 def test_whole_gpus_the_plan_shares_are_not_guaranteed() -> None:
-    """The L4 node shares its GPUs: a guarantee of 7 whole GPUs gets the 6 H100s and L40Ss."""
+    """The L4 node shares its GPUs and contoso's planned job holds an H100: a guarantee of 7
+    whole GPUs gets the other 5 H100s and L40Ss."""
     queues = {
         "organisations": [
             {
@@ -492,9 +583,9 @@ def test_whole_gpus_the_plan_shares_are_not_guaranteed() -> None:
     spec = GpuplexSpec.model_validate(spec_dict)
     result = render_plan(spec, make_plan(spec))
     contoso = quotas(named(result.manifests, "ClusterQueue", "gpuplex-contoso"))
-    assert contoso[H100, "nvidia.com/gpu"]["nominalQuota"] == 4
+    assert contoso[H100, "nvidia.com/gpu"]["nominalQuota"] == 3
     assert contoso[L40S, "nvidia.com/gpu"]["nominalQuota"] == 2
     assert any(
-        note.startswith("queue contoso: Kueue's quotas leave out 1 GPU of its guarantee")
+        note.startswith("queue contoso: Kueue's quotas leave out 2 GPUs of its guarantee")
         for note in result.notes
     )

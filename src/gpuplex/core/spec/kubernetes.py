@@ -23,6 +23,26 @@ class NamespaceQuotaSpec(SpecModel):
     storage_gib: StrictInt = Field(default=1000, ge=0, description="requests.storage.")
 
 
+class KueueSpec(SpecModel):
+    """Where the cluster runs Kueue: `queues:` are rendered as Kueue objects, and tenant Jobs must
+    go through them."""
+
+    service_account: str = Field(
+        default="kueue-system/kueue-controller-manager",
+        pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?/[a-z0-9]([-a-z0-9.]*[a-z0-9])?$",
+        description=(
+            "Kueue's controller, namespace/name of its service account: the only one allowed "
+            "to start (unsuspend) a queued Job."
+        ),
+    )
+
+    @property
+    def username(self) -> str:
+        """The user name the API server gives the service account."""
+        namespace, name = self.service_account.split("/")
+        return f"system:serviceaccount:{namespace}:{name}"
+
+
 class KubernetesSpec(SpecModel):
     namespace_prefix: str = Field(
         default="",
@@ -47,6 +67,13 @@ class KubernetesSpec(SpecModel):
     namespace_quota: NamespaceQuotaSpec = Field(
         default_factory=NamespaceQuotaSpec,
         description="Every tenant namespace's CPU, memory and storage quota unless the tenant sets its own.",
+    )
+    kueue: KueueSpec | None = Field(
+        default=None,
+        description=(
+            "Set (`kueue: {}`) where the cluster runs Kueue: `queues:` become Kueue objects and "
+            "tenant Jobs must name their queue. Without it `queues:` run on one server only."
+        ),
     )
     default_image: str = Field(
         default="registry.local/gpuplex/model-server:latest",
