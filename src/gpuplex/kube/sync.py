@@ -2,9 +2,10 @@
 
 Apply is server-side apply with field manager `gpuplex` (forced: gpuplex owns the fields it
 renders), namespaces and cluster-scoped objects first. Each object is read first, so the server's
-answer tells a change (a new resourceVersion) from none. GPU resources, node selectors and
-tolerations that other field managers added to gpuplex's workloads are removed after the apply
-(`foreign`): force alone never removes fields gpuplex does not send. Pruning lists each kind the
+answer tells a change (a new resourceVersion) from none. Fields that other field managers added
+to gpuplex's objects (GPU placement in workloads, keys of a quota's `spec.hard` or a ConfigMap's
+`data`: `foreign`) are removed after the apply: force alone never removes fields gpuplex does not
+send. Pruning lists each kind the
 set renders by its labels (`app.kubernetes.io/managed-by=gpuplex,gpuplex.dev/set=<set>`) and
 deletes what is no longer rendered; Nodes are only ever labelled, never created or pruned. A diff
 reads each object and asks the server for a dry run of the apply, so it shows the change as the
@@ -38,7 +39,7 @@ from gpuplex.kube.diff import (
     keep_others_taints,
     prune_candidates,
 )
-from gpuplex.kube.foreign import ForeignField, foreign_fields
+from gpuplex.kube.foreign import ForeignField, foreign_fields, foreign_note
 from gpuplex.kube.naming import (
     MANAGED_BY,
     MANAGED_BY_LABEL,
@@ -163,18 +164,11 @@ def _applied(
     fields = tuple(changed_fields(comparable(live), comparable(after)))
     if not fields:
         return ObjectChange(object_id, ObjectAction.UNCHANGED)
-    return ObjectChange(object_id, ObjectAction.CHANGE, fields, note=_foreign_note(foreign))
+    return ObjectChange(object_id, ObjectAction.CHANGE, fields, note=foreign_note(foreign))
 
 
 def _version(obj: Manifest) -> str:
     return str(obj.get("metadata", {}).get("resourceVersion", ""))
-
-
-def _foreign_note(foreign: list[ForeignField]) -> str:
-    if not foreign:
-        return ""
-    managers = sorted({manager for field in foreign for manager in field.managers})
-    return f"removes GPU fields set by {', '.join(managers)}"
 
 
 def _node_taints_kept(node: Manifest, live: Manifest | None) -> Manifest | None:
@@ -235,7 +229,7 @@ def _with_foreign(change: ObjectChange, would_be: Manifest | None) -> ObjectChan
     fields = change.fields + tuple(
         f"{field.path} (set by {', '.join(field.managers)})" for field in foreign
     )
-    return ObjectChange(change.object_id, ObjectAction.CHANGE, fields, note=_foreign_note(foreign))
+    return ObjectChange(change.object_id, ObjectAction.CHANGE, fields, note=foreign_note(foreign))
 
 
 def _recreate(

@@ -7,7 +7,8 @@ are gpuplex's behaviour on them, fast, for machines without the real control pla
 2. a namespace being deleted: 403 NamespaceTerminating -> "retry later", exit 5;
 3. a Job's pod template changed: 422 on spec.template -> diff says re-create, one-line error;
 4. the reconciler's role: every request apply, diff and prune make is one it allows;
-5. GPU fields another field manager added: shown by diff, removed by apply;
+5. GPU fields, quota and ConfigMap keys another field manager added: shown by diff, removed by
+   apply;
 6. a second apply: every object unchanged, from the server's resourceVersion.
 """
 
@@ -300,7 +301,7 @@ def test_gpu_fields_another_manager_added_show_in_diff_and_apply_removes_them(
         f'{prefix}.nodeSelector["example.com/rack"] (set by kubectl-patch)',
         f"{prefix}.tolerations (set by kubectl-patch)",
     )
-    assert change.note == "removes GPU fields set by kubectl-patch"
+    assert change.note == "removes fields set by kubectl-patch"
 
     applied = {c.object_id: c for c in apply_set(transport, wanted, PLAN_SET)}
 
@@ -317,6 +318,51 @@ def test_gpu_fields_another_manager_added_show_in_diff_and_apply_removes_them(
     assert pod["containers"][0]["resources"]["limits"] == {"nvidia.com/mig-3g.40gb": "1"}
     assert "nodeSelector" not in pod or not pod["nodeSelector"]
     assert "tolerations" not in pod
+    assert {c.action for c in diff_set(transport, wanted, PLAN_SET)} == {ObjectAction.UNCHANGED}
+
+
+def _quota() -> Manifest:
+    return {
+        "apiVersion": "v1",
+        "kind": "ResourceQuota",
+        "metadata": metadata("gpuplex-quota", namespace=NS, tenant="acme"),
+        "spec": {"hard": {"requests.nvidia.com/mig-3g.40gb": "2", "pods": "10"}},
+    }
+
+
+def test_keys_another_manager_added_to_a_quota_and_a_config_map_show_in_diff_and_go(
+    api: FakeKubeApi, transport: ClientTransport
+) -> None:
+    wanted = [
+        objects.namespace(),
+        objects.config_map("gpuplex-settings", {"mode": "mig"}),
+        _quota(),
+    ]
+    apply_set(transport, wanted, PLAN_SET)
+    more = {"spec": {"hard": {"count/secrets": "5", "pods": "20"}}}  # pods: gpuplex's, taken back
+    api.patch_as("kubectl-patch", "v1", "ResourceQuota", "gpuplex-quota", NS, more)
+    api.patch_as("kubectl-edit", "v1", "ConfigMap", "gpuplex-settings", NS, {"data": {"x": "1"}})
+
+    changed = {
+        c.object_id: c
+        for c in diff_set(transport, wanted, PLAN_SET)
+        if c.action is ObjectAction.CHANGE
+    }
+
+    assert changed[f"ConfigMap/{NS}/gpuplex-settings"].fields == (
+        'data["x"] (set by kubectl-edit)',
+    )
+    assert changed[f"ResourceQuota/{NS}/gpuplex-quota"].fields == (
+        "spec.hard.pods",
+        'spec.hard["count/secrets"] (set by kubectl-patch)',
+    )
+
+    applied = {c.object_id: c.action for c in apply_set(transport, wanted, PLAN_SET)}
+
+    assert applied[f"ResourceQuota/{NS}/gpuplex-quota"] is ObjectAction.CHANGE
+    live_quota = api.get("v1", "ResourceQuota", "gpuplex-quota", NS)
+    assert live_quota["spec"]["hard"] == _quota()["spec"]["hard"]
+    assert api.get("v1", "ConfigMap", "gpuplex-settings", NS)["data"] == {"mode": "mig"}
     assert {c.action for c in diff_set(transport, wanted, PLAN_SET)} == {ObjectAction.UNCHANGED}
 
 
