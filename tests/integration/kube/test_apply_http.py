@@ -237,6 +237,13 @@ def test_forbidden_names_the_verb_resource_namespace_and_the_apis_message(
             "",
         ),
         (500, "InternalError", "Internal error occurred: etcdserver: request timed out", "again"),
+        (  # refused by admission, not by RBAC: no role would help
+            403,
+            "Forbidden",
+            'configmaps "gpuplex-settings" is forbidden: exceeded quota: limits, requested: '
+            "count/configmaps=1, used: count/configmaps=4, limited: count/configmaps=4",
+            "",
+        ),
     ],
 )
 def test_other_refusals_name_the_object_status_and_message(
