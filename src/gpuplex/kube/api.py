@@ -89,9 +89,10 @@ class NamespaceMissing(KubeApiError):
 
 
 #: The RBAC verbs each KubeApi method's request needs: get (GET of one object); patch for a
-#: server-side apply, its dry run and the removal of other managers' GPU fields, and create too
+#: server-side apply, its dry run and the removal of other managers' fields, and create too
 #: where an apply creates the object (the API server checks both); list (GET of a collection,
-#: for prune) and delete (prune). `access_needed` derives the reconciler's role from this.
+#: for prune) and delete (prune, and its dry run in apply's check and in diff).
+#: `access_needed` derives the reconciler's role from this.
 VERB_OF_METHOD = {  # _patch is not a request of its own: apply and remove_fields call it
     "get": ("get",),
     "apply": ("patch", "create"),
