@@ -6,7 +6,9 @@ Two sets, never mixed: the plan's (tenant namespaces, quotas, RBAC, network poli
 and MIG configs, node labels, the admission policy, workloads) and, with `--self`, gpuplex's own
 server and gateway. A cluster that cannot be reached exits 3, a refusal by RBAC 4, a refusal that
 goes away on its own (a namespace still being deleted) 5, any other refusal by the API 1, a plan
-Kubernetes cannot express 2; never with a traceback.
+Kubernetes cannot express 2; never with a traceback. `diff` exits with the code `apply` would stop
+with, after showing the whole diff; `apply` checks everything with the server's dry run first and
+changes nothing when that check is refused.
 """
 
 from __future__ import annotations
@@ -23,14 +25,21 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.markup import escape
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    SpinnerColumn,
+    TaskID,
+    TextColumn,
+)
 from rich.table import Table
 
 from gpuplex.cli.conventions import reported
 from gpuplex.cli.help_pages import command_group
 from gpuplex.consoles import stderr_console, stdout_console
 from gpuplex.core.plural import counted
-from gpuplex.kube.diff import ObjectAction, ObjectChange, summary
+from gpuplex.kube.diff import ObjectAction, ObjectChange, first_stop, summary
 from gpuplex.kube.naming import PLAN_SET, SELF_SET
 
 if TYPE_CHECKING:
@@ -103,6 +112,7 @@ _STYLES = {
     ObjectAction.SKIP: "magenta",
     ObjectAction.UNCHANGED: "dim",
     ObjectAction.RECREATE: "bold red",
+    ObjectAction.REFUSED: "bold red",
 }
 _DONE = {
     ObjectAction.CREATE: "created",
@@ -165,7 +175,8 @@ def diff_command(
     """Show what `gpuplex kube apply` would create, change and prune.
 
     Each object is read from the cluster and its apply dry-run by the API server, so the change
-    shown is the one the server would make. Changes nothing."""
+    shown is the one the server would make. Changes nothing. Where the server refuses an object,
+    the diff says so and exits with the code apply would stop with."""
     from gpuplex.kube.apply import connect
     from gpuplex.kube.sync import diff_set
 
@@ -181,6 +192,15 @@ def diff_command(
     if table.row_count:
         out.print(table)
     out.print(summary(changes), highlight=False, soft_wrap=True)
+    stop = first_stop(changes)
+    if stop is not None and stop.code is not None:
+        err.print(
+            f"[red]error[/]: apply would change nothing: the API server refuses "
+            f"{escape(stop.object_id)}: {escape(stop.note)}",
+            highlight=False,
+            soft_wrap=True,
+        )
+        raise typer.Exit(stop.code.exit_code)
 
 
 @kube_app.command("apply")
@@ -204,8 +224,9 @@ def apply_command(
 ) -> None:
     """Apply the objects to the cluster, then prune what is no longer rendered.
 
-    Server-side apply with field manager gpuplex, namespaces and cluster-scoped objects first.
-    Nodes are only labelled and tainted, never created or deleted."""
+    First the API server checks the whole apply (a dry run); if it refuses anything, nothing is
+    changed. Server-side apply with field manager gpuplex, namespaces and cluster-scoped objects
+    first. Nodes are only labelled and tainted, never created or deleted."""
     from gpuplex.kube.apply import connect
     from gpuplex.kube.sync import apply_set
 
@@ -213,9 +234,10 @@ def apply_command(
     with reported():
         rendered, set_name = _render(file, store, self_set, current, image, settings)
         _print_notes(rendered.notes)
+        passes = 1 if server_dry_run else 2  # the check, then the apply
         with (
             connect(kubeconfig, context) as transport,
-            _progress("applying", len(rendered.manifests)) as step,
+            _progress("applying", passes * len(rendered.manifests)) as step,
         ):
             changes = apply_set(
                 transport,
@@ -224,6 +246,7 @@ def apply_command(
                 dry_run=server_dry_run,
                 prune=prune,
                 on_change=_printing(step, dry_run=server_dry_run),
+                on_check=step.checking,
             )
     if server_dry_run:
         out.print(
@@ -370,24 +393,33 @@ def _print_notes(notes: list[str]) -> None:
         err.print(f"[yellow]note[/]: {escape(note)}", highlight=False, soft_wrap=True)
 
 
+class _Steps:
+    """Advances a progress bar by one object, naming it with what is done to it."""
+
+    def __init__(self, progress: Progress, task: TaskID, verb: str) -> None:
+        self._progress = progress
+        self._task = task
+        self._verb = verb
+
+    def __call__(self, change: ObjectChange) -> None:
+        self.advance(change, self._verb)
+
+    def checking(self, change: ObjectChange) -> None:
+        """A step of apply's dry-run check, before the apply itself."""
+        self.advance(change, "checking")
+
+    def advance(self, change: ObjectChange, verb: str) -> None:
+        if change.action is not ObjectAction.PRUNE:
+            self._progress.update(self._task, advance=1, description=f"{verb} {change.object_id}")
+
+
 @contextmanager
-def _progress(verb: str, total: int) -> Iterator[Callable[[ObjectChange], None]]:
+def _progress(verb: str, total: int) -> Iterator[_Steps]:
     """A progress bar on stderr over the rendered objects (pruned objects come after it); none
     where stderr is not a terminal, so logs get only the lines that say what was done."""
-    columns = (
-        SpinnerColumn(),
-        TextColumn(f"{verb} {{task.description}}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-    )
+    columns = (SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn())
     with Progress(*columns, console=err, transient=True, disable=not err.is_terminal) as progress:
-        task = progress.add_task("", total=total)
-
-        def step(change: ObjectChange) -> None:
-            if change.action is not ObjectAction.PRUNE:
-                progress.update(task, advance=1, description=change.object_id)
-
-        yield step
+        yield _Steps(progress, progress.add_task("", total=total), verb)
 
 
 def _printing(

@@ -6,7 +6,9 @@ error with one line that names the verb, the object and the API's reason:
 
 - a 404 for a whole resource: a custom resource's group/version the server does not serve (it
   answers plain text, `404 page not found`) or a built-in kind a too-old server lacks: NotServed;
-- 401/403: KubeForbidden, except a 403 caused by `NamespaceTerminating`: KubeRetryLater (exit 5);
+- 401, and a 403 from authorization (RBAC: `User "x" cannot patch resource ...`): KubeForbidden;
+  a 403 caused by `NamespaceTerminating`: KubeRetryLater (exit 5); any other 403 is admission
+  refusing the object (`exceeded quota`, a webhook): a plain KubeApiError with the API's reason;
 - a 422 on an immutable field (a Job's `spec.template`): Immutable, naming the field, without the
   thousands of characters of object dump the server sends with it;
 - a 404 for a namespace that does not exist: NamespaceMissing.
@@ -18,6 +20,7 @@ ClusterRole is derived from them.
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -86,9 +89,10 @@ class NamespaceMissing(KubeApiError):
 
 
 #: The RBAC verbs each KubeApi method's request needs: get (GET of one object); patch for a
-#: server-side apply, its dry run and the removal of other managers' GPU fields, and create too
+#: server-side apply, its dry run and the removal of other managers' fields, and create too
 #: where an apply creates the object (the API server checks both); list (GET of a collection,
-#: for prune) and delete (prune). `access_needed` derives the reconciler's role from this.
+#: for prune) and delete (prune, and its dry run in apply's check and in diff).
+#: `access_needed` derives the reconciler's role from this.
 VERB_OF_METHOD = {  # _patch is not a request of its own: apply and remove_fields call it
     "get": ("get",),
     "apply": ("patch", "create"),
@@ -219,7 +223,7 @@ def failure(
             "refuses new objects in it until it is gone; run the command again once "
             f"`kubectl get namespace {namespace}` finds no such namespace"
         )
-    if reply.status == 403:
+    if reply.status == 403 and _authorization_denial(reply):
         return KubeForbidden(
             f"forbidden to {verb} {what}{where} at {transport.address} ({transport.source}): "
             f"{message}; ask a cluster admin for a role that allows it"
@@ -256,6 +260,18 @@ def failure(
         )
         return NamespaceMissing(text, missing)
     return KubeApiError(text)
+
+
+#: How the API server words a refusal by authorization (RBAC or any other authorizer), as opposed
+#: to one by admission (a quota, a webhook, an admission policy), which is no question of roles.
+_AUTHORIZATION_DENIAL = re.compile(r'\bUser "[^"]*" cannot \S+ resource ')
+
+
+def _authorization_denial(reply: Reply) -> bool:
+    """Whether a 403 is authorization's (also one without the API server's Status, from a proxy in
+    front of it) rather than admission's."""
+    message = reply.body.get("message")
+    return not message or bool(_AUTHORIZATION_DENIAL.search(str(message)))
 
 
 def _install_hint(kind: ResourceKind) -> str:

@@ -2,13 +2,19 @@
 
 Apply is server-side apply with field manager `gpuplex` (forced: gpuplex owns the fields it
 renders), namespaces and cluster-scoped objects first. Each object is read first, so the server's
-answer tells a change (a new resourceVersion) from none. GPU resources, node selectors and
-tolerations that other field managers added to gpuplex's workloads are removed after the apply
-(`foreign`): force alone never removes fields gpuplex does not send. Pruning lists each kind the
-set renders by its labels (`app.kubernetes.io/managed-by=gpuplex,gpuplex.dev/set=<set>`) and
-deletes what is no longer rendered; Nodes are only ever labelled, never created or pruned. A diff
-reads each object and asks the server for a dry run of the apply, so it shows the change as the
-server would make it.
+answer tells a change (a new resourceVersion) from none. Fields that other field managers added to
+gpuplex's objects (GPU placement in workloads, keys of a quota's `spec.hard` or a ConfigMap's
+`data`: `foreign`) are removed after the apply: force alone never removes fields gpuplex does not
+send. Pruning lists each kind the set renders by its labels
+(`app.kubernetes.io/managed-by=gpuplex,gpuplex.dev/set=<set>`) and deletes what is no longer
+rendered; Nodes are only ever labelled, never created or pruned.
+
+All or nothing, as far as the API allows: apply first runs the whole of itself as a server-side
+dry run (`dryRun=All`: every apply, every removal of other managers' fields, every prune) and stops
+at the first refusal with nothing changed; only then does the same pass run for real. A dry run
+cannot check objects in a namespace the same apply creates (the namespace does not exist yet), nor
+what changes in the cluster between the two passes. A diff is that dry-run pass with each refusal
+recorded (`refused`, `re-create`) instead of stopping at it.
 
 A custom kind whose API group the cluster does not serve (ServiceMonitor without the Prometheus
 operator) is skipped with what to install. Requests and the meaning of each answer are in
@@ -18,9 +24,8 @@ operator) is skipped with what to install. Requests and the meaning of each answ
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
 
-from gpuplex.errors import KubeRenderError
+from gpuplex.errors import KubeApiError, KubeRenderError, KubeUnreachable
 from gpuplex.kube.api import (
     FIELD_MANAGER,
     Immutable,
@@ -32,13 +37,13 @@ from gpuplex.kube.api import (
 from gpuplex.kube.diff import (
     ObjectAction,
     ObjectChange,
-    changed_fields,
-    comparable,
     compare,
     keep_others_taints,
     prune_candidates,
+    recreate,
+    refused,
 )
-from gpuplex.kube.foreign import ForeignField, foreign_fields
+from gpuplex.kube.foreign import foreign_fields
 from gpuplex.kube.naming import (
     MANAGED_BY,
     MANAGED_BY_LABEL,
@@ -107,89 +112,23 @@ def apply_set(
     dry_run: bool = False,
     prune: bool = True,
     on_change: OnChange | None = None,
+    on_check: OnChange | None = None,
 ) -> list[ObjectChange]:
-    """Server-side apply every object in order, remove what other managers added to gpuplex's
-    workloads, then prune; stops at the first refusal."""
+    """Check the whole apply with the server's dry run, then (unless `dry_run`) apply every
+    object in order, remove what other managers added to gpuplex's objects, and prune. A refusal
+    in the check stops it before anything is changed; one in the real pass (what the check could
+    not see) stops it there. `on_check` sees the check's changes, `on_change` the real ones (a
+    dry run's: its only pass)."""
     api = KubeApi(transport)
     desired = check_set(manifests, set_name)
-    new_namespaces: set[str] = set()
-    record = _Record(on_change)
-
-    for key, kind, manifest in desired:
-        try:
-            live = api.get(kind, manifest)
-            to_apply = _node_taints_kept(manifest, live) if kind.kind == "Node" else manifest
-            if to_apply is None:
-                record(ObjectChange(key_id(key), ObjectAction.SKIP, note=NODE_MISSING))
-                continue
-            reply = api.apply(kind, to_apply, dry_run=dry_run)
-        except NotServed as error:
-            if not kind.custom:  # a built-in kind this Kubernetes lacks: too old for gpuplex
-                raise
-            record(ObjectChange(key_id(key), ObjectAction.SKIP, note=error.message))
-            continue
-        except NamespaceMissing as error:
-            # a dry run creates no namespace, so objects in the set's new ones are refused
-            if not (dry_run and error.namespace in new_namespaces):
-                raise
-            record(ObjectChange(key_id(key), ObjectAction.CREATE, note=NEW_NAMESPACE))
-            continue
-        after = reply.body
-        foreign = foreign_fields(after, FIELD_MANAGER)
-        if foreign:
-            after = api.remove_fields(kind, after, foreign, dry_run=dry_run).body
-        if live is None:
-            if kind.kind == "Namespace":
-                new_namespaces.add(key[3])
-            record(ObjectChange(key_id(key), ObjectAction.CREATE))
-            continue
-        record(_applied(key_id(key), live, after, foreign, dry_run=dry_run))
-    if prune:
-        for kind, item in _prune_candidates(api, desired, set_name):
-            api.delete(kind, item, dry_run=dry_run)
-            record(ObjectChange(key_id(object_key(kind, item)), ObjectAction.PRUNE))
-    return record.changes
-
-
-def _applied(
-    object_id: str, live: Manifest, after: Manifest, foreign: list[ForeignField], *, dry_run: bool
-) -> ObjectChange:
-    """What one apply did to a live object, from the server's answer: an apply that changes
-    nothing keeps the resourceVersion. A new one alone is not proof: a controller may have
-    written the object's status between the read and the apply, so the contents decide then
-    (and always in a dry run, which never takes a new resourceVersion)."""
-    if not dry_run and _version(after) == _version(live):
-        return ObjectChange(object_id, ObjectAction.UNCHANGED)
-    fields = tuple(changed_fields(comparable(live), comparable(after)))
-    if not fields:
-        return ObjectChange(object_id, ObjectAction.UNCHANGED)
-    return ObjectChange(object_id, ObjectAction.CHANGE, fields, note=_foreign_note(foreign))
-
-
-def _version(obj: Manifest) -> str:
-    return str(obj.get("metadata", {}).get("resourceVersion", ""))
-
-
-def _foreign_note(foreign: list[ForeignField]) -> str:
-    if not foreign:
-        return ""
-    managers = sorted({manager for field in foreign for manager in field.managers})
-    return f"removes GPU fields set by {', '.join(managers)}"
-
-
-def _node_taints_kept(node: Manifest, live: Manifest | None) -> Manifest | None:
-    """The Node to apply, with the taints others set kept; None for a node not in the cluster
-    (gpuplex never creates one)."""
-    return None if live is None else keep_others_taints(node, live)
-
-
-NODE_MISSING = (
-    "not in the cluster; gpuplex labels nodes but never creates one: apply again once it has joined"
-)
-NEW_NAMESPACE = "in a namespace this apply creates, so the server's dry run could not check it"
-RECREATE = (
-    "needs delete and re-create: {fields} cannot change in place; delete the object, then apply"
-)
+    checked = _Pass(api, desired, set_name, dry_run=True, stop=True).run(
+        prune=prune, on_change=on_change if dry_run else on_check
+    )
+    if dry_run:
+        return checked
+    return _Pass(api, desired, set_name, dry_run=False, stop=True).run(
+        prune=prune, on_change=on_change
+    )
 
 
 def diff_set(
@@ -199,74 +138,104 @@ def diff_set(
     *,
     on_change: OnChange | None = None,
 ) -> list[ObjectChange]:
-    """What `apply_set` with pruning would do, object by object; changes nothing."""
+    """What `apply_set` with pruning would do, object by object: its dry-run pass, with what the
+    server refuses recorded (`refused`, `re-create`) where apply would stop. Changes nothing."""
     api = KubeApi(transport)
     desired = check_set(manifests, set_name)
-    record = _Record(on_change)
-
-    for key, kind, manifest in desired:
-        try:
-            live = api.get(kind, manifest)
-            to_apply = _node_taints_kept(manifest, live) if kind.kind == "Node" else manifest
-            if to_apply is None:
-                record(ObjectChange(key_id(key), ObjectAction.SKIP, note=NODE_MISSING))
-                continue
-            would_be = api.apply(kind, to_apply, dry_run=True).body if live else None
-        except NotServed as error:
-            if not kind.custom:
-                raise
-            record(ObjectChange(key_id(key), ObjectAction.SKIP, note=error.message))
-            continue
-        except Immutable as error:
-            assert live is not None  # only a change of a live object is refused
-            record(_recreate(key_id(key), live, manifest, error.fields))
-            continue
-        record(_with_foreign(compare(key_id(key), live, would_be), would_be))
-    for kind, item in _prune_candidates(api, desired, set_name):
-        record(ObjectChange(key_id(object_key(kind, item)), ObjectAction.PRUNE))
-    return record.changes
-
-
-def _with_foreign(change: ObjectChange, would_be: Manifest | None) -> ObjectChange:
-    """The change with the GPU fields other managers set, which the apply removes after it."""
-    foreign = foreign_fields(would_be, FIELD_MANAGER) if would_be else []
-    if not foreign:
-        return change
-    fields = change.fields + tuple(
-        f"{field.path} (set by {', '.join(field.managers)})" for field in foreign
+    return _Pass(api, desired, set_name, dry_run=True, stop=False).run(
+        prune=True, on_change=on_change
     )
-    return ObjectChange(change.object_id, ObjectAction.CHANGE, fields, note=_foreign_note(foreign))
 
 
-def _recreate(
-    object_id: str, live: Manifest, manifest: Manifest, immutable: tuple[str, ...]
-) -> ObjectChange:
-    """A change the server refuses in place: the rendered values that differ from the live ones
-    under each immutable field (server defaults the rendering leaves out are not differences)."""
-    fields: list[str] = []
-    for path in immutable:
-        wanted, current = _at(manifest, path), _at(live, path)
-        fields += [
-            f"{path}.{field}" if field != "(object)" else path
-            for field in changed_fields(_only(current, wanted), wanted)
-        ]
-    note = RECREATE.format(fields=", ".join(immutable))
-    return ObjectChange(object_id, ObjectAction.RECREATE, tuple(fields or immutable), note=note)
+NODE_MISSING = (
+    "not in the cluster; gpuplex labels nodes but never creates one: apply again once it has joined"
+)
+NEW_NAMESPACE = "in a namespace this apply creates, so the server's dry run could not check it"
 
 
-def _at(obj: Any, path: str) -> Any:
-    for part in path.split("."):
-        obj = obj.get(part) if isinstance(obj, dict) else None
-    return obj
+class _Pass:
+    """One pass over the set in apply order: the server's dry run or the real apply. `stop`: a
+    refusal raises its error (apply); otherwise it is recorded and the pass goes on (diff)."""
+
+    def __init__(
+        self, api: KubeApi, desired: Desired, set_name: str, *, dry_run: bool, stop: bool
+    ) -> None:
+        self.api = api
+        self.desired = desired
+        self.set_name = set_name
+        self.dry_run = dry_run
+        self.stop = stop
+        #: Namespaces this pass creates: a dry run cannot check what goes in them.
+        self.new_namespaces: set[str] = set()
+
+    def run(self, *, prune: bool, on_change: OnChange | None) -> list[ObjectChange]:
+        record = _Record(on_change)
+        for key, kind, manifest in self.desired:
+            record(self._apply(key, kind, manifest))
+        if prune:
+            for kind, item in _prune_candidates(self.api, self.desired, self.set_name):
+                record(self._prune(kind, item))
+        return record.changes
+
+    def _apply(self, key: ObjectKey, kind: ResourceKind, manifest: Manifest) -> ObjectChange:
+        object_id = key_id(key)
+        try:
+            live = self.api.get(kind, manifest)
+        except NotServed as error:
+            return self._not_served(object_id, kind, error)
+        to_apply = _node_taints_kept(manifest, live) if kind.kind == "Node" else manifest
+        if to_apply is None:
+            return ObjectChange(object_id, ObjectAction.SKIP, note=NODE_MISSING)
+        try:
+            result = self.api.apply(kind, to_apply, dry_run=self.dry_run).body
+            foreign = foreign_fields(result, FIELD_MANAGER)
+            if foreign:
+                self.api.remove_fields(kind, result, foreign, dry_run=self.dry_run)
+        except NotServed as error:
+            return self._not_served(object_id, kind, error)
+        except NamespaceMissing as error:
+            # a dry run creates no namespace, so objects in the set's new ones are refused
+            if self.dry_run and error.namespace in self.new_namespaces:
+                return ObjectChange(object_id, ObjectAction.CREATE, note=NEW_NAMESPACE)
+            return self._refused(object_id, error)
+        except Immutable as error:
+            if self.stop or live is None:
+                return self._refused(object_id, error)
+            return recreate(object_id, live, manifest, error.fields, error.code)
+        except KubeUnreachable:
+            raise
+        except KubeApiError as error:
+            return self._refused(object_id, error)
+        if live is None and kind.kind == "Namespace":
+            self.new_namespaces.add(key[3])
+        return compare(object_id, live, result, foreign, stored=not self.dry_run)
+
+    def _prune(self, kind: ResourceKind, item: Manifest) -> ObjectChange:
+        object_id = key_id(object_key(kind, item))
+        try:
+            self.api.delete(kind, item, dry_run=self.dry_run)
+        except KubeUnreachable:
+            raise
+        except KubeApiError as error:
+            return self._refused(object_id, error)
+        return ObjectChange(object_id, ObjectAction.PRUNE)
+
+    def _refused(self, object_id: str, error: KubeApiError) -> ObjectChange:
+        if self.stop:
+            raise error
+        return refused(object_id, error.message, error.code)
+
+    @staticmethod
+    def _not_served(object_id: str, kind: ResourceKind, error: NotServed) -> ObjectChange:
+        if not kind.custom:  # a built-in kind this Kubernetes lacks: too old for gpuplex
+            raise error
+        return ObjectChange(object_id, ObjectAction.SKIP, note=error.message)
 
 
-def _only(live: Any, wanted: Any) -> Any:
-    """`live` cut down to the keys `wanted` has, recursively (lists element by element)."""
-    if isinstance(live, dict) and isinstance(wanted, dict):
-        return {key: _only(live[key], wanted[key]) for key in wanted if key in live}
-    if isinstance(live, list) and isinstance(wanted, list) and len(live) == len(wanted):
-        return [_only(old, new) for old, new in zip(live, wanted, strict=True)]
-    return live
+def _node_taints_kept(node: Manifest, live: Manifest | None) -> Manifest | None:
+    """The Node to apply, with the taints others set kept; None for a node not in the cluster
+    (gpuplex never creates one)."""
+    return None if live is None else keep_others_taints(node, live)
 
 
 def _prune_candidates(

@@ -43,11 +43,20 @@ def test_server_side_apply_sends_each_object_in_order_as_field_manager_gpuplex(
     api.put(objects.live_node())
     seen: list[ObjectChange] = []
 
-    changes = apply_set(transport, objects.plan_set(), PLAN_SET, on_change=seen.append)
+    checked: list[ObjectChange] = []
 
-    assert [r.path for r in patches(api)] == PATCHES
+    changes = apply_set(
+        transport, objects.plan_set(), PLAN_SET, on_change=seen.append, on_check=checked.append
+    )
+
+    # first the whole apply as the server's dry run, then the same requests for real
+    checks, applies = patches(api)[: len(PATCHES)], patches(api)[len(PATCHES) :]
+    assert [r.path for r in checks] == PATCHES
+    assert all(r.query.get("dryRun") == ["All"] for r in checks)
+    assert [r.path for r in applies] == PATCHES
+    assert [c.object_id for c in checked] == [c.object_id for c in changes]
     for request, manifest in zip(
-        patches(api), sorted(objects.plan_set(), key=lambda m: PATCHES.index(_path(m))), strict=True
+        applies, sorted(objects.plan_set(), key=lambda m: PATCHES.index(_path(m))), strict=True
     ):
         assert request.query == {"fieldManager": ["gpuplex"], "force": ["true"]}
         assert request.content_type == APPLY_PATCH
@@ -112,11 +121,14 @@ def test_prune_lists_every_kind_by_the_sets_labels_and_deletes_only_what_is_no_l
     assert "/api/v1/nodes" not in listed
     assert listed.index("/api/v1/configmaps") < listed.index("/api/v1/namespaces")
     deletes = [r for r in api.requests if r.method == "DELETE"]
-    assert [r.path for r in deletes] == [
+    pruned_paths = [
         "/api/v1/namespaces/gpuplex-acme/configmaps/gpuplex-old",
         "/apis/apps/v1/namespaces/gpuplex-acme/deployments/chat",
     ]
-    assert all(r.query == {"propagationPolicy": ["Background"]} for r in deletes)
+    assert [r.path for r in deletes] == pruned_paths * 2  # the check's dry run, then for real
+    dry, real = deletes[:2], deletes[2:]
+    assert all(r.query == {"propagationPolicy": ["Background"], "dryRun": ["All"]} for r in dry)
+    assert all(r.query == {"propagationPolicy": ["Background"]} for r in real)
     pruned = {c.object_id for c in changes if c.action is ObjectAction.PRUNE}
     assert pruned == {
         "ConfigMap/gpuplex-acme/gpuplex-old",
@@ -133,7 +145,10 @@ def test_no_prune_deletes_nothing_and_lists_nothing(
     api.put(objects.config_map("gpuplex-old", {"a": "1"}))
     changes = apply_set(transport, [objects.namespace()], PLAN_SET, prune=False)
     assert actions(changes) == {"Namespace/gpuplex-acme": ObjectAction.CREATE}
-    assert [r.method for r in api.requests] == ["GET", "PATCH"]  # read, then applied
+    # read, dry-run applied (the check), then read and applied
+    assert [r.method for r in api.requests] == ["GET", "PATCH", "GET", "PATCH"]
+    assert api.requests[1].query.get("dryRun") == ["All"]
+    assert "dryRun" not in api.requests[3].query
 
 
 def test_server_dry_run_sends_dry_run_all_everywhere_and_changes_nothing(
@@ -162,7 +177,7 @@ def test_a_node_not_in_the_cluster_is_skipped_never_created(
     changes = apply_set(transport, [objects.node("gpu-missing")], PLAN_SET, prune=False)
 
     assert changes == [ObjectChange("Node/gpu-missing", ObjectAction.SKIP, note=NODE_MISSING)]
-    assert [(r.method, r.path) for r in api.requests] == [("GET", "/api/v1/nodes/gpu-missing")]
+    assert [(r.method, r.path) for r in api.requests] == [("GET", "/api/v1/nodes/gpu-missing")] * 2
 
 
 def test_custom_resources_without_their_definition_are_skipped(
@@ -237,6 +252,13 @@ def test_forbidden_names_the_verb_resource_namespace_and_the_apis_message(
             "",
         ),
         (500, "InternalError", "Internal error occurred: etcdserver: request timed out", "again"),
+        (  # refused by admission, not by RBAC: no role would help
+            403,
+            "Forbidden",
+            'configmaps "gpuplex-settings" is forbidden: exceeded quota: limits, requested: '
+            "count/configmaps=1, used: count/configmaps=4, limited: count/configmaps=4",
+            "",
+        ),
     ],
 )
 def test_other_refusals_name_the_object_status_and_message(
@@ -308,7 +330,8 @@ def test_diff_reads_each_object_dry_runs_its_apply_and_writes_nothing(
 
     assert api.objects == before
     assert all(r.query.get("dryRun") == ["All"] for r in api.writes())
-    assert not [r for r in api.requests if r.method == "DELETE"]
+    deletes = [r.path for r in api.requests if r.method == "DELETE"]  # the prune, dry-run
+    assert deletes == ["/api/v1/namespaces/gpuplex-acme/configmaps/gpuplex-old"]
     by_id = {change.object_id: change for change in changes}
     assert (
         by_id["Namespace/gpuplex-acme"].action is ObjectAction.UNCHANGED
@@ -319,9 +342,9 @@ def test_diff_reads_each_object_dry_runs_its_apply_and_writes_nothing(
     assert by_id["Node/gpu-a"].fields == ('metadata.labels["pool.gpuplex.dev/train"]',)
     assert by_id["ConfigMap/gpuplex-acme/gpuplex-new"].action is ObjectAction.CREATE
     assert by_id["ConfigMap/gpuplex-acme/gpuplex-old"].action is ObjectAction.PRUNE
-    # a created object is not dry-run applied: there is nothing live to compare it with
+    # a created object is dry-run applied too: what diff promises, the server has checked
     new_path = "/api/v1/namespaces/gpuplex-acme/configmaps/gpuplex-new"
-    assert [r.method for r in api.requests if r.path == new_path] == ["GET"]
+    assert [r.method for r in api.requests if r.path == new_path] == ["GET", "PATCH"]
 
 
 def test_diff_of_a_missing_node_skips_it(api: FakeKubeApi, transport: ClientTransport) -> None:
@@ -369,7 +392,8 @@ def test_applying_a_node_keeps_the_taints_others_set_and_replaces_only_the_pool_
 
     apply_set(transport, [objects.node()], PLAN_SET, prune=False)
 
-    (request,) = patches(api)
+    check, request = patches(api)
+    assert check.body == request.body
     new_pool = {"key": "gpuplex.dev/pool", "value": "serve", "effect": "NoSchedule"}
     assert request.body["spec"]["taints"] == [cordon, gpu_operator, new_pool]
     assert api.get("v1", "Node", "gpu-a")["spec"]["taints"] == [cordon, gpu_operator, new_pool]

@@ -1,6 +1,7 @@
 """`gpuplex kube render | diff | apply` as a user runs them: output, progress, and every way of not
-reaching a cluster ending with a message and its exit code (3 unreachable, 4 forbidden, 1 other
-API refusals, 2 a plan Kubernetes cannot express), never a traceback.
+reaching a cluster ending with a message and its exit code (3 unreachable, 4 forbidden, 5 retry
+later, 1 other API refusals, 2 a plan Kubernetes cannot express), never a traceback; a diff the
+server refuses exits as apply would.
 
 The renderers are replaced by a stand-in module returning hand-written objects, so these tests
 check the command, not the rendering."""
@@ -129,7 +130,49 @@ def test_diff_shows_a_table_of_changes(
     assert any("prune" in line and "ConfigMap/gpuplex-acme/gpuplex-old" in line for line in lines)
     assert "Namespace/gpuplex-acme" not in result.stdout  # unchanged: only counted
     assert lines[-1] == "1 to change, 1 to prune, 1 unchanged"
-    assert not [r for r in api.requests if r.method == "DELETE"]
+    assert all(r.query.get("dryRun") == ["All"] for r in api.writes())
+    assert api.get("v1", "ConfigMap", "gpuplex-old", "gpuplex-acme") is not None
+
+
+def test_diff_shows_what_the_server_refuses_and_exits_as_apply_would(
+    render: FakeRender, api: FakeKubeApi, kubeconfig: Path
+) -> None:
+    operator = objects.config_map("gpuplex-mig-parted-config", {}, namespace="gpu-operator")
+    render.plan = lambda: Rendered([objects.namespace(), operator])
+
+    diff = gpuplex("diff", SPEC, "--kubeconfig", str(kubeconfig))
+
+    assert diff.exit_code == 1, diff.output
+    lines = diff.stdout.splitlines()
+    assert any(
+        "refused" in line and "ConfigMap/gpu-operator/gpuplex-mig-parted-config" in line
+        for line in lines
+    )
+    assert "1 to create, 1 refused" in diff.stdout  # the whole diff, then the error
+    assert "error: apply would change nothing: the API server refuses" in diff.stderr
+    assert "create namespace gpu-operator first" in diff.stderr
+
+    apply = gpuplex("apply", SPEC, "--kubeconfig", str(kubeconfig))
+
+    assert apply.exit_code == 1
+    assert "create namespace gpu-operator first" in apply.stderr
+    assert "created" not in apply.stdout
+    assert api.get("v1", "Namespace", "gpuplex-acme") is None  # the check stopped it all
+
+
+def test_diff_of_a_terminating_namespace_exits_5(
+    render: FakeRender, api: FakeKubeApi, kubeconfig: Path
+) -> None:
+    gone = objects.namespace()
+    gone["metadata"]["deletionTimestamp"] = "2025-03-01T12:00:00Z"
+    api.put(gone)
+
+    diff = gpuplex("diff", SPEC, "--kubeconfig", str(kubeconfig))
+
+    assert diff.exit_code == 5, diff.output
+    assert diff.stdout.splitlines()[-1] == "1 refused, 1 unchanged"
+    assert "namespace gpuplex-acme is still being deleted" in diff.stderr
+    assert all(r.query.get("dryRun") == ["All"] for r in api.writes())
 
 
 @pytest.mark.parametrize("command", ["apply", "diff"])

@@ -4,10 +4,13 @@ kube-apiserver v1.36, see tests/kube_real for the same cases against the real th
 are gpuplex's behaviour on them, fast, for machines without the real control plane:
 
 1. a group the server does not serve: plain-text 404 -> skipped with the install hint;
-2. a namespace being deleted: 403 NamespaceTerminating -> "retry later", exit 5;
+2. a namespace being deleted: 403 NamespaceTerminating -> "retry later", exit 5, and like a
+   namespace that does not exist, refused in apply's dry-run check before anything is changed,
+   and shown as `refused` by diff;
 3. a Job's pod template changed: 422 on spec.template -> diff says re-create, one-line error;
 4. the reconciler's role: every request apply, diff and prune make is one it allows;
-5. GPU fields another field manager added: shown by diff, removed by apply;
+5. GPU fields, quota and ConfigMap keys another field manager added: shown by diff, removed by
+   apply;
 6. a second apply: every object unchanged, from the server's resourceVersion.
 """
 
@@ -21,10 +24,11 @@ from typing import Any
 import pytest
 
 from gpuplex.core.plan import make_plan
+from gpuplex.error_codes import ErrorCode
 from gpuplex.errors import KubeApiError, KubeForbidden, KubeRetryLater
 from gpuplex.kube.api import JSON_PATCH
 from gpuplex.kube.apply import ClientTransport, connect
-from gpuplex.kube.diff import ObjectAction
+from gpuplex.kube.diff import ObjectAction, first_stop
 from gpuplex.kube.naming import PLAN_SET, SELF_SET, Manifest, metadata
 from gpuplex.kube.render import render_plan, render_self
 from gpuplex.kube.self_manifests import SelfOptions, reconciler_rules
@@ -177,6 +181,78 @@ def test_re_adding_a_tenant_whose_namespace_is_terminating_says_retry_later(
     assert {c.action for c in apply_set(transport, tenant, PLAN_SET)} == {ObjectAction.CREATE}
 
 
+def _terminating_tenant(api: FakeKubeApi, transport: ClientTransport) -> list[Manifest]:
+    """The tenant applied, then pruned: its namespace is Terminating."""
+    tenant = [objects.namespace(), objects.config_map("gpuplex-settings", {})]
+    apply_set(transport, tenant, PLAN_SET)
+    apply_set(transport, [], PLAN_SET)
+    return tenant
+
+
+def _refused_set(tenant: list[Manifest]) -> list[Manifest]:
+    """A priority class and a new tenant (applied first), the tenant whose namespace is
+    terminating, and an object in a namespace that neither exists nor is in the set (the GPU
+    operator's)."""
+    return [
+        objects.priority_class(),
+        objects.namespace("gpuplex-new"),
+        objects.config_map("in-new", {}, namespace="gpuplex-new"),
+        *tenant,
+        objects.config_map("gpuplex-mig-parted-config", {}, namespace="gpu-operator"),
+    ]
+
+
+def test_diff_says_what_the_server_refuses_and_the_code_apply_would_stop_with(
+    api: FakeKubeApi, transport: ClientTransport
+) -> None:
+    wanted = _refused_set(_terminating_tenant(api, transport))
+    before = copy.deepcopy(api.objects)
+
+    changes = {c.object_id: c for c in diff_set(transport, wanted, PLAN_SET)}
+
+    assert api.objects == before
+    assert {i: c.action for i, c in changes.items()} == {
+        "PriorityClass/gpuplex-priority-100": ObjectAction.CREATE,
+        "Namespace/gpuplex-new": ObjectAction.CREATE,
+        "Namespace/gpuplex-acme": ObjectAction.UNCHANGED,
+        "ConfigMap/gpuplex-new/in-new": ObjectAction.CREATE,
+        "ConfigMap/gpuplex-acme/gpuplex-settings": ObjectAction.REFUSED,
+        "ConfigMap/gpu-operator/gpuplex-mig-parted-config": ObjectAction.REFUSED,
+    }
+    assert "could not check" in changes["ConfigMap/gpuplex-new/in-new"].note
+    terminating = changes["ConfigMap/gpuplex-acme/gpuplex-settings"]
+    assert terminating.code is ErrorCode.KUBE_RETRY_LATER
+    assert f"namespace {NS} is still being deleted" in terminating.note
+    missing = changes["ConfigMap/gpu-operator/gpuplex-mig-parted-config"]
+    assert missing.code is ErrorCode.KUBE_API
+    assert "create namespace gpu-operator first" in missing.note
+    assert first_stop(changes.values()) == terminating  # the first apply would stop at
+
+
+@pytest.mark.parametrize("refusal", ["terminating", "missing"])
+def test_apply_changes_nothing_when_the_servers_dry_run_refuses_one_object(
+    api: FakeKubeApi, transport: ClientTransport, refusal: str
+) -> None:
+    wanted = _refused_set(_terminating_tenant(api, transport))
+    if refusal == "missing":
+        api.finish_deletions()  # the tenant's namespace is gone: it is created anew
+    before = copy.deepcopy(api.objects)
+    api.requests.clear()
+
+    with pytest.raises(KubeApiError) as caught:
+        apply_set(transport, wanted, PLAN_SET)
+
+    assert api.objects == before
+    assert api.writes()
+    assert all(r.query.get("dryRun") == ["All"] for r in api.writes())
+    if refusal == "terminating":
+        assert caught.value.exit_code == 5
+        assert f"namespace {NS} is still being deleted" in caught.value.message
+    else:
+        assert caught.value.exit_code == 1
+        assert "create namespace gpu-operator first" in caught.value.message
+
+
 # --- 3. a Job's template ------------------------------------------------------------------------
 
 
@@ -300,12 +376,18 @@ def test_gpu_fields_another_manager_added_show_in_diff_and_apply_removes_them(
         f'{prefix}.nodeSelector["example.com/rack"] (set by kubectl-patch)',
         f"{prefix}.tolerations (set by kubectl-patch)",
     )
-    assert change.note == "removes GPU fields set by kubectl-patch"
+    assert change.note == "removes fields set by kubectl-patch"
+
+    removals = [r for r in api.requests if r.content_type == JSON_PATCH]
+    assert [r.query.get("dryRun") for r in removals] == [["All"]]  # diff checks the removal too
+    api.requests.clear()
 
     applied = {c.object_id: c for c in apply_set(transport, wanted, PLAN_SET)}
 
     assert applied["Deployment/gpuplex-acme/chat"].action is ObjectAction.CHANGE
-    [removal] = [r for r in api.requests if r.content_type == JSON_PATCH]
+    [check, removal] = [r for r in api.requests if r.content_type == JSON_PATCH]
+    assert check.query == {"fieldManager": ["gpuplex"], "dryRun": ["All"]}  # apply's check
+    assert check.body == removal.body
     assert removal.query == {"fieldManager": ["gpuplex"]}
     assert removal.body[0] == {
         "op": "test",
@@ -317,6 +399,51 @@ def test_gpu_fields_another_manager_added_show_in_diff_and_apply_removes_them(
     assert pod["containers"][0]["resources"]["limits"] == {"nvidia.com/mig-3g.40gb": "1"}
     assert "nodeSelector" not in pod or not pod["nodeSelector"]
     assert "tolerations" not in pod
+    assert {c.action for c in diff_set(transport, wanted, PLAN_SET)} == {ObjectAction.UNCHANGED}
+
+
+def _quota() -> Manifest:
+    return {
+        "apiVersion": "v1",
+        "kind": "ResourceQuota",
+        "metadata": metadata("gpuplex-quota", namespace=NS, tenant="acme"),
+        "spec": {"hard": {"requests.nvidia.com/mig-3g.40gb": "2", "pods": "10"}},
+    }
+
+
+def test_keys_another_manager_added_to_a_quota_and_a_config_map_show_in_diff_and_go(
+    api: FakeKubeApi, transport: ClientTransport
+) -> None:
+    wanted = [
+        objects.namespace(),
+        objects.config_map("gpuplex-settings", {"mode": "mig"}),
+        _quota(),
+    ]
+    apply_set(transport, wanted, PLAN_SET)
+    more = {"spec": {"hard": {"count/secrets": "5", "pods": "20"}}}  # pods: gpuplex's, taken back
+    api.patch_as("kubectl-patch", "v1", "ResourceQuota", "gpuplex-quota", NS, more)
+    api.patch_as("kubectl-edit", "v1", "ConfigMap", "gpuplex-settings", NS, {"data": {"x": "1"}})
+
+    changed = {
+        c.object_id: c
+        for c in diff_set(transport, wanted, PLAN_SET)
+        if c.action is ObjectAction.CHANGE
+    }
+
+    assert changed[f"ConfigMap/{NS}/gpuplex-settings"].fields == (
+        'data["x"] (set by kubectl-edit)',
+    )
+    assert changed[f"ResourceQuota/{NS}/gpuplex-quota"].fields == (
+        "spec.hard.pods",
+        'spec.hard["count/secrets"] (set by kubectl-patch)',
+    )
+
+    applied = {c.object_id: c.action for c in apply_set(transport, wanted, PLAN_SET)}
+
+    assert applied[f"ResourceQuota/{NS}/gpuplex-quota"] is ObjectAction.CHANGE
+    live_quota = api.get("v1", "ResourceQuota", "gpuplex-quota", NS)
+    assert live_quota["spec"]["hard"] == _quota()["spec"]["hard"]
+    assert api.get("v1", "ConfigMap", "gpuplex-settings", NS)["data"] == {"mode": "mig"}
     assert {c.action for c in diff_set(transport, wanted, PLAN_SET)} == {ObjectAction.UNCHANGED}
 
 

@@ -8,15 +8,20 @@ from typing import Any
 import pytest
 from hypothesis import given, strategies as st
 
+from gpuplex.error_codes import ErrorCode
 from gpuplex.kube.diff import (
     ObjectAction,
     ObjectChange,
     changed_fields,
     comparable,
     compare,
+    first_stop,
     prune_candidates,
+    recreate,
+    refused,
     summary,
 )
+from gpuplex.kube.foreign import ForeignField
 from gpuplex.kube.naming import PLAN_SET, SELF_SET, metadata
 from gpuplex.kube.resources import KINDS, ResourceKind, object_key
 
@@ -99,11 +104,63 @@ def test_compare_against_the_servers_dry_run() -> None:
     changed = live_config_map({"k": "w"})
     object_id = "ConfigMap/gpuplex-acme/settings"
 
-    assert compare(object_id, None, None) == ObjectChange(object_id, ObjectAction.CREATE)
+    assert compare(object_id, None, changed) == ObjectChange(object_id, ObjectAction.CREATE)
     assert compare(object_id, live, same) == ObjectChange(object_id, ObjectAction.UNCHANGED)
     assert compare(object_id, live, changed) == ObjectChange(
         object_id, ObjectAction.CHANGE, ("data.k",)
     )
+
+
+def test_compare_adds_what_other_managers_set_that_the_apply_removes() -> None:
+    live = live_config_map({"k": "v", "extra": "x"})
+    foreign = [ForeignField('data["extra"]', ("kubectl-edit", "helm"), ())]
+    object_id = "ConfigMap/gpuplex-acme/settings"
+
+    change = compare(object_id, live, live_config_map({"k": "w", "extra": "x"}), foreign)
+
+    assert change == ObjectChange(
+        object_id,
+        ObjectAction.CHANGE,
+        ("data.k", 'data["extra"] (set by kubectl-edit, helm)'),
+        note="removes fields set by helm, kubectl-edit",
+    )
+    # the apply itself may change nothing: the removal is still a change
+    assert compare(object_id, live, live, foreign, stored=True).action is ObjectAction.CHANGE
+
+
+def test_a_stored_apply_is_unchanged_when_the_server_kept_the_resource_version() -> None:
+    live = live_config_map({"k": "v"})
+    object_id = "ConfigMap/gpuplex-acme/settings"
+    status_written = {**live_config_map({"k": "v"}, resourceVersion="1002"), "status": {"x": 1}}
+
+    assert compare(object_id, live, live, stored=True).action is ObjectAction.UNCHANGED
+    # a new resourceVersion from a controller's write between read and apply: contents decide
+    assert compare(object_id, live, status_written, stored=True).action is ObjectAction.UNCHANGED
+    changed = live_config_map({"k": "w"}, resourceVersion="1002")
+    assert compare(object_id, live, changed, stored=True).fields == ("data.k",)
+
+
+def test_refusals_and_re_creates_carry_the_code_apply_would_stop_with() -> None:
+    job_live = {"spec": {"template": {"spec": {"containers": [{"name": "a", "image": "1"}]}}}}
+    job_wanted = {"spec": {"template": {"spec": {"containers": [{"name": "a", "image": "2"}]}}}}
+    changes = [
+        ObjectChange("Namespace/a", ObjectAction.CREATE),
+        recreate("Job/a/j", job_live, job_wanted, ("spec.template",), ErrorCode.KUBE_API),
+        refused("ConfigMap/b/c", "namespace b is still being deleted", ErrorCode.KUBE_RETRY_LATER),
+    ]
+
+    assert changes[1].fields == ("spec.template.spec.containers[0].image",)
+    assert "needs delete and re-create" in changes[1].note
+    assert changes[2] == ObjectChange(
+        "ConfigMap/b/c",
+        ObjectAction.REFUSED,
+        note="namespace b is still being deleted",
+        code=ErrorCode.KUBE_RETRY_LATER,
+    )
+    assert first_stop(changes) == changes[1]
+    assert first_stop(changes[2:]) == changes[2]
+    assert first_stop(changes[:1]) is None
+    assert summary(changes) == "1 to create, 1 to re-create, 1 refused"
 
 
 def listed(name: str, *, set_name: str | None = PLAN_SET, **meta: Any) -> dict[str, Any]:
