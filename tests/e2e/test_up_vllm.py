@@ -83,13 +83,22 @@ class Served:
     seen: list[tuple[float, int, dict[str, Any]]] = field(default_factory=list)  # /healthz
     #: what the tests asked of vLLM directly, not through the gateway, as vLLM counted it
     direct: list[tuple[int, int]] = field(default_factory=list)
+    #: one openai client per tenant, closed with the stack (an unclosed one leaks its sockets)
+    clients: dict[str, OpenAI] = field(default_factory=dict)
 
     @property
     def state_dir(self) -> Path:
         return self.run.state_dir
 
     def client(self, tenant: str) -> OpenAI:
-        return OpenAI(base_url=f"{self.run.gateway_url}/v1", api_key=self.keys[tenant])
+        if tenant not in self.clients:
+            url = f"{self.run.gateway_url}/v1"
+            self.clients[tenant] = OpenAI(base_url=url, api_key=self.keys[tenant])
+        return self.clients[tenant]
+
+    def close_clients(self) -> None:
+        for client in self.clients.values():
+            client.close()
 
     def replica(self) -> dict[str, Any]:
         state = json.loads((self.state_dir / "host" / "state.json").read_text())
@@ -321,7 +330,10 @@ def served(vllm_model: ModelFiles) -> Iterator[Served]:
             assert run.process is not None
             assert run.process.poll() is None, run.output()
             time.sleep(1)
-        yield up
+        try:
+            yield up
+        finally:
+            up.close_clients()
         watch.stopping.set()
         assert run.stop(timeout_s=120) == 0, run.output()
 
