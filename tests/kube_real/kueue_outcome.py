@@ -17,7 +17,7 @@ from __future__ import annotations
 import json
 import re
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
@@ -165,15 +165,19 @@ def run_scenario(
     objects: Sequence[Manifest],
     submissions: Sequence[Submission],
     timeout_s: float = 90.0,
+    ready: Callable[[Transport, list[Submission]], bool] | None = None,
 ) -> Scenario:
-    """Apply `objects`, wait until every ClusterQueue is active, then submit the Jobs in order,
-    settling after each; the decisions are read once the last has settled."""
+    """Apply `objects`, wait until every ClusterQueue is active (and `ready`, when given), then
+    submit the Jobs in order, settling after each; the decisions are read once the last has
+    settled."""
     for obj in objects:
         apply(api, obj)
     queues = [o["metadata"]["name"] for o in objects if o["kind"] == "ClusterQueue"]
     _until(
         lambda: all(_active(api, q) for q in queues), "the ClusterQueues to be active", timeout_s
     )
+    if ready is not None:
+        _until(lambda: ready(api, list(submissions)), "the cluster to be ready", timeout_s)
     scenario = Scenario([])
     history: dict[str, set[str]] = {}
     refused: dict[str, str] = {}

@@ -279,9 +279,21 @@ def cluster(kueue: KueueManager, tmp_path_factory: pytest.TempPathFactory) -> It
     )
     try:
         apply_set(admin, manifests, PLAN_SET, prune=False)
+        wait_for("the Job policy to be enforced", lambda: _refuses_unqueued(found))
         yield found
     finally:
         _delete_everything(found)
+
+
+def _refuses_unqueued(cluster: Cluster) -> bool:
+    unqueued = queued_job("probe", L4, 1, labels={"team": "x"})
+    reply = cluster.send(
+        "POST",
+        f"/apis/batch/v1/namespaces/{cluster.namespace('lab')}/jobs",
+        unqueued,
+        dryRun="All",
+    )
+    return reply.status in (403, 422)
 
 
 @dataclass

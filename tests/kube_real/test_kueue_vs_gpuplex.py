@@ -34,13 +34,21 @@ from gpuplex.core.queues.tree import queue_tree
 from gpuplex.core.spec import GpuplexSpec, validate_spec
 from gpuplex.core.spec.jobs import JobSpec, check_job
 from gpuplex.core.spec.quota_kinds import GPU_MEMORY_GIB, GPUS, MIG_PREFIX
+from gpuplex.kube.api import Transport
 from gpuplex.kube.kueue import JOB_PRIORITIES, LOCAL_QUEUE
 from gpuplex.kube.kueue_flavors import KueueFlavors, kueue_flavors
 from gpuplex.kube.naming import QUEUED_PRIORITY_CLASS, Manifest, namespace_for
 from gpuplex.kube.render import render_plan
 from gpuplex.kube.resources import kind_of
 from tests.kube_real.kueue_manager import KueueManager
-from tests.kube_real.kueue_outcome import KINDS, Outcome, Scenario, Submission, run_scenario
+from tests.kube_real.kueue_outcome import (
+    KINDS,
+    Outcome,
+    Scenario,
+    Submission,
+    job_manifest,
+    run_scenario,
+)
 
 MIXED_QUEUES = [
     {"name": "bank", "guarantee": {"mig": {"1g.10gb": 2}}},
@@ -248,9 +256,11 @@ def both(
         m for m in rendered if (m["apiVersion"], m["kind"]) in KINDS and m["kind"] != "Namespace"
     ]
     objects: list[Manifest] = namespaces + [apart(m, prefix) for m in kueue_objects]
-    # the policy that refuses a Job its tenant's queue could never run, and the class it wants
+    # the policy that refuses a Job its tenant's queue could never run (named apart: a policy
+    # deleted and made again under one name may be enforced as the old one for a moment), and
+    # the class it wants
     policy = [
-        m
+        apart_policy(m, prefix)
         for m in rendered
         if m["metadata"]["name"] == JOB_POLICY or m["metadata"]["name"] == QUEUED_PRIORITY_CLASS
     ]
@@ -268,7 +278,7 @@ def both(
     ]
     made = [_create(kueue, m) for m in policy]
     try:
-        kueue_side = run_scenario(kueue.admin, objects, submissions)
+        kueue_side = run_scenario(kueue.admin, objects, submissions, ready=policy_enforced)
         ours = gpuplex_outcomes(applied, case.stream)
         capture = request.config.pluginmanager.getplugin("capturemanager")
         with capture.global_and_fixture_disabled():  # the table shows without -s
@@ -284,6 +294,31 @@ def both(
 
 
 JOB_POLICY = "gpuplex-tenant-job-queue"
+
+
+def apart_policy(manifest: Manifest, prefix: str) -> Manifest:
+    """The Job policy and its binding under a name of this case's own."""
+    out = json.loads(json.dumps(manifest))
+    if out["kind"].startswith("ValidatingAdmissionPolicy"):
+        out["metadata"]["name"] = prefix + out["metadata"]["name"]
+    if out["kind"] == "ValidatingAdmissionPolicyBinding":
+        out["spec"]["policyName"] = prefix + out["spec"]["policyName"]
+    return cast(Manifest, out)
+
+
+def policy_enforced(api: Transport, submissions: list[Submission]) -> bool:
+    """The API server enforces the Job policy: a Job without the queue label is refused."""
+    first = submissions[0]
+    unqueued = job_manifest(Submission("probe", first.namespace, first.queue, 1))
+    del unqueued["metadata"]["labels"]
+    reply = api.send(
+        "POST",
+        f"/apis/batch/v1/namespaces/{first.namespace}/jobs",
+        query=[("dryRun", "All")],
+        body=json.dumps(unqueued),
+        content_type="application/json",
+    )
+    return reply.status in (403, 422)
 
 
 def _create(kueue: KueueManager, manifest: Manifest) -> str:
