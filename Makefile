@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo host-demo test lint typecheck unit services services-stop kube-control-plane vllm bench bench-gateway bench-abuse bench-cancel bench-jobs clean
+.PHONY: demo host-demo test lint typecheck unit services services-stop kube-control-plane vllm image image-local bench bench-gateway bench-abuse bench-cancel bench-jobs clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -73,6 +73,25 @@ kube-control-plane: $(STAMP)
 # skips those tests, saying why, until it is there.
 vllm: $(STAMP)
 	$(BIN)/python -m tests.vllm_real.install
+
+# gpuplex's own image (Containerfile), tagged as `gpuplex kube render --self` deploys it
+# (registry.local/gpuplex/gpuplex:<version>), on Docker Hub's python:3.11-slim-bookworm unless
+# IMAGE_ARGS="--build-arg PYTHON_IMAGE=..." names another base. IMAGE_BUILDER=podman or docker
+# work as well as buildah.
+IMAGE_BUILDER ?= buildah
+IMAGE_ARGS ?=
+image: $(STAMP)
+	$(IMAGE_BUILDER) build -f Containerfile $(IMAGE_ARGS) \
+	  -t "$$($(BIN)/python -c 'from gpuplex.kube.self_options import DEFAULT_IMAGE; print(DEFAULT_IMAGE)')" .
+
+# The same image where no container registry answers, for the image tests (tests/image): a Python
+# base made from Debian's packages with mmdebstrap (once per machine, about 2 minutes), then the
+# Containerfile on it with buildah (vfs storage, chroot isolation, no daemon; 2-3 minutes), all
+# in ~/.cache/gpuplex/image/; installs Debian's buildah and mmdebstrap where missing. `make test`
+# skips the tests that run the image, saying why, until it is built from the current tree.
+image-local: $(STAMP)
+	command -v buildah >/dev/null && command -v mmdebstrap >/dev/null || { apt-get update -q >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends buildah mmdebstrap >/dev/null; }
+	$(BIN)/python -m tests.image.build
 
 bench: $(STAMP)
 	$(BIN)/python bench/planner.py $(ARGS)

@@ -21,6 +21,7 @@ from gpuplex.kube.naming import Manifest, namespace_for
 from gpuplex.kube.node_config import node_config
 from gpuplex.kube.priorities import priority_classes
 from gpuplex.kube.self_manifests import SelfOptions, self_manifests
+from gpuplex.kube.self_scheduling import placement_notes
 from gpuplex.kube.tenants import tenant_manifests
 from gpuplex.kube.workloads import workload_manifests
 
@@ -82,4 +83,6 @@ def planned_jobs(workloads: list[Manifest]) -> dict[str, list[str]]:
 
 
 def render_self(spec: GpuplexSpec, options: SelfOptions) -> Rendered:
-    return Rendered(self_manifests(spec, options))
+    """gpuplex's own objects, and a note where no fleet node could take its pods."""
+    manifests = self_manifests(spec, options)
+    return Rendered(manifests, placement_notes(spec, options.node_selector, options.tolerations))

@@ -1,5 +1,6 @@
 """How gpuplex's own server and gateway run in the cluster (`gpuplex kube render --self`): image,
-replica counts, autoscaling, resources, which Secrets hold the connection URLs, where DCGM is.
+replica counts, autoscaling, resources, which nodes they may run on, which Secrets hold the
+connection URLs, where DCGM is.
 
 The URLs themselves (PostgreSQL with its password, Redis) never appear here nor in any rendered
 object: the options name the Secrets, and the pods read them through `secretKeyRef`.
@@ -13,6 +14,7 @@ from dataclasses import dataclass, field
 
 from gpuplex import __version__
 from gpuplex.errors import KubeRenderError
+from gpuplex.kube.self_scheduling import scheduling_problems
 
 DEFAULT_IMAGE = f"registry.local/gpuplex/gpuplex:{__version__}"
 
@@ -48,6 +50,11 @@ class SelfOptions:
     #: The gateway's usage spool (emptyDir): it survives container restarts, and the mover empties
     #: it into the store when the pod stops.
     spool_size: str = "1Gi"
+    #: Labels a node must have to run the server and gateway pods (their `nodeSelector`).
+    node_selector: dict[str, str] = field(default_factory=dict)
+    #: Taints the server and gateway pods tolerate, as `kubectl taint` writes them:
+    #: `KEY[=VALUE][:EFFECT]`, e.g. `gpuplex.dev/pool=serving:NoSchedule` for the pool's nodes.
+    tolerations: tuple[str, ...] = ()
     #: Names of Secrets and keys, never their contents.
     store_secret: str = "gpuplex-store"  # noqa: S105
     store_secret_key: str = "url"  # noqa: S105
@@ -73,7 +80,12 @@ class SelfOptions:
 
 def check_options(options: SelfOptions) -> None:
     """Every bad option at once, as a KubeRenderError, before anything is rendered."""
-    problems = [*_count_problems(options), *_name_problems(options), *_value_problems(options)]
+    problems = [
+        *_count_problems(options),
+        *_name_problems(options),
+        *_value_problems(options),
+        *scheduling_problems(options.node_selector, options.tolerations),
+    ]
     if problems:
         raise KubeRenderError("self-hosting options: " + "; ".join(problems))
 

@@ -15,6 +15,7 @@ from typing import Any
 from gpuplex.core.spec import GpuplexSpec
 from gpuplex.kube.naming import COMPONENT_LABEL, NAME_LABEL, SELF_SET, Manifest, labels, metadata
 from gpuplex.kube.self_options import SelfOptions
+from gpuplex.kube.self_scheduling import pod_scheduling
 
 SERVER = "gpuplex-server"
 GATEWAY = "gpuplex-gateway"
@@ -86,7 +87,7 @@ def server_deployment(
     ]
     container = _container(SERVER, options, command, env, SERVER_PORT, "/healthz")
     container["resources"] = _resources(options.server_cpu, options.server_memory)
-    pod = _pod_spec(SERVER, [container], [])
+    pod = _pod_spec(SERVER, options, [container], [])
     pod["automountServiceAccountToken"] = True  # it reconciles the cluster through the API
     return _deployment(spec, SERVER, "server", options.server_replicas, pod, spec_sha256)
 
@@ -107,7 +108,7 @@ def gateway_deployment(spec: GpuplexSpec, options: SelfOptions, spec_sha256: str
     container["resources"] = _resources(options.gateway_cpu, options.gateway_memory)
     container["volumeMounts"].append({"name": "state", "mountPath": GATEWAY_STATE})
     state = {"name": "state", "emptyDir": {"sizeLimit": options.spool_size}}
-    pod = _pod_spec(GATEWAY, [container], [state])
+    pod = _pod_spec(GATEWAY, options, [container], [state])
     pod["automountServiceAccountToken"] = False  # it never talks to the Kubernetes API
     pod["terminationGracePeriodSeconds"] = (
         math.ceil(spec.gateway.upstream_timeout_s) + GATEWAY_STOP_MARGIN_S
@@ -223,10 +224,14 @@ def _container(
 
 
 def _pod_spec(
-    name: str, containers: list[dict[str, Any]], volumes: list[dict[str, Any]]
+    name: str,
+    options: SelfOptions,
+    containers: list[dict[str, Any]],
+    volumes: list[dict[str, Any]],
 ) -> dict[str, Any]:
     return {
         "serviceAccountName": name,
+        **pod_scheduling(options.node_selector, options.tolerations),
         "securityContext": {
             "runAsNonRoot": True,
             "runAsUser": RUN_AS,

@@ -55,6 +55,8 @@ OTHER_OPTIONS = SelfOptions(
     dcgm_port=9401,
     metrics_from=("10.42.0.0/16",),
     monitor_labels={"release": "kube-prometheus-stack"},
+    node_selector={"node-role.example.org/system": "true"},
+    tolerations=("gpuplex.dev/pool=long-running:NoSchedule", "example.org/dedicated"),
 )
 
 
