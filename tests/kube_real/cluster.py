@@ -7,6 +7,7 @@ server whose etcd is gone may hang on SIGTERM)."""
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import signal
 import socket
@@ -19,9 +20,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
+from typing import Any
 
 import yaml
 
+from gpuplex.kube.api import Reply, Transport
 from tests.kube_real.binaries import Binaries
 from tests.kube_real.pki import Pair, Pki, make_pki
 
@@ -300,3 +303,27 @@ def _stop(process: subprocess.Popen[bytes]) -> None:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(process.pid, signal.SIGKILL)
         process.wait(15)
+
+
+def send_json(admin: Transport, method: str, path: str, body: Any = None, **query: str) -> Reply:
+    """One request as the tests write them: a body as JSON (or `content_type=`), query
+    parameters as keywords (`dryRun="All"`, `labelSelector=...`)."""
+    content_type = query.pop("content_type", "application/json")
+    return admin.send(
+        method,
+        path,
+        query=list(query.items()),
+        body=None if body is None else json.dumps(body),
+        content_type=content_type if body is not None else None,
+    )
+
+
+def wait_until(what: str, check: Callable[[], Any], timeout: float = 60.0) -> Any:
+    """`check()`'s first truthy answer, asked every half second; an AssertionError naming `what`
+    after `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    while not (result := check()):
+        if time.monotonic() > deadline:
+            raise AssertionError(f"gave up waiting for {what} after {timeout:.0f} s")
+        time.sleep(0.5)
+    return result

@@ -14,7 +14,6 @@ ever dry-run.
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
@@ -36,7 +35,7 @@ from gpuplex.kube.render import render_plan
 from gpuplex.kube.resources import kinds_of_set
 from gpuplex.kube.sync import apply_set, diff_set
 from gpuplex.specfile import load_spec_file
-from tests.kube_real.cluster import ControlPlane
+from tests.kube_real.cluster import ControlPlane, send_json, wait_until
 
 EXAMPLE = Path(__file__).parents[2] / "examples" / "kubernetes-cluster.yaml"
 GPUPLEX = Path(sys.executable).parent / "gpuplex"
@@ -59,14 +58,7 @@ class Tenants:
     applied: list[Manifest]
 
     def send(self, method: str, path: str, body: Any = None, **query: str) -> Reply:
-        content_type = query.pop("content_type", "application/json")
-        return self.admin.send(
-            method,
-            path,
-            query=list(query.items()),
-            body=None if body is None else json.dumps(body),
-            content_type=content_type if body is not None else None,
-        )
+        return send_json(self.admin, method, path, body, **query)
 
 
 def write_spec(path: Path, change: Callable[[dict[str, Any]], None] | None = None) -> Path:
@@ -97,12 +89,7 @@ def gpuplex(tenants: Tenants, *args: str) -> subprocess.CompletedProcess[str]:
 
 
 def wait_for(what: str, check: Callable[[], Any], timeout: float = WAIT_S) -> Any:
-    deadline = time.monotonic() + timeout
-    while not (result := check()):
-        if time.monotonic() > deadline:
-            raise AssertionError(f"gave up waiting for {what} after {timeout:.0f} s")
-        time.sleep(0.5)
-    return result
+    return wait_until(what, check, timeout)
 
 
 @pytest.fixture(scope="module")

@@ -18,10 +18,11 @@ operator namespace) and deletes every object it made when it is done.
 
 from __future__ import annotations
 
+import functools
 import json
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -38,7 +39,7 @@ from gpuplex.kube.naming import PLAN_SET, QUEUED_PRIORITY_CLASS, Manifest, names
 from gpuplex.kube.render import render_plan
 from gpuplex.kube.resources import kind_of, object_key
 from gpuplex.kube.sync import apply_set
-from tests.kube_real.cluster import kubeconfig_for
+from tests.kube_real.cluster import kubeconfig_for, send_json, wait_until
 from tests.kube_real.fake_nodes import fake_nodes
 from tests.kube_real.kueue_manager import KueueManager
 from tests.kube_real.pki import client_pair
@@ -106,14 +107,7 @@ class Cluster:
     kueue: KueueManager
 
     def send(self, method: str, path: str, body: Any = None, **query: str) -> Reply:
-        content_type = query.pop("content_type", "application/json")
-        return self.admin.send(
-            method,
-            path,
-            query=list(query.items()),
-            body=None if body is None else json.dumps(body),
-            content_type=content_type if body is not None else None,
-        )
+        return send_json(self.admin, method, path, body, **query)
 
     def namespace(self, tenant: str) -> str:
         return namespace_for(self.spec, tenant)
@@ -193,13 +187,8 @@ class StandInKubelet:
                 )
 
 
-def wait_for(what: str, check: Any, timeout: float = WAIT_S) -> Any:
-    deadline = time.monotonic() + timeout
-    while not (result := check()):
-        if time.monotonic() > deadline:
-            raise AssertionError(f"gave up waiting for {what} after {timeout:.0f} s")
-        time.sleep(0.5)
-    return result
+def wait_for(what: str, check: Callable[[], Any], timeout: float = WAIT_S) -> Any:
+    return wait_until(what, check, timeout)
 
 
 def _make_nodes(admin: ClientTransport, spec: GpuplexSpec, manifests: list[Manifest]) -> None:
@@ -334,8 +323,11 @@ def run(cluster: Cluster) -> Iterator[Run]:
             assert created.status == 201, created.text
             wait_for(
                 f"{name} to run on kq-l4",
-                lambda t=tenant, n=name: _bound(cluster, t, n, L4, "kq-l4"),
+                functools.partial(_bound, cluster, tenant, name, L4, "kq-l4"),
             )
+            # Kueue orders equal-priority workloads by when they were admitted, in whole seconds:
+            # a second apart, s-borrows is the younger, the one reclaim takes back
+            time.sleep(1.1)
         steps.append(("s-borrows", {"s-fits": "admitted", "s-borrows": "admitted"}))
         created = _create(cluster, "lab", queued_job("l-reclaims", L4, 2))
         assert created.status == 201, created.text

@@ -11,8 +11,7 @@ to every tenant namespace, other tests' too).
 
 from __future__ import annotations
 
-import json
-import time
+import functools
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -29,24 +28,13 @@ from gpuplex.kube.kueue import LOCAL_QUEUE, QUEUE_NAME_LABEL
 from gpuplex.kube.naming import PLAN_SET, QUEUED_PRIORITY_CLASS, Manifest, namespace_for
 from gpuplex.kube.render import render_plan
 from gpuplex.kube.sync import apply_set
-from tests.kube_real.cluster import ControlPlane
+from tests.kube_real.cluster import ControlPlane, send_json as send, wait_until
 from tests.unit.kube.kueue_crds import crd_documents, require_crds
 from tests.unit.kube.test_kueue import SPEC
 
 PREFIX = "kueue-render-"
 CRD_PATH = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
 WAIT_S = 60.0
-
-
-def send(admin: ClientTransport, method: str, path: str, body: Any = None, **query: str) -> Reply:
-    content_type = query.pop("content_type", "application/json")
-    return admin.send(
-        method,
-        path,
-        query=list(query.items()),
-        body=None if body is None else json.dumps(body),
-        content_type=content_type if body is not None else None,
-    )
 
 
 def install_kueue_crds(admin: ClientTransport) -> None:
@@ -66,21 +54,12 @@ def install_kueue_crds(admin: ClientTransport) -> None:
         assert reply.status in (200, 201), reply.text
     for crd in crd_documents():
         name = crd["metadata"]["name"]
-        wait_until(f"CRD {name} established", lambda name=name: _established(admin, name))
+        wait_until(f"CRD {name} established", functools.partial(_established, admin, name))
 
 
 def _established(admin: ClientTransport, name: str) -> bool:
     conditions = send(admin, "GET", f"{CRD_PATH}/{name}").body.get("status", {}).get("conditions")
     return any(c["type"] == "Established" and c["status"] == "True" for c in conditions or [])
-
-
-def wait_until(what: str, check: Any, timeout: float = WAIT_S) -> Any:
-    deadline = time.monotonic() + timeout
-    while not (result := check()):
-        if time.monotonic() > deadline:
-            raise AssertionError(f"gave up waiting for {what} after {timeout:.0f} s")
-        time.sleep(0.5)
-    return result
 
 
 def job(name: str, labels: dict[str, str]) -> Manifest:

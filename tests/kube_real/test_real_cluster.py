@@ -14,7 +14,7 @@ import subprocess
 import sys
 import time
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -32,7 +32,7 @@ from gpuplex.kube.naming import PLAN_SET, TENANT_LABEL, WORKLOAD_LABEL, Manifest
 from gpuplex.kube.render import render_plan
 from gpuplex.kube.sync import apply_set, diff_set
 from gpuplex.specfile import load_spec_file
-from tests.kube_real.cluster import ControlPlane, kubeconfig_for
+from tests.kube_real.cluster import ControlPlane, kubeconfig_for, send_json
 from tests.kube_real.fake_nodes import fake_nodes
 from tests.unit.kube.test_admission import asking_for, rendered_pods
 
@@ -53,14 +53,7 @@ class Cluster:
     first_self_apply: subprocess.CompletedProcess[str]
 
     def send(self, method: str, path: str, body: Any = None, **query: str) -> Reply:
-        content_type = query.pop("content_type", "application/json")
-        return self.admin.send(
-            method,
-            path,
-            query=list(query.items()),
-            body=None if body is None else json.dumps(body),
-            content_type=content_type if body is not None else None,
-        )
+        return send_json(self.admin, method, path, body, **query)
 
     def pods(self) -> list[Manifest]:
         reply = self.send("GET", "/api/v1/pods", labelSelector=TENANT_LABEL)
@@ -120,16 +113,23 @@ def cluster(kube_cluster: ControlPlane) -> Iterator[Cluster]:
         yield Cluster(kube_cluster, admin, spec, plan, manifests, first, first_self)
 
 
-def wait_for(what: str, check: Any, cluster: Cluster, timeout: float = WAIT_S) -> Any:
+def wait_for(
+    what: str,
+    check: Any,
+    cluster: Cluster,
+    timeout: float = WAIT_S,
+    explain: Callable[[], str] | None = None,
+) -> Any:
     deadline = time.monotonic() + timeout
     while True:
         result = check()
         if result:
             return result
         if time.monotonic() > deadline:
+            seen = f"; seen: {explain()}" if explain is not None else ""
             raise AssertionError(
-                f"gave up waiting for {what} after {timeout:.0f} s; the cluster's warnings:\n"
-                + "\n".join(_warnings(cluster))
+                f"gave up waiting for {what} after {timeout:.0f} s{seen}; the cluster's "
+                "warnings:\n" + "\n".join(_warnings(cluster))
             )
         time.sleep(0.5)
 
@@ -184,7 +184,13 @@ def test_every_rendered_pod_is_admitted_and_bound_to_the_node_the_plan_intends(
         ready = [p for p in pods if p["spec"].get("nodeName")]
         return ready if len(pods) == expected and len(ready) == expected else None
 
-    pods = wait_for(f"{expected} pods bound to nodes", bound, cluster)
+    def counted() -> str:
+        return ", ".join(
+            f"{p['metadata']['namespace']}/{p['metadata']['name']}@{p['spec'].get('nodeName')}"
+            for p in cluster.pods()
+        )
+
+    pods = wait_for(f"{expected} pods bound to nodes", bound, cluster, explain=counted)
     labels = {
         namespace: pod["metadata"]["labels"][TENANT_LABEL]
         for namespace, _, pod in rendered_pods(cluster.spec, cluster.plan)

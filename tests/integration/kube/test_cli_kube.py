@@ -14,11 +14,14 @@ import types
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
+from unittest import mock
 
 import pytest
 import yaml
+from rich.console import Console
 from typer.testing import CliRunner, Result
 
+from gpuplex.cli import kube as kube_cli
 from gpuplex.cli.main import app
 from gpuplex.errors import KubeRenderError
 from gpuplex.kube.naming import SELF_SET, Manifest
@@ -74,7 +77,10 @@ def closed_port() -> Iterator[int]:
 
 
 def gpuplex(*args: str) -> Result:
-    result = CliRunner().invoke(app, ["kube", *args])
+    """The CLI with a wide console, so that a table's row stays on one line whatever $COLUMNS
+    the process that imported the CLI found (a test worker may have 80)."""
+    with mock.patch.object(kube_cli, "out", Console(width=240)):
+        result = CliRunner().invoke(app, ["kube", *args])
     assert "Traceback" not in result.output
     assert not isinstance(result.exception, Exception) or isinstance(
         result.exception, SystemExit
