@@ -40,6 +40,7 @@ from gpuplex.kube.kueue_flavors import KueueFlavors, kueue_flavors
 from gpuplex.kube.naming import QUEUED_PRIORITY_CLASS, Manifest, namespace_for
 from gpuplex.kube.render import render_plan
 from gpuplex.kube.resources import kind_of
+from tests.kube_real.cluster import wait_until
 from tests.kube_real.kueue_manager import KueueManager
 from tests.kube_real.kueue_outcome import (
     KINDS,
@@ -291,6 +292,20 @@ def both(
     finally:
         for path in reversed(made):  # the policy binds every tenant namespace: others' too
             kueue.admin.send("DELETE", path)
+        _delete_namespaces(kueue, [m["metadata"]["name"] for m in namespaces])
+
+
+def _delete_namespaces(kueue: KueueManager, names: list[str]) -> None:
+    """The case's namespaces, with the Jobs Kueue admitted there, whose pods no node takes: left
+    behind, every later module's scheduling would go through them too. Their pods are unbound,
+    so they go at once."""
+    for name in names:
+        kueue.admin.send("DELETE", f"/api/v1/namespaces/{name}")
+    wait_until(
+        "the case's namespaces to go",
+        lambda: all(kueue.send("GET", f"/api/v1/namespaces/{n}").status == 404 for n in names),
+        timeout=120,
+    )
 
 
 JOB_POLICY = "gpuplex-tenant-job-queue"
