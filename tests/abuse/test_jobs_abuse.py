@@ -62,9 +62,9 @@ from tests.integration.server.conftest import (
 )
 
 # The store tests' fixtures (a new SQLite file or PostgreSQL schema per test), shared, not copied.
-from tests.integration.store.conftest import engine, postgres_dsn, store_url
+from tests.integration.store.conftest import engine, postgres_dsn, store_templates, store_url
 
-__all__ = ["engine", "postgres_dsn", "store_url"]
+__all__ = ["engine", "postgres_dsn", "store_templates", "store_url"]
 
 #: alphaco may have 3 jobs not finished and submit 6 a minute, bravoco 1 (its own cap); bravoco
 #: is guaranteed 80 GiB (its embed replica holds 20 of them), alphaco nothing. Two H100s: 159.3

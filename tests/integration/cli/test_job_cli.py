@@ -28,9 +28,9 @@ from tests.integration.server.test_jobs_api import QUEUES_SPEC_YAML
 from tests.integration.sim.servers import free_port
 
 # The store tests' fixtures (a new SQLite file or PostgreSQL schema per test), shared, not copied.
-from tests.integration.store.conftest import engine, postgres_dsn, store_url
+from tests.integration.store.conftest import engine, postgres_dsn, store_templates, store_url
 
-__all__ = ["engine", "postgres_dsn", "store_url"]
+__all__ = ["engine", "postgres_dsn", "store_templates", "store_url"]
 
 ROOT = Path(__file__).resolve().parents[3]
 

@@ -31,9 +31,9 @@ from tests.integration.server.test_rider_billing_api import SHARED_SPEC, _record
 from tests.integration.sim.servers import free_port
 
 # The store tests' fixtures (a new SQLite file or PostgreSQL schema per test), shared, not copied.
-from tests.integration.store.conftest import engine, postgres_dsn, store_url
+from tests.integration.store.conftest import engine, postgres_dsn, store_templates, store_url
 
-__all__ = ["engine", "postgres_dsn", "store_url"]
+__all__ = ["engine", "postgres_dsn", "store_templates", "store_url"]
 
 ROOT = Path(__file__).resolve().parents[3]
 PERIOD = "2026-03"

@@ -24,9 +24,9 @@ from gpuplex.server.context import ServerContext
 from gpuplex.store.tokens import TokenRole
 
 # The store tests' fixtures (a new SQLite file or PostgreSQL schema per test), shared, not copied.
-from tests.integration.store.conftest import engine, postgres_dsn, store_url
+from tests.integration.store.conftest import engine, postgres_dsn, store_templates, store_url
 
-__all__ = ["engine", "postgres_dsn", "store_url"]
+__all__ = ["engine", "postgres_dsn", "store_templates", "store_url"]
 
 API = "/api/v1"
 #: When the spec is applied; every test's clock starts here.

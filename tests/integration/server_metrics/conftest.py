@@ -25,7 +25,12 @@ from gpuplex.server.metrics.collector import SPEND_THREAD
 from gpuplex.server.metrics.endpoint import LOOPBACK_NETWORKS
 from gpuplex.server.spec_apply import apply
 from gpuplex.store.db import open_store
-from tests.integration.store.conftest import postgres_dsn, store_url  # noqa: F401 (fixtures)
+from tests.integration.store.conftest import (  # noqa: F401 (fixtures)
+    StoreTemplates,
+    postgres_dsn,
+    store_templates,
+    store_url,
+)
 
 EXAMPLE = Path(__file__).parents[3] / "examples" / "saas-single-server.yaml"
 APPLIED_AT = datetime(2025, 3, 10, 10, 0, tzinfo=UTC)
@@ -177,8 +182,9 @@ def sqlite_engine(tmp_path: Path) -> Iterator[Engine]:
         opened.dispose()
 
 
-@pytest.fixture
-def engine(store_url: str) -> Iterator[Engine]:  # noqa: F811 (store_url is the imported fixture)
+@pytest.fixture  # store_url and store_templates are the imported fixtures
+def engine(store_url: str, store_templates: StoreTemplates) -> Iterator[Engine]:  # noqa: F811
+    store_templates.fill(store_url)
     opened = open_store(store_url)
     try:
         yield opened
