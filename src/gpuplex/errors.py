@@ -4,12 +4,20 @@ help; nothing else maps errors to statuses.
 
     GpuplexError
     ├── SpecError            the spec file is unreadable or invalid (a list of problems)
+    │   └── JobFileError         a job file or submitted job is invalid or does not suit the spec
+    ├── JobStateError        a job cannot move to the state asked (cancelling a finished job)
+    ├── TooManyJobsError     the tenant has as many jobs under way, or submitted, as it may
+    ├── OidcTokenError       an identity provider's token that gpuplex does not take
+    ├── CredentialSuspended  a token whose maker no longer holds a role that could make it
+    ├── IdentityProviderUnavailable  the provider's discovery document or keys cannot be read
+    ├── TooManySignIns       no room for another dashboard sign-in under way
     ├── PlanFileError        a plan JSON given with --current is unreadable or invalid
     ├── NotFoundError        a named thing (workload, tenant, node) does not exist
     ├── HostStateError       a file in the host runtime's state directory is unreadable
     ├── HostBusyError        another gpuplex process holds this host's supervisor lock
     ├── HostActionError      starting, stopping or reshaping something on the host failed
     ├── GpuDriverError       the GPU driver (NVML) is missing, or a call to it failed
+    │   └── NvmlCallError        one NVML call failed, with its return code (host/nvml_driver.py)
     ├── CgroupUnavailable    the host cannot give a replica its own cgroup with its limits
     ├── StoreError           the store (SQLite or PostgreSQL) is unreachable, invalid or failed
     │   └── StoreValueRefused    the store refused a value given to it (a NUL character in text)
@@ -21,12 +29,20 @@ help; nothing else maps errors to statuses.
     ├── KubeApiError         the Kubernetes API refused or failed a request
     │   ├── KubeUnreachable      no Kubernetes API answered
     │   ├── KubeForbidden        RBAC forbids what gpuplex tried
-    │   └── KubeRetryLater       the cluster refused for now, not for good
+    │   ├── KubeRetryLater       the cluster refused for now, not for good
+    │   ├── NotServed            the API does not serve the kind (kube/api.py, as the next two)
+    │   ├── Immutable            the change needs a field the API server keeps immutable
+    │   └── NamespaceMissing     an object's namespace does not exist
     ├── DcgmInputError       dcgm-exporter text that cannot be read
     ├── TraceInputError      a cluster trace (node or pod CSV) given to `simulate` is malformed
+    ├── ControlPlaneUnreachable  a command could not reach the running control plane's API
+    ├── StartInterrupted     SIGINT or SIGTERM arrived while `up` was starting (up/lifecycle.py)
     └── RequestRefused       an API refuses a request, with the code given at the refusal:
         ├── ApiProblem           raised by the control plane's routes (server/problems.py)
-        └── ApiError             raised by the gateway (gateway/api_errors.py)
+        ├── ApiError             raised by the gateway (gateway/api_errors.py)
+        └── ApiRefusal           an API refusal as the CLI reads it (cli/control_plane.py)
+
+tests/architecture/test_error_tree_drawn.py checks that this picture is the tree the code defines.
 
 Errors say what to do next. "Does not fit" is never an error: the planner returns it as a value.
 """

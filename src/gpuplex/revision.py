@@ -1,6 +1,6 @@
 """The applied revision `(revision id, spec, plan)`: the one artifact every part of gpuplex reads.
 
-A spec is planned once, when it is applied (`POST /api/v1/spec`, `gpuplex server --spec`,
+A spec is planned once, when it is applied (`POST /api/v1/spec/apply`, `gpuplex server --spec`,
 `gpuplex up`; `gpuplex host apply` for a host without a control plane), and stored with its plan
 as a revision.
 From then on nobody plans it again: the control plane bills from the revision's plan, the host

@@ -115,7 +115,7 @@ def _spec_to_serve(config: Path | None, store_url: str) -> tuple[GpuplexSpec, st
     if applied is None:
         raise GatewayError(
             f"no spec is applied in the store {safe_url(store_url)} yet: apply one (gpuplex "
-            "server --spec FILE, or POST /api/v1/spec), or give --config FILE"
+            "server --spec FILE, or POST /api/v1/spec/apply), or give --config FILE"
         )
     return applied.spec, f"revision {applied.revision}"
 

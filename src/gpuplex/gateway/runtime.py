@@ -77,7 +77,7 @@ class GatewayRuntime:
         if first is None:
             raise GatewayError(
                 f"no spec is applied in the store {safe_url(settings.store_url)} yet: "
-                "apply one (gpuplex server --spec FILE, or POST /api/v1/spec), or give --config FILE"
+                "apply one (gpuplex server --spec FILE, or POST /api/v1/spec/apply), or give --config FILE"
             )
         #: the settings this process started with: those in RESTART_ONLY stay as they were
         self.started: GatewaySpec = first[1].gateway

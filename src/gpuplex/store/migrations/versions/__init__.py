@@ -1,4 +1,3 @@
-"""One module per schema revision, oldest first: r0001 (issue 4), r0002 (the control plane),
-r0003 (retention of raw GPU samples),
-r0004 (budgets that enforce, per-key usage roll-ups), r0005 (latency in usage records),
-r0006 (jobs and their events)."""
+"""One module per schema revision, `rNNNN_<what>.py`, oldest first, each revising the one before.
+docs/operations.md's migration table says what each adds (tests/architecture/test_docs_store.py
+checks that it lists every revision here)."""
