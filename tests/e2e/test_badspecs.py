@@ -157,6 +157,12 @@ EXPECTED: dict[str, Expected] = {
     "duplicate-workload-name.yaml": Expected(
         13, "tenants[0].workloads[1].name", "duplicate workload name"
     ),
+    "workload-named-like-a-job.yaml": Expected(
+        13,
+        "tenants[0].workloads[1].name",
+        "workload name 'job-j00000001' starts with 'job-', which is reserved for the workloads "
+        "jobs run as",
+    ),
     "duplicate-node-name.yaml": Expected(6, "fleet.nodes[1].name", "duplicate node name"),
     # references
     "never-share-with-unknown-tenant.yaml": Expected(
@@ -227,6 +233,7 @@ SUBPROCESS = [
     "empty.yaml",
     "unknown-key-typo.yaml",
     "mig-on-without-mig-support.yaml",
+    "workload-named-like-a-job.yaml",
 ]
 
 #: `plan` reads the spec the same way: same exit code and the same located message.

@@ -81,3 +81,20 @@ def test_a_workload_no_gpu_can_take_says_to_set_a_pool() -> None:
         "s:12:9: tenants[0].workloads[0].gpu: no GPU can take this workload: "
         "every GPU is in a pool (gold); set pool"
     )
+
+
+def test_a_workload_named_like_a_job_is_refused_at_its_name() -> None:
+    text = FLEET.format(mig="off") + (
+        "tenants:\n"
+        "  - name: t\n"
+        "    workloads:\n"
+        "      - name: job-j00000001\n"
+        "        gpu: {count: 1}\n"
+    )
+    with pytest.raises(SpecError) as raised:
+        load_spec_text(text, source="gpuplex.yaml")
+    assert raised.value.message == (
+        "gpuplex.yaml:10:9: tenants[0].workloads[0].name: workload name 'job-j00000001' starts "
+        "with 'job-', which is reserved for the workloads jobs run as (job-<id>): its logs, status "
+        "and placement would be taken for a job's; choose a name not starting with 'job-'"
+    )

@@ -41,7 +41,7 @@ class BenchDriver(StrEnum):
     SIM = "sim"
 
 
-class Backend(StrEnum):
+class BenchBackend(StrEnum):
     AUTO = "auto"
     TORCH = "torch"
     NUMPY = "numpy"
@@ -66,8 +66,9 @@ def isolation_command(
         BenchDriver, typer.Option(help="nvml: this host's GPU; sim: test the harness.")
     ] = BenchDriver.NVML,
     backend: Annotated[
-        Backend, typer.Option(help="The loop: torch on the GPU, numpy on the CPU; auto by driver.")
-    ] = Backend.AUTO,
+        BenchBackend,
+        typer.Option(help="The loop: torch on the GPU, numpy on the CPU; auto by driver."),
+    ] = BenchBackend.AUTO,
     batch: Annotated[
         list[int] | None, typer.Option(help="A batch size; repeat for more (default: 1 and 32).")
     ] = None,
@@ -100,7 +101,7 @@ def isolation_command(
             out_dir = Path(tempfile.mkdtemp(prefix="gpuplex-bench-isolation-"))
             out_dir.chmod(0o711)  # the tenants' users pass through it to their folders
         chosen = backend.value
-        if backend is Backend.AUTO:
+        if backend is BenchBackend.AUTO:
             chosen = "torch" if driver is BenchDriver.NVML else "numpy"
         torch = chosen == "torch"
         python, python_env = python_for_others() if os.geteuid() == 0 else (sys.executable, {})

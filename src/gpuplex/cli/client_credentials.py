@@ -18,7 +18,7 @@ from gpuplex.settings import environment_value
 
 
 @dataclass(frozen=True, slots=True)
-class ServiceAccount:
+class ServiceAccountClient:
     """Where a service account gets its tokens: its client, the provider's token endpoint, and
     where its secret is (one of `secret_env`, `secret_file`)."""
 
@@ -30,7 +30,7 @@ class ServiceAccount:
     secret_file: str | None = None
 
 
-def secret_of(account: ServiceAccount) -> str:
+def secret_of(account: ServiceAccountClient) -> str:
     if account.secret_env is not None:
         value = environment_value(account.secret_env)
         if not value:
@@ -54,7 +54,7 @@ def secret_of(account: ServiceAccount) -> str:
     )
 
 
-def token_for(account: ServiceAccount, now_s: float) -> tuple[str, float]:
+def token_for(account: ServiceAccountClient, now_s: float) -> tuple[str, float]:
     """A fresh token for the service account, and when it expires (seconds since the epoch)."""
     secret = secret_of(account)
     pair = ":".join(urllib.parse.quote(part, safe="") for part in (account.client_id, secret))

@@ -45,7 +45,7 @@ def shown(text: str) -> str:
     return escape(printable(text))
 
 
-class OutputFormat(StrEnum):
+class JobOutputFormat(StrEnum):
     TABLE = "table"
     JSON = "json"
 

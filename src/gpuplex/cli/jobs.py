@@ -23,7 +23,7 @@ import typer
 from gpuplex.cli.control_plane import ApiRefusal, ControlPlane, ServerOption, TokenOption
 from gpuplex.cli.conventions import reported
 from gpuplex.cli.help_pages import command_group
-from gpuplex.cli.job_view import OutputFormat, job_panel, jobs_table, logs_text, shown
+from gpuplex.cli.job_view import JobOutputFormat, job_panel, jobs_table, logs_text, shown
 from gpuplex.consoles import stdout_console
 from gpuplex.core.jobs.states import JobState
 from gpuplex.core.spec.jobs import JobSpec, parse_job
@@ -48,7 +48,7 @@ TenantOption = Annotated[
     typer.Option("--tenant", help="The tenant.", show_default="the token's own tenant"),
 ]
 JobIdArgument = Annotated[str, typer.Argument(help="The job's id (j + 8 hex digits).")]
-OutputOption = Annotated[OutputFormat, typer.Option("--output", "-o", help="table or json.")]
+OutputOption = Annotated[JobOutputFormat, typer.Option("--output", "-o", help="table or json.")]
 
 
 @job_app.command("submit")
@@ -76,7 +76,7 @@ def submit_command(
     backoff_max_s: Annotated[
         float | None, typer.Option(help="Longest wait between retries.", show_default="360")
     ] = None,
-    output: OutputOption = OutputFormat.TABLE,
+    output: OutputOption = JobOutputFormat.TABLE,
     server: ServerOption = DEFAULT_SERVER_URL,
     token: TokenOption = None,
 ) -> None:
@@ -111,7 +111,7 @@ def submit_command(
             if file is not None and refusal.code is ErrorCode.JOB_INVALID:
                 _locate_in(file, refusal)
             raise
-    if output is OutputFormat.JSON:
+    if output is JobOutputFormat.JSON:
         sys.stdout.write(json.dumps(reply, indent=2) + "\n")
     else:
         out.print(
@@ -127,7 +127,7 @@ def list_command(
     state: Annotated[
         list[JobState] | None, typer.Option("--state", help="Only these states; repeatable.")
     ] = None,
-    output: OutputOption = OutputFormat.TABLE,
+    output: OutputOption = JobOutputFormat.TABLE,
     server: ServerOption = DEFAULT_SERVER_URL,
     token: TokenOption = None,
 ) -> None:
@@ -137,7 +137,7 @@ def list_command(
         owner = tenant or _own_tenant(api)
         query = [("state", s.value) for s in state or ()] + [("limit", "1000")]
         items = api.get_json_many(f"/tenants/{owner}/jobs", query)["items"]
-    if output is OutputFormat.JSON:
+    if output is JobOutputFormat.JSON:
         sys.stdout.write(json.dumps(items, indent=2) + "\n")
     else:
         out.print(jobs_table(owner, items))
@@ -147,7 +147,7 @@ def list_command(
 def show_command(
     job_id: JobIdArgument,
     tenant: TenantOption = None,
-    output: OutputOption = OutputFormat.TABLE,
+    output: OutputOption = JobOutputFormat.TABLE,
     server: ServerOption = DEFAULT_SERVER_URL,
     token: TokenOption = None,
 ) -> None:
@@ -155,7 +155,7 @@ def show_command(
     with reported():
         api = ControlPlane.of(server, token)
         reply = api.get_json(f"/tenants/{tenant}/jobs/{job_id}" if tenant else f"/jobs/{job_id}")
-    if output is OutputFormat.JSON:
+    if output is JobOutputFormat.JSON:
         sys.stdout.write(json.dumps(reply, indent=2) + "\n")
     else:
         out.print(job_panel(reply))

@@ -10,7 +10,7 @@ from typing import Annotated
 import typer
 from rich.markup import escape
 
-from gpuplex.cli.client_credentials import ServiceAccount, token_for
+from gpuplex.cli.client_credentials import ServiceAccountClient, token_for
 from gpuplex.cli.conventions import reported
 from gpuplex.cli.device_flow import discovery, endpoints, refused, start, wait_for_token
 from gpuplex.cli.saved_login import Login, save
@@ -74,7 +74,7 @@ def login_command(
             token_endpoint = discovery(issuer).get("token_endpoint")
             if not isinstance(token_endpoint, str):
                 raise refused(f"{issuer}: its discovery document names no token endpoint")
-            account = ServiceAccount(
+            account = ServiceAccountClient(
                 client_id,
                 token_endpoint,
                 tuple(scope or ()),

@@ -16,7 +16,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from gpuplex.cli.client_credentials import ServiceAccount, token_for
+from gpuplex.cli.client_credentials import ServiceAccountClient, token_for
 from gpuplex.settings import login_file
 
 #: A token this close to its expiry is not used: it could expire on the way.
@@ -28,7 +28,7 @@ class Login:
     issuer: str
     access_token: str
     expires_at_s: float
-    service_account: ServiceAccount | None = None
+    service_account: ServiceAccountClient | None = None
 
 
 def save(login: Login, path: Path | None = None) -> Path:
@@ -61,7 +61,7 @@ def load(path: Path | None = None) -> Login | None:
             service_account=(
                 None
                 if account is None
-                else ServiceAccount(**{**account, "scopes": tuple(account["scopes"])})
+                else ServiceAccountClient(**{**account, "scopes": tuple(account["scopes"])})
             ),
         )
     except (OSError, ValueError, KeyError, TypeError, AttributeError):

@@ -151,8 +151,8 @@ class SimulatedDriver:
             for r in self._reports()
         ]
 
-    def _reports(self) -> list[_Report]:
-        found: list[_Report] = []
+    def _reports(self) -> list[_ProcessReport]:
+        found: list[_ProcessReport] = []
         for report in sorted(self.memory_dir.iterdir()):
             if not report.name.isdigit():
                 continue
@@ -306,7 +306,7 @@ class SimulatedDriver:
 
 
 @dataclass(frozen=True, slots=True)
-class _Report:
+class _ProcessReport:
     """One line of a process's report: what it holds on one device."""
 
     pid: int
@@ -315,16 +315,16 @@ class _Report:
     busy_s: float | None  # None: the report does not say
 
 
-def _parse_report(pid: int, text: str) -> list[_Report]:
+def _parse_report(pid: int, text: str) -> list[_ProcessReport]:
     """A report's lines; none while it is being written or if any line is not a report."""
     found = []
     for line in text.splitlines():
         fields = line.split()
         try:
             if len(fields) == 2:
-                found.append(_Report(pid, fields[0], int(fields[1]), None))
+                found.append(_ProcessReport(pid, fields[0], int(fields[1]), None))
             elif len(fields) == 3:
-                found.append(_Report(pid, fields[0], int(fields[1]), float(fields[2])))
+                found.append(_ProcessReport(pid, fields[0], int(fields[1]), float(fields[2])))
             else:
                 return []
         except ValueError:

@@ -15,11 +15,11 @@ from gpuplex.host.proc import is_same_process
 from gpuplex.host.state import Event, StateDir
 
 
-class _Report(BaseModel):
+class _StatusModel(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
-class ReplicaStatus(_Report):
+class ReplicaStatus(_StatusModel):
     label: str
     tenant: str
     workload: str
@@ -42,7 +42,7 @@ class ReplicaStatus(_Report):
     stderr_last_line: str | None = None
 
 
-class MpsDaemonStatus(_Report):
+class MpsDaemonStatus(_StatusModel):
     gpu_index: int
     pid: int
     alive: bool
@@ -50,7 +50,7 @@ class MpsDaemonStatus(_Report):
     pipe_dir: str
 
 
-class HostStatus(_Report):
+class HostStatus(_StatusModel):
     node: str | None
     instance: str  # this state directory's name on the host: its cgroups are gpuplex/<instance>
     spec_path: str | None

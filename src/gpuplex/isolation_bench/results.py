@@ -11,7 +11,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from gpuplex.isolation_bench.scenarios import STEADY, Pattern, Scenario
+from gpuplex.isolation_bench.scenarios import STEADY, Scenario, SharingPattern
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,7 +84,7 @@ def scenario_result(scenario: Scenario, runs: Sequence[TenantRun]) -> ScenarioRe
 
 def exclusive_at(results: Sequence[ScenarioResult], batch: int) -> ScenarioResult | None:
     for result in results:
-        if result.scenario.pattern is Pattern.EXCLUSIVE and result.scenario.batch == batch:
+        if result.scenario.pattern is SharingPattern.EXCLUSIVE and result.scenario.batch == batch:
             return result
     return None
 

@@ -16,7 +16,7 @@ from pathlib import PurePath
 from typing import Any
 
 
-class Pattern(StrEnum):
+class SharingPattern(StrEnum):
     EXCLUSIVE = "exclusive"
     TIMESLICE = "timeslice"
     MPS = "mps"
@@ -32,7 +32,7 @@ class TenantLoad:
 @dataclass(frozen=True, slots=True)
 class Scenario:
     name: str
-    pattern: Pattern
+    pattern: SharingPattern
     tenants: tuple[TenantLoad, ...]
 
     @property
@@ -57,32 +57,32 @@ def scenarios(batches: Sequence[int], copies: int, heavy_batch: int) -> list[Sce
         names = [f"t{k + 1}" for k in range(copies)]
         equal = 100 // copies
         found += [
-            Scenario(f"exclusive-b{batch}", Pattern.EXCLUSIVE, (TenantLoad("t1", batch),)),
+            Scenario(f"exclusive-b{batch}", SharingPattern.EXCLUSIVE, (TenantLoad("t1", batch),)),
             Scenario(
                 f"timeslice-b{batch}",
-                Pattern.TIMESLICE,
+                SharingPattern.TIMESLICE,
                 tuple(TenantLoad(n, batch) for n in names),
             ),
             Scenario(
                 f"mps-equal-b{batch}",
-                Pattern.MPS,
+                SharingPattern.MPS,
                 tuple(TenantLoad(n, batch, equal) for n in names),
             ),
             Scenario(
                 f"mps-30-70-b{batch}",
-                Pattern.MPS,
+                SharingPattern.MPS,
                 (TenantLoad("t1", batch, 30), TenantLoad("t2", batch, 70)),
             ),
         ]
     found += [
         Scenario(
             "steady+heavy-timeslice",
-            Pattern.TIMESLICE,
+            SharingPattern.TIMESLICE,
             (TenantLoad(STEADY, 1), TenantLoad(HEAVY, heavy_batch)),
         ),
         Scenario(
             "steady+heavy-mps",
-            Pattern.MPS,
+            SharingPattern.MPS,
             (TenantLoad(STEADY, 1, 50), TenantLoad(HEAVY, heavy_batch, 50)),
         ),
     ]
@@ -122,11 +122,13 @@ def scenario_spec(
         argv += ["--start-at", f"{start_at:.3f}", "--seconds", f"{program.seconds:g}"]
         argv += ["--out", str(result_path(out_dir, scenario, load))]
         gpu: dict[str, Any] = {"count": 1}
-        if scenario.pattern is not Pattern.EXCLUSIVE:
+        if scenario.pattern is not SharingPattern.EXCLUSIVE:
             gpu = {"memory_gib": program.memory_gib}
         if load.thread_percent is not None:
             gpu["compute_percent"] = load.thread_percent
-        isolation = "dedicated" if scenario.pattern is Pattern.EXCLUSIVE else scenario.pattern.value
+        isolation = (
+            "dedicated" if scenario.pattern is SharingPattern.EXCLUSIVE else scenario.pattern.value
+        )
         workload = {
             "name": LOOP_WORKLOAD,
             "kind": "batch",

@@ -63,7 +63,7 @@ class DcgmReading:
         return (self.node, self.gpu_index, self.gpu_instance_id, self.namespace, self.pod)
 
 
-class _Lines(io.StringIO):
+class _NumberedLines(io.StringIO):
     """The text, handed to the parser line by line, remembering the last line it took: the
     parser raises while it reads a line, so that line is the one at fault."""
 
@@ -82,7 +82,7 @@ class _Lines(io.StringIO):
 def parse_exposition(text: str, source: str = "dcgm-exporter") -> list[DcgmReading]:
     """One exporter's `/metrics` text -> a reading per GPU or MIG instance and pod. Copies of a
     series (one per container, or per `vgpu` replica, of the same pod) are merged: the largest."""
-    lines = _Lines(text)
+    lines = _NumberedLines(text)
     readings: dict[tuple[str, int, int | None, str, str], DcgmReading] = {}
     try:
         for family in text_fd_to_metric_families(lines):

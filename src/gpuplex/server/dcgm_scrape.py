@@ -61,21 +61,21 @@ def check_dcgm_url(url: str) -> str:
 
 
 @dataclass(frozen=True, slots=True)
-class Target:
+class ScrapeTarget:
     """One address to read: the URL to open, and the Host header it needs (None: the URL's)."""
 
     url: str
     host_header: str | None = None
 
 
-def targets(url: str) -> list[Target]:
+def targets(url: str) -> list[ScrapeTarget]:
     """Where to read `url`: each address of its host where it has several of one family (a
     headless Service: one per exporter pod), else the URL itself. https is read as given (a
     certificate names the host, not the pod's address)."""
     parts = urlsplit(url)
     host = parts.hostname or ""
     if parts.scheme != "http" or _is_address(host):
-        return [Target(url)]
+        return [ScrapeTarget(url)]
     port = parts.port or 80
     found = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
     by_family: dict[int, list[str]] = {}
@@ -85,9 +85,9 @@ def targets(url: str) -> list[Target]:
             listed.append(str(address[0]))
     addresses = max(by_family.values(), key=len, default=[])
     if len(addresses) < 2:
-        return [Target(url)]
+        return [ScrapeTarget(url)]
     return [
-        Target(urlunsplit(parts._replace(netloc=f"{_bracketed(a)}:{port}")), parts.netloc)
+        ScrapeTarget(urlunsplit(parts._replace(netloc=f"{_bracketed(a)}:{port}")), parts.netloc)
         for a in sorted(addresses)
     ]  # the netloc is host[:port]: check_dcgm_url refuses credentials
 
@@ -104,7 +104,7 @@ def _bracketed(address: str) -> str:
     return f"[{address}]" if ":" in address else address
 
 
-def fetch(target: Target, timeout_s: float) -> str:
+def fetch(target: ScrapeTarget, timeout_s: float) -> str:
     """The exporter's text. Raises OSError (refused, timed out, HTTP error status),
     http.client.HTTPException, or DcgmInputError (too long, not UTF-8)."""
     headers = {"Accept": "text/plain"}
@@ -121,7 +121,7 @@ def fetch(target: Target, timeout_s: float) -> str:
         raise DcgmInputError(f"{target.url}: not UTF-8 at byte {error.start}") from None
 
 
-def read_target(target: Target, timeout_s: float) -> list[DcgmReading]:
+def read_target(target: ScrapeTarget, timeout_s: float) -> list[DcgmReading]:
     return parse_exposition(fetch(target, timeout_s), source=target.url)
 
 
@@ -170,7 +170,7 @@ class DcgmScraper(threading.Thread):
 
     def read_all(self) -> list[DcgmReading]:
         """Every exporter's readings, read side by side; failures logged and left out."""
-        found: list[Target] = []
+        found: list[ScrapeTarget] = []
         for url in self.urls:
             try:
                 found.extend(targets(url))
@@ -185,7 +185,7 @@ class DcgmScraper(threading.Thread):
                 readings.extend(result)
         return readings
 
-    def _read_one(self, target: Target) -> list[DcgmReading]:
+    def _read_one(self, target: ScrapeTarget) -> list[DcgmReading]:
         try:
             readings = read_target(target, self.timeout_s)
         except _READ_ERRORS as error:

@@ -30,8 +30,8 @@ from sqlalchemy.orm import Session
 from gpuplex.core.access.credential_grants import (
     GrantChange,
     GrantRules,
+    GrantTransition,
     MadeCredential,
-    Transition,
     grant_changes,
     held_grants,
 )
@@ -222,7 +222,7 @@ def _record(
 ) -> None:
     """Suspend or resume the credential of `row`, with its audit entry."""
     before = iso_or_none(row.suspended_at)
-    row.suspended_at = now if change.transition is Transition.SUSPEND else None
+    row.suspended_at = now if change.transition is GrantTransition.SUSPEND else None
     row.suspension_changes = (row.suspension_changes or 0) + 1
     session.flush()
     kind = _kind(row)

@@ -22,7 +22,7 @@ from sqlalchemy import Engine
 
 from gpuplex.core.meter import BUSY_GPU_SECONDS, MEMORY_MIB_SECONDS, MeterWindow
 from gpuplex.server.context import ServerContext
-from gpuplex.server.dcgm_scrape import DcgmScraper, Target, check_dcgm_url, targets
+from gpuplex.server.dcgm_scrape import DcgmScraper, ScrapeTarget, check_dcgm_url, targets
 from gpuplex.server.metrics.dcgm_metrics import DcgmScrapeStats
 from gpuplex.server.spec_apply import apply
 from tests.integration.server.conftest import T0, Clock
@@ -254,9 +254,11 @@ def test_one_address_per_family_is_not_a_headless_service(monkeypatch: pytest.Mo
         ]
 
     monkeypatch.setattr("gpuplex.server.dcgm_scrape.socket.getaddrinfo", resolve)
-    assert targets("http://localhost:9400/metrics") == [Target("http://localhost:9400/metrics")]
-    assert targets("https://a.example/metrics") == [Target("https://a.example/metrics")]
-    assert targets("http://10.0.0.7:9400/metrics") == [Target("http://10.0.0.7:9400/metrics")]
+    assert targets("http://localhost:9400/metrics") == [
+        ScrapeTarget("http://localhost:9400/metrics")
+    ]
+    assert targets("https://a.example/metrics") == [ScrapeTarget("https://a.example/metrics")]
+    assert targets("http://10.0.0.7:9400/metrics") == [ScrapeTarget("http://10.0.0.7:9400/metrics")]
 
 
 @pytest.mark.parametrize(

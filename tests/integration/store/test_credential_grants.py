@@ -13,7 +13,7 @@ import pytest
 from sqlalchemy import Engine
 
 from gpuplex.core.access import Role
-from gpuplex.core.access.credential_grants import GrantRules, Transition
+from gpuplex.core.access.credential_grants import GrantRules, GrantTransition
 from gpuplex.core.access.oidc_groups import GroupRule
 from gpuplex.core.spec import RateLimits
 from gpuplex.errors import CredentialSuspended
@@ -48,7 +48,7 @@ ALICE_ACTOR = f"alice (oidc {ALICE} at {ISSUER})"
 
 def see_alice(
     engine: Engine, groups: list[str], rules: GrantRules | None = RULES, at: datetime = T0
-) -> list[Transition]:
+) -> list[GrantTransition]:
     changes = OidcPeople(engine).seen(
         issuer=ISSUER,
         subject=ALICE,
@@ -152,7 +152,7 @@ def test_a_group_gone_at_the_persons_next_sighting_suspends_and_its_return_resum
     version = keys.version()
     later = T0 + timedelta(minutes=5)
     lowered = see_alice(engine, ["gpu-acme-viewers"], at=later)  # admin -> viewer
-    assert lowered == [Transition.SUSPEND, Transition.SUSPEND]
+    assert lowered == [GrantTransition.SUSPEND, GrantTransition.SUSPEND]
     assert keys.active_records(later) == []
     assert keys.version() != version
     with pytest.raises(CredentialSuspended, match="suspended"):
@@ -178,7 +178,7 @@ def test_a_group_gone_at_the_persons_next_sighting_suspends_and_its_return_resum
     # back in the admins' group: both resume, audited
     back = T0 + timedelta(minutes=9)
     suspended_version = keys.version()
-    assert see_alice(engine, ["gpu-acme-admins", "coffee"], at=back) == [Transition.RESUME] * 2
+    assert see_alice(engine, ["gpu-acme-admins", "coffee"], at=back) == [GrantTransition.RESUME] * 2
     assert tokens.authenticate(token, back) is not None
     assert [r.key.prefix for r in keys.active_records(back)] == [key_prefix]
     assert keys.version() != suspended_version
@@ -238,7 +238,7 @@ def test_revoked_credentials_and_those_of_no_person_are_never_judged(engine: Eng
     # a platform admin revokes a suspended credential; it stays revoked when the grant returns
     revoked = keys.revoke(key_prefix, T0 + timedelta(minutes=2), "ops")
     assert revoked.state(T0 + timedelta(minutes=2)) == "revoked"
-    assert see_alice(engine, ADMINS, at=T0 + timedelta(minutes=3)) == [Transition.RESUME]
+    assert see_alice(engine, ADMINS, at=T0 + timedelta(minutes=3)) == [GrantTransition.RESUME]
     assert tokens.authenticate(token, T0 + timedelta(minutes=3)) is not None
     assert tokens.authenticate(plain, T0 + timedelta(minutes=3)) is not None
     prefixes = {r.key.prefix for r in keys.active_records(T0 + timedelta(minutes=3))}

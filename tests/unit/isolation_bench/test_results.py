@@ -16,8 +16,8 @@ from gpuplex.isolation_bench.results import (
 from gpuplex.isolation_bench.scenarios import (
     HEAVY,
     STEADY,
-    Pattern,
     Scenario,
+    SharingPattern,
     TenantLoad,
 )
 
@@ -60,20 +60,25 @@ def test_a_tenant_that_measured_nothing_is_an_error() -> None:
         summarize(run("t1", 1, 0.01, 0))
 
 
-def _scenario(name: str, pattern: Pattern, *loads: TenantLoad) -> Scenario:
+def _scenario(name: str, pattern: SharingPattern, *loads: TenantLoad) -> Scenario:
     return Scenario(name, pattern, loads)
 
 
 def test_aggregate_is_divided_by_exclusive_at_the_same_batch() -> None:
     alone = scenario_result(
-        _scenario("exclusive-b8", Pattern.EXCLUSIVE, TenantLoad("t1", 8)), [run("t1", 8, 0.01, 100)]
+        _scenario("exclusive-b8", SharingPattern.EXCLUSIVE, TenantLoad("t1", 8)),
+        [run("t1", 8, 0.01, 100)],
     )
     shared = scenario_result(
-        _scenario("mps-equal-b8", Pattern.MPS, TenantLoad("t1", 8, 50), TenantLoad("t2", 8, 50)),
+        _scenario(
+            "mps-equal-b8", SharingPattern.MPS, TenantLoad("t1", 8, 50), TenantLoad("t2", 8, 50)
+        ),
         [run("t1", 8, 0.02, 60), run("t2", 8, 0.02, 70)],
     )
     other_batch = scenario_result(
-        _scenario("timeslice-b1", Pattern.TIMESLICE, TenantLoad("t1", 1), TenantLoad("t2", 1)),
+        _scenario(
+            "timeslice-b1", SharingPattern.TIMESLICE, TenantLoad("t1", 1), TenantLoad("t2", 1)
+        ),
         [run("t1", 1, 0.01, 10), run("t2", 1, 0.01, 10)],
     )
     results = [alone, shared, other_batch]
@@ -84,7 +89,7 @@ def test_aggregate_is_divided_by_exclusive_at_the_same_batch() -> None:
 
 def test_overlap_is_the_window_every_tenant_measured_at_once() -> None:
     scenario = _scenario(
-        "timeslice-b1", Pattern.TIMESLICE, TenantLoad("t1", 1), TenantLoad("t2", 1)
+        "timeslice-b1", SharingPattern.TIMESLICE, TenantLoad("t1", 1), TenantLoad("t2", 1)
     )
     result = scenario_result(
         scenario,
@@ -95,12 +100,15 @@ def test_overlap_is_the_window_every_tenant_measured_at_once() -> None:
 
 def test_interference_compares_the_steady_p99_with_its_p99_alone() -> None:
     alone = scenario_result(
-        _scenario("exclusive-b1", Pattern.EXCLUSIVE, TenantLoad("t1", 1)),
+        _scenario("exclusive-b1", SharingPattern.EXCLUSIVE, TenantLoad("t1", 1)),
         [TenantRun("t1", 1, None, (0.001,) * 99 + (0.002,), 1.0, 0.0, 0.0)],
     )
     crowded = scenario_result(
         _scenario(
-            "steady+heavy-mps", Pattern.MPS, TenantLoad(STEADY, 1, 50), TenantLoad(HEAVY, 64, 50)
+            "steady+heavy-mps",
+            SharingPattern.MPS,
+            TenantLoad(STEADY, 1, 50),
+            TenantLoad(HEAVY, 64, 50),
         ),
         [
             TenantRun(STEADY, 1, 50, (0.001,) * 90 + (0.006,) * 10, 1.0, 0.0, 0.0),
@@ -117,7 +125,10 @@ def test_interference_compares_the_steady_p99_with_its_p99_alone() -> None:
 def test_no_interference_without_an_exclusive_baseline() -> None:
     crowded = scenario_result(
         _scenario(
-            "steady+heavy-mps", Pattern.MPS, TenantLoad(STEADY, 1, 50), TenantLoad(HEAVY, 64, 50)
+            "steady+heavy-mps",
+            SharingPattern.MPS,
+            TenantLoad(STEADY, 1, 50),
+            TenantLoad(HEAVY, 64, 50),
         ),
         [run(STEADY, 1, 0.001, 10), run(HEAVY, 64, 0.1, 10)],
     )

@@ -13,8 +13,8 @@ from gpuplex.core.spec import GpuplexSpec, validate_spec
 from gpuplex.isolation_bench.report import markdown_report
 from gpuplex.isolation_bench.scenarios import (
     LoopProgram,
-    Pattern,
     Scenario,
+    SharingPattern,
     result_path,
     scenario_spec,
     scenarios,
@@ -55,9 +55,9 @@ def test_each_spec_places_every_tenant_on_the_one_gpu(scenario: Scenario) -> Non
     assert plan.infeasible == []
     assert {tuple(p.gpu_indices) for p in plan.placements} == {(0,)}
     expected_mode = {
-        Pattern.EXCLUSIVE: Mode.DEDICATED,
-        Pattern.TIMESLICE: Mode.TIMESLICE,
-        Pattern.MPS: Mode.MPS,
+        SharingPattern.EXCLUSIVE: Mode.DEDICATED,
+        SharingPattern.TIMESLICE: Mode.TIMESLICE,
+        SharingPattern.MPS: Mode.MPS,
     }[scenario.pattern]
     assert {p.mode for p in plan.placements} == {expected_mode}
     threads = {p.tenant: p.thread_percent for p in plan.placements}

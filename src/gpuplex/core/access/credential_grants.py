@@ -83,7 +83,7 @@ def could_make(held: Collection[Grant], credential: MadeCredential) -> bool:
     return False
 
 
-class Transition(StrEnum):
+class GrantTransition(StrEnum):
     SUSPEND = "suspend"
     RESUME = "resume"
 
@@ -91,11 +91,11 @@ class Transition(StrEnum):
 @dataclass(frozen=True, slots=True)
 class GrantChange:
     credential: MadeCredential
-    transition: Transition
+    transition: GrantTransition
 
     @property
     def reason(self) -> str:
-        return SUSPEND_REASON if self.transition is Transition.SUSPEND else RESUME_REASON
+        return SUSPEND_REASON if self.transition is GrantTransition.SUSPEND else RESUME_REASON
 
 
 def grant_changes(made: Sequence[MadeCredential], held: Collection[Grant]) -> list[GrantChange]:
@@ -106,7 +106,7 @@ def grant_changes(made: Sequence[MadeCredential], held: Collection[Grant]) -> li
     for credential in made:
         allowed = could_make(held, credential)
         if allowed and credential.suspended:
-            changes.append(GrantChange(credential, Transition.RESUME))
+            changes.append(GrantChange(credential, GrantTransition.RESUME))
         elif not allowed and not credential.suspended:
-            changes.append(GrantChange(credential, Transition.SUSPEND))
+            changes.append(GrantChange(credential, GrantTransition.SUSPEND))
     return changes

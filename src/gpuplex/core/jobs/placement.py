@@ -20,8 +20,7 @@ from gpuplex.core.plan import Plan, make_plan
 from gpuplex.core.plan.model import Placement
 from gpuplex.core.spec.document import GpuplexSpec
 from gpuplex.core.spec.jobs import JobSpec
-
-JOB_WORKLOAD_PREFIX = "job-"
+from gpuplex.core.spec.workloads import JOB_WORKLOAD_PREFIX
 
 
 def job_workload_name(job_id: str) -> str:

@@ -29,7 +29,7 @@ CSV_COLUMNS = (
 PLATFORM = "(platform)"
 
 
-class _Lines:
+class _CsvText:
     """What csv.writer writes into: the rows as text (core does no I/O, so no io.StringIO)."""
 
     def __init__(self) -> None:
@@ -104,7 +104,7 @@ def _statement_rows(statement: Statement) -> list[list[str]]:
 
 
 def _csv(rows: list[list[str]]) -> str:
-    out = _Lines()
+    out = _CsvText()
     writer = csv.writer(out, lineterminator="\n")
     writer.writerow(CSV_COLUMNS)
     writer.writerows(rows)

@@ -20,7 +20,7 @@ from gpuplex.core.spec.queue_rules import check_queues
 from gpuplex.core.spec.requests import CandidateFinder, check_request
 from gpuplex.core.spec.runtime import Network
 from gpuplex.core.spec.tenants import Isolation, Requirement, TenantSpec
-from gpuplex.core.spec.workloads import WorkloadKind, WorkloadSpec
+from gpuplex.core.spec.workloads import JOB_WORKLOAD_PREFIX, WorkloadKind, WorkloadSpec
 from gpuplex.errors import FieldPath, SpecProblem
 
 
@@ -107,6 +107,15 @@ def _check_names(spec: GpuplexSpec) -> Iterator[SpecProblem]:
     for t, tenant in enumerate(spec.tenants):
         names = [w.name for w in tenant.workloads]
         yield from _duplicates(names, ("tenants", t, "workloads"), "workload")
+        for w, name in enumerate(names):
+            if name.startswith(JOB_WORKLOAD_PREFIX):
+                yield SpecProblem(
+                    ("tenants", t, "workloads", w, "name"),
+                    f"workload name {name!r} starts with {JOB_WORKLOAD_PREFIX!r}, which is reserved "
+                    "for the workloads jobs run as (job-<id>): its logs, status and placement "
+                    f"would be taken for a job's; choose a name not starting with "
+                    f"{JOB_WORKLOAD_PREFIX!r}",
+                )
 
 
 def _check_references(spec: GpuplexSpec) -> Iterator[SpecProblem]:

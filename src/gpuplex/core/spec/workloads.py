@@ -104,6 +104,10 @@ class HealthCheckSpec(SpecModel):
     )
 
 
+#: How the workload a job runs as is named (`job-<id>`) and found in a plan, its host status and
+#: its logs: a name starting with it is reserved, and a workload of the spec may not take one.
+JOB_WORKLOAD_PREFIX = "job-"
+
 #: Longest a folder granted in `reads` may be, and how many one workload may have.
 MAX_READ_PATH_CHARS = 4096
 MAX_READS = 32

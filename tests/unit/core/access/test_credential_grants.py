@@ -15,8 +15,8 @@ from gpuplex.core.access.credential_grants import (
     SUSPEND_REASON,
     GrantChange,
     GrantRules,
+    GrantTransition,
     MadeCredential,
-    Transition,
     could_make,
     grant_changes,
     groups_giving,
@@ -76,11 +76,11 @@ def test_a_lost_grant_suspends_and_a_returned_one_resumes_only_what_changes() ->
     suspended_key = MadeCredential("key", "k2", "acme", suspended=True)
     made = [ACME_KEY, ACME_ADMIN_TOKEN, suspended_key]
     assert grant_changes(made, [ACME_VIEWER]) == [
-        GrantChange(ACME_KEY, Transition.SUSPEND),
-        GrantChange(ACME_ADMIN_TOKEN, Transition.SUSPEND),
+        GrantChange(ACME_KEY, GrantTransition.SUSPEND),
+        GrantChange(ACME_ADMIN_TOKEN, GrantTransition.SUSPEND),
     ]
-    assert grant_changes(made, [ACME_ADMIN]) == [GrantChange(suspended_key, Transition.RESUME)]
-    assert grant_changes(made, [PLATFORM]) == [GrantChange(suspended_key, Transition.RESUME)]
+    assert grant_changes(made, [ACME_ADMIN]) == [GrantChange(suspended_key, GrantTransition.RESUME)]
+    assert grant_changes(made, [PLATFORM]) == [GrantChange(suspended_key, GrantTransition.RESUME)]
     (suspension,) = grant_changes([ACME_KEY], [])
     assert suspension.reason == SUSPEND_REASON
     (resumption,) = grant_changes([suspended_key], [ACME_ADMIN])
@@ -136,7 +136,7 @@ def numbered(made: list[MadeCredential]) -> list[MadeCredential]:
 
 
 def changed(made: list[MadeCredential], changes: list[GrantChange]) -> list[MadeCredential]:
-    to = {c.credential.prefix: c.transition is Transition.SUSPEND for c in changes}
+    to = {c.credential.prefix: c.transition is GrantTransition.SUSPEND for c in changes}
     return [replace(c, suspended=to.get(c.prefix, c.suspended)) for c in made]
 
 

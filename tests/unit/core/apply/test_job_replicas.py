@@ -1,6 +1,7 @@
 """A job's replica is marked as one by its type (`JobWorkloadSpec`), not by its name: it always runs
 in a network namespace of its own, a process or a container, whatever network its file or a
-workload's fields say; a workload of the spec named like a job is not one."""
+workload's fields say; a workload of the spec named like a job is not one. Validation refuses such
+a name now (`job-` is reserved), but a revision applied before it was may still hold one."""
 
 from __future__ import annotations
 
@@ -20,7 +21,7 @@ from tests.unit.core.apply.factories import binding, wanted
 
 def spec() -> GpuplexSpec:
     lookalike = {
-        "name": "job-lookalike",  # a workload of the spec, named as jobs are
+        "name": "lookalike",  # renamed below to job-lookalike, as jobs are named
         "gpu": {"count": 1},
         "command": ["serve"],
         "serve": {"model": "m", "port": 9100},
@@ -36,7 +37,12 @@ def spec() -> GpuplexSpec:
     }
     parsed = validate_spec(data)
     assert isinstance(parsed, GpuplexSpec), parsed
-    return parsed
+    (tenant,) = parsed.tenants
+    (workload,) = tenant.workloads
+    renamed = workload.model_copy(update={"name": "job-lookalike"})
+    return parsed.model_copy(
+        update={"tenants": [tenant.model_copy(update={"workloads": [renamed]})]}
+    )
 
 
 def test_a_jobs_replica_is_marked_and_gets_its_own_network_a_lookalike_is_not() -> None:

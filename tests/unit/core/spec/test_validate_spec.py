@@ -6,6 +6,7 @@ from typing import Any
 
 import pytest
 
+from gpuplex.core.jobs.placement import job_workload_name
 from gpuplex.core.spec import GpuplexSpec, validate_spec
 
 FLEET = {"nodes": [{"name": "n0", "gpus": [{"model": "H100-80GB", "count": 2}]}]}
@@ -87,6 +88,12 @@ CASES: list[tuple[str, object, tuple[str | int, ...], str]] = [
         "duplicate tenant",
     ),
     ("dns", doc(one("Bad_Name", gpu={"count": 1})), ("tenants", 0, "name"), "DNS-1123"),
+    (
+        "workload named like a job",
+        doc({"name": "t", "workloads": [{"name": "job-j00000001", "gpu": {"count": 1}}]}),
+        ("tenants", 0, "workloads", 0, "name"),
+        "starts with 'job-', which is reserved for the workloads jobs run as",
+    ),
     (
         "lora",
         doc(one(serve={"model": "m", "lora_of": "x/y"})),
@@ -250,3 +257,18 @@ def test_suggestions_do_not_depend_on_hash_order() -> None:
     result = validate_spec({"fleet": pooled, "tenants": [one(gpu={"count": 1}, pool="gpu")]})
     assert isinstance(result, list)
     assert 'did you mean "gpu-a"' in result[0].message
+
+
+@pytest.mark.parametrize("job_id", ["j00000001", "jffffffff", "x"])
+def test_no_workload_of_the_spec_may_take_a_name_the_job_runner_gives(job_id: str) -> None:
+    """Jobs are found in a plan, the host's status and the log folder by their workload's name, so
+    each name `job_workload_name` makes is refused in a spec, and a name just beside it is not."""
+    taken = job_workload_name(job_id)
+    refused = validate_spec(doc({"name": "t", "workloads": [{"name": taken, "gpu": {"count": 1}}]}))
+    assert isinstance(refused, list)
+    assert [(p.path, taken in p.message) for p in refused] == [
+        (("tenants", 0, "workloads", 0, "name"), True)
+    ]
+    beside = f"jobs-{job_id}"
+    kept = validate_spec(doc({"name": "t", "workloads": [{"name": beside, "gpu": {"count": 1}}]}))
+    assert isinstance(kept, GpuplexSpec), kept
