@@ -4,13 +4,30 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo host-demo test lint typecheck unit services services-stop kube-control-plane vllm image image-local bench bench-gateway bench-abuse bench-cancel bench-jobs clean
+.PHONY: lock demo host-demo test lint typecheck unit services services-stop kube-control-plane vllm image image-local bench bench-gateway bench-abuse bench-cancel bench-jobs clean
 
-$(STAMP): pyproject.toml
+# Every package `make test` and `make demo` install is pinned, with its hashes, in $(LOCK): the same
+# versions on every machine and in CI. pyproject.toml keeps the bounds; the lock, the versions tested.
+LOCK := requirements/dev.lock
+
+$(STAMP): pyproject.toml $(LOCK)
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	$(BIN)/python -m pip install --quiet --require-hashes -r $(LOCK)
+	$(BIN)/python -m pip install --quiet --no-deps -e .
 	touch $(STAMP)
+
+# Refresh $(LOCK) after changing a dependency in pyproject.toml: uv (a pinned version, in a venv of its
+# own, .venv-lock/) resolves pyproject.toml with its dev extra for Python 3.11 on every platform,
+# keeping each version already pinned that still fits. `make lock ARGS=--upgrade` moves every package
+# to its newest version within the bounds (ARGS="--upgrade-package NAME" one package); run
+# `make test` after either.
+UV_VERSION := 0.13.9
+LOCK_TOOLS := .venv-lock
+lock:
+	test -x $(LOCK_TOOLS)/bin/uv || { $(PYTHON) -m venv $(LOCK_TOOLS) && $(LOCK_TOOLS)/bin/python -m pip install --quiet uv==$(UV_VERSION); }
+	$(LOCK_TOOLS)/bin/uv pip compile pyproject.toml --extra dev --universal --python-version 3.11 \
+	  --generate-hashes --custom-compile-command 'make lock' --quiet $(ARGS) --output-file $(LOCK)
 
 # The whole system on this machine: control plane + dashboard, gateway, host runtime; simulated GPUs
 # and model servers when no NVIDIA GPU is found. Prints the dashboard link and demo keys; Ctrl-C stops.
@@ -117,4 +134,4 @@ bench-cancel: $(STAMP)
 	$(BIN)/python bench/cancel.py $(ARGS)
 
 clean:
-	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .hypothesis .demo-state .demo-up
+	rm -rf $(VENV) $(LOCK_TOOLS) .mypy_cache .ruff_cache .pytest_cache .hypothesis .demo-state .demo-up
