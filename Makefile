@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: lock demo host-demo test lint typecheck unit services services-stop kube-control-plane vllm image image-local bench bench-gateway bench-abuse bench-cancel bench-jobs clean
+.PHONY: lock demo host-demo test lint typecheck unit services services-stop kube-control-plane vllm image image-local bench bench-gateway bench-abuse bench-cancel bench-jobs bench-cli clean
 
 # Every package `make test` and `make demo` install is pinned, with its hashes, in $(LOCK): the same
 # versions on every machine and in CI. pyproject.toml keeps the bounds; the lock, the versions tested.
@@ -132,6 +132,11 @@ bench-jobs: $(STAMP)
 # How soon a model server stops generating after its client goes away, through the gateway and not.
 bench-cancel: $(STAMP)
 	$(BIN)/python bench/cancel.py $(ARGS)
+
+# How long `gpuplex --help`, `validate` and `plan` of the laptop example take to start, this tree
+# against ARGS="--against REF" (default HEAD) in the same run (about a minute on an idle machine).
+bench-cli: $(STAMP)
+	$(BIN)/python bench/cli_start.py $(ARGS)
 
 clean:
 	rm -rf $(VENV) $(LOCK_TOOLS) .mypy_cache .ruff_cache .pytest_cache .hypothesis .demo-state .demo-up

@@ -15,20 +15,16 @@ import sys
 import tempfile
 from enum import StrEnum
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
-from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
-from rich.table import Table
 
 from gpuplex.cli.conventions import reported
 from gpuplex.cli.help_pages import command_group
 from gpuplex.consoles import stderr_console, stdout_console
-from gpuplex.host.interpreter import python_for_others
-from gpuplex.isolation_bench.report import json_records, markdown_report, tables
-from gpuplex.isolation_bench.results import ScenarioResult
-from gpuplex.isolation_bench.run import BenchSettings, run_all
-from gpuplex.isolation_bench.scenarios import LoopProgram, scenarios
+
+if TYPE_CHECKING:
+    from gpuplex.isolation_bench.results import ScenarioResult
 
 out = stdout_console()
 err = stderr_console()
@@ -90,6 +86,13 @@ def isolation_command(
     Runs N copies of a GPU loop under exclusive use, time-slicing, MPS with equal and with 30/70
     thread shares, and a steady tenant beside a heavy one; reports throughput, p50/p99 latency,
     aggregate against exclusive, and interference."""
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from gpuplex.host.interpreter import python_for_others
+    from gpuplex.isolation_bench.report import json_records, markdown_report
+    from gpuplex.isolation_bench.run import BenchSettings, run_all
+    from gpuplex.isolation_bench.scenarios import LoopProgram, scenarios
+
     if batch is not None and min(batch) < 1:
         raise typer.BadParameter(
             f"{min(batch)} is not a batch size: use 1 or more", param_hint="--batch"
@@ -149,6 +152,10 @@ def _require_gpu() -> None:
 
 
 def _print_tables(results: list[ScenarioResult]) -> None:
+    from rich.table import Table
+
+    from gpuplex.isolation_bench.report import tables
+
     for title, header, body in tables(results):
         table = Table(title=title)
         for name in header:

@@ -7,11 +7,9 @@ command exits as the error model says (gpuplex/error_codes.py); a server that ca
 from __future__ import annotations
 
 import json
-import urllib.error
 import urllib.parse
-import urllib.request
 from dataclasses import dataclass
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -19,6 +17,9 @@ from gpuplex.cli.saved_login import saved_token
 from gpuplex.clock import now_s
 from gpuplex.errors import ControlPlaneUnreachable, ErrorCode, RequestRefused
 from gpuplex.settings import DEFAULT_SERVER_URL, SERVER_URL_VARIABLE, TOKEN_VARIABLE
+
+if TYPE_CHECKING:
+    from urllib.error import HTTPError
 
 #: How long one call may take before the command gives up.
 TIMEOUT_S = 30.0
@@ -87,21 +88,24 @@ class ControlPlane:
         return self._send(path, list(query.items()), None)
 
     def _send(self, path: str, query: list[tuple[str, str]], body: bytes | None) -> str:
+        from urllib.error import HTTPError, URLError  # urllib.request loads http.client, ssl
+        from urllib.request import Request, urlopen  # and email: only for a call
+
         url = f"{self.base_url}{API}{path}"
         if query:
             url += "?" + urllib.parse.urlencode(query)
         headers = {"Authorization": f"Bearer {self.token}"}
         if body is not None:
             headers["Content-Type"] = "application/json"
-        request = urllib.request.Request(  # noqa: S310 - the scheme is checked in of()
+        request = Request(  # noqa: S310 - the scheme is checked in of()
             url, data=body, headers=headers, method="GET" if body is None else "POST"
         )
         try:
-            with urllib.request.urlopen(request, timeout=TIMEOUT_S) as reply:  # noqa: S310
+            with urlopen(request, timeout=TIMEOUT_S) as reply:  # noqa: S310
                 return str(reply.read().decode("utf-8"))
-        except urllib.error.HTTPError as error:
+        except HTTPError as error:
             raise _refusal(error) from None
-        except (urllib.error.URLError, OSError) as error:
+        except (URLError, OSError) as error:
             reason = getattr(error, "reason", error)
             raise ControlPlaneUnreachable(
                 f"cannot reach the control plane at {self.base_url} ({reason}): is it running? "
@@ -118,7 +122,7 @@ class ApiRefusal(RequestRefused):
         self.detail = detail
 
 
-def _refusal(error: urllib.error.HTTPError) -> ApiRefusal:
+def _refusal(error: HTTPError) -> ApiRefusal:
     """The API's `{"error": {"code", "message"}}` as the same code; anything else by its status."""
     body = error.read().decode("utf-8", errors="replace")
     detail: dict[str, Any] = {}

@@ -1,6 +1,8 @@
 """What the store-backed commands (keys, token, audit, store, server) share: the `--store` option
 and how it is opened, lifetimes such as `30d`, who the actor is for the audit log, and how a
-gpuplex error ends a command (one line on stderr and the error's exit code, never a traceback)."""
+gpuplex error ends a command (one line on stderr and the error's exit code, never a traceback).
+Every command imports this module, so it imports no spec, plan or store code (spec_warnings.py
+holds the warnings about a spec)."""
 
 from __future__ import annotations
 
@@ -10,19 +12,12 @@ import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import timedelta
-from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.markup import escape
 
 from gpuplex.consoles import stderr_console
-from gpuplex.core.apply.desired import fleet_port_clashes
-from gpuplex.core.apply.users import root_warnings
-from gpuplex.core.plan import Plan, Target
-from gpuplex.core.plan.node_sharing import target_of
-from gpuplex.core.queues.fleet_warnings import guarantee_warnings
-from gpuplex.core.spec import GpuplexSpec
 from gpuplex.errors import GpuplexError, StoreError
 from gpuplex.settings import (
     HOME_VARIABLE,
@@ -31,7 +26,6 @@ from gpuplex.settings import (
     gpuplex_home,
     store_url_is_explicit,
 )
-from gpuplex.specfile import locate_in_file
 
 if TYPE_CHECKING:
     from gpuplex.store import Engine
@@ -118,35 +112,3 @@ def reported() -> Iterator[None]:
     except GpuplexError as error:
         err.print(f"[red]error[/]: {escape(error.message)}", highlight=False, soft_wrap=True)
         raise typer.Exit(error.exit_code) from None
-
-
-def warn_root_tenants(spec: GpuplexSpec) -> None:
-    """Every tenant that opts in to running as root, on stderr (so `plan -o json` stays JSON)."""
-    for warning in root_warnings(spec):
-        err.print(f"[yellow]warning[/]: {escape(warning)}", highlight=False, soft_wrap=True)
-
-
-def warn_spec_file(spec: GpuplexSpec, path: Path) -> None:
-    """What is valid in the spec at `path` but likely a mistake (queues' guarantees past the
-    fleet), on stderr as errors are given: file:line:column, the field path, what to do."""
-    for warning in locate_in_file(path, guarantee_warnings(spec)):
-        where = f"{path}:{warning.line}:{warning.column}"
-        err.print(
-            f"[yellow]warning[/]: {escape(where)}: {escape(warning.dotted_path)}: "
-            f"{escape(warning.message)}",
-            highlight=False,
-            soft_wrap=True,
-        )
-
-
-def warn_port_clashes(spec: GpuplexSpec, plan: Plan, path: object) -> None:
-    """Ports two replicas would share on one node (the host runtime only): `host apply` on that
-    node would refuse the spec, so say it now, on stderr."""
-    if target_of(spec) is not Target.HOST:
-        return  # on Kubernetes each pod has its own network
-    for clash in fleet_port_clashes(spec, plan):
-        err.print(
-            f"[yellow]warning[/]: {path}: {escape(clash)} (`host apply` there would refuse it)",
-            highlight=False,
-            soft_wrap=True,
-        )

@@ -7,9 +7,7 @@ commands. The HTTP helpers here serve the client credentials grant too (cli/clie
 from __future__ import annotations
 
 import json
-import urllib.error
 import urllib.parse
-import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -104,33 +102,39 @@ def wait_for_token(
 def post_form(
     url: str, form: dict[str, str], authorization: str | None = None
 ) -> tuple[int, dict[str, Any]]:
+    from urllib.error import HTTPError, URLError  # urllib.request loads http.client, ssl
+    from urllib.request import Request, urlopen  # and email: only for a call
+
     body = urllib.parse.urlencode(form).encode()
     headers = {"content-type": "application/x-www-form-urlencoded"}
     if authorization is not None:
         headers["authorization"] = authorization
-    request = urllib.request.Request(  # noqa: S310 - the provider's https (or loopback) URL
+    request = Request(  # noqa: S310 - the provider's https (or loopback) URL
         url, data=body, headers=headers
     )
     try:
-        with urllib.request.urlopen(request, timeout=TIMEOUT_S) as reply:  # noqa: S310
+        with urlopen(request, timeout=TIMEOUT_S) as reply:  # noqa: S310
             return reply.status, _parsed(reply.read(MAX_ANSWER_BYTES))
-    except urllib.error.HTTPError as error:  # 400 carries the grant's error codes
+    except HTTPError as error:  # 400 carries the grant's error codes
         return error.code, _parsed(error.read(MAX_ANSWER_BYTES))
-    except (urllib.error.URLError, OSError) as error:
+    except (URLError, OSError) as error:
         raise RequestRefused(ErrorCode.IDENTITY_PROVIDER_UNAVAILABLE, f"{url}: {error}") from None
 
 
 def _json(method: str, url: str, form: dict[str, str] | None) -> dict[str, Any]:
+    from urllib.error import URLError  # urllib.request loads http.client, ssl
+    from urllib.request import Request, urlopen  # and email: only for a call
+
     if form is not None:
         status, got = post_form(url, form)
         if status != 200:
             raise refused(f"{url} answered {status}: {got.get('error_description') or got}")
         return got
-    request = urllib.request.Request(url, method=method)  # noqa: S310
+    request = Request(url, method=method)  # noqa: S310
     try:
-        with urllib.request.urlopen(request, timeout=TIMEOUT_S) as reply:  # noqa: S310
+        with urlopen(request, timeout=TIMEOUT_S) as reply:  # noqa: S310
             return _parsed(reply.read(MAX_ANSWER_BYTES))
-    except (urllib.error.URLError, OSError) as error:
+    except (URLError, OSError) as error:
         raise RequestRefused(ErrorCode.IDENTITY_PROVIDER_UNAVAILABLE, f"{url}: {error}") from None
 
 

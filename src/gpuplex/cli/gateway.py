@@ -5,17 +5,15 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from gpuplex.cli.conventions import StoreOption
 from gpuplex.consoles import stderr_console
 from gpuplex.core.plural import counted
-from gpuplex.core.spec import GpuplexSpec
-from gpuplex.core.spec.gateway import LimiterBackend
 from gpuplex.errors import GatewayError
-from gpuplex.gateway.serve import HttpServer, serve
+from gpuplex.gateway.http_servers import HttpServer
 from gpuplex.settings import (
     METRICS_TOKEN_VARIABLE,
     GatewaySettings,
@@ -24,8 +22,9 @@ from gpuplex.settings import (
     redis_url_from_environment,
     take_metrics_token,
 )
-from gpuplex.specfile import load_spec_file
-from gpuplex.up.lifecycle import exit_with_parent
+
+if TYPE_CHECKING:
+    from gpuplex.core.spec import GpuplexSpec
 
 err = stderr_console()
 
@@ -64,6 +63,10 @@ def gateway_command(
     """Serve the OpenAI-compatible API: keys, rate limits, fair queues, routing, metering.
 
     /metrics needs the bearer token in $GPUPLEX_METRICS_TOKEN (the process keeps only its hash)."""
+    from gpuplex.core.spec.gateway import LimiterBackend
+    from gpuplex.gateway.serve import serve
+    from gpuplex.up.lifecycle import exit_with_parent
+
     exit_with_parent()  # under `gpuplex up`: stop when up dies, even by kill -9
     if os.geteuid() == 0:
         raise GatewayError(
@@ -102,6 +105,7 @@ def gateway_command(
 def _spec_to_serve(config: Path | None, store_url: str) -> tuple[GpuplexSpec, str]:
     """The spec the workers will start with, and where it comes from (for messages)."""
     from gpuplex.revision import AppliedRevisions  # SQLAlchemy only for this command
+    from gpuplex.specfile import load_spec_file
     from gpuplex.store.db import open_store, safe_url
     from gpuplex.store.spec_revisions import SpecRevisions
 

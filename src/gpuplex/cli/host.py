@@ -5,36 +5,19 @@ from __future__ import annotations
 import sys
 from enum import StrEnum
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.markup import escape
 
-from gpuplex.cli.conventions import warn_root_tenants
 from gpuplex.cli.help_pages import command_group
-from gpuplex.cli.host_view import (
-    disagreements_table,
-    events_table,
-    gpus_table,
-    mps_table,
-    replicas_table,
-)
 from gpuplex.consoles import stdout_console
-from gpuplex.core.apply.actions import describe
-from gpuplex.core.apply.mig_commands import mig_mode_commands, nvidia_smi_commands
-from gpuplex.core.catalog import gpu_model
-from gpuplex.core.catalog.device_check import catalog_verdict
-from gpuplex.core.plural import counted
-from gpuplex.core.spec import GpuplexSpec
 from gpuplex.errors import NotFoundError
-from gpuplex.host import session
-from gpuplex.host.state import StateDir
-from gpuplex.host.status import host_status
-from gpuplex.host.wiring import open_driver
 from gpuplex.settings import HostSettings, gpuplex_home
-from gpuplex.specfile import load_spec_file
-from gpuplex.up.lifecycle import exit_with_parent
-from gpuplex.up.simulate import stand_ins_but, unknown_real
+
+if TYPE_CHECKING:
+    from gpuplex.core.spec import GpuplexSpec
+    from gpuplex.host import session
 
 host_app = command_group(
     "Run a plan on this GPU server: MIG, MPS, cgroups, supervised tenant processes."
@@ -84,6 +67,8 @@ def _transform(
 ) -> session.SpecTransform | None:
     """The stand-ins of `--stand-ins`, but for the `--real` workloads (checked against `spec`
     where there is one)."""
+    from gpuplex.up.simulate import stand_ins_but, unknown_real
+
     if not stand_ins:
         if real:
             raise typer.BadParameter("--real goes with --stand-ins", param_hint="--real")
@@ -130,6 +115,13 @@ def apply_command(
     real: RealOption = None,
 ) -> None:
     """Plan the spec against what this host runs and make it so (one reconcile pass)."""
+    from gpuplex.cli.spec_warnings import warn_root_tenants
+    from gpuplex.core.apply.actions import describe
+    from gpuplex.core.apply.mig_commands import nvidia_smi_commands
+    from gpuplex.core.plural import counted
+    from gpuplex.host import session
+    from gpuplex.specfile import load_spec_file
+
     spec = load_spec_file(file)
     settings = _settings(state_dir, node, driver)
     warn_root_tenants(spec)
@@ -203,6 +195,11 @@ def run_command(
     """Supervise this host: restart crashed replicas, health checks, VRAM watchdog, MPS daemons.
 
     Stopping it (or a crash) leaves every tenant running; starting it again re-adopts them."""
+    from gpuplex.host import session
+    from gpuplex.host.state import StateDir
+    from gpuplex.specfile import load_spec_file
+    from gpuplex.up.lifecycle import exit_with_parent
+
     exit_with_parent()  # under `gpuplex up`: stop when up dies, even by kill -9
     settings = _settings(state_dir, node, driver, interval)
     if file is not None and follow_store is not None:
@@ -246,6 +243,11 @@ def status_command(
     output: Annotated[StatusFormat, typer.Option("--output", "-o")] = StatusFormat.TABLE,
 ) -> None:
     """GPUs, MIG slices, replicas, processes, memory and restarts on this host."""
+    from gpuplex.cli.host_view import events_table, gpus_table, mps_table, replicas_table
+    from gpuplex.host.state import StateDir
+    from gpuplex.host.status import host_status
+    from gpuplex.host.wiring import open_driver
+
     settings = _settings(state_dir)
     dirs = StateDir(settings.state_dir)
     opened = open_driver(settings, dirs, None)
@@ -289,6 +291,8 @@ def down_command(
 
     Stops every replica and MPS daemon, and anything left in the replicas' cgroups. Exits 1
     naming any process it could not stop."""
+    from gpuplex.host import session
+
     result = session.down(_settings(state_dir), forget_users=forget_users)
     if result.users_removed:
         out.print(f"removed users: {', '.join(result.users_removed)}", highlight=False)
@@ -313,6 +317,9 @@ def mig_mode_command(
     yes: Annotated[bool, typer.Option("--yes", help="Do it (without it: only print).")] = False,
 ) -> None:
     """Switch a GPU's MIG mode: an explicit operator action, never done by apply. Prints first."""
+    from gpuplex.core.apply.mig_commands import mig_mode_commands
+    from gpuplex.host import session
+
     if mode not in ("on", "off"):
         raise typer.BadParameter("say on or off", param_hint="MODE")
     settings = _settings(state_dir, driver=driver)
@@ -340,6 +347,12 @@ def check_catalog_command(
     """Compare the catalog's MIG profiles, placements and memory with what NVML reports.
 
     Read-only: MIG mode is not touched. Exit status 1 where they disagree for any GPU."""
+    from gpuplex.cli.host_view import disagreements_table
+    from gpuplex.core.catalog import gpu_model
+    from gpuplex.core.catalog.device_check import catalog_verdict
+    from gpuplex.host.state import StateDir
+    from gpuplex.host.wiring import open_driver
+
     settings = _settings(state_dir, driver=driver)
     opened = open_driver(settings, StateDir(settings.state_dir), None)
     try:

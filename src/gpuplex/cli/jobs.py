@@ -16,7 +16,7 @@ import shlex
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -26,7 +26,6 @@ from gpuplex.cli.help_pages import command_group
 from gpuplex.cli.job_view import JobOutputFormat, job_panel, jobs_table, logs_text, shown
 from gpuplex.consoles import stdout_console
 from gpuplex.core.jobs.states import JobState
-from gpuplex.core.spec.jobs import JobSpec, parse_job
 from gpuplex.errors import (
     ErrorCode,
     FieldPath,
@@ -36,7 +35,9 @@ from gpuplex.errors import (
     SpecProblem,
 )
 from gpuplex.settings import DEFAULT_SERVER_URL
-from gpuplex.specfile import load_yaml_file
+
+if TYPE_CHECKING:
+    from gpuplex.core.spec.jobs import JobSpec
 
 out = stdout_console()
 job_app = command_group(
@@ -198,6 +199,8 @@ def _from_file(
     check: Callable[[object], JobSpec | list[SpecProblem]] | None = None,
 ) -> JobSpec:
     """The job file, every mistake with file:line and the field (a JobFileError)."""
+    from gpuplex.specfile import load_yaml_file
+
     try:
         return load_yaml_file(path, check or (lambda data: _parsed(data, tenant)))
     except SpecError as error:
@@ -229,12 +232,16 @@ def field_path(dotted: str) -> FieldPath:
 
 
 def _parsed(data: object, tenant: str | None) -> JobSpec | list[SpecProblem]:
+    from gpuplex.core.spec.jobs import parse_job
+
     if tenant is None and isinstance(data, dict) and "tenant" not in data:
         return parse_job(data, _TOKENS_TENANT)
     return parse_job(data, tenant)
 
 
 def _from_flags(given: dict[str, Any], tenant: str | None) -> JobSpec:
+    from gpuplex.core.spec.jobs import parse_job
+
     problems_or_job = parse_job(given, tenant or _TOKENS_TENANT)
     if isinstance(problems_or_job, list):
         problems = [_as_flag(p) for p in problems_or_job]

@@ -29,16 +29,12 @@ from gpuplex.cli.conventions import (
 from gpuplex.cli.help_pages import command_group
 from gpuplex.clock import utc_now
 from gpuplex.consoles import stderr_console, stdout_console
-from gpuplex.core.serve.routes import route_table
-from gpuplex.core.spec.parse import did_you_mean
-from gpuplex.core.spec.rate_limits import (
+from gpuplex.core.rate_limit_bounds import (
     MAX_CONCURRENT_REQUESTS,
     MAX_REQUESTS_PER_MIN,
     MAX_TOKENS_PER_MIN,
-    RateLimits,
 )
 from gpuplex.errors import NotFoundError
-from gpuplex.specfile import load_spec_file, load_spec_text
 
 if TYPE_CHECKING:
     from gpuplex.core.spec import GpuplexSpec
@@ -91,6 +87,9 @@ def create_command(
     output: OutputOption = KeysOutput.TABLE,
 ) -> None:
     """Create a key and print it ONCE: only its hash is kept."""
+    from gpuplex.core.spec.rate_limits import RateLimits
+    from gpuplex.specfile import load_spec_file
+
     with reported():
         if not tenant.strip():
             raise typer.BadParameter("must not be empty", param_hint="--tenant")
@@ -176,6 +175,7 @@ def _key_store(store: str | None, *, must_exist: bool = True) -> Iterator[KeyRep
 def _check_against_the_applied_spec(engine: Engine, tenant: str, models: list[str]) -> None:
     """Without --spec: the spec last applied to this store, where there is one (the control
     plane's, or `gpuplex up`'s); else a warning that nothing was checked."""
+    from gpuplex.specfile import load_spec_text
     from gpuplex.store.spec_revisions import SpecRevisions
 
     current = SpecRevisions(engine).current()
@@ -194,6 +194,9 @@ def _check_against_the_applied_spec(engine: Engine, tenant: str, models: list[st
 def check_against_spec(spec: GpuplexSpec, source: str, tenant: str, models: list[str]) -> None:
     """The tenant must be in `spec` (read from `source`), and serve every model the key names (as
     the gateway routes them)."""
+    from gpuplex.core.serve.routes import route_table
+    from gpuplex.core.spec.parse import did_you_mean
+
     routes = route_table(spec, spec.gateway.backend_host, spec.gateway.backends)
     tenants = routes.tenants
     if tenant not in tenants:

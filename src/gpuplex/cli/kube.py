@@ -17,30 +17,17 @@ import dataclasses
 import sys
 import types
 import typing
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
 from enum import StrEnum
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.markup import escape
-from rich.progress import (
-    BarColumn,
-    MofNCompleteColumn,
-    Progress,
-    SpinnerColumn,
-    TaskID,
-    TextColumn,
-)
-from rich.table import Table
 
 from gpuplex.cli.conventions import reported
 from gpuplex.cli.help_pages import command_group
 from gpuplex.consoles import stderr_console, stdout_console
 from gpuplex.core.plural import counted
-from gpuplex.kube.diff import ObjectAction, ObjectChange, first_stop, summary
-from gpuplex.kube.naming import PLAN_SET, SELF_SET
 
 if TYPE_CHECKING:
     from gpuplex.kube.render import Rendered
@@ -105,23 +92,6 @@ KubeconfigOption = Annotated[
     ),
 ]
 
-_STYLES = {
-    ObjectAction.CREATE: "green",
-    ObjectAction.CHANGE: "yellow",
-    ObjectAction.PRUNE: "red",
-    ObjectAction.SKIP: "magenta",
-    ObjectAction.UNCHANGED: "dim",
-    ObjectAction.RECREATE: "bold red",
-    ObjectAction.REFUSED: "bold red",
-}
-_DONE = {
-    ObjectAction.CREATE: "created",
-    ObjectAction.CHANGE: "changed",
-    ObjectAction.PRUNE: "pruned",
-    ObjectAction.SKIP: "skipped",
-}
-_SHOWN_FIELDS = 4
-
 
 @kube_app.command("render")
 def render_command(
@@ -177,7 +147,9 @@ def diff_command(
     Each object is read from the cluster and its apply dry-run by the API server, so the change
     shown is the one the server would make. Changes nothing. Where the server refuses an object,
     the diff says so and exits with the code apply would stop with."""
+    from gpuplex.cli.kube_view import diff_table, progress_bar
     from gpuplex.kube.apply import connect
+    from gpuplex.kube.diff import first_stop, summary
     from gpuplex.kube.sync import diff_set
 
     with reported():
@@ -185,7 +157,7 @@ def diff_command(
         _print_notes(rendered.notes)
         with (
             connect(kubeconfig, context) as transport,
-            _progress("diffing", len(rendered.manifests)) as step,
+            progress_bar("diffing", len(rendered.manifests)) as step,
         ):
             changes = diff_set(transport, rendered.manifests, set_name, on_change=step)
     table = diff_table(changes)
@@ -227,7 +199,9 @@ def apply_command(
     First the API server checks the whole apply (a dry run); if it refuses anything, nothing is
     changed. Server-side apply with field manager gpuplex, namespaces and cluster-scoped objects
     first. Nodes are only labelled and tainted, never created or deleted."""
+    from gpuplex.cli.kube_view import printing, progress_bar
     from gpuplex.kube.apply import connect
+    from gpuplex.kube.diff import summary
     from gpuplex.kube.sync import apply_set
 
     server_dry_run = dry_run is DryRun.SERVER
@@ -237,7 +211,7 @@ def apply_command(
         passes = 1 if server_dry_run else 2  # the check, then the apply
         with (
             connect(kubeconfig, context) as transport,
-            _progress("applying", passes * len(rendered.manifests)) as step,
+            progress_bar("applying", passes * len(rendered.manifests)) as step,
         ):
             changes = apply_set(
                 transport,
@@ -245,7 +219,7 @@ def apply_command(
                 set_name,
                 dry_run=server_dry_run,
                 prune=prune,
-                on_change=_printing(step, dry_run=server_dry_run),
+                on_change=printing(step, dry_run=server_dry_run),
                 on_check=step.checking,
             )
     if server_dry_run:
@@ -258,26 +232,6 @@ def apply_command(
         out.print(summary(changes, done=True), highlight=False, soft_wrap=True)
 
 
-def diff_table(changes: list[ObjectChange]) -> Table:
-    """One row per object that would change (unchanged ones are only counted)."""
-    table = Table(show_edge=False, pad_edge=False)
-    table.add_column("change", no_wrap=True)
-    table.add_column("object", overflow="fold")
-    table.add_column("fields or note", overflow="fold")
-    for change in changes:
-        if change.action is ObjectAction.UNCHANGED:
-            continue
-        shown = list(change.fields[:_SHOWN_FIELDS])
-        if len(change.fields) > _SHOWN_FIELDS:
-            shown.append(f"(+{len(change.fields) - _SHOWN_FIELDS} more)")
-        detail = "\n".join(shown) or change.note
-        style = _STYLES[change.action]
-        table.add_row(
-            f"[{style}]{change.action.value}[/]", escape(change.object_id), escape(detail)
-        )
-    return table
-
-
 def _render(
     file: Path | None,
     store: str | None,
@@ -286,6 +240,7 @@ def _render(
     image: str | None,
     settings: list[str] | None,
 ) -> tuple[Rendered, str]:
+    from gpuplex.kube.naming import PLAN_SET, SELF_SET
     from gpuplex.kube.render import render_plan, render_self
 
     if not self_set and (image is not None or settings):
@@ -391,49 +346,3 @@ def _type_name(hint: Any) -> str:
 def _print_notes(notes: list[str]) -> None:
     for note in notes:
         err.print(f"[yellow]note[/]: {escape(note)}", highlight=False, soft_wrap=True)
-
-
-class _Steps:
-    """Advances a progress bar by one object, naming it with what is done to it."""
-
-    def __init__(self, progress: Progress, task: TaskID, verb: str) -> None:
-        self._progress = progress
-        self._task = task
-        self._verb = verb
-
-    def __call__(self, change: ObjectChange) -> None:
-        self.advance(change, self._verb)
-
-    def checking(self, change: ObjectChange) -> None:
-        """A step of apply's dry-run check, before the apply itself."""
-        self.advance(change, "checking")
-
-    def advance(self, change: ObjectChange, verb: str) -> None:
-        if change.action is not ObjectAction.PRUNE:
-            self._progress.update(self._task, advance=1, description=f"{verb} {change.object_id}")
-
-
-@contextmanager
-def _progress(verb: str, total: int) -> Iterator[_Steps]:
-    """A progress bar on stderr over the rendered objects (pruned objects come after it); none
-    where stderr is not a terminal, so logs get only the lines that say what was done."""
-    columns = (SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn())
-    with Progress(*columns, console=err, transient=True, disable=not err.is_terminal) as progress:
-        yield _Steps(progress, progress.add_task("", total=total), verb)
-
-
-def _printing(
-    step: Callable[[ObjectChange], None], *, dry_run: bool
-) -> Callable[[ObjectChange], None]:
-    """Advance the bar and print what was done to the object, kubectl-style (in a dry run, what
-    would be done)."""
-
-    def report(change: ObjectChange) -> None:
-        step(change)
-        done = change.action.value if dry_run else _DONE.get(change.action, change.action.value)
-        line = f"[{_STYLES[change.action]}]{done}[/] {escape(change.object_id)}"
-        if change.note:
-            line += f": {escape(change.note)}"
-        out.print(line, highlight=False, soft_wrap=True)
-
-    return report

@@ -6,18 +6,14 @@ from __future__ import annotations
 import json
 import sys
 from enum import StrEnum
-from importlib.metadata import version as package_version
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
-import yaml
 from rich.markup import escape
 
 from gpuplex.cli.audit import audit_app
 from gpuplex.cli.bench import bench_app
-from gpuplex.cli.catalog_view import models_table, profiles_table
-from gpuplex.cli.conventions import warn_port_clashes, warn_root_tenants, warn_spec_file
 from gpuplex.cli.gateway import gateway_command
 from gpuplex.cli.help_pages import command_group
 from gpuplex.cli.host import host_app
@@ -26,14 +22,6 @@ from gpuplex.cli.keys import keys_app
 from gpuplex.cli.kube import kube_app
 from gpuplex.cli.login import login_command
 from gpuplex.cli.queues import queues_command
-from gpuplex.cli.render import (
-    changes_table,
-    explanation_document,
-    gpu_map,
-    placement_table,
-    problems_table,
-    summary_line,
-)
 from gpuplex.cli.server import server_command, token_app
 from gpuplex.cli.sim import sim_app
 from gpuplex.cli.simulate import simulate_command
@@ -41,17 +29,16 @@ from gpuplex.cli.statement import statement_command
 from gpuplex.cli.store import store_app
 from gpuplex.cli.up import up_command
 from gpuplex.consoles import stderr_console, stdout_console
-from gpuplex.core.catalog import Catalog
-from gpuplex.core.plan import Plan, Target, make_plan
-from gpuplex.core.plan.explain import explain as explain_workload
-from gpuplex.core.plan.node_sharing import target_of
-from gpuplex.core.plural import counted
-from gpuplex.core.report.placement_cost import placement_cost
-from gpuplex.core.spec import GpuplexSpec
-from gpuplex.core.spec.parse import did_you_mean
+from gpuplex.core.target import Target
 from gpuplex.errors import GpuplexError, NotFoundError
-from gpuplex.planfile import load_plan_file
-from gpuplex.specfile import load_spec_file
+
+if TYPE_CHECKING:
+    from gpuplex.core.plan import Plan
+    from gpuplex.core.spec import GpuplexSpec
+
+# Every command imports this module, and each imports what it runs in its own body: `--help`
+# loads no spec, plan or store code, `validate` no store, server or renderer
+# (tests/architecture/test_cli_imports.py).
 
 app = command_group(
     "gpuplex: share GPUs between tenants safely, fairly and with the bill to match."
@@ -60,6 +47,8 @@ app = command_group(
 
 def _print_version(wanted: bool) -> None:
     if wanted:
+        from importlib.metadata import version as package_version
+
         out.print(f"gpuplex {package_version('gpuplex')}", highlight=False)
         raise typer.Exit()
 
@@ -118,12 +107,19 @@ def offline_plan(spec: GpuplexSpec, current: Path | None, target: Target | None)
     """The plan `spec` would get, against the plan JSON `current` if given: a preview for
     `validate`, `plan` and `explain`, stored nowhere (an applied spec is planned where it is
     applied: server/spec_apply.py, host/session.py, `kube apply FILE`)."""
+    from gpuplex.core.plan import make_plan
+    from gpuplex.planfile import load_plan_file
+
     return make_plan(spec, load_plan_file(current) if current else None, target=target)
 
 
 @app.command()
 def validate(file: SpecFile) -> None:
     """Check a spec: shape, names, references, requests against the fleet and quotas."""
+    from gpuplex.cli.spec_warnings import warn_port_clashes, warn_root_tenants, warn_spec_file
+    from gpuplex.core.plural import counted
+    from gpuplex.specfile import load_spec_file
+
     spec = load_spec_file(file)
     warn_root_tenants(spec)
     warn_spec_file(spec, file)
@@ -146,6 +142,17 @@ def plan(
     target: PlanTarget = None,
 ) -> None:
     """Decide isolation and placement for every replica, and print the plan."""
+    from gpuplex.cli.render import (
+        changes_table,
+        gpu_map,
+        placement_table,
+        problems_table,
+        summary_line,
+    )
+    from gpuplex.cli.spec_warnings import warn_port_clashes, warn_root_tenants, warn_spec_file
+    from gpuplex.core.plan.node_sharing import target_of
+    from gpuplex.specfile import load_spec_file
+
     spec = load_spec_file(file)
     warn_root_tenants(spec)
     warn_spec_file(spec, file)
@@ -155,6 +162,8 @@ def plan(
     if output is OutputFormat.JSON:
         sys.stdout.write(result.model_dump_json(indent=2) + "\n")
     elif output is OutputFormat.YAML:
+        import yaml
+
         sys.stdout.write(yaml.safe_dump(result.model_dump(mode="json"), sort_keys=False))
     else:
         out.print(placement_table(result, spec.pricing))
@@ -183,6 +192,11 @@ def explain(
 ) -> None:
     """Why a workload gets this isolation mode and these GPUs, or why it is not placed; what
     each replica asked, got and costs."""
+    from gpuplex.cli.render import explanation_document
+    from gpuplex.core.plan.explain import explain as explain_workload
+    from gpuplex.core.report.placement_cost import placement_cost
+    from gpuplex.specfile import load_spec_file
+
     spec = load_spec_file(file)
     tenant_name, workload_name = _find_workload(spec, workload)
     result = offline_plan(spec, current, target)
@@ -202,6 +216,8 @@ def explain(
     if output is OutputFormat.JSON:
         sys.stdout.write(json.dumps(document, indent=2) + "\n")
     else:
+        import yaml
+
         sys.stdout.write(yaml.safe_dump(document, sort_keys=False))
 
 
@@ -216,6 +232,11 @@ def catalog(
     ] = None,
 ) -> None:
     """The GPU models a spec may name, or one model's MIG profiles and placements."""
+    from gpuplex.cli.catalog_view import models_table, profiles_table
+    from gpuplex.core.catalog import Catalog
+    from gpuplex.core.spec.parse import did_you_mean
+    from gpuplex.specfile import load_spec_file
+
     known = load_spec_file(spec).fleet.catalog if spec is not None else Catalog()
     if model is None:
         out.print(models_table(known.models))
@@ -233,6 +254,8 @@ def catalog(
 @app.command()
 def schema() -> None:
     """Print the JSON Schema of gpuplex.yaml (for editor completion)."""
+    from gpuplex.core.spec import GpuplexSpec
+
     sys.stdout.write(json.dumps(GpuplexSpec.model_json_schema(), indent=2) + "\n")
 
 

@@ -17,7 +17,7 @@ import json
 import sys
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.console import RenderableType
@@ -28,17 +28,10 @@ from rich.text import Text
 
 from gpuplex.cli.conventions import reported
 from gpuplex.consoles import stdout_console
-from gpuplex.core.queues.drf import EPSILON, Resources
-from gpuplex.core.queues.standing import kind_order
-from gpuplex.core.queues.what_if import (
-    Answer,
-    QueueRow,
-    WhatIf,
-    WhatIfReport,
-    evaluate,
-    parse_what_if,
-)
-from gpuplex.specfile import load_yaml_file
+
+if TYPE_CHECKING:
+    from gpuplex.core.queues.drf import Resources
+    from gpuplex.core.queues.what_if import Answer, QueueRow, WhatIf, WhatIfReport
 
 out = stdout_console()
 
@@ -52,6 +45,8 @@ def queues_command(
     ] = False,
 ) -> None:
     """What-if over the queues: guarantees, fair shares, and why each job would wait."""
+    from gpuplex.core.queues.what_if import evaluate
+
     with reported():
         report = evaluate(load_what_if(file))
     if as_json:
@@ -65,6 +60,9 @@ def queues_command(
 
 def load_what_if(path: Path) -> WhatIf:
     """Read and validate the file; every problem is a SpecError with file:line:column."""
+    from gpuplex.core.queues.what_if import parse_what_if
+    from gpuplex.specfile import load_yaml_file
+
     return load_yaml_file(path, parse_what_if)
 
 
@@ -81,6 +79,8 @@ def report_as_json(report: WhatIfReport) -> dict[str, object]:
 
 
 def _queue_json(row: QueueRow) -> dict[str, object]:
+    from gpuplex.core.queues.drf import EPSILON
+
     standing = row.standing
     limits = {k.kind: k.limit for k in standing.kinds if k.limit is not None}
     return {
@@ -116,6 +116,9 @@ def _answer_json(answer: Answer) -> dict[str, object]:
 
 def _kinds(amounts: Resources) -> dict[str, float]:
     """The kinds of more than nothing, in a fixed order, float dust rounded away."""
+    from gpuplex.core.queues.drf import EPSILON
+    from gpuplex.core.queues.standing import kind_order
+
     return {
         kind: round(amounts[kind], 6) + 0.0
         for kind in sorted(amounts, key=kind_order)
@@ -180,6 +183,9 @@ def pending_details(report: WhatIfReport) -> Iterator[RenderableType]:
 
 
 def _amounts(amounts: Resources) -> str:
+    from gpuplex.core.queues.drf import EPSILON
+    from gpuplex.core.queues.standing import kind_order
+
     kinds = [kind for kind in sorted(amounts, key=kind_order) if amounts[kind] > EPSILON]
     return escape(", ".join(f"{kind} {_number(amounts[kind])}" for kind in kinds) or "0")
 

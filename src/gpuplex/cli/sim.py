@@ -12,7 +12,6 @@ from typing import Annotated
 import typer
 
 from gpuplex.cli.help_pages import command_group
-from gpuplex.sim.model_server import ModelServerSettings, make_app
 
 DEFAULT_MODEL = "sim-model"
 
@@ -100,6 +99,8 @@ def model_command(
 
     It counts tokens with a small BPE tokenizer of its own (trained at start, about half a
     second), and serves until SIGINT or SIGTERM, which end the requests in progress at once."""
+    from gpuplex.sim.model_server import ModelServerSettings, make_app
+
     try:
         import uvicorn  # a test and demo tool: the rest of the CLI does not need it
     except ImportError:

@@ -38,14 +38,13 @@ from rich.table import Table
 
 from gpuplex.cli.conventions import reported
 from gpuplex.consoles import stderr_console, stdout_console
-from gpuplex.core.spec.parse import did_you_mean
 from gpuplex.errors import NotFoundError, TraceInputError
-from gpuplex.sim.replay_report import TABLE_POINTS, ReportRow, aggregate, csv_text, means_at
 
 if TYPE_CHECKING:
     from gpuplex.core.trace import TraceNode, TracePod
     from gpuplex.sim.isolation_compare import ModeSummary
     from gpuplex.sim.replay import ReplayResult
+    from gpuplex.sim.replay_report import ReportRow
 
 out = stdout_console()
 err = stderr_console()
@@ -155,6 +154,7 @@ def simulate_command(
     With --compare-isolation, compares isolation modes instead and writes isolation.csv."""
     from gpuplex.sim.openb import load_nodes, load_pods
     from gpuplex.sim.replay import POLICY_NAMES
+    from gpuplex.sim.replay_report import aggregate
 
     if time_slice_replicas is not None and not compare_isolation:
         raise typer.BadParameter(
@@ -204,6 +204,8 @@ def simulate_command(
 
 
 def _policies(asked: list[str] | None, known: Sequence[str]) -> list[str]:
+    from gpuplex.core.spec.parse import did_you_mean
+
     if not asked:
         return list(known)
     for name in asked:
@@ -267,6 +269,8 @@ def _advance(progress: Progress, task: TaskID, *, run: int) -> Callable[[int, in
 
 def allocation_table(rows: Sequence[ReportRow], policies: Sequence[str], *, seeds: int) -> Table:
     """Mean GPU allocation ratio (%) per policy at each of TABLE_POINTS % arrived demand."""
+    from gpuplex.sim.replay_report import TABLE_POINTS, means_at
+
     table = Table(
         title=f"GPU allocation ratio (%) by arrived GPU demand, mean over {seeds} seed(s)",
         title_justify="left",
@@ -304,6 +308,7 @@ def _writing(target: Path) -> Iterator[None]:
 
 def _write_outputs(rows: Sequence[ReportRow], out_dir: Path, *, seeds: int) -> None:
     from gpuplex.cli.simulate_plot import write_plot
+    from gpuplex.sim.replay_report import csv_text
 
     csv_path = out_dir / "simulate.csv"
     png_path = out_dir / "simulate.png"

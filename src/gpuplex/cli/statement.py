@@ -24,7 +24,6 @@ from gpuplex.cli.control_plane import ControlPlane, ServerOption, TokenOption
 from gpuplex.cli.conventions import reported
 from gpuplex.clock import utc_now
 from gpuplex.consoles import stdout_console
-from gpuplex.core.meter import month_of, month_window
 from gpuplex.settings import DEFAULT_SERVER_URL
 
 out = stdout_console()
@@ -55,6 +54,8 @@ def statement_command(
     token: TokenOption = None,
 ) -> None:
     """A month's chargeback statement of one tenant, or of the fleet, from the running instance."""
+    from gpuplex.core.meter import month_of, month_window
+
     with reported():
         month = period or month_of(utc_now())
         month_window(month)  # a bad period is refused here, before any call

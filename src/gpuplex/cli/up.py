@@ -9,7 +9,6 @@ import typer
 
 from gpuplex.consoles import stdout_console
 from gpuplex.settings import UpSettings, gpuplex_home
-from gpuplex.up.lifecycle import StopSignals
 
 out = stdout_console()
 
@@ -61,6 +60,8 @@ def up_command(
     own. Prints what runs for real and what is a stand-in, the dashboard link, demo API keys, an
     `openai` client example and the GPUPLEX_HOME line that points the other commands at this
     instance; Ctrl-C stops everything."""
+    from gpuplex.up.lifecycle import StopSignals
+
     if driver not in ("auto", "nvml", "sim"):
         raise typer.BadParameter("use auto, nvml or sim", param_hint="--driver")
     if real_commands and real:

@@ -11,22 +11,16 @@ untrusted clients."""
 
 from __future__ import annotations
 
-from enum import StrEnum
-
 from gpuplex.core.spec.gateway import GatewaySpec
 from gpuplex.errors import GatewayError
 from gpuplex.gateway.api_errors import error_body
+from gpuplex.gateway.http_servers import HttpServer
 from gpuplex.http_limits import HttpLimits, fitted_to_file_limit
 from gpuplex.settings import GatewaySettings, export_for_workers
 
 APP_FACTORY = "gpuplex.gateway.app:app_from_environment"
 #: A proxied request holds the client's connection and one to a model server.
 FDS_PER_CONNECTION = 2
-
-
-class HttpServer(StrEnum):
-    GRANIAN = "granian"
-    UVICORN = "uvicorn"
 
 
 def serve(settings: GatewaySettings, config: GatewaySpec, server: HttpServer) -> None:

@@ -15,6 +15,7 @@ from typer.testing import CliRunner
 from gpuplex.cli import gateway as gateway_cli
 from gpuplex.cli.server import server_command
 from gpuplex.errors import GatewayError
+from gpuplex.gateway import serve as gateway_serve
 from gpuplex.observe.metrics_token import (
     MIN_CHARS,
     metrics_token_sha256,
@@ -102,7 +103,8 @@ def started_gateway(
     """`gpuplex gateway` (as a non-root user) up to the point where it would start its workers."""
     started: list[GatewaySettings] = []
     monkeypatch.setattr(os, "geteuid", lambda: 1000)
-    monkeypatch.setattr(gateway_cli, "serve", lambda settings, *_: started.append(settings))
+    # the command imports serve when it runs (the CLI starts without the gateway's modules)
+    monkeypatch.setattr(gateway_serve, "serve", lambda settings, *_: started.append(settings))
     app = typer.Typer()
     app.command("gateway")(gateway_cli.gateway_command)
     app.command("version")(lambda: None)

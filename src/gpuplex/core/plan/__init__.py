@@ -17,8 +17,9 @@ from gpuplex.core.plan.model import (
     RoundedUp,
     Summary,
 )
-from gpuplex.core.plan.node_sharing import Target, target_of
+from gpuplex.core.plan.node_sharing import target_of
 from gpuplex.core.plan.placer import make_plan
+from gpuplex.core.target import Target
 
 __all__ = [
     "Decision",

@@ -7,10 +7,11 @@ from collections.abc import Callable
 from gpuplex.core.plan.explain_rider import rider_lines
 from gpuplex.core.plan.inventory import build_inventory
 from gpuplex.core.plan.model import GpuView, MigSlicePlan, Mode, Placement, Plan, RoundedUp
-from gpuplex.core.plan.node_sharing import NO_MPS_BESIDE_MIG, ONE_METHOD, Target, target_of
+from gpuplex.core.plan.node_sharing import NO_MPS_BESIDE_MIG, ONE_METHOD, target_of
 from gpuplex.core.plural import counted
 from gpuplex.core.spec import GpuplexSpec, PlacementPolicy
 from gpuplex.core.spec.pools import fleet_pools, workload_pool
+from gpuplex.core.target import Target
 from gpuplex.errors import NotFoundError
 
 _METHOD = {Mode.DEDICATED: "whole GPUs", Mode.MPS: "MPS", Mode.TIMESLICE: "time-slicing"}

@@ -21,14 +21,14 @@ from bisect import bisect_left, insort
 from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from gpuplex.core.catalog import MPS_CLIENT_LIMIT
 from gpuplex.core.plan.demand import Sized, Unit, size_on
 from gpuplex.core.plan.inventory import GpuSlot
 from gpuplex.core.plan.mig_fit import room_left, slot_mask
 from gpuplex.core.plan.model import Mode
-from gpuplex.core.plan.node_sharing import NodeSharing, Target
+from gpuplex.core.plan.node_sharing import NodeSharing
 from gpuplex.core.plan.occupancy import (
     GpuState,
     Hold,
@@ -36,9 +36,12 @@ from gpuplex.core.plan.occupancy import (
     fit_on,
     sharing_problem,
 )
-from gpuplex.core.plan.share_fragmentation import SHARE_MODES, ShareFragmentation, ShareSpot
 from gpuplex.core.spec import PlacementPolicy, TenantSpec
 from gpuplex.core.spec.pools import pool_accepts
+from gpuplex.core.target import Target
+
+if TYPE_CHECKING:  # numpy, which the fragmentation scores use, loads only under that policy
+    from gpuplex.core.plan.share_fragmentation import ShareFragmentation
 
 Order = tuple[int, int]
 _Entry = TypeVar("_Entry", bound=tuple[Any, ...])
@@ -189,8 +192,11 @@ class FleetIndex:
 
     def policy_for(self, unit: Unit) -> str:
         """The rule that placed `unit`, as a plan reason names it."""
-        if self.share_fragmentation is not None and unit.mode in SHARE_MODES:
-            return PlacementPolicy.FRAGMENTATION.value
+        if self.share_fragmentation is not None:
+            from gpuplex.core.plan.share_fragmentation import SHARE_MODES
+
+            if unit.mode in SHARE_MODES:
+                return PlacementPolicy.FRAGMENTATION.value
         return PlacementPolicy.SPREAD.value if self.spread else PlacementPolicy.BINPACK.value
 
     def search(self, unit: Unit, refuse: Callable[[Sized], str | None]) -> Candidate | None:
@@ -293,6 +299,8 @@ class FleetIndex:
         """Every distinct state a share may join (the first GPU in order of each), and the first
         empty GPU, scored once each; ties go as binpack's: a used GPU, the tightest, the first.
         Unlike binpack's search, this walks every used GPU of the group with room for the share."""
+        from gpuplex.core.plan.share_fragmentation import ShareSpot
+
         need = sized.memory_mib
         used = group.shares[unit.mode]
         joins: dict[ShareSpot, tuple[Order, int]] = {}

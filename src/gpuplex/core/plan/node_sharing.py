@@ -15,22 +15,14 @@ choice, the index takes an empty GPU on a node already in use before one on an u
 
 from __future__ import annotations
 
-from enum import StrEnum
-
 from gpuplex.core.plan.demand import Unit
 from gpuplex.core.plan.model import Mode
 from gpuplex.core.plan.occupancy import GpuState
 from gpuplex.core.spec import GpuplexSpec
+from gpuplex.core.target import Target
 
 ONE_METHOD = "Kubernetes's device plugin runs one sharing method per node"
 NO_MPS_BESIDE_MIG = "Kubernetes's device plugin runs no MPS on a node with MIG"
-
-
-class Target(StrEnum):
-    """Where a plan runs: the host runtime, or Kubernetes through `gpuplex kube render`."""
-
-    HOST = "host"
-    KUBERNETES = "kubernetes"
 
 
 def target_of(spec: GpuplexSpec) -> Target:

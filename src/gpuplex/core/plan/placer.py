@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import heapq
 from functools import partial
+from typing import TYPE_CHECKING
 
 from gpuplex.core.plan.assemble import assemble
 from gpuplex.core.plan.demand import Key, Unit, size_on
@@ -24,14 +25,17 @@ from gpuplex.core.plan.diagnose import why_not_placed
 from gpuplex.core.plan.index import Candidate, FleetIndex
 from gpuplex.core.plan.inventory import GpuSlot, build_inventory
 from gpuplex.core.plan.model import Infeasible, Mode, Placement, Plan, Preemption
-from gpuplex.core.plan.node_sharing import Target, target_of
+from gpuplex.core.plan.node_sharing import target_of
 from gpuplex.core.plan.occupancy import Hold, mode_problem, open_mig_starts, sharing_problem
 from gpuplex.core.plan.preempt import Eviction, find_eviction
 from gpuplex.core.plan.quota import QuotaLedger
-from gpuplex.core.plan.share_fragmentation import ShareFragmentation
 from gpuplex.core.plan.units import build_units
 from gpuplex.core.spec import GpuplexSpec, PlacementPolicy
 from gpuplex.core.spec.pools import pool_accepts
+from gpuplex.core.target import Target
+
+if TYPE_CHECKING:
+    from gpuplex.core.plan.share_fragmentation import ShareFragmentation
 
 
 def make_plan(
@@ -43,9 +47,12 @@ def make_plan(
     spread = policy is PlacementPolicy.SPREAD
     slots = build_inventory(spec.fleet, policy if spread else PlacementPolicy.BINPACK)
     decisions, units = build_units(spec, slots)
-    share_fragmentation = (
-        ShareFragmentation(units, slots) if policy is PlacementPolicy.FRAGMENTATION else None
-    )
+    share_fragmentation: ShareFragmentation | None = None
+    if policy is PlacementPolicy.FRAGMENTATION:
+        # numpy, which the fragmentation scores use, loads only when this policy plans
+        from gpuplex.core.plan.share_fragmentation import ShareFragmentation
+
+        share_fragmentation = ShareFragmentation(units, slots)
     index = FleetIndex(slots, policy, tenants, share_fragmentation, target or target_of(spec))
     run = _PlanRun(index, QuotaLedger(tenants))
     if current is not None:

@@ -11,13 +11,14 @@ from __future__ import annotations
 
 from pydantic import Field, StrictInt
 
+from gpuplex.core.rate_limit_bounds import (
+    MAX_CONCURRENT_REQUESTS,
+    MAX_REQUESTS_PER_MIN,
+    MAX_TOKENS_PER_MIN,
+)
 from gpuplex.core.spec.fields import SpecModel
 
-#: The largest limits anyone may set: far beyond a real fleet, and exact wherever they travel
-#: (a BIGINT column, a JSON number, a double in the limiter's Lua script).
-MAX_REQUESTS_PER_MIN = 10**9
-MAX_TOKENS_PER_MIN = 10**12
-MAX_CONCURRENT_REQUESTS = 10**6
+__all__ = ["MAX_CONCURRENT_REQUESTS", "MAX_REQUESTS_PER_MIN", "MAX_TOKENS_PER_MIN", "RateLimits"]
 
 
 class RateLimits(SpecModel):
