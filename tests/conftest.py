@@ -1,26 +1,28 @@
 """Settings for the whole suite.
 
-`make test` runs it on two pytest-xdist workers (`-n 2 --dist loadgroup`). The tests that start
-whole stacks of real processes form two groups, each run on one worker, one test at a time: `lane`,
-those that measure what the processes do under load (the gateway's fairness and latency, the
-front door's limits; tests/e2e and tests/abuse) and those that stall the shared Redis (`CLIENT
-PAUSE`), and `stacks`, those that check what a stack does across starts, stops and kills (the host
-runtime and `gpuplex up` against a hostile tenant, jobs end to end, the benches' own runs, the
-real Kubernetes control plane). A third, `vllm`, holds every test that asks for a real vLLM
-(tests/vllm_real/fixtures.py), wherever it lives, so that one worker starts the one server of the
-session; those tests may take VLLM_TEST_TIMEOUT_S, the first one waiting for the server to build
-and start. The two largest groups start first, one on each worker; the rest
-(pure unit tests, and integration tests that each keep to their own temporary directory,
-PostgreSQL schema, Redis key prefix and cgroup instance) fills in around them. Every test of a
-group finds its own processes by its own state directory, never by a name another test's process
-could share. Run without `-n`, everything runs in one process, as before.
+`make test` runs it on two pytest-xdist workers (`-n 2 --dist loadgroup`). A test that needs a
+worker to itself says so with a marker, and the tests of each such marker form a group run on one
+worker, one test at a time:
+
+- `lane`: tests that measure what a stack of processes does under load (the gateway's fairness
+  and latency, the front door's limits) or that stall the shared Redis (`CLIENT PAUSE`);
+- `stacks`: tests that check what a stack does across starts, stops and kills (the host runtime
+  and `gpuplex up` against a hostile tenant, jobs end to end, the benches' own runs), and the
+  `kube_real` tests, which share one Kubernetes control plane per worker;
+- `vllm`: every test that asks for a real vLLM (tests/vllm_real/fixtures.py), wherever it lives,
+  so that one worker starts the one server of the session; those tests may take
+  VLLM_TEST_TIMEOUT_S, the first one waiting for the server to build and start.
+
+Everything else (unit tests, integration tests that each keep to their own temporary directory,
+PostgreSQL database, Redis key prefix and cgroup instance, single CLI runs) is shared between the
+workers, test by test, around the groups. Every test of a group finds its own processes by its own
+state directory, never by a name another test's process could share. Run without `-n`, everything
+runs in one process.
 
 Hypothesis runs without its per-example deadline: on a loaded machine (another worker, a CI
 neighbour) a slow example is not a failure; the tests assert what they check, not its speed."""
 
 from __future__ import annotations
-
-from pathlib import Path
 
 import pytest
 from hypothesis import settings
@@ -31,26 +33,8 @@ pytest_plugins = ["tests.vllm_real.fixtures"]
 settings.register_profile("gpuplex", deadline=None)
 settings.load_profile("gpuplex")
 
-TESTS = Path(__file__).resolve().parent
-#: Folders and files whose tests run in the `stacks` group, then in the `lane` group (relative to
-#: tests/; the first group that names a test's file or a folder above it takes it).
-GROUPS = (
-    (
-        "stacks",
-        (
-            "kube_real",
-            "abuse/host",
-            "e2e/jobs",
-            "e2e/test_up.py",
-            "e2e/test_up_follows_revisions.py",
-            "e2e/test_up_job_line.py",
-            "e2e/test_bench_jobs_end_to_end.py",
-            "e2e/test_bench_isolation_cli.py",
-        ),
-    ),
-    ("lane", ("e2e", "abuse", "integration/gateway/test_limiter_redis.py")),
-    ("vllm", ("vllm_real",)),
-)
+#: The markers that put a test in a group of its own (see above), and the group each names.
+GROUP_OF_MARKER = {"lane": "lane", "stacks": "stacks", "kube_real": "stacks"}
 #: The fixtures that need a real vLLM: a test that asks for one (directly or through another
 #: fixture) runs in the `vllm` group, whatever its folder.
 VLLM_FIXTURES = frozenset({"vllm", "vllm_model"})
@@ -60,22 +44,17 @@ VLLM_TEST_TIMEOUT_S = 600
 
 
 def group_of_item(item: pytest.Item) -> str | None:
-    """`vllm` for a test that asks for a real vLLM, else its file's group (`group_of`)."""
+    """`vllm` for a test that asks for a real vLLM, else the group its marker names, else None:
+    shared between the workers."""
     if VLLM_FIXTURES.intersection(getattr(item, "fixturenames", ())):
         return "vllm"
-    return group_of(item.path)
-
-
-def group_of(path: Path) -> str | None:
-    """The group a test file's tests run in, or None: shared between the workers."""
-    relative = path.resolve().relative_to(TESTS).as_posix()
-    for name, entries in GROUPS:
-        if any(relative == entry or relative.startswith(f"{entry}/") for entry in entries):
-            return name
+    for marker, group in GROUP_OF_MARKER.items():
+        if item.get_closest_marker(marker) is not None:
+            return group
     return None
 
 
-@pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the groups
+@pytest.hookimpl(trylast=True)  # after the folders' own markers (tests/kube_real/conftest.py)
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         group = group_of_item(item)

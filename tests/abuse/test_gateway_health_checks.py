@@ -25,6 +25,8 @@ from gpuplex.core.spec.gateway import GatewaySpec
 from gpuplex.gateway.backends import BackendPool, run_health_checks
 from tests.e2e.gateway.stack import free_port
 
+pytestmark = pytest.mark.lane
+
 
 @contextmanager
 def out_of_file_descriptors() -> Iterator[Callable[[], None]]:

@@ -22,6 +22,8 @@ import pytest
 
 from tests.e2e.gateway.stack import Gateway, Stack, one_tenant_spec, stack
 
+pytestmark = pytest.mark.lane
+
 __all__ = ["stack"]
 
 TMPFS_SIZE = "4m"  # above the spool's 1 MiB reserve, so an empty one is ready

@@ -20,6 +20,8 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 
 from tests.e2e.gateway.stack import Gateway, Stack, free_port, stack_in
 
+pytestmark = pytest.mark.lane
+
 SPEC = """
 fleet:
   nodes: [{name: n1, gpus: [{model: H100-80GB, count: 2}]}]

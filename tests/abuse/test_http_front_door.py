@@ -47,6 +47,8 @@ from tests.abuse.front_door import (
 )
 from tests.e2e.gateway.stack import Gateway, Stack, free_port, stop
 
+pytestmark = pytest.mark.lane
+
 #: The most either process may grow under any one attack here.
 MAX_GROWTH_MIB = 64
 HEADER_TIMEOUT_S = 1.0

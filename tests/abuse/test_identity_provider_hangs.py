@@ -33,6 +33,8 @@ from tests.abuse.front_door import start_control_plane
 from tests.e2e.gateway.stack import Gateway, Stack, one_tenant_spec, stack_in, stop
 from tests.oidc.provider import AUDIENCE, OidcProvider, provider_or_skip, signing_key
 
+pytestmark = pytest.mark.lane
+
 ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts"
 SECRET = "hung-provider-secret-0123456789abcdef"  # noqa: S105 - a test client's secret
 GATEWAY_AUDIENCE = "urn:gpuplex:gateway"

@@ -16,6 +16,8 @@ import pytest
 
 from tests.e2e.gateway.stack import METRICS_TOKEN, Gateway, Stack, stack_in
 
+pytestmark = pytest.mark.lane
+
 SPEC = """
 fleet:
   nodes: [{name: n1, gpus: [{model: H100-80GB, count: 1}]}]

@@ -40,3 +40,32 @@ def test_every_vllm_test_runs_on_one_worker_under_its_group_name(tmp_path: Path)
     assert all(nodeid.endswith("@vllm") for _, nodeid in vllm), vllm
     others = {worker for worker, _, nodeid in ran if nodeid.startswith("tests/unit/")}
     assert others == {"gw0", "gw1"}  # the ungrouped rest is shared
+
+
+#: A test file of each kind, and the group its tests must run in ("-": shared between workers).
+EXPECTED_GROUPS = {
+    "tests/kube_real/test_kueue_real.py": "stacks",  # marked by its folder's conftest
+    "tests/abuse/host/test_up_lifecycle.py": "stacks",
+    "tests/e2e/gateway/test_gateway_load.py": "lane",
+    "tests/integration/gateway/test_limiter_redis.py": "lane",
+    "tests/e2e/test_cli.py": "-",  # single CLI runs: shared
+    "tests/e2e/test_badspecs.py": "-",
+    "tests/vllm_real/test_sim_matches_vllm.py": "vllm",
+}
+
+
+def test_each_test_runs_in_the_group_its_markers_name() -> None:
+    command = [sys.executable, "-m", "pytest", "--collect-only", "-q", "-n", "0"]
+    command += ["-p", "no:cacheprovider", "-p", "tests.architecture.group_report", *EXPECTED_GROUPS]
+    done = subprocess.run(  # noqa: S603 - pytest on this suite
+        command, cwd=ROOT, capture_output=True, text=True, timeout=240, check=False
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    seen: dict[str, set[str]] = {}
+    for line in done.stdout.splitlines():
+        if line.startswith("GROUP "):
+            nodeid, groups = line.split(" ")[1], line.rsplit(" ", 1)[1]
+            seen.setdefault(nodeid.split("::")[0], set()).add(groups)
+    assert set(seen) == set(EXPECTED_GROUPS), sorted(seen)
+    wrong = {path: groups for path, groups in seen.items() if groups != {EXPECTED_GROUPS[path]}}
+    assert not wrong, f"expected {EXPECTED_GROUPS}, got {wrong}"

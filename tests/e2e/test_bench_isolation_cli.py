@@ -15,7 +15,7 @@ import pytest
 from tests.e2e.cli_runs import run_subprocess
 from tests.e2e.processes import running_processes_naming
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.stacks]
 
 
 @pytest.fixture

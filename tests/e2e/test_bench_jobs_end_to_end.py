@@ -20,7 +20,7 @@ from bench.jobs_e2e_stack import (
 
 from tests.e2e.gateway.stack import cannot_run_gateway
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.stacks]
 
 TINY = ["--end-to-end-only", "--e2e-jobs", "3", "--e2e-lone", "1", "--skip-floor"]
 NUMBER = r"[0-9][0-9,]*\.[0-9]+"

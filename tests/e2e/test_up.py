@@ -19,7 +19,7 @@ from tests.e2e.cli_runs import ROOT, run_subprocess
 from tests.e2e.gateway.stack import cannot_run_gateway
 from tests.e2e.processes import running_processes_naming
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.stacks]
 
 
 def _free_port() -> int:

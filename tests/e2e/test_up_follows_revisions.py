@@ -19,7 +19,7 @@ from tests.abuse.host.uprun import UpRun, free_port, small_spec, up_base
 
 __all__ = ["up_base"]
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.stacks]
 
 TOKEN = re.compile(r"#token=(gpt_[A-Za-z0-9_-]+)")
 

@@ -22,7 +22,7 @@ from tests.e2e.cli_runs import ROOT
 
 __all__ = ["up_base"]
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.stacks]
 
 EXPORT_LINE = re.compile(r"^  CLI {10}(?P<line>export .+?)  \(for gpuplex .*\)$")
 JOB_LINE = re.compile(r"^  try a job {4}(?P<line>.+ job submit .+?)  \(after the export above\)$")

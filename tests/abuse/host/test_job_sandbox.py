@@ -46,6 +46,7 @@ from tests.e2e.gateway.stack import cannot_run_gateway
 from tests.jobs_http import show_job, submit_job
 
 pytestmark = [
+    pytest.mark.stacks,
     pytest.mark.slow,
     pytest.mark.skipif(os.geteuid() != 0, reason="tenants run as users of their own only as root"),
 ]

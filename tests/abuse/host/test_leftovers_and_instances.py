@@ -14,6 +14,8 @@ import subprocess
 import time
 from pathlib import Path
 
+import pytest
+
 from gpuplex.core.spec.runtime import LimitsSpec
 from gpuplex.host.cgroups import Cgroups, instance_parent
 from gpuplex.host.state import StateDir
@@ -27,6 +29,8 @@ from tests.integration.host.hostrun import (
     spec,
     wait_for,
 )
+
+pytestmark = pytest.mark.stacks
 
 GPUS = [{"model": "H100-80GB", "count": 1}]
 

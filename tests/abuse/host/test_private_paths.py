@@ -22,7 +22,10 @@ GPUS = [{"model": "H100-80GB", "count": 1}]
 SECRET = "TOPSECRET-behind-a-700-folder"  # noqa: S105 - a marker, no password
 SHARED = "shared-model-weights"
 
-pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="tenant users need gpuplex as root")
+pytestmark = [
+    pytest.mark.skipif(os.geteuid() != 0, reason="tenant users need gpuplex as root"),
+    pytest.mark.stacks,
+]
 
 # Each attempt's outcome, one line each, in the tenant's home.
 PROBE = r"""

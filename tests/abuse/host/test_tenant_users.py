@@ -20,7 +20,10 @@ from tests.integration.host.hostrun import Host, spec, wait_for
 
 GPUS = [{"model": "H100-80GB", "count": 2}]
 
-pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="tenant users need gpuplex as root")
+pytestmark = [
+    pytest.mark.skipif(os.geteuid() != 0, reason="tenant users need gpuplex as root"),
+    pytest.mark.stacks,
+]
 
 # What a hostile tenant tries, each attempt's outcome written to its own directory.
 PROBE = """

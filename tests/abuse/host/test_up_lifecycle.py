@@ -28,7 +28,7 @@ from tests.abuse.host.uprun import (
     up_base,
 )
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.stacks]
 
 __all__ = ["up_base"]
 

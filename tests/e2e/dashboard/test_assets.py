@@ -5,7 +5,11 @@ from __future__ import annotations
 
 import re
 
+import pytest
+
 from gpuplex.server.app import DASHBOARD_DIR
+
+pytestmark = pytest.mark.lane
 
 _LOCAL_REF = re.compile(
     r"""(?:from\s+|import\s*\(?\s*|src=|href=)["'](\./)?([\w.-]+\.(?:js|css))["']"""

@@ -18,7 +18,7 @@ from tests.e2e.dashboard.stack import ADMIN_NAME, ROOT, Stack
 pytest.importorskip("playwright", reason="the dashboard tests drive chromium with playwright")
 from playwright.sync_api import Page, expect
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.lane]
 
 TENANTS = {"northwind", "contoso", "fabrikam", "adatum", "hobbyists"}
 ARTIFACTS = ROOT / "test-artifacts"

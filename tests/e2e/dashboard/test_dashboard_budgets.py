@@ -20,7 +20,7 @@ from tests.e2e.dashboard.stack import Stack
 pytest.importorskip("playwright", reason="the dashboard tests drive chromium with playwright")
 from playwright.sync_api import Page, expect
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.lane]
 
 KEYS = {("contoso", "ci"): 1_000, ("contoso", "web"): 3_000, ("northwind", "prod"): 5_000}
 

@@ -30,7 +30,7 @@ from tests.e2e.dashboard.stack import Stack
 pytest.importorskip("playwright", reason="the dashboard tests drive chromium with playwright")
 from playwright.sync_api import Page
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.lane]
 
 TENANT, WORKLOAD = "northwind", "chat-70b"  # the example's one replica on two GPUs
 MEMORY_TEXT = re.compile(r"of ([\d.]+) GiB planned · ([\d.]+) GiB used")

@@ -26,7 +26,7 @@ from tests.e2e.dashboard.stack import ROOT, Stack
 pytest.importorskip("playwright", reason="the dashboard tests drive chromium with playwright")
 from playwright.sync_api import Page, expect
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.lane]
 
 ARTIFACTS = ROOT / "test-artifacts"
 #: job key -> tenant, its GPU request, name, state, GPU index and how it is placed there

@@ -14,7 +14,7 @@ from tests.e2e.dashboard.stack import ROOT, Stack
 pytest.importorskip("playwright", reason="the dashboard tests drive chromium with playwright")
 from playwright.sync_api import Page, expect
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.lane]
 
 ROW = "[data-testid=latency-row]"
 

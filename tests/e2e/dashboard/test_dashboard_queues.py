@@ -26,7 +26,7 @@ from tests.e2e.dashboard.stack import ROOT, SPEC, Stack
 pytest.importorskip("playwright", reason="the dashboard tests drive chromium with playwright")
 from playwright.sync_api import Page, expect
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.lane]
 
 ARTIFACTS = ROOT / "test-artifacts"
 #: contoso may hold 3 of the 3g.40gb slices (its support-bot holds 2); hobbyists 64 GiB of shared

@@ -30,7 +30,7 @@ from tests.e2e.dashboard.token_links import (
     token_left_in_browser,
 )
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.lane]
 
 SECRET = "dashboard-client-secret-0123456789abcdef"  # noqa: S105 - the test client's secret
 PEOPLE = {

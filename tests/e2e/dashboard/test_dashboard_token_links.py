@@ -21,7 +21,7 @@ from tests.e2e.dashboard.token_links import (
     token_left_in_browser,
 )
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.lane]
 
 KEPT_IN_THE_TAB = "sessionStorage.getItem('gpuplex.token')"
 

@@ -26,6 +26,8 @@ from tests.e2e.cli_runs import run_subprocess
 from tests.e2e.gateway.stack import Gateway, Stack, free_port, sim_prompt_tokens, stack_in
 from tests.services import missing
 
+pytestmark = pytest.mark.lane
+
 SPEC = """
 fleet:
   nodes: [{name: n1, gpus: [{model: H100-80GB, count: 2}]}]

@@ -32,7 +32,7 @@ from tests.e2e.gateway.stack import Gateway, Stack, free_port, stack, wait_for_k
 
 __all__ = ["stack"]
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.lane]
 
 WINDOW_S = 2
 PASS_S = 0.5

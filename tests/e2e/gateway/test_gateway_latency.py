@@ -19,6 +19,8 @@ from tests.e2e.gateway.stack import Gateway, Stack, one_tenant_spec, stack_in
 from tests.e2e.gateway.test_gateway_api import MESSAGES
 from tests.services import missing
 
+pytestmark = pytest.mark.lane
+
 DECODE_MS = 40
 PREFILL_MS = 10  # per prompt token: the 9-token prompt takes 90 ms to its first token
 TTFT = "gpuplex_gateway_time_to_first_token_seconds"

@@ -22,7 +22,7 @@ from tests.e2e.gateway.stack import Gateway, Stack, free_port, stack
 
 __all__ = ["stack"]
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.lane]
 
 SPEC = """
 fleet:

@@ -35,7 +35,7 @@ from tests.services import redis_url_or_skip
 
 __all__ = ["stack"]
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.lane]
 
 SHARED_BASE = """
 fleet:

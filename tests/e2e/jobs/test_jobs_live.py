@@ -22,7 +22,7 @@ import pytest
 from tests.abuse.host.uprun import remove, shared_base
 from tests.e2e.jobs.stack import JobsStack, eventually
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.stacks]
 
 GRACE_S = 3
 #: a flood job runs long enough that no GPU frees on its own before the guarantee is claimed

@@ -40,7 +40,7 @@ from gpuplex.store.jobs import JobRepository
 from tests.abuse.host.uprun import UpRun, free_port, instance_processes, up_base
 from tests.jobs_http import show_job, submit_job
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.stacks]
 
 __all__ = ["up_base"]
 

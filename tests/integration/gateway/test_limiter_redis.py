@@ -38,6 +38,8 @@ from gpuplex.gateway.limiter_redis import RedisLimiter, limit_keys, redacted_url
 from gpuplex.ids import random_hex
 from tests.services import redis_url_or_skip
 
+pytestmark = pytest.mark.lane
+
 REPO_ROOT = Path(__file__).resolve().parents[3]
 REQUESTS, TOKENS, CONCURRENT = LimitKind.REQUESTS, LimitKind.TOKENS, LimitKind.CONCURRENT
 
