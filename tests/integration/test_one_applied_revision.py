@@ -32,6 +32,7 @@ from gpuplex.server.spec_apply import apply
 from gpuplex.settings import HostSettings
 from gpuplex.store.db import open_store
 from gpuplex.store.spec_revisions import SpecRevisions
+from tests.clocks import ManualClock
 from tests.unit.core.plan.specs import specs as host_specs
 from tests.unit.kube.kube_specs import kube_specs
 
@@ -68,14 +69,6 @@ def revisions(draw: st.DrawFn) -> list[str]:
                 workload["replicas"] = draw(st.integers(0, 3))
         texts.append(runnable(data, on_kubernetes))
     return texts
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = datetime(2026, 11, 1, tzinfo=UTC)
-
-    def __call__(self) -> datetime:
-        return self.now
 
 
 def bindings_run(
@@ -141,12 +134,12 @@ def test_host_billing_and_kubernetes_all_read_the_stored_plan(spec_texts: list[s
         root.chmod(0o755)  # tenants run as their own users: they must be able to enter it
         store_url = f"sqlite:///{root / 'gpuplex.db'}"
         engine = open_store(store_url)
-        clock = Clock()
-        ctx = ServerContext.open(engine, clock, None)
+        clock = ManualClock(datetime(2026, 11, 1, tzinfo=UTC))
+        ctx = ServerContext.open(engine, clock.utc, None)
         try:
             base = 0
             for number, text in enumerate(spec_texts, start=1):
-                clock.now += timedelta(minutes=5)
+                clock.advance(timedelta(minutes=5))
                 try:
                     stored, plan = apply(ctx, text, base, actor="test")
                 except SpecError:  # a drawn spec the validation refuses is never applied
@@ -157,7 +150,7 @@ def test_host_billing_and_kubernetes_all_read_the_stored_plan(spec_texts: list[s
                 assert applied.revision == stored.revision
                 assert applied.plan == plan  # what was planned at the apply is what is read
                 # billing: the plan in force from this revision on
-                after = clock.now + timedelta(seconds=1)
+                after = clock.at + timedelta(seconds=1)
                 intervals = ctx.metering.plan_intervals(after, after + timedelta(seconds=1))
                 assert [i.plan for i in intervals] == [applied.plan]
                 if target_of(applied.spec) is Target.HOST:

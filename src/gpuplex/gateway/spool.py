@@ -43,6 +43,7 @@ import math
 import os
 import re
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -86,7 +87,9 @@ class UsageSpool:
         segment_max_bytes: int = 8 * 1024 * 1024,
         segment_max_age_s: float = 2.0,
         reserve_bytes: int = RESERVE_BYTES,
+        clock: Callable[[], float] = monotonic_s,
     ) -> None:
+        """`clock` (monotonic seconds) times how long `ready()` answers from memory."""
         if not _WRITER_ID.fullmatch(writer_id):
             raise ValueError(f"writer_id {writer_id!r}: use letters, digits, '_' and '-' only")
         if fsync_interval_s <= 0 or segment_max_bytes <= 0 or segment_max_age_s <= 0:
@@ -99,6 +102,7 @@ class UsageSpool:
         self.segment_max_bytes = segment_max_bytes
         self.segment_max_age_s = segment_max_age_s
         self.reserve_bytes = reserve_bytes
+        self._clock = clock
         self._prefix = f"{writer_id}-{random_hex(8)}"
         self._seq = 0
         self._active: _Segment | None = None
@@ -154,7 +158,7 @@ class UsageSpool:
     def ready(self) -> str | None:
         """None when a record can be written now; else why not, in plain words (for the log, the
         503 and /healthz). Answers from memory for `READY_CHECK_S` after each check."""
-        now = monotonic_s()
+        now = self._clock()
         if now - self._ready_at_s < READY_CHECK_S:
             return self._ready_cause
         cause = self._check_ready()

@@ -18,7 +18,7 @@ import fcntl
 import json
 import os
 import uuid as uuid_lib
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -83,13 +83,16 @@ class SimulatedDriver:
         node: NodeSpec | None,
         mig_on: set[int] | None = None,
         memory_mib: Mapping[str, int] | None = None,
+        clock: Callable[[], float] = monotonic_s,
     ) -> None:
         """Open the simulated machine in `sim_dir`, creating it from `node` the first time. GPUs
         start in MIG mode where the spec says `mig: on`, or where `mig_on` (the first plan's MIG
         GPUs, for `mig: auto`) lists them: the machine as its operator set it up. `memory_mib`
         gives each model's memory (`models_memory` of the plan): the spec's `fleet.gpu_models`
-        adds models the built-in catalog does not know."""
+        adds models the built-in catalog does not know. `clock` (monotonic seconds) times the
+        utilization readings."""
         self.sim_dir = sim_dir
+        self._clock = clock
         self.memory_dir = sim_dir / "memory"
         #: (device, pid) -> (when, busy seconds) at the previous utilization reading
         self._busy_seen: dict[tuple[str, int], tuple[float, float]] = {}
@@ -120,7 +123,7 @@ class SimulatedDriver:
     def process_utilization(self) -> ProcessUtilization:
         """Every device is measured; a process's first reading (nothing to compare with yet) and
         a report without busy seconds leave it out, so it reads as idle."""
-        now_s = monotonic_s()
+        now_s = self._clock()
         with self._locked() as state:
             shares = {
                 sim_mig_uuid(g.uuid, i.gi_id): self._compute_share(g, i)

@@ -16,9 +16,9 @@ from tests.integration.cli.test_job_cli import Running, control_plane, job
 from tests.integration.server.conftest import TENANT_A, TENANT_B
 
 # The store tests' engine fixture, shared, not copied.
-from tests.integration.store.conftest import engine
+from tests.integration.store.conftest import engine, store_templates
 
-__all__ = ["control_plane", "engine"]
+__all__ = ["control_plane", "engine", "store_templates"]
 
 NOT_FOUND = ErrorCode.NOT_FOUND.exit_code
 

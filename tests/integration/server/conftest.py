@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +24,7 @@ from gpuplex.server.context import ServerContext
 from gpuplex.store.tokens import TokenRole
 
 # The store tests' fixtures (a new SQLite file or PostgreSQL schema per test), shared, not copied.
+from tests.clocks import ManualClock
 from tests.integration.store.conftest import engine, postgres_dsn, store_templates, store_url
 
 __all__ = ["engine", "postgres_dsn", "store_templates", "store_url"]
@@ -79,25 +80,12 @@ CALLERS: dict[str, tuple[TokenRole, str | None]] = {
 
 
 @dataclass
-class Clock:
-    """A clock that moves only when the test says so."""
-
-    at: datetime = T0
-
-    def __call__(self) -> datetime:
-        return self.at
-
-    def advance(self, delta: timedelta) -> None:
-        self.at = self.at + delta
-
-
-@dataclass
 class Api:
     """The app, its context and a token per caller; requests go as `caller` (None: no token)."""
 
     client: TestClient
     ctx: ServerContext
-    clock: Clock
+    clock: ManualClock
     tokens: dict[str, str] = field(default_factory=dict)
 
     def actor(self, caller: str) -> str:
@@ -153,10 +141,10 @@ def error_of(reply: httpx2.Response) -> dict[str, Any]:
 
 
 def make_api(engine: Engine, tmp_path: Path, *, apply_spec: bool = True) -> Api:
-    clock = Clock()
+    clock = ManualClock(T0)
     state_dir = tmp_path / "host-state"
     state_dir.mkdir(parents=True, exist_ok=True)
-    ctx = ServerContext.open(engine, clock, state_dir, rollup_window_s=60)
+    ctx = ServerContext.open(engine, clock.utc, state_dir, rollup_window_s=60)
     api = Api(client=TestClient(create_app(ctx)), ctx=ctx, clock=clock)
     for caller, (role, tenant) in CALLERS.items():
         token, _ = ctx.tokens.create(f"{caller}-token", role, tenant, None, T0, "suite")

@@ -25,7 +25,8 @@ from gpuplex.server.context import ServerContext
 from gpuplex.server.dcgm_scrape import DcgmScraper, ScrapeTarget, check_dcgm_url, targets
 from gpuplex.server.metrics.dcgm_metrics import DcgmScrapeStats
 from gpuplex.server.spec_apply import apply
-from tests.integration.server.conftest import T0, Clock
+from tests.clocks import ManualClock
+from tests.integration.server.conftest import T0
 from tests.unit.observe.dcgm_spec import SPEC_YAML
 
 FIXTURES = Path(__file__).parents[2] / "unit" / "observe" / "fixtures"
@@ -88,8 +89,13 @@ def exporter() -> Iterator[Exporter]:
 
 
 @pytest.fixture
-def ctx(engine: Engine) -> ServerContext:
-    opened = ServerContext.open(engine, Clock(), None, rollup_window_s=60)
+def clock() -> ManualClock:
+    return ManualClock(T0)
+
+
+@pytest.fixture
+def ctx(engine: Engine, clock: ManualClock) -> ServerContext:
+    opened = ServerContext.open(engine, clock.utc, None, rollup_window_s=60)
     apply(opened, SPEC_YAML, 0, actor="test")
     return opened
 
@@ -101,23 +107,17 @@ def closed_port_url() -> str:
     return f"http://127.0.0.1:{port}/metrics"
 
 
-def clock_of(ctx: ServerContext) -> Clock:
-    assert isinstance(ctx.now, Clock)
-    return ctx.now
-
-
 def test_scraped_samples_are_rolled_up_as_busy_gpu_seconds_and_memory(
-    ctx: ServerContext, exporter: Exporter
+    ctx: ServerContext, exporter: Exporter, clock: ManualClock
 ) -> None:
     stats = DcgmScrapeStats()
     urls = [exporter.url("/node-1"), exporter.url("/node-2")]
     scraper = DcgmScraper(ctx, urls, interval_s=30, timeout_s=2, stats=stats)
-    clock = clock_of(ctx)
     for k in range(9):  # every 30 s from T0 + 10 s to T0 + 250 s
         clock.at = T0 + timedelta(seconds=10 + 30 * k)
         assert scraper.pass_once() == 6
     clock.at = T0 + 5 * MINUTE
-    assert ctx.metering.catch_up(clock()).windows == 5
+    assert ctx.metering.catch_up(clock.utc()).windows == 5
     lines = ctx.metering.lines(MeterWindow(T0, T0 + 5 * MINUTE))
     measured = {
         (x.tenant, x.metric, x.dimension): x.quantity for x in lines if x.source == "measured"
@@ -143,7 +143,7 @@ def test_scraped_samples_are_rolled_up_as_busy_gpu_seconds_and_memory(
 
 
 def test_an_exporter_that_fails_is_logged_and_read_again_while_the_others_count(
-    ctx: ServerContext, exporter: Exporter, caplog: pytest.LogCaptureFixture
+    ctx: ServerContext, exporter: Exporter, clock: ManualClock, caplog: pytest.LogCaptureFixture
 ) -> None:
     exporter.bodies["/garbage"] = (
         b'# TYPE DCGM_FI_DEV_FB_USED gauge\nDCGM_FI_DEV_FB_USED{gpu="0" 7\n'
@@ -161,7 +161,7 @@ def test_an_exporter_that_fails_is_logged_and_read_again_while_the_others_count(
     assert any("timed out" in w.lower() for w in warnings)
     assert any("line 2 is not Prometheus text format" in w for w in warnings)
     caplog.clear()
-    clock_of(ctx).advance(timedelta(seconds=30))
+    clock.advance(timedelta(seconds=30))
     assert scraper.pass_once() == 6
     assert [r for r in caplog.records if r.levelno >= logging.WARNING] == []  # said once
     exporter.bodies["/garbage"] = NODE_2

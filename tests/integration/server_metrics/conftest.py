@@ -25,6 +25,7 @@ from gpuplex.server.metrics.collector import SPEND_THREAD
 from gpuplex.server.metrics.endpoint import LOOPBACK_NETWORKS
 from gpuplex.server.spec_apply import apply
 from gpuplex.store.db import open_store
+from tests.clocks import ManualClock
 from tests.integration.store.conftest import (  # noqa: F401 (fixtures)
     StoreTemplates,
     postgres_dsn,
@@ -38,14 +39,6 @@ NOW = APPLIED_AT + timedelta(hours=2)
 LOOPBACK = "127.0.0.1"
 
 SeriesKey = tuple[str, frozenset[tuple[str, str]]]
-
-
-@dataclass
-class Clock:
-    at: datetime
-
-    def __call__(self) -> datetime:
-        return self.at
 
 
 @dataclass(frozen=True)
@@ -78,7 +71,7 @@ class Scrape:
 @dataclass
 class Stack:
     ctx: ServerContext
-    clock: Clock
+    clock: ManualClock
 
     @property
     def applied(self) -> AppliedRevision:
@@ -149,8 +142,8 @@ def build_stack(engine: Engine, spec_text: str | None = None) -> Stack:
     """The spec applied at APPLIED_AT; samples every minute for two hours of northwind's chat
     replica (60000 MiB, 40 % busy) and hobbyists' replica 0 (9000 MiB, no utilization); the
     gateway records above; every window rolled up to NOW, where the clock then stands."""
-    clock = Clock(APPLIED_AT)
-    ctx = ServerContext.open(engine, clock, None)
+    clock = ManualClock(APPLIED_AT)
+    ctx = ServerContext.open(engine, clock.utc, None)
     apply(ctx, spec_text if spec_text is not None else EXAMPLE.read_text(), 0, actor="test")
     stack = Stack(ctx, clock)
     if spec_text is None:

@@ -17,10 +17,10 @@ from sqlalchemy import Engine
 from gpuplex.core.meter import MeterWindow, month_window
 from gpuplex.server.budget_alerts import check_budgets
 from gpuplex.server.context import ServerContext
+from tests.clocks import ManualClock
 from tests.integration.server_metrics.conftest import (
     APPLIED_AT,
     NOW,
-    Clock,
     Stack,
     build_stack,
     finish_spend_refreshes,
@@ -179,8 +179,8 @@ def test_spend_is_refreshed_in_the_background_once_a_minute_old(stack: Stack) ->
 
 
 def test_before_the_first_apply_only_the_fleet_wide_series(sqlite_engine: Engine) -> None:
-    ctx = ServerContext.open(sqlite_engine, Clock(APPLIED_AT), None)
-    scrape = Stack(ctx, Clock(APPLIED_AT)).scrape()
+    clock = ManualClock(APPLIED_AT)
+    scrape = Stack(ServerContext.open(sqlite_engine, clock.utc, None), clock).scrape()
     assert scrape.value("gpuplex_spec_revision") == 0
     assert scrape.value("gpuplex_fleet_gpu_seconds_total") == 0
     assert not any(name.startswith("gpuplex_tenant_allocated") for name in scrape.names())

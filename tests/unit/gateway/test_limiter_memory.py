@@ -28,17 +28,10 @@ from gpuplex.core.spec.gateway import GatewaySpec
 from gpuplex.gateway.limiter_memory import MemoryLimiter
 from gpuplex.gateway.runtime import GatewayRuntime
 from gpuplex.settings import GatewaySettings
+from tests.clocks import ManualClock
 
 SLOT = Limit("key:k1", LimitKind.CONCURRENT, 1)
 PER_MINUTE = Limit("tenant:acme", LimitKind.REQUESTS, 2)
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now_s = 5_000.0
-
-    def __call__(self) -> float:
-        return self.now_s
 
 
 def admit(limiter: MemoryLimiter, limit: Limit, request_id: str) -> Decision:
@@ -57,8 +50,8 @@ def test_the_lease_is_the_longest_life_of_a_request_plus_a_margin() -> None:
 
 
 def test_a_slot_is_held_for_its_lease_and_no_longer() -> None:
-    clock = Clock()
-    limiter = MemoryLimiter(lease_s=30, clock=clock)
+    clock = ManualClock(5_000.0)
+    limiter = MemoryLimiter(lease_s=30, clock=clock.seconds)
     assert isinstance(admit(limiter, SLOT, "lost"), Admitted)  # never settled: its gateway died
     clock.now_s += 29.9
     refused = admit(limiter, SLOT, "r2")
@@ -69,8 +62,8 @@ def test_a_slot_is_held_for_its_lease_and_no_longer() -> None:
 
 
 def test_a_settle_frees_the_slot_at_once() -> None:
-    clock = Clock()
-    limiter = MemoryLimiter(lease_s=30, clock=clock)
+    clock = ManualClock(5_000.0)
+    limiter = MemoryLimiter(lease_s=30, clock=clock.seconds)
     assert isinstance(admit(limiter, SLOT, "r1"), Admitted)
     asyncio.run(limiter.settle([SLOT], "r1", 0))
     assert isinstance(admit(limiter, SLOT, "r2"), Admitted)
@@ -94,8 +87,8 @@ def test_a_wall_clock_step_neither_empties_nor_stretches_a_window(
 
 
 def test_the_window_ends_when_the_monotonic_clock_says_so() -> None:
-    clock = Clock()
-    limiter = MemoryLimiter(clock=clock)
+    clock = ManualClock(5_000.0)
+    limiter = MemoryLimiter(clock=clock.seconds)
     for n in range(2):
         assert isinstance(admit(limiter, PER_MINUTE, f"r{n}"), Admitted)
     clock.now_s += WINDOW_S - 0.5

@@ -13,20 +13,12 @@ from typing import Any
 
 import pytest
 
-from gpuplex.gateway import spool as spool_module
 from gpuplex.gateway.spool import READY_CHECK_S, RESERVE_BYTES, UsageSpool
+from tests.clocks import ManualClock
 from tests.unit.gateway.test_spool import line, names, record
 
-
-class Clock:
-    """The monotonic clock `ready()` caches by, moved by hand."""
-
-    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
-        self.now_s = 1000.0
-        monkeypatch.setattr(spool_module, "monotonic_s", lambda: self.now_s)
-
-    def pass_cache(self) -> None:
-        self.now_s += READY_CHECK_S * 1.5
+#: A step of the clock `ready()` caches by that takes it past its cached answer.
+PAST_THE_CACHE_S = READY_CHECK_S * 1.5
 
 
 class FakeStatvfs:
@@ -72,8 +64,8 @@ def test_a_healthy_spool_is_ready_and_makes_no_files(tmp_path: Path) -> None:
 def test_a_failed_append_keeps_raising_and_makes_the_spool_unready_until_writes_work(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, code: int, words: str
 ) -> None:
-    clock = Clock(monkeypatch)
-    spool = UsageSpool(tmp_path, "w1")
+    clock = ManualClock(1000.0)
+    spool = UsageSpool(tmp_path, "w1", clock=clock.seconds)
     spool.append(record(1))
     assert spool.ready() is None
     with monkeypatch.context() as patch:
@@ -86,10 +78,10 @@ def test_a_failed_append_keeps_raising_and_makes_the_spool_unready_until_writes_
         assert cause is not None
         assert str(tmp_path) in cause
         assert words in cause
-        clock.pass_cache()
+        clock.advance(PAST_THE_CACHE_S)
         assert spool.ready() == cause  # the probe fails too: still unready
     assert spool.ready() == cause  # within the cache time the answer is remembered
-    clock.pass_cache()
+    clock.advance(PAST_THE_CACHE_S)
     assert spool.ready() is None  # the probe wrote: ready again, by itself
     spool.append(record(4))
     spool.close()
@@ -101,8 +93,8 @@ def test_a_failed_append_keeps_raising_and_makes_the_spool_unready_until_writes_
 def test_a_segment_that_cannot_be_created_makes_the_spool_unready(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    Clock(monkeypatch)
-    spool = UsageSpool(tmp_path, "w1")
+    clock = ManualClock(1000.0)
+    spool = UsageSpool(tmp_path, "w1", clock=clock.seconds)
     real_open = os.open
 
     def no_inodes(path: Any, flags: int, mode: int = 0o777) -> int:
@@ -123,31 +115,31 @@ def test_a_segment_that_cannot_be_created_makes_the_spool_unready(
 def test_free_space_below_the_reserve_is_unready_before_any_write_fails(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    clock = Clock(monkeypatch)
+    clock = ManualClock(1000.0)
     fs = FakeStatvfs(monkeypatch)
-    spool = UsageSpool(tmp_path, "w1")
+    spool = UsageSpool(tmp_path, "w1", clock=clock.seconds)
     assert spool.ready() is None
     fs.free_bytes = RESERVE_BYTES - 1
-    clock.pass_cache()
+    clock.advance(PAST_THE_CACHE_S)
     cause = spool.ready()
     assert cause is not None
     assert f"the usage spool {tmp_path} is full (ENOSPC)" in cause
     assert "1023 KiB free" in cause
     fs.free_bytes = RESERVE_BYTES
-    clock.pass_cache()
+    clock.advance(PAST_THE_CACHE_S)
     assert spool.ready() is None
 
 
 def test_no_free_inodes_or_a_read_only_mount_is_unready(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    clock = Clock(monkeypatch)
+    clock = ManualClock(1000.0)
     fs = FakeStatvfs(monkeypatch)
-    spool = UsageSpool(tmp_path, "w1")
+    spool = UsageSpool(tmp_path, "w1", clock=clock.seconds)
     fs.free_inodes = 0
     assert "no free inodes" in (spool.ready() or "")
     fs.free_inodes, fs.read_only = 1000, True
-    clock.pass_cache()
+    clock.advance(PAST_THE_CACHE_S)
     assert "read-only file system (EROFS)" in (spool.ready() or "")
 
 
@@ -163,13 +155,13 @@ def test_a_missing_directory_is_unready_not_an_exception(tmp_path: Path) -> None
 def test_ready_looks_at_the_disk_at_most_once_per_check_interval(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    clock = Clock(monkeypatch)
+    clock = ManualClock(1000.0)
     fs = FakeStatvfs(monkeypatch)
-    spool = UsageSpool(tmp_path, "w1")
+    spool = UsageSpool(tmp_path, "w1", clock=clock.seconds)
     for _ in range(1000):
         assert spool.ready() is None
     assert fs.calls == 1
-    clock.pass_cache()
+    clock.advance(PAST_THE_CACHE_S)
     spool.ready()
     assert fs.calls == 2
 
@@ -177,16 +169,16 @@ def test_ready_looks_at_the_disk_at_most_once_per_check_interval(
 def test_the_cause_is_logged_once_when_it_starts_and_once_when_it_ends(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    clock = Clock(monkeypatch)
+    clock = ManualClock(1000.0)
     fs = FakeStatvfs(monkeypatch)
-    spool = UsageSpool(tmp_path, "w1")
+    spool = UsageSpool(tmp_path, "w1", clock=clock.seconds)
     fs.free_bytes = 0
     with caplog.at_level(logging.WARNING, logger="gpuplex.gateway.spool"):
         for _ in range(5):
-            clock.pass_cache()
+            clock.advance(PAST_THE_CACHE_S)
             spool.ready()
         fs.free_bytes = 100 * RESERVE_BYTES
-        clock.pass_cache()
+        clock.advance(PAST_THE_CACHE_S)
         spool.ready()
     messages = [r.getMessage() for r in caplog.records]
     assert len(messages) == 2

@@ -30,6 +30,7 @@ from gpuplex.observe.gateway_metrics import (
     exposition as metrics_text,
     observe_counted,
 )
+from tests.clocks import ManualClock
 
 ARRIVED_S = 1_000.0
 _tenants = itertools.count()
@@ -47,20 +48,12 @@ DONE = b"data: [DONE]\n\n"
 
 
 @dataclass
-class Clock:
-    now_s: float = ARRIVED_S
-
-    def __call__(self) -> float:
-        return self.now_s
-
-
-@dataclass
 class FakeContent:
     """A model server's body, read as `(read at, bytes)` pieces: the clock moves to each piece's
     time as the gateway reads it. `breaks`: the server breaks off after the last piece."""
 
     pieces: list[tuple[float, bytes]]
-    clock: Clock
+    clock: ManualClock
     breaks: bool = False
 
     async def _reads(self) -> AsyncIterator[bytes]:
@@ -99,7 +92,7 @@ def exchange(tenant: str, model: str = "chat") -> Exchange:
 def relay(
     pieces: list[tuple[float, bytes]], ex: Exchange, breaks: bool = False
 ) -> tuple[list[bytes], list[Exchange]]:
-    clock = Clock()
+    clock = ManualClock(ARRIVED_S)
     sent: list[bytes] = []
     recorded: list[Exchange] = []
 
@@ -114,7 +107,7 @@ def relay(
 
     reply = cast(aiohttp.ClientResponse, FakeReply(FakeContent(pieces, clock, breaks)))
     runtime = cast(GatewayRuntime, FakeRuntime())
-    asyncio.run(relay_stream(runtime, ex, reply, send, record, clock))
+    asyncio.run(relay_stream(runtime, ex, reply, send, record, clock.seconds))
     return sent, recorded
 
 

@@ -15,6 +15,7 @@ from gpuplex.core.apply.model import GpuProcessStatus
 from gpuplex.core.spec.fleet import NodeSpec
 from gpuplex.errors import GpuDriverError
 from gpuplex.host.sim_driver import SimulatedDriver, sim_gpu_uuid, sim_mig_uuid
+from tests.clocks import ManualClock
 
 # H100-80GB profile ids
 P7G, P4G, P3G, P2G, P1G, P1G_ME = 0, 5, 9, 14, 19, 20
@@ -24,8 +25,13 @@ def node(*groups: dict[str, Any]) -> NodeSpec:
     return NodeSpec.model_validate({"name": "sim-0", "gpus": list(groups)})
 
 
-def h100s(tmp_path: Path, count: int = 2, mig: str = "on") -> SimulatedDriver:
-    return SimulatedDriver(tmp_path, node({"model": "H100-80GB", "count": count, "mig": mig}))
+def h100s(
+    tmp_path: Path, count: int = 2, mig: str = "on", clock: ManualClock | None = None
+) -> SimulatedDriver:
+    spec = node({"model": "H100-80GB", "count": count, "mig": mig})
+    if clock is None:
+        return SimulatedDriver(tmp_path, spec)
+    return SimulatedDriver(tmp_path, spec, clock=clock.seconds)
 
 
 def dead_pid() -> int:
@@ -251,38 +257,32 @@ def test_a_process_on_two_gpus_reports_memory_on_each(tmp_path: Path) -> None:
     assert driver.processes() == []
 
 
-def test_utilization_is_busy_seconds_over_elapsed_seconds(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    clock = [100.0]
-    monkeypatch.setattr("gpuplex.host.sim_driver.monotonic_s", lambda: clock[0])
-    driver = h100s(tmp_path, mig="off")
+def test_utilization_is_busy_seconds_over_elapsed_seconds(tmp_path: Path) -> None:
+    clock = ManualClock(100.0)
+    driver = h100s(tmp_path, mig="off", clock=clock)
     gpu0, gpu1 = (g.uuid for g in driver.gpus())
     pid = os.getpid()
     write_report(tmp_path, [f"{gpu0} 1000 5.0", f"{gpu1} 1000 5.0"])
     # the first reading has nothing to compare with: the devices are measured, the process idle
     assert driver.process_utilization() == {gpu0: {}, gpu1: {}}
-    clock[0] = 110.0
+    clock.now_s = 110.0
     write_report(tmp_path, [f"{gpu0} 1000 7.5", f"{gpu1} 1000 7.5"])
     assert driver.process_utilization() == {gpu0: {pid: 25.0}, gpu1: {pid: 25.0}}
-    clock[0] = 112.0
+    clock.now_s = 112.0
     write_report(tmp_path, [f"{gpu0} 1000 99.0", f"{gpu1} 1000 7.5"])  # never above 100 %
     assert driver.process_utilization() == {gpu0: {pid: 100.0}, gpu1: {pid: 0.0}}
     write_report(tmp_path, [f"{gpu0} 1000"])  # a report without busy seconds: idle
-    clock[0] = 114.0
+    clock.now_s = 114.0
     assert driver.process_utilization() == {gpu0: {}, gpu1: {}}
 
 
-def test_utilization_on_a_mig_device_is_its_share_of_the_gpu(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    clock = [0.0]
-    monkeypatch.setattr("gpuplex.host.sim_driver.monotonic_s", lambda: clock[0])
-    driver = h100s(tmp_path)
+def test_utilization_on_a_mig_device_is_its_share_of_the_gpu(tmp_path: Path) -> None:
+    clock = ManualClock(0.0)
+    driver = h100s(tmp_path, clock=clock)
     device = driver.create_mig_instance(0, P3G, 4).device_uuid
     write_report(tmp_path, [f"{device} 1000 0"])
     driver.process_utilization()
-    clock[0] = 10.0
+    clock.now_s = 10.0
     write_report(tmp_path, [f"{device} 1000 10"])  # busy all the time: 3 of the 7 slices
     reading = driver.process_utilization()
     assert reading[device][os.getpid()] == pytest.approx(100 * 3 / 7)

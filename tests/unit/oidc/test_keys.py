@@ -19,6 +19,7 @@ from joserfc.jwk import RSAKey
 
 from gpuplex.errors import ErrorCode, IdentityProviderUnavailable, OidcTokenError
 from gpuplex.oidc.keys import IssuerKeys
+from tests.clocks import ManualClock
 
 ISSUER = "https://login.example.com"
 DISCOVERY = f"{ISSUER}/.well-known/openid-configuration"
@@ -46,23 +47,15 @@ class Provider:
         return {"keys": [k.as_dict(private=False) for k in self.keys]}
 
 
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1_800_000_000.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
 def token(key: RSAKey, kid: str | None = None) -> str:
     claims = {"iss": ISSUER, "aud": "gpuplex", "sub": "alice", "exp": 1_800_050_000}
     return jwt.encode({"alg": "RS256", "kid": kid or key.kid}, claims, key)
 
 
 @pytest.fixture
-def setup() -> tuple[Provider, Clock, IssuerKeys]:
-    provider, clock = Provider(), Clock()
-    return provider, clock, IssuerKeys(ISSUER, clock, fetch=provider, min_refresh_s=10)
+def setup() -> tuple[Provider, ManualClock, IssuerKeys]:
+    provider, clock = Provider(), ManualClock()
+    return provider, clock, IssuerKeys(ISSUER, clock.seconds, fetch=provider, min_refresh_s=10)
 
 
 def settle(provider: Provider, key_set_fetches: int) -> None:
@@ -78,7 +71,9 @@ def verify(keys: IssuerKeys, text: str) -> dict[str, Any]:
     return keys.verify(text, audience="gpuplex", skew_s=0)
 
 
-def test_discovery_and_keys_are_fetched_once(setup: tuple[Provider, Clock, IssuerKeys]) -> None:
+def test_discovery_and_keys_are_fetched_once(
+    setup: tuple[Provider, ManualClock, IssuerKeys],
+) -> None:
     provider, _, keys = setup
     for _ in range(5):
         assert verify(keys, token(FIRST))["sub"] == "alice"
@@ -86,12 +81,12 @@ def test_discovery_and_keys_are_fetched_once(setup: tuple[Provider, Clock, Issue
 
 
 def test_a_rotated_key_is_followed_with_one_refetch(
-    setup: tuple[Provider, Clock, IssuerKeys],
+    setup: tuple[Provider, ManualClock, IssuerKeys],
 ) -> None:
     provider, clock, keys = setup
     verify(keys, token(FIRST))
     provider.keys = [SECOND]  # the provider rotates
-    clock.now += 11
+    clock.now_s += 11
     assert verify(keys, token(SECOND))["sub"] == "alice"
     assert provider.asked == [DISCOVERY, JWKS_URI, JWKS_URI]
     with pytest.raises(OidcTokenError, match="not among the issuer's keys"):  # the old key is gone
@@ -99,7 +94,7 @@ def test_a_rotated_key_is_followed_with_one_refetch(
 
 
 def test_made_up_key_ids_refetch_at_most_once_per_interval(
-    setup: tuple[Provider, Clock, IssuerKeys],
+    setup: tuple[Provider, ManualClock, IssuerKeys],
 ) -> None:
     provider, clock, keys = setup
     verify(keys, token(FIRST))
@@ -109,18 +104,18 @@ def test_made_up_key_ids_refetch_at_most_once_per_interval(
     assert provider.asked.count(JWKS_URI) == 1  # within min_refresh_s of the first fetch
     with pytest.raises(OidcTokenError, match="not among the issuer's keys"):
         verify(keys, token(FIRST, kid="made-up"))
-    clock.now += 11
+    clock.now_s += 11
     with pytest.raises(OidcTokenError):
         verify(keys, token(FIRST, kid="made-up-again"))
     assert provider.asked.count(JWKS_URI) == 2
 
 
 def test_an_old_key_set_serves_while_it_is_fetched_again_behind_the_requests(
-    setup: tuple[Provider, Clock, IssuerKeys],
+    setup: tuple[Provider, ManualClock, IssuerKeys],
 ) -> None:
     provider, clock, keys = setup
     verify(keys, token(FIRST))
-    clock.now += 3600
+    clock.now_s += 3600
     provider.keys = [SECOND]  # the provider withdrew the first key
     assert verify(keys, token(FIRST))["sub"] == "alice"  # the set it has, meanwhile
     settle(provider, key_set_fetches=2)
@@ -129,18 +124,18 @@ def test_an_old_key_set_serves_while_it_is_fetched_again_behind_the_requests(
 
 
 def test_a_set_twice_too_old_is_not_used_when_the_provider_cannot_be_read(
-    setup: tuple[Provider, Clock, IssuerKeys],
+    setup: tuple[Provider, ManualClock, IssuerKeys],
 ) -> None:
     provider, clock, keys = setup
     verify(keys, token(FIRST))
     provider.down = True
-    clock.now += 7200
+    clock.now_s += 7200
     with pytest.raises(IdentityProviderUnavailable):
         verify(keys, token(FIRST))
 
 
 def test_a_failed_fetch_is_remembered_and_retried_after_a_backoff_that_doubles(
-    setup: tuple[Provider, Clock, IssuerKeys],
+    setup: tuple[Provider, ManualClock, IssuerKeys],
 ) -> None:
     provider, clock, keys = setup
     provider.down = True
@@ -150,16 +145,16 @@ def test_a_failed_fetch_is_remembered_and_retried_after_a_backoff_that_doubles(
         with pytest.raises(IdentityProviderUnavailable) as refused:
             verify(keys, token(FIRST))
         if len(provider.asked) > before:
-            attempts.append(clock.now - 1_800_000_000.0)
+            attempts.append(clock.now_s - 1_800_000_000.0)
         else:
             assert refused.value.retry_after_s is not None
             assert 1 <= refused.value.retry_after_s <= 40
-        clock.now += 1
+        clock.now_s += 1
     assert attempts == [0, 10, 30]  # after 10 s, then 20 s; the next after 40 s more
     provider.down = False
-    clock.now = 1_800_000_000.0 + 70
+    clock.now_s = 1_800_000_000.0 + 70
     assert verify(keys, token(FIRST))["sub"] == "alice"
-    clock.now += 1
+    clock.now_s += 1
     with pytest.raises(OidcTokenError, match="not among"):  # a good fetch resets the backoff
         verify(keys, token(FIRST, kid="made-up"))
 
@@ -175,7 +170,7 @@ def test_callers_share_the_fetch_in_flight_and_wait_on_it_at_most_wait_s() -> No
         release.wait(10)
         return Provider()(url)
 
-    keys = IssuerKeys(ISSUER, Clock(), fetch=hung, wait_s=0.3)
+    keys = IssuerKeys(ISSUER, ManualClock().seconds, fetch=hung, wait_s=0.3)
 
     async def flood() -> list[BaseException | dict[str, Any]]:
         return await asyncio.gather(
@@ -190,7 +185,7 @@ def test_callers_share_the_fetch_in_flight_and_wait_on_it_at_most_wait_s() -> No
 
 
 def test_a_discovery_document_for_another_issuer_is_refused(
-    setup: tuple[Provider, Clock, IssuerKeys],
+    setup: tuple[Provider, ManualClock, IssuerKeys],
 ) -> None:
     provider, _, keys = setup
     provider.issuer = "https://evil.example.com"
@@ -201,14 +196,14 @@ def test_a_discovery_document_for_another_issuer_is_refused(
 
 
 def test_a_key_set_without_keys_and_a_token_that_is_not_a_jwt_are_refused(
-    setup: tuple[Provider, Clock, IssuerKeys],
+    setup: tuple[Provider, ManualClock, IssuerKeys],
 ) -> None:
     _, clock, keys = setup
     with pytest.raises(OidcTokenError, match="not a signed JWT"):
         verify(keys, "gpt_abc_def")
     empty = IssuerKeys(
         ISSUER,
-        clock,
+        clock.seconds,
         fetch=lambda url: {"issuer": ISSUER, "jwks_uri": JWKS_URI} if url == DISCOVERY else {},
     )
     with pytest.raises(IdentityProviderUnavailable, match="no keys"):

@@ -13,19 +13,12 @@ from starlette.requests import Request
 from gpuplex.errors import ErrorCode
 from gpuplex.server.failure_throttle import FAILURES_PER_MIN, FailureThrottle, client_address
 from gpuplex.server.problems import ApiProblem, problem_response
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now_s = 1000.0
-
-    def __call__(self) -> float:
-        return self.now_s
+from tests.clocks import ManualClock
 
 
 def test_past_20_failures_an_address_waits_out_its_minute_and_others_do_not() -> None:
-    clock = Clock()
-    throttle = FailureThrottle(clock=clock)
+    clock = ManualClock(1000.0)
+    throttle = FailureThrottle(clock=clock.seconds)
     assert FAILURES_PER_MIN == 20
     for _ in range(20):
         throttle.refuse_if_throttled("192.0.2.1")
@@ -49,15 +42,15 @@ def test_past_20_failures_an_address_waits_out_its_minute_and_others_do_not() ->
 
 
 def test_19_failures_leave_an_address_unthrottled() -> None:
-    throttle = FailureThrottle(clock=Clock())
+    throttle = FailureThrottle(clock=ManualClock(1000.0).seconds)
     for _ in range(19):
         throttle.failed("192.0.2.1")
     assert throttle.refusal("192.0.2.1") is None
 
 
 def test_the_refusal_carries_retry_after_as_a_header_and_a_stable_code() -> None:
-    clock = Clock()
-    throttle = FailureThrottle(2, clock=clock)
+    clock = ManualClock(1000.0)
+    throttle = FailureThrottle(2, clock=clock.seconds)
     throttle.failed("192.0.2.1")
     throttle.failed("192.0.2.1")
     refused = throttle.refusal("192.0.2.1")
@@ -69,8 +62,8 @@ def test_the_refusal_carries_retry_after_as_a_header_and_a_stable_code() -> None
 
 
 def test_tracked_addresses_stay_bounded_from_many_threads_at_once() -> None:
-    clock = Clock()
-    throttle = FailureThrottle(clock=clock, max_addresses=500)
+    clock = ManualClock(1000.0)
+    throttle = FailureThrottle(clock=clock.seconds, max_addresses=500)
 
     def fail_from_many(worker: int) -> None:
         for n in range(2_000):
