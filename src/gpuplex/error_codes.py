@@ -64,6 +64,7 @@ class ErrorCode(CodeWithAnswers):
     DCGM_INPUT_INVALID = "dcgm_input_invalid", 502, EXIT_BAD_INPUT, FINAL
     TRACE_INVALID = "trace_invalid", 422, EXIT_BAD_INPUT, FINAL
     JOB_INVALID = "job_invalid", 422, EXIT_BAD_INPUT, FINAL
+    EXTRA_MISSING = "extra_not_installed", 501, EXIT_BAD_INPUT, FINAL
     # The host runtime
     HOST_STATE = "host_state_invalid", 500, EXIT_FAILED, FINAL
     HOST_BUSY = "host_busy", 409, EXIT_FAILED, RETRY

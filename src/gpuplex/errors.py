@@ -35,6 +35,7 @@ help; nothing else maps errors to statuses.
     │   └── NamespaceMissing     an object's namespace does not exist
     ├── DcgmInputError       dcgm-exporter text that cannot be read
     ├── TraceInputError      a cluster trace (node or pod CSV) given to `simulate` is malformed
+    ├── ExtraMissing         a command needs an optional extra that is not installed (extras.py)
     ├── ControlPlaneUnreachable  a command could not reach the running control plane's API
     ├── StartInterrupted     SIGINT or SIGTERM arrived while `up` was starting (up/lifecycle.py)
     └── RequestRefused       an API refuses a request, with the code given at the refusal:
@@ -316,6 +317,14 @@ class TraceInputError(GpuplexError):
     line and the column, and what is wrong with the value there."""
 
     code = ErrorCode.TRACE_INVALID
+
+
+class ExtraMissing(GpuplexError):
+    """A command needs a package of an optional extra that is not installed (the Kubernetes client
+    for `kube diff` and `kube apply`, matplotlib for `simulate`'s plots): the message names the
+    command, the package and the `pip install 'gpuplex[EXTRA]'` that adds it (gpuplex/extras.py)."""
+
+    code = ErrorCode.EXTRA_MISSING
 
 
 class ControlPlaneUnreachable(GpuplexError):

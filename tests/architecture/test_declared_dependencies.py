@@ -1,7 +1,11 @@
 """Every third-party package the code imports is declared in pyproject.toml, with bounds.
 
-- `src/` imports only what `[project] dependencies` declares: the base install must run it.
-- `tests/` and `bench/` may also use the `dev` extra (what `make test` installs).
+- `src/` imports only what `[project] dependencies` declares: the base install must run it. The
+  one exception is a package of an optional extra (`kube`, `plots`) that `gpuplex.extras.EXTRAS`
+  lists for it, imported inside a function: the command that runs that function calls
+  `require_extra` first, which says what to install when the package is missing.
+- `tests/` and `bench/` may also use the `dev` extra (what `make test` installs), which includes
+  the other extras (`gpuplex[kube,plots]`: its requirements are read as theirs).
 - An import guarded by `except ImportError` is optional by design: it is declared in some group,
   or named in `NOT_DECLARED` with the reason.
 - Every declared requirement has a lower and an upper bound, and the installed version is inside
@@ -27,9 +31,12 @@ import pytest
 from packaging.requirements import Requirement
 from packaging.utils import NormalizedName, canonicalize_name
 
+from gpuplex.extras import EXTRAS
+
 ROOT = Path(__file__).resolve().parents[2]
 LOCK = ROOT / "requirements" / "dev.lock"
 FIRST_PARTY = {"gpuplex", "tests", "bench", "__future__"}
+PROJECT = canonicalize_name("gpuplex")
 
 #: Imports that no group declares, on purpose; each is guarded where it is imported.
 NOT_DECLARED = {
@@ -48,6 +55,7 @@ class Import:
     line: int
     root: str
     guarded: bool  # inside a `try` that catches ImportError
+    lazy: bool = False  # inside a function: imported when it runs, not with the module
 
 
 def _catches_import_error(handler: ast.ExceptHandler) -> bool:
@@ -63,10 +71,13 @@ def third_party_imports(
     packages nor a module of `local` (scripts beside each other)."""
     tree = ast.parse(source)
     guarded_nodes: set[int] = set()
+    lazy_nodes: set[int] = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.Try) and any(_catches_import_error(h) for h in node.handlers):
             for statement in node.body:
                 guarded_nodes.update(id(inner) for inner in ast.walk(statement))
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+            lazy_nodes.update(id(inner) for inner in ast.walk(node) if inner is not node)
     found: list[Import] = []
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
@@ -79,16 +90,32 @@ def third_party_imports(
             root = name.split(".")[0]
             if root in sys.stdlib_module_names or root in FIRST_PARTY or root in local:
                 continue
-            found.append(Import(path, node.lineno, root, id(node) in guarded_nodes))
+            found.append(
+                Import(path, node.lineno, root, id(node) in guarded_nodes, id(node) in lazy_nodes)
+            )
     return found
 
 
 def declared_groups() -> dict[str, list[Requirement]]:
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    extras = project.get("optional-dependencies", {})
     groups = {"dependencies": [Requirement(text) for text in project["dependencies"]]}
-    for extra, texts in project.get("optional-dependencies", {}).items():
-        groups[extra] = [Requirement(text) for text in texts]
+    for extra in extras:
+        groups[extra] = expanded(extra, extras)
     return groups
+
+
+def expanded(extra: str, extras: dict[str, list[str]]) -> list[Requirement]:
+    """The requirements of `extra`, with a requirement of gpuplex's own extras
+    (`gpuplex[kube,plots]`) replaced by theirs."""
+    out = []
+    for requirement in (Requirement(text) for text in extras[extra]):
+        if canonicalize_name(requirement.name) == PROJECT:
+            for other in sorted(requirement.extras):
+                out += expanded(other, extras)
+        else:
+            out.append(requirement)
+    return out
 
 
 def names_of(requirements: list[Requirement]) -> set[NormalizedName]:
@@ -117,6 +144,9 @@ def undeclared(found: list[Import], groups: dict[str, list[Requirement]]) -> lis
     for imported in found:
         if imported.guarded:
             allowed, where = anywhere, "any group of pyproject.toml (or NOT_DECLARED here)"
+        elif imported.path.startswith("src/") and imported.lazy:
+            allowed = main | extra_names(imported.root, groups)
+            where = "[project] dependencies, nor in an extra gpuplex.extras.EXTRAS lists it for"
         elif imported.path.startswith("src/"):
             allowed, where = main, "[project] dependencies"
         else:
@@ -129,6 +159,14 @@ def undeclared(found: list[Import], groups: dict[str, list[Requirement]]) -> lis
             f"(distribution {', '.join(sorted(dists))}), not declared in {where}"
         )
     return problems
+
+
+def extra_names(root: str, groups: dict[str, list[Requirement]]) -> set[NormalizedName]:
+    """The distributions of the extras that gpuplex.extras.EXTRAS lists import `root` for: what
+    src/ may import inside a function, behind `require_extra`."""
+    return set().union(
+        *(names_of(groups.get(name, [])) for name, extra in EXTRAS.items() if root in extra.imports)
+    )
 
 
 def project_imports() -> Iterator[Import]:
@@ -168,6 +206,54 @@ def test_the_checker_tells_each_place_what_it_may_import() -> None:
         "[project] dependencies or the dev extra"
     ]
     assert third_party_imports("import sibling\n", "bench/x.py", frozenset({"sibling"})) == []
+
+
+def test_src_may_import_an_extras_package_only_inside_a_function() -> None:
+    groups = {
+        "dependencies": [Requirement("pyyaml>=6,<7")],
+        "kube": [Requirement("kubernetes>=37,<38")],
+        "dev": [Requirement("kubernetes>=37,<38"), Requirement("pytest>=8,<10")],
+    }
+    source = "import kubernetes\n\ndef connect():\n    import kubernetes\n    import pytest\n"
+    found = third_party_imports(source, "src/gpuplex/x.py")
+    assert [(i.root, i.line, i.lazy) for i in found] == [
+        ("kubernetes", 1, False),
+        ("kubernetes", 4, True),
+        ("pytest", 5, True),
+    ]
+    assert undeclared(found, groups) == [
+        "src/gpuplex/x.py:1 imports kubernetes (distribution kubernetes), not declared in "
+        "[project] dependencies",
+        "src/gpuplex/x.py:5 imports pytest (distribution pytest), not declared in "
+        "[project] dependencies, nor in an extra gpuplex.extras.EXTRAS lists it for",
+    ]
+
+
+def test_an_extra_of_the_project_itself_reads_as_its_requirements() -> None:
+    extras = {
+        "kube": ["kubernetes>=37,<38"],
+        "plots": ["matplotlib>=3.8,<4"],
+        "dev": ["gpuplex[kube,plots]", "pytest>=8,<10"],
+    }
+    assert [str(r) for r in expanded("dev", extras)] == [
+        "kubernetes<38,>=37",
+        "matplotlib<4,>=3.8",
+        "pytest<10,>=8",
+    ]
+
+
+def test_the_extras_a_command_checks_for_are_the_extras_pyproject_declares() -> None:
+    """gpuplex.extras.EXTRAS names, per extra, the import names require_extra looks up: they are
+    the packages pyproject.toml declares in that extra, and the dev extra has them all."""
+    groups = declared_groups()
+    for name, extra in EXTRAS.items():
+        assert name in groups, f"pyproject.toml declares no extra {name!r}"
+        provided = set().union(*(distributions_of(root) for root in extra.imports))
+        assert provided == names_of(groups[name]), (name, sorted(provided))
+        assert names_of(groups[name]) <= names_of(groups["dev"]), f"dev lacks the {name} extra"
+    assert not names_of(groups["dependencies"]) & set().union(
+        *(names_of(groups[name]) for name in EXTRAS)
+    ), "a package is both a base dependency and an extra's"
 
 
 def test_every_third_party_import_is_declared_where_it_is_used() -> None:

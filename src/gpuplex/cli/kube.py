@@ -8,7 +8,9 @@ server and gateway. A cluster that cannot be reached exits 3, a refusal by RBAC 
 goes away on its own (a namespace still being deleted) 5, any other refusal by the API 1, a plan
 Kubernetes cannot express 2; never with a traceback. `diff` exits with the code `apply` would stop
 with, after showing the whole diff; `apply` checks everything with the server's dry run first and
-changes nothing when that check is refused.
+changes nothing when that check is refused. `render` needs only the base install; `diff` and
+`apply` talk to the cluster through the Kubernetes client of the `kube` extra, and without it exit
+2 saying how to install it (gpuplex/extras.py).
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from gpuplex.cli.conventions import reported
 from gpuplex.cli.help_pages import command_group
 from gpuplex.consoles import stderr_console, stdout_console
 from gpuplex.core.plural import counted
+from gpuplex.extras import require_extra
 
 if TYPE_CHECKING:
     from gpuplex.kube.render import Rendered
@@ -153,6 +156,7 @@ def diff_command(
     from gpuplex.kube.sync import diff_set
 
     with reported():
+        require_extra("kube", "gpuplex kube diff")
         rendered, set_name = _render(file, store, self_set, current, image, settings)
         _print_notes(rendered.notes)
         with (
@@ -206,6 +210,7 @@ def apply_command(
 
     server_dry_run = dry_run is DryRun.SERVER
     with reported():
+        require_extra("kube", "gpuplex kube apply")
         rendered, set_name = _render(file, store, self_set, current, image, settings)
         _print_notes(rendered.notes)
         passes = 1 if server_dry_run else 2  # the check, then the apply

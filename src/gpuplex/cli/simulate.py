@@ -6,7 +6,9 @@ report how much of the cluster's GPU capacity each one allocates as demand arriv
 
 A progress bar on stderr while the replays run; then a table of the mean allocation ratio at a few
 arrived-demand points on stdout, and `simulate.csv` and `simulate.png` in --out. The replay and the
-plot libraries (numpy, matplotlib) are imported when the command runs, not with the CLI.
+plot libraries (numpy, matplotlib) are imported when the command runs, not with the CLI. matplotlib
+comes with the `plots` extra (`pip install 'gpuplex[plots]'`); without it the command says so
+before replaying anything, except with --compare-isolation, which draws no plot.
 
 With --compare-isolation the policies are not compared: the same trace is replayed (with best-fit,
 or the first --policy) once per isolation mode, each fractional pod taking what a dedicated GPU, a
@@ -39,6 +41,7 @@ from rich.table import Table
 from gpuplex.cli.conventions import reported
 from gpuplex.consoles import stderr_console, stdout_console
 from gpuplex.errors import NotFoundError, TraceInputError
+from gpuplex.extras import require_extra
 
 if TYPE_CHECKING:
     from gpuplex.core.trace import TraceNode, TracePod
@@ -48,6 +51,9 @@ if TYPE_CHECKING:
 
 out = stdout_console()
 err = stderr_console()
+
+#: The PNG each kind of arrivals draws (matplotlib, the `plots` extra); --compare-isolation none.
+_PLOTS = {"inflate": "simulate.png", "trace": "jobs.png"}
 
 _T = TypeVar("_T")
 _Name = TypeVar("_Name", bound=str)  # a policy name or an IsolationMode
@@ -166,6 +172,9 @@ def simulate_command(
         raise typer.BadParameter(
             "only applies with --arrivals trace", param_hint="--tenants / --speedup"
         )
+    if arrivals == "trace" or not compare_isolation:  # plotted after the replays: check before
+        with reported():
+            require_extra("plots", f"gpuplex simulate's plot ({_PLOTS[arrivals]})")
     if arrivals == "trace":
         if tenants is None:
             raise typer.BadParameter("--arrivals trace needs one", param_hint="--tenants")
