@@ -46,10 +46,10 @@ from gpuplex.core.queues.admission import Holding, QueuedJob, admit_ordered, que
 from gpuplex.core.queues.tree import QueueNode, QueueTree
 from gpuplex.core.spec.quota_kinds import GPUS
 from gpuplex.core.trace import Choice, ClusterState, TraceNode, TracePod, choose, policy_named
-from gpuplex.sim.jobs_replay import replay_jobs
-from gpuplex.sim.jobs_report import tenant_rows, timeline
-from gpuplex.sim.openb import load_nodes, load_timed_pods
-from gpuplex.sim.tenants_file import parse_tenants_file
+from gpuplex.replay.jobs import replay_jobs
+from gpuplex.replay.jobs_report import tenant_rows, timeline
+from gpuplex.replay.openb import load_nodes, load_timed_pods
+from gpuplex.replay.tenants_file import parse_tenants_file
 from gpuplex.specfile import load_yaml_file
 
 KUEUE_ANCHOR_PER_S = 30.0

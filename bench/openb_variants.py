@@ -38,7 +38,7 @@ from gpuplex.core.trace.variants import (
     is_multi_gpu,
     variants,
 )
-from gpuplex.sim.openb import load_nodes, load_pods
+from gpuplex.replay.openb import load_nodes, load_pods
 
 DEFAULT_DATA = Path(__file__).resolve().parent.parent.parent / "shared" / "data" / "openb"
 NODE_FILE = "openb_node_list_gpu_node.csv"
@@ -68,7 +68,7 @@ def shares(pods: Sequence[TracePod]) -> dict[str, float]:
 
 
 def write_pods(path: Path, pods: Sequence[TracePod]) -> None:
-    """The pods as an openb pod CSV that `gpuplex.sim.openb.load_pods` reads back."""
+    """The pods as an openb pod CSV that `gpuplex.replay.openb.load_pods` reads back."""
     with path.open("w", newline="", encoding="utf-8") as handle:
         out = csv.writer(handle)
         out.writerow(["name", "cpu_milli", "memory_mib", "num_gpu", "gpu_milli", "gpu_spec"])

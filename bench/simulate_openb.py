@@ -6,7 +6,7 @@
     .venv/bin/python bench/simulate_openb.py --variants [--family gpuspec ...] [--variant-seed 0]
 
 For each workload (openb_pod_list_<name>.csv on the 1,213 GPU nodes of openb_node_list_gpu_node.csv)
-and each policy, `gpuplex.sim.replay.replay` runs once per seed (42..51 by default, inflate 1.3, as
+and each policy, `gpuplex.replay.placement.replay` runs once per seed (42..51 by default, inflate 1.3, as
 the paper's artifact does). The table shows the GPU allocation ratio when the arrived GPU demand
 reaches 100 % of capacity, mean (min..max) over the seeds, the published figure (Weng et al., ATC '23,
 Fig. 7 and 9a; the artifact's `analysis_allo_discrete.csv`), the difference, the ratio at 130 %, and
@@ -46,8 +46,8 @@ from rich.table import Table
 from bench.openb_variants import openb_variant
 from gpuplex.core.trace import TraceNode, TracePod
 from gpuplex.core.trace.variants import FAMILY_LEVELS, variants
-from gpuplex.sim.openb import load_nodes, load_pods
-from gpuplex.sim.replay import POLICY_NAMES, replay
+from gpuplex.replay.openb import load_nodes, load_pods
+from gpuplex.replay.placement import POLICY_NAMES, replay
 
 DEFAULT_DATA = Path(__file__).resolve().parent.parent.parent / "shared" / "data" / "openb"
 

@@ -41,7 +41,7 @@ help; nothing else maps errors to statuses.
     └── RequestRefused       an API refuses a request, with the code given at the refusal:
         ├── ApiProblem           raised by the control plane's routes (server/problems.py)
         ├── ApiError             raised by the gateway (gateway/api_errors.py)
-        └── ApiRefusal           an API refusal as the CLI reads it (cli/control_plane.py)
+        └── ApiRefusal           an API refusal as the client reads it (client/control_plane.py)
 
 tests/architecture/test_error_tree_drawn.py checks that this picture is the tree the code defines.
 

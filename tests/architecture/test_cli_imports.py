@@ -42,6 +42,7 @@ NEVER_AT_START = (
     "gpuplex.host",
     "gpuplex.kube",
     "gpuplex.sim",
+    "gpuplex.replay",
     "gpuplex.up",
     "gpuplex.isolation_bench",
     "gpuplex.observe",

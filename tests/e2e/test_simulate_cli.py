@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from gpuplex.sim.replay import POLICY_NAMES
+from gpuplex.replay.placement import POLICY_NAMES
 from tests.e2e.cli_runs import CliResult, run_in_process, run_subprocess
 
 EXIT_BAD_INPUT = 2

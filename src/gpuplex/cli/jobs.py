@@ -20,10 +20,11 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from gpuplex.cli.control_plane import ApiRefusal, ControlPlane, ServerOption, TokenOption
+from gpuplex.cli.control_plane_options import ServerOption, TokenOption
 from gpuplex.cli.conventions import reported
 from gpuplex.cli.help_pages import command_group
 from gpuplex.cli.job_view import JobOutputFormat, job_panel, jobs_table, logs_text, shown
+from gpuplex.client.control_plane import ApiRefusal, ControlPlane
 from gpuplex.consoles import stdout_console
 from gpuplex.core.jobs.states import JobState
 from gpuplex.errors import (

@@ -1,7 +1,8 @@
 """`gpuplex login`: sign in with the company's identity provider on this terminal (a person: the
-device flow, gpuplex.cli.device_flow), or as a service account (its client id and a secret from an
-environment variable or a file: the client credentials grant, gpuplex.cli.client_credentials);
-later commands that call the control plane use that token (gpuplex.cli.saved_login)."""
+device flow, gpuplex.client.oidc.device_flow), or as a service account (its client id and a secret
+from an environment variable or a file: the client credentials grant,
+gpuplex.client.oidc.client_credentials); later commands that call the control plane use that token
+(gpuplex.client.oidc.saved_login). This module asks and shows; the flows are in gpuplex.client."""
 
 from __future__ import annotations
 
@@ -10,10 +11,11 @@ from typing import Annotated
 import typer
 from rich.markup import escape
 
-from gpuplex.cli.client_credentials import ServiceAccountClient, token_for
 from gpuplex.cli.conventions import reported
-from gpuplex.cli.device_flow import discovery, endpoints, refused, start, wait_for_token
-from gpuplex.cli.saved_login import Login, save
+from gpuplex.client.oidc.client_credentials import ServiceAccountClient, token_for
+from gpuplex.client.oidc.device_flow import endpoints, start, wait_for_token
+from gpuplex.client.oidc.provider import discovery, refused
+from gpuplex.client.oidc.saved_login import Login, save
 from gpuplex.clock import now_s
 from gpuplex.consoles import stderr_console
 

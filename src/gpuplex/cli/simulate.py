@@ -12,7 +12,7 @@ before replaying anything, except with --compare-isolation, which draws no plot.
 
 With --compare-isolation the policies are not compared: the same trace is replayed (with best-fit,
 or the first --policy) once per isolation mode, each fractional pod taking what a dedicated GPU, a
-MIG instance, an MPS share or time-slice replicas reserve (see `gpuplex.sim.isolation_compare`);
+MIG instance, an MPS share or time-slice replicas reserve (see `gpuplex.replay.isolation_compare`);
 the table and `isolation.csv` give GPUs needed, allocation ratios and stranded memory per mode.
 
 With --arrivals trace --tenants FILE the pods arrive and leave in time through the queue rules
@@ -45,9 +45,9 @@ from gpuplex.extras import require_extra
 
 if TYPE_CHECKING:
     from gpuplex.core.trace import TraceNode, TracePod
-    from gpuplex.sim.isolation_compare import ModeSummary
-    from gpuplex.sim.replay import ReplayResult
-    from gpuplex.sim.replay_report import ReportRow
+    from gpuplex.replay.isolation_compare import ModeSummary
+    from gpuplex.replay.placement import ReplayResult
+    from gpuplex.replay.placement_report import ReportRow
 
 out = stdout_console()
 err = stderr_console()
@@ -158,9 +158,9 @@ def simulate_command(
 
     Prints the GPU allocation ratio as demand arrives and writes simulate.csv and simulate.png.
     With --compare-isolation, compares isolation modes instead and writes isolation.csv."""
-    from gpuplex.sim.openb import load_nodes, load_pods
-    from gpuplex.sim.replay import POLICY_NAMES
-    from gpuplex.sim.replay_report import aggregate
+    from gpuplex.replay.openb import load_nodes, load_pods
+    from gpuplex.replay.placement import POLICY_NAMES
+    from gpuplex.replay.placement_report import aggregate
 
     if time_slice_replicas is not None and not compare_isolation:
         raise typer.BadParameter(
@@ -231,7 +231,7 @@ def _replay_all(
     seeds: Sequence[int],
     inflate: float,
 ) -> list[ReplayResult]:
-    from gpuplex.sim.replay import replay
+    from gpuplex.replay.placement import replay
 
     return _each_with_progress(
         [(name, seed) for name in policies for seed in seeds],
@@ -278,7 +278,7 @@ def _advance(progress: Progress, task: TaskID, *, run: int) -> Callable[[int, in
 
 def allocation_table(rows: Sequence[ReportRow], policies: Sequence[str], *, seeds: int) -> Table:
     """Mean GPU allocation ratio (%) per policy at each of TABLE_POINTS % arrived demand."""
-    from gpuplex.sim.replay_report import TABLE_POINTS, means_at
+    from gpuplex.replay.placement_report import TABLE_POINTS, means_at
 
     table = Table(
         title=f"GPU allocation ratio (%) by arrived GPU demand, mean over {seeds} seed(s)",
@@ -317,7 +317,7 @@ def _writing(target: Path) -> Iterator[None]:
 
 def _write_outputs(rows: Sequence[ReportRow], out_dir: Path, *, seeds: int) -> None:
     from gpuplex.cli.simulate_plot import write_plot
-    from gpuplex.sim.replay_report import csv_text
+    from gpuplex.replay.placement_report import csv_text
 
     csv_path = out_dir / "simulate.csv"
     png_path = out_dir / "simulate.png"
@@ -341,7 +341,7 @@ def _compare_isolation(
     replicas: int,
     out_dir: Path,
 ) -> None:
-    from gpuplex.sim.isolation_compare import MODES, compare_mode, csv_text, summarise
+    from gpuplex.replay.isolation_compare import MODES, compare_mode, csv_text, summarise
 
     results = _each_with_progress(
         [(mode, seed) for mode in MODES for seed in seeds],
@@ -368,7 +368,7 @@ def _compare_isolation(
 
 def isolation_table(rows: Sequence[ModeSummary], *, policy: str, seeds: int, gpus: int) -> Table:
     """Per isolation mode: GPUs needed and the allocation at 100 % arrived, failures at the end."""
-    from gpuplex.sim.isolation_compare import vs_dedicated
+    from gpuplex.replay.isolation_compare import vs_dedicated
 
     table = Table(
         title=(

@@ -1,5 +1,5 @@
 """`gpuplex simulate --arrivals trace`: the pods arrive and leave at the trace's times, through the
-queue rules of a tenants file (`gpuplex.sim.tenants_file`), placed by a placement policy.
+queue rules of a tenants file (`gpuplex.replay.tenants_file`), placed by a placement policy.
 
 Runs: the queue rules with each --policy (default best-fit, then fgd-balanced), and FIFO (one
 queue in arrival order, no quotas) with the first policy. A table per tenant on stdout, and in
@@ -20,10 +20,10 @@ from rich.table import Table
 from gpuplex.cli.conventions import reported
 from gpuplex.consoles import stderr_console, stdout_console
 from gpuplex.core.spec.quota_kinds import GPUS
-from gpuplex.sim.jobs_replay import replay_jobs
-from gpuplex.sim.jobs_report import TenantRow, Timeline, csv_text, tenant_rows, timeline
-from gpuplex.sim.openb import load_nodes, load_timed_pods
-from gpuplex.sim.tenants_file import parse_tenants_file
+from gpuplex.replay.jobs import replay_jobs
+from gpuplex.replay.jobs_report import TenantRow, Timeline, csv_text, tenant_rows, timeline
+from gpuplex.replay.openb import load_nodes, load_timed_pods
+from gpuplex.replay.tenants_file import parse_tenants_file
 from gpuplex.specfile import load_yaml_file
 
 out = stdout_console()

@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from gpuplex.sim.replay_report import ReportRow, curve_of, policies
+from gpuplex.replay.placement_report import ReportRow, curve_of, policies
 
 
 def write_plot(rows: Sequence[ReportRow], path: Path, *, seeds: int) -> None:

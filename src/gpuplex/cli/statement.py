@@ -20,8 +20,9 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from gpuplex.cli.control_plane import ControlPlane, ServerOption, TokenOption
+from gpuplex.cli.control_plane_options import ServerOption, TokenOption
 from gpuplex.cli.conventions import reported
+from gpuplex.client.control_plane import ControlPlane
 from gpuplex.clock import utc_now
 from gpuplex.consoles import stdout_console
 from gpuplex.settings import DEFAULT_SERVER_URL

@@ -1,1 +1,3 @@
-"""Stand-ins for the world in tests and demos: a tenant workload process, an MPS daemon."""
+"""Stand-ins for the world in tests and demos, run as processes or served: a tenant workload, an MPS
+control daemon, the simulated OpenAI-compatible model server. (The trace replay of `gpuplex
+simulate` is gpuplex.replay.)"""

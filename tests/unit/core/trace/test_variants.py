@@ -18,7 +18,7 @@ from gpuplex.core.trace.variants import (
     is_multi_gpu,
     variants,
 )
-from gpuplex.sim.openb import load_nodes, load_pods
+from gpuplex.replay.openb import load_nodes, load_pods
 
 OPENB = Path(__file__).resolve().parents[4].parent / "shared" / "data" / "openb"
 

@@ -8,7 +8,7 @@ import pytest
 
 from gpuplex.core.trace import TraceNode, TracePod
 from gpuplex.errors import EXIT_BAD_INPUT, ErrorCode, TraceInputError
-from gpuplex.sim.openb import load_nodes, load_pods
+from gpuplex.replay.openb import load_nodes, load_pods
 
 NODES = "sn,cpu_milli,memory_mib,gpu,model\nn0,64000,262144,2,P100\nn1,96000,786432,8,G2\n"
 PODS = (

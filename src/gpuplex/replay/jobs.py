@@ -33,7 +33,7 @@ from gpuplex.core.queues.tree import QueueNode, QueueTree
 from gpuplex.core.queues.usage import decayed_since
 from gpuplex.core.spec.quota_kinds import GPUS
 from gpuplex.core.trace import Choice, ClusterState, TraceNode, choose, policy_named
-from gpuplex.sim.openb import TimedPod
+from gpuplex.replay.openb import TimedPod
 
 FIFO_QUEUE = "fifo"
 NO_ROOM = "no node has room"

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from gpuplex.core.trace import TraceNode, TracePod
-from gpuplex.sim.isolation_compare import (
+from gpuplex.replay.isolation_compare import (
     CSV_HEADER,
     MODES,
     IsolationMode,
@@ -23,8 +23,8 @@ from gpuplex.sim.isolation_compare import (
     summarise,
     vs_dedicated,
 )
-from gpuplex.sim.openb import load_nodes, load_pods
-from gpuplex.sim.replay import replay
+from gpuplex.replay.openb import load_nodes, load_pods
+from gpuplex.replay.placement import replay
 
 OPENB = Path(__file__).resolve().parents[3].parent / "shared" / "data" / "openb"
 D, MIG, MPS, TS = MODES

@@ -15,7 +15,7 @@ CSV_HEADER = ("policy", "arrived_percent", "mean", "min", "max")
 
 
 class Curve(Protocol):
-    """One replay's allocation curve (a `gpuplex.sim.replay.ReplayResult` is one)."""
+    """One replay's allocation curve (a `gpuplex.replay.placement.ReplayResult` is one)."""
 
     @property
     def policy(self) -> str: ...

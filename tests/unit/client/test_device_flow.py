@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 
-from gpuplex.cli import device_flow
-from gpuplex.cli.device_flow import DeviceCode, wait_for_token
-from gpuplex.cli.saved_login import Login, save, saved_token
+from gpuplex.client.oidc import device_flow
+from gpuplex.client.oidc.device_flow import DeviceCode, wait_for_token
+from gpuplex.client.oidc.saved_login import Login, save, saved_token
 from gpuplex.errors import ErrorCode, RequestRefused
 
 CODE = DeviceCode("dev", "ABCD-EFGH", "https://idp/device", None, 600, 5)

@@ -11,10 +11,10 @@ from gpuplex.core.spec.queues import WithinQueue
 from gpuplex.core.spec.quota_kinds import GPUS
 from gpuplex.core.trace import TraceNode, TracePod
 from gpuplex.errors import SpecProblem
-from gpuplex.sim.jobs_replay import replay_jobs
-from gpuplex.sim.jobs_report import jain_index, tenant_rows, timeline
-from gpuplex.sim.openb import TimedPod
-from gpuplex.sim.tenants_file import Tenants, parse_tenants_file
+from gpuplex.replay.jobs import replay_jobs
+from gpuplex.replay.jobs_report import jain_index, tenant_rows, timeline
+from gpuplex.replay.openb import TimedPod
+from gpuplex.replay.tenants_file import Tenants, parse_tenants_file
 
 NODES = [
     TraceNode("n0", 64_000, 256 * 1024, 2, "V100"),

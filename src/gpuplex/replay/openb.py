@@ -5,7 +5,7 @@
 
 `gpu_spec` is empty (any GPU model) or models joined by `|`. `load_timed_pods` also reads
 `creation_time` (when the pod arrives, seconds) and `deletion_time` (when it left; empty: it runs
-to the end of the replay), for replays in time (`gpuplex.sim.jobs_replay`). Anything malformed raises
+to the end of the replay), for replays in time (`gpuplex.replay.jobs`). Anything malformed raises
 `TraceInputError` naming the file, the line and the column.
 """
 

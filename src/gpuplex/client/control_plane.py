@@ -1,22 +1,21 @@
-"""How a command asks the running control plane's REST API: where it is (`--server`, else
-$GPUPLEX_SERVER_URL, else `gpuplex up`'s address), with which bearer token (`--token`, else
-$GPUPLEX_TOKEN, else the token `gpuplex login` kept), and how its answers end the command. An error the API answers keeps its code, so the
-command exits as the error model says (gpuplex/error_codes.py); a server that cannot be reached is
-`control_plane_unreachable`."""
+"""The client of the running control plane's REST API: one server URL (the CLI's `--server`, else
+$GPUPLEX_SERVER_URL, else `gpuplex up`'s address: gpuplex.cli.control_plane_options), one bearer
+token (`--token`, else $GPUPLEX_TOKEN, else the token `gpuplex login` kept:
+gpuplex.client.oidc.saved_login), and its answers as values or errors. An error the API answers
+keeps its code, so a command exits as the error model says (gpuplex/error_codes.py); a server that
+cannot be reached is `control_plane_unreachable`."""
 
 from __future__ import annotations
 
 import json
 import urllib.parse
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Any
 
-import typer
-
-from gpuplex.cli.saved_login import saved_token
+from gpuplex.client.oidc.saved_login import saved_token
 from gpuplex.clock import now_s
 from gpuplex.errors import ControlPlaneUnreachable, ErrorCode, RequestRefused
-from gpuplex.settings import DEFAULT_SERVER_URL, SERVER_URL_VARIABLE, TOKEN_VARIABLE
+from gpuplex.settings import SERVER_URL_VARIABLE, TOKEN_VARIABLE
 
 if TYPE_CHECKING:
     from urllib.error import HTTPError
@@ -24,26 +23,6 @@ if TYPE_CHECKING:
 #: How long one call may take before the command gives up.
 TIMEOUT_S = 30.0
 API = "/api/v1"
-
-ServerOption = Annotated[
-    str,
-    typer.Option(
-        "--server",
-        envvar=SERVER_URL_VARIABLE,
-        help="The control plane's URL (`gpuplex up` prints it).",
-        show_default=f"${SERVER_URL_VARIABLE}, else {DEFAULT_SERVER_URL}",
-    ),
-]
-TokenOption = Annotated[
-    str | None,
-    typer.Option(
-        "--token",
-        envvar=TOKEN_VARIABLE,
-        help="A bearer token of the control plane (`gpuplex up` prints the admin token; "
-        "`gpuplex token create` makes one).",
-        show_default=f"${TOKEN_VARIABLE}",
-    ),
-]
 
 
 @dataclass(frozen=True, slots=True)

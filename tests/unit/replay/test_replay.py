@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 
 from gpuplex.core.trace import TraceNode, TracePod
-from gpuplex.sim.openb import load_nodes, load_pods
-from gpuplex.sim.replay import POLICY_NAMES, allocation_curve, arrival_order, replay
+from gpuplex.replay.openb import load_nodes, load_pods
+from gpuplex.replay.placement import POLICY_NAMES, allocation_curve, arrival_order, replay
 
 OPENB = Path(__file__).resolve().parents[3].parent / "shared" / "data" / "openb"
 

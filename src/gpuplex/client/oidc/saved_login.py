@@ -16,7 +16,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from gpuplex.cli.client_credentials import ServiceAccountClient, token_for
+from gpuplex.client.oidc.client_credentials import ServiceAccountClient, token_for
 from gpuplex.settings import login_file
 
 #: A token this close to its expiry is not used: it could expire on the way.

@@ -12,7 +12,7 @@ import urllib.parse
 from dataclasses import dataclass
 from pathlib import Path
 
-from gpuplex.cli.device_flow import post_form, refused
+from gpuplex.client.oidc.provider import post_form, refused
 from gpuplex.errors import ErrorCode, RequestRefused
 from gpuplex.settings import environment_value
 

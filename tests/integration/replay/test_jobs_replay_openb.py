@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 
 from gpuplex.core.spec.quota_kinds import GPUS
-from gpuplex.sim.jobs_replay import replay_jobs
-from gpuplex.sim.openb import load_nodes, load_timed_pods
-from gpuplex.sim.tenants_file import parse_tenants_file
+from gpuplex.replay.jobs import replay_jobs
+from gpuplex.replay.openb import load_nodes, load_timed_pods
+from gpuplex.replay.tenants_file import parse_tenants_file
 from gpuplex.specfile import load_yaml_file
 
 ROOT = Path(__file__).resolve().parents[3]

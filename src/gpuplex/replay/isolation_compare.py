@@ -52,7 +52,7 @@ from gpuplex.core.trace import (
     choose,
     policy_named,
 )
-from gpuplex.sim.replay import ProgressCallback, start_replay
+from gpuplex.replay.placement import ProgressCallback, start_replay
 
 
 class IsolationMode(StrEnum):

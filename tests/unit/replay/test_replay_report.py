@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from gpuplex.sim.replay_report import (
+from gpuplex.replay.placement_report import (
     CSV_HEADER,
     ReportRow,
     aggregate,

@@ -10,8 +10,8 @@ import pytest
 from gpuplex.core.queues.tree import QueueNode, QueueTree
 from gpuplex.core.spec.quota_kinds import GPUS
 from gpuplex.core.trace import TraceNode, TracePod
-from gpuplex.sim.jobs_replay import replay_jobs
-from gpuplex.sim.openb import TimedPod
+from gpuplex.replay.jobs import replay_jobs
+from gpuplex.replay.openb import TimedPod
 
 WEIGHTS = {"light": 1.0, "middle": 2.0, "heavy": 3.0}
 WINDOW_S = 12 * 3600.0

@@ -1,23 +1,19 @@
 """Signing in on a terminal with the identity provider's device authorization grant (RFC 8628):
 ask the provider for a code, show the person where to enter it, poll the token endpoint until they
-have (or the code expires, or they refuse). gpuplex.cli.saved_login keeps the token for later
-commands. The HTTP helpers here serve the client credentials grant too (cli/client_credentials.py).
+have (or the code expires, or they refuse). gpuplex.client.oidc.saved_login keeps the token for
+later commands; `gpuplex login` (gpuplex.cli.login) shows the code and waits.
 """
 
 from __future__ import annotations
 
-import json
-import urllib.parse
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from gpuplex.client.oidc.provider import discovery, post_form, post_json, refused
 from gpuplex.clock import now_s, sleep_s
-from gpuplex.errors import ErrorCode, RequestRefused
 
 DEVICE_GRANT = "urn:ietf:params:oauth:grant-type:device_code"
-TIMEOUT_S = 10.0
-MAX_ANSWER_BYTES = 1024 * 1024
 
 
 @dataclass(frozen=True, slots=True)
@@ -28,14 +24,6 @@ class DeviceCode:
     verification_uri_complete: str | None
     expires_in_s: float
     interval_s: float
-
-
-def discovery(issuer: str) -> dict[str, Any]:
-    """The provider's discovery document, which must name the issuer exactly."""
-    found = _json("GET", issuer.rstrip("/") + "/.well-known/openid-configuration", None)
-    if found.get("issuer") != issuer:
-        raise refused(f"{issuer}: its discovery document names issuer {found.get('issuer')!r}")
-    return found
 
 
 def endpoints(issuer: str) -> tuple[str, str]:
@@ -53,7 +41,7 @@ def start(
     form = {"client_id": client_id, "scope": " ".join(scopes)}
     if audience:
         form["resource"] = audience  # RFC 8707, for providers that issue JWTs per resource
-    got = _json("POST", device_endpoint, form)
+    got = post_json(device_endpoint, form)
     try:
         return DeviceCode(
             device_code=str(got["device_code"]),
@@ -97,54 +85,3 @@ def wait_for_token(
             break
         raise refused(f"the identity provider answered {status}: {error or got}")
     raise refused("the code expired before anyone signed in with it: run `gpuplex login` again")
-
-
-def post_form(
-    url: str, form: dict[str, str], authorization: str | None = None
-) -> tuple[int, dict[str, Any]]:
-    from urllib.error import HTTPError, URLError  # urllib.request loads http.client, ssl
-    from urllib.request import Request, urlopen  # and email: only for a call
-
-    body = urllib.parse.urlencode(form).encode()
-    headers = {"content-type": "application/x-www-form-urlencoded"}
-    if authorization is not None:
-        headers["authorization"] = authorization
-    request = Request(  # noqa: S310 - the provider's https (or loopback) URL
-        url, data=body, headers=headers
-    )
-    try:
-        with urlopen(request, timeout=TIMEOUT_S) as reply:  # noqa: S310
-            return reply.status, _parsed(reply.read(MAX_ANSWER_BYTES))
-    except HTTPError as error:  # 400 carries the grant's error codes
-        return error.code, _parsed(error.read(MAX_ANSWER_BYTES))
-    except (URLError, OSError) as error:
-        raise RequestRefused(ErrorCode.IDENTITY_PROVIDER_UNAVAILABLE, f"{url}: {error}") from None
-
-
-def _json(method: str, url: str, form: dict[str, str] | None) -> dict[str, Any]:
-    from urllib.error import URLError  # urllib.request loads http.client, ssl
-    from urllib.request import Request, urlopen  # and email: only for a call
-
-    if form is not None:
-        status, got = post_form(url, form)
-        if status != 200:
-            raise refused(f"{url} answered {status}: {got.get('error_description') or got}")
-        return got
-    request = Request(url, method=method)  # noqa: S310
-    try:
-        with urlopen(request, timeout=TIMEOUT_S) as reply:  # noqa: S310
-            return _parsed(reply.read(MAX_ANSWER_BYTES))
-    except (URLError, OSError) as error:
-        raise RequestRefused(ErrorCode.IDENTITY_PROVIDER_UNAVAILABLE, f"{url}: {error}") from None
-
-
-def _parsed(body: bytes) -> dict[str, Any]:
-    try:
-        data = json.loads(body)
-    except ValueError:
-        return {}
-    return data if isinstance(data, dict) else {}
-
-
-def refused(message: str) -> RequestRefused:
-    return RequestRefused(ErrorCode.UNAUTHENTICATED, message)

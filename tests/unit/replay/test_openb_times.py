@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from gpuplex.errors import TraceInputError
-from gpuplex.sim.openb import load_timed_pods
+from gpuplex.replay.openb import load_timed_pods
 
 HEADER = "name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec,creation_time,deletion_time\n"
 

@@ -23,7 +23,7 @@ import numpy as np
 from gpuplex.core.queues.fair_share import fair_shares
 from gpuplex.core.queues.tree import QueueTree
 from gpuplex.core.spec.quota_kinds import GPUS
-from gpuplex.sim.jobs_replay import JobsReplay
+from gpuplex.replay.jobs import JobsReplay
 
 
 @dataclass(frozen=True, slots=True)
