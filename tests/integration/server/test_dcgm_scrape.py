@@ -89,7 +89,7 @@ def exporter() -> Iterator[Exporter]:
 
 @pytest.fixture
 def ctx(engine: Engine) -> ServerContext:
-    opened = ServerContext.open(engine, Clock(), None, rollup_window_s=60)
+    opened = ServerContext.open(engine, Clock(), rollup_window_s=60)
     apply(opened, SPEC_YAML, 0, actor="test")
     return opened
 

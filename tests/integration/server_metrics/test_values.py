@@ -179,7 +179,7 @@ def test_spend_is_refreshed_in_the_background_once_a_minute_old(stack: Stack) ->
 
 
 def test_before_the_first_apply_only_the_fleet_wide_series(sqlite_engine: Engine) -> None:
-    ctx = ServerContext.open(sqlite_engine, Clock(APPLIED_AT), None)
+    ctx = ServerContext.open(sqlite_engine, Clock(APPLIED_AT))
     scrape = Stack(ctx, Clock(APPLIED_AT)).scrape()
     assert scrape.value("gpuplex_spec_revision") == 0
     assert scrape.value("gpuplex_fleet_gpu_seconds_total") == 0
