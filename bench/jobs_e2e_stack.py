@@ -260,7 +260,7 @@ class ServerHostStack(Stack):
         port = free_port()
         self.url = f"http://127.0.0.1:{port}"
         argv = [*self.source.cli(), "server", "--store", store, "--port", str(port)]
-        argv += ["--state-dir", str(self.host_dir), "--spec", str(spec_path)]
+        argv += ["--spec", str(spec_path)]  # it reads the host's events from the store
         self.spawn("server", [*argv, "--jobs-interval-s", f"{runner_interval_s:g}"])
         self._wait(self.healthy, "the control plane answering /healthz", "server", START_TIMEOUT_S)
         self.token = self._create_token(store)

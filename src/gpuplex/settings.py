@@ -198,7 +198,6 @@ class ServerSettings:
     listen_host: str = "127.0.0.1"
     listen_port: int = 8090  # the gateway has 8080
     spec_path: Path | None = None  # applied as a new revision at start when it changed
-    state_dir: Path | None = None  # the host runtime's, for its events; None: no host events
     rollup_interval_s: float = 60.0  # how often usage is rolled up and budgets checked
     budget_webhook_timeout_s: float = 5.0
     #: networks that read /metrics without a token (default none: every reader needs the metrics

@@ -42,11 +42,10 @@ from gpuplex.core.spec.jobs import JobSpec
 from gpuplex.core.spec.queues import JobCaps
 from gpuplex.core.spec.quota_kinds import GPU_MEMORY_GIB
 from gpuplex.errors import TooManyJobsError
+from gpuplex.host.log_tail import CUT, MAX_LINE_CHARS, MAX_LOG_BYTES
 from gpuplex.host.logs import log_paths
-from gpuplex.host.state import StateDir
 from gpuplex.server.app import create_app
 from gpuplex.server.body_guard import BodyGuard
-from gpuplex.server.job_logs import CUT, MAX_LINE_CHARS, MAX_LOG_BYTES
 from gpuplex.store import jobs as jobs_store
 from gpuplex.store.audit import AuditLog
 from gpuplex.store.db import open_store
@@ -210,11 +209,11 @@ def test_ids_with_path_characters_are_404_and_read_nothing(
     one_api: Api, job_id: str, method: str, suffix: str
 ) -> None:
     theirs = submit(one_api, share(), caller="b-admin", tenant=TENANT_B)
-    assert one_api.ctx.state_dir is not None
-    logs = StateDir(one_api.ctx.state_dir).logs
+    logs = one_api.host.logs
     stdout, _ = log_paths(logs, TENANT_B, f"job-{theirs}-0")
     stdout.write_text(f"{SECRET}\n")
     (logs / "passwd").write_text(f"{SECRET}\n")
+    one_api.report_from_host(theirs)  # their secret is in the store, beside A's jobs
     reply = one_api.call(method, f"/tenants/{TENANT_A}/jobs/{job_id}{suffix}", "a-admin")
     assert reply.status_code == 404, reply.text
     assert error_of(reply)["code"] == "not_found"
@@ -518,8 +517,7 @@ def test_a_preempted_job_is_not_told_whose_job_took_its_place(api: Api) -> None:
 
 
 def job_logs_of(api: Api, job_id: str, tenant: str = TENANT_A) -> tuple[Path, Path]:
-    assert api.ctx.state_dir is not None
-    return log_paths(StateDir(api.ctx.state_dir).logs, tenant, f"job-{job_id}-0")
+    return log_paths(api.host.logs, tenant, f"job-{job_id}-0")
 
 
 @pytest.mark.parametrize("kind", ["symlink", "hard link", "fifo", "folder link"])
@@ -544,8 +542,9 @@ def test_logs_never_follow_a_link_or_read_a_file_that_is_not_the_jobs(
     if stderr_kept:
         stderr.write_text("ok\n")
     started = time.monotonic()
+    one_api.report_from_host(job_id)  # the host reads its files; the API reads the store
+    assert time.monotonic() - started < 5  # a FIFO does not hold the host's report
     reply = one_api.get(f"/tenants/{TENANT_A}/jobs/{job_id}/logs", "a-viewer")
-    assert time.monotonic() - started < 5  # a FIFO does not hold the request
     assert reply.status_code == 200
     assert SECRET not in reply.text
     body = reply.json()
@@ -560,6 +559,7 @@ def test_logs_are_bounded_in_lines_bytes_and_line_length(one_api: Api) -> None:
         for n in range(200_000):  # about 4 MiB
             handle.write(f"step {n:06d} {'.' * 8}\n")
     stderr.write_text("a" * 300_000 + "\n" + "end\n")  # one line far over the line limit
+    one_api.report_from_host(job_id)
     path = f"/tenants/{TENANT_A}/jobs/{job_id}/logs"
     reply = one_api.get(path, "a-viewer", params={"tail": 10_000})
     assert reply.status_code == 200
@@ -582,6 +582,7 @@ def test_a_viewer_reads_logs_of_their_own_tenant_only(one_api: Api) -> None:
     theirs = submit(one_api, share(), caller="b-admin", tenant=TENANT_B)
     job_logs_of(one_api, theirs, TENANT_B)[0].write_text(f"{SECRET}\n")
     job_logs_of(one_api, mine)[0].write_text("mine\n")
+    one_api.report_from_host(mine, theirs)
     assert one_api.get(f"/tenants/{TENANT_A}/jobs/{mine}/logs", "a-viewer").json()["lines"] == [
         {"stream": "stdout", "text": "mine"}
     ]

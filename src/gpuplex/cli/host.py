@@ -214,10 +214,13 @@ def run_command(
     if follow_store is None:
         session.run(settings)
         return
-    from gpuplex.host.follow import RevisionFollower  # SQLAlchemy only for this command
+    from gpuplex.host.follow import HEARTBEAT_S, RevisionFollower  # SQLAlchemy only for this
     from gpuplex.host.identity_publisher import IdentityPublisher
+    from gpuplex.host.output_reports import OutputReporter
     from gpuplex.revision import AppliedRevisions
     from gpuplex.store.db import open_store
+    from gpuplex.store.host_events import HostEvents
+    from gpuplex.store.job_logs import JobLogs
     from gpuplex.store.job_reports import JobReports
     from gpuplex.store.jobs import JobRepository
     from gpuplex.store.replica_identities import ReplicaIdentities
@@ -227,11 +230,12 @@ def run_command(
     try:
         revisions = AppliedRevisions(SpecRevisions(engine))
         jobs, reports = JobRepository(engine), JobReports(engine)
-        follower = RevisionFollower(revisions, settings, transform, jobs, reports)
+        dirs = StateDir(settings.state_dir)
+        # the jobs' output and the events go to the store: the control plane reads them there
+        output = OutputReporter(dirs, JobLogs(engine), HostEvents(engine), HEARTBEAT_S)
+        follower = RevisionFollower(revisions, settings, transform, jobs, reports, output)
         # the gateway learns who each replica runs as, and talks to nothing else on its port
-        publisher = IdentityPublisher(
-            follower, ReplicaIdentities(engine), StateDir(settings.state_dir)
-        )
+        publisher = IdentityPublisher(follower, ReplicaIdentities(engine), dirs)
         session.run(settings, follower=publisher)
     finally:
         engine.dispose()

@@ -35,7 +35,6 @@ from gpuplex.settings import (
     ServerSettings,
     dcgm_urls_from_environment,
     default_store_url,
-    gpuplex_home,
     take_metrics_token,
 )
 
@@ -61,13 +60,6 @@ def server_command(
     store: StoreOption = None,
     host: Annotated[str, typer.Option(help="Address to listen on.")] = "127.0.0.1",
     port: Annotated[int, typer.Option(min=1, max=65535, help="Port to listen on.")] = 8090,
-    state_dir: Annotated[
-        Path | None,
-        typer.Option(
-            help="The host runtime's state directory, for its events.",
-            show_default="$GPUPLEX_HOME/host when it exists, else no host events",
-        ),
-    ] = None,
     rollup_interval_s: Annotated[
         float, typer.Option(min=1.0, help="Seconds between usage roll-ups and budget checks.")
     ] = 60.0,
@@ -134,7 +126,6 @@ def server_command(
                 listen_host=host,
                 listen_port=port,
                 spec_path=spec,
-                state_dir=state_dir or _home_host_dir(),
                 rollup_interval_s=rollup_interval_s,
                 metrics_from=tuple(metrics_from or ()),
                 metrics_token_sha256=token_sha256,
@@ -232,12 +223,6 @@ def revoke_command(
     with reported(), _tokens(store) as tokens:
         token = tokens.revoke(prefix, utc_now(), os_user_name())
     out.print(f"revoked token {token.prefix} ({escape(token.name)})", highlight=False)
-
-
-def _home_host_dir() -> Path | None:
-    """The home's host runtime state, where one runs here (never created by the server)."""
-    host_dir = gpuplex_home().host_dir
-    return host_dir if host_dir.is_dir() else None
 
 
 def _token_json(token: ApiToken) -> dict[str, Any]:

@@ -15,7 +15,9 @@ After each pass the host reports, for each job on it, whether its process runs o
 (host/job_reports.py): that is what the runner moves jobs on by. With its first reports, and at
 least every HEARTBEAT_S after, it says that this node's host reported (`host_reports`): the runner
 decides nothing on this node's jobs until it has heard from it since the runner started. Once the
-runner has moved a job on, how its run ended is forgotten here.
+runner has moved a job on, how its run ended is forgotten here. Before the processes, on the same
+cadence, it reports its new events and the tail of its jobs' output (host/output_reports.py): the
+control plane reads those from the store, never from this host's state folder.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ from gpuplex.core.plural import counted
 from gpuplex.core.queues.tree import queue_tree
 from gpuplex.errors import GpuplexError, NotFoundError
 from gpuplex.host.job_reports import done_with, job_reports, placed_on, runs_here
+from gpuplex.host.output_reports import OutputReporter
 from gpuplex.host.session import SpecTransform, choose_node, desired_file
 from gpuplex.host.state import DesiredFile, Event, HostState, StateDir
 from gpuplex.revision import AppliedRevision, AppliedRevisions
@@ -55,6 +58,7 @@ class RevisionFollower:
         transform: SpecTransform | None = None,
         jobs: JobRepository | None = None,
         reports: JobReports | None = None,
+        output: OutputReporter | None = None,
     ) -> None:
         self._revisions = revisions
         self._settings = settings
@@ -62,6 +66,7 @@ class RevisionFollower:
         self._transform = transform
         self._jobs = jobs
         self._reports = reports
+        self._output = output
         self.taken: Taken | None = None  # the newest state looked at, run or refused
         self._node: str | None = None
         self._holding: list[Job] = []  # jobs that hold GPUs on this node, as last read
@@ -106,6 +111,12 @@ class RevisionFollower:
             return set()
         node = self._node
         reports = job_reports(node, self._holding, state.records, state.finished, self._refused)
+        if self._output is not None:  # before the ends are told: a job moved on has its logs
+            try:
+                ended = {r.job_id for r in reports if not r.alive}
+                self._output.report(node, self._holding, ended)
+            except GpuplexError as error:
+                log.warning("cannot report the jobs' logs or the events: %s", error.message)
         now = [r for r in reports if self._reported.get(r.job_id) != r]
         beat = self._beat_at is None or monotonic_s() - self._beat_at >= HEARTBEAT_S
         host = (node, self._started_at) if beat else None

@@ -24,6 +24,9 @@ from gpuplex.core.plan.model import Plan
 from gpuplex.core.spec.fleet import NodeSpec
 from gpuplex.errors import HostStateError
 
+#: The most bytes of new events read at once (the host's reports to the store).
+EVENTS_READ_BYTES = 1024 * 1024
+
 
 class _StateModel(BaseModel):
     model_config = ConfigDict(extra="forbid")
@@ -117,13 +120,28 @@ class StateDir:
         if not path.exists():
             return []
         lines = path.read_text().splitlines() if last is None else _last_lines(path, last)
-        found = []
-        for line in lines:
-            try:
-                found.append(Event.model_validate_json(line))
-            except ValidationError:
-                continue  # a line cut short by a crash mid-write
-        return found
+        return _parsed(lines)
+
+    def events_since(
+        self, offset: int, max_bytes: int = EVENTS_READ_BYTES
+    ) -> tuple[list[Event], int]:
+        """The events written from byte `offset` of events.jsonl on (whole lines only; when more
+        than `max_bytes` came, only the newest of them), and the offset to read from next. A file
+        shorter than `offset` (a new one) is read from its start."""
+        try:
+            with open(self.root / "events.jsonl", "rb") as handle:
+                size = os.fstat(handle.fileno()).st_size
+                offset = offset if offset <= size else 0
+                start = max(offset, size - max_bytes)
+                handle.seek(start)
+                data = handle.read(size - start)
+        except FileNotFoundError:
+            return [], 0
+        end = data.rfind(b"\n") + 1  # a line still being written waits for the next read
+        body = data[:end]
+        if start > offset:  # the first line read is only the end of one
+            body = body[body.find(b"\n") + 1 :]
+        return _parsed(body.decode("utf-8", errors="replace").splitlines()), start + end
 
     # --- the supervisor lock --------------------------------------------------------------------
     def try_lock(self) -> IO[str] | None:
@@ -154,6 +172,16 @@ class StateDir:
 
 
 M = TypeVar("M", bound=BaseModel)
+
+
+def _parsed(lines: list[str]) -> list[Event]:
+    found = []
+    for line in lines:
+        try:
+            found.append(Event.model_validate_json(line))
+        except ValidationError:
+            continue  # a line cut short by a crash mid-write
+    return found
 
 
 def _last_lines(path: Path, count: int, block_bytes: int = 65536) -> list[str]:

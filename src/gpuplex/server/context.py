@@ -5,7 +5,6 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
-from pathlib import Path
 
 from fastapi import Request
 
@@ -18,6 +17,8 @@ from gpuplex.store import AuditLog, Engine, KeyRepository, UsageRepository
 from gpuplex.store.budget_enforcement import EnforcementRepository
 from gpuplex.store.budgets import BudgetRepository
 from gpuplex.store.credential_grants import OidcPeople
+from gpuplex.store.host_events import HostEvents
+from gpuplex.store.job_logs import JobLogs
 from gpuplex.store.jobs import JobRepository
 from gpuplex.store.key_usage import KeyUsageRepository
 from gpuplex.store.rollups import RollupRepository
@@ -49,7 +50,10 @@ class ServerContext:
     budgets: BudgetRepository
     audit: AuditLog
     metering: Metering
-    state_dir: Path | None  # the host runtime's state directory, for its events; None: none
+    #: the tail of each job's output and the host runtimes' events, as the hosts reported them
+    #: (the control plane never reads a host's state folder: the two may be on different machines)
+    job_logs: JobLogs
+    host_events: HostEvents
     key_usage: KeyUsageRepository
     enforcement: EnforcementRepository
     jobs: JobRepository
@@ -69,7 +73,6 @@ class ServerContext:
         cls,
         engine: Engine,
         now: Callable[[], datetime],
-        state_dir: Path | None,
         rollup_window_s: int = 60,
     ) -> ServerContext:
         revisions = SpecRevisions(engine)
@@ -94,7 +97,8 @@ class ServerContext:
             metering=Metering(
                 revisions, current, samples, usage, rollups, rollup_window_s, key_usage, jobs
             ),
-            state_dir=state_dir,
+            job_logs=JobLogs(engine),
+            host_events=HostEvents(engine),
             key_usage=key_usage,
             enforcement=EnforcementRepository(engine),
             jobs=jobs,

@@ -18,22 +18,19 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from decimal import Decimal
-from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel
 
 from gpuplex.core.access import Permission, Principal, Verdict, decide
-from gpuplex.core.jobs.placement import job_workload_name
 from gpuplex.core.jobs.states import HOLDING_STATES, JobState
 from gpuplex.core.queues.tree import queue_tree
-from gpuplex.host.logs import log_files
-from gpuplex.host.state import StateDir
+from gpuplex.host.log_tail import MAX_LOG_BYTES
 from gpuplex.revision import AppliedRevision
 from gpuplex.server.context import ServerContext
-from gpuplex.server.job_logs import MAX_LOG_BYTES, read_tail
 from gpuplex.server.job_runner import next_step
 from gpuplex.server.reason_filter import OTHER_TENANTS_JOB, ReasonFilter
+from gpuplex.store.job_logs import JobLogs
 from gpuplex.store.job_reports import JobReports
 from gpuplex.store.job_runs import JobRun
 from gpuplex.store.jobs import JOB_ID_PATTERN, Job, JobEvent
@@ -44,6 +41,7 @@ ADMITTED = "admitted by the queues: it starts when the job runner picks it up"
 NOT_LOOKED_AT = "not looked at this round: an earlier job of its tenant waits"
 #: What a caller who may not submit the tenant's jobs reads for each environment value.
 HIDDEN_VALUE = "<hidden>"
+LOG_KIB = MAX_LOG_BYTES // 1024  # of each stream, the most its host reports
 #: A job id in a reason.
 _JOB_ID = re.compile(rf"\b{JOB_ID_PATTERN}\b")
 
@@ -243,29 +241,25 @@ class JobsSeenBy:
         }
 
 
-def job_logs(state_dir: Path | None, job: Job, tail: int) -> JobLogsReply:
-    """The last `tail` lines of each of the job's log files, where the runner writes them (read
-    by `gpuplex.server.job_logs`: bounded, never through a link)."""
-    if state_dir is None:
-        return JobLogsReply(
-            id=job.id, lines=[], note="this control plane has no host state directory"
-        )
-    unit = f"{job_workload_name(job.id)}-0"
+def job_logs(logs: JobLogs, job: Job, tail: int) -> JobLogsReply:
+    """The last `tail` lines of each of the job's streams, as the host running it last reported
+    them to the store (it reads its files bounded and never through a link:
+    `gpuplex.host.log_tail`); nothing here reads a host's files."""
+    reported = logs.of(job.id)
     lines: list[JobLogLine] = []
     notes: list[str] = []
-    for stream, path in zip(
-        ("stdout", "stderr"), log_files(StateDir(state_dir).logs, job.tenant, unit), strict=True
-    ):
-        read = read_tail(path, tail)
-        lines += [JobLogLine(stream=stream, text=text) for text in read.lines]
-        if read.refused is not None and read.refused not in notes:
-            notes.append(read.refused)
-        elif read.truncated:
-            notes.append(f"{stream}: only its last {MAX_LOG_BYTES // 1024} KiB are read")
+    if reported is not None:
+        for name, stream in (("stdout", reported.stdout), ("stderr", reported.stderr)):
+            kept = stream.lines[-tail:]
+            lines += [JobLogLine(stream=name, text=text) for text in kept]
+            if stream.refused is not None and stream.refused not in notes:
+                notes.append(stream.refused)
+            elif stream.truncated:
+                notes.append(f"{name}: only its last {LOG_KIB} KiB are kept")
     if not lines and not notes:
         notes.append(
             "no output yet: the job has not started"
             if job.state is JobState.QUEUED
-            else "the job wrote no output on this host"
+            else "its host has reported no output of the job yet"
         )
     return JobLogsReply(id=job.id, lines=lines, note="; ".join(notes) or None)

@@ -87,7 +87,7 @@ def run_server(settings: ServerSettings) -> None:
     import uvicorn
 
     engine = open_store(settings.store_url)
-    ctx = ServerContext.open(engine, utc_now, settings.state_dir, ROLLUP_WINDOW_S)
+    ctx = ServerContext.open(engine, utc_now, ROLLUP_WINDOW_S)
     if settings.spec_path is not None:
         apply_spec_file(ctx, settings.spec_path, actor=f"spec file {settings.spec_path}")
     reconciler = Reconciler(ctx, settings)

@@ -392,6 +392,37 @@ class HostReportRow(Base):
     reported_at: Mapped[datetime] = mapped_column(UtcDateTime())
 
 
+class JobLogRow(Base):
+    """The tail of a job's output as its host last read it (at most the last MAX_LOG_BYTES of each
+    stream, host/log_tail.py): the lines, whether more came before them, and why a stream was not
+    read (a link, not a plain file). The control plane answers a job's logs from this row only."""
+
+    __tablename__ = "job_logs"
+
+    job_id: Mapped[str] = mapped_column(String(16), primary_key=True)
+    node: Mapped[str] = mapped_column(String(253))
+    stdout: Mapped[list[str]] = mapped_column(JSON)
+    stderr: Mapped[list[str]] = mapped_column(JSON)
+    #: per stream: {"truncated": bool, "refused": str | None}
+    reading: Mapped[dict[str, Any]] = mapped_column(JSON)
+    reported_at: Mapped[datetime] = mapped_column(UtcDateTime())
+
+
+class HostEventRow(Base):
+    """One event of a node's host runtime (a preemption, restart, watchdog stop, revision), as
+    the host reported it; `tenant` is the tenant it is about (None: the node's own)."""
+
+    __tablename__ = "host_events"
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
+    node: Mapped[str] = mapped_column(String(253), index=True)
+    at: Mapped[datetime] = mapped_column(UtcDateTime(), index=True)
+    kind: Mapped[str] = mapped_column(String(64))
+    target: Mapped[str] = mapped_column(Text)
+    tenant: Mapped[str | None] = mapped_column(String(253), nullable=True, index=True)
+    message: Mapped[str] = mapped_column(Text)
+
+
 class WebSessionRow(Base):
     """A person signed in to the dashboard with the identity provider: the SHA-256 of the session
     cookie (never the cookie), who they are at the issuer, and the groups their token carried at

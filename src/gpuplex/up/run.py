@@ -124,7 +124,7 @@ def _start_and_serve(
     store_url = GpuplexHome(root).store_url  # where the CLI finds it with GPUPLEX_HOME=root
     engine = open_store(store_url)
     cleanup.callback(engine.dispose)
-    ctx = ServerContext.open(engine, utc_now, dirs.root, ROLLUP_WINDOW_S)
+    ctx = ServerContext.open(engine, utc_now, ROLLUP_WINDOW_S)
     real = real_workloads(settings) if simulated_driver(settings.driver) else None
     # what the host runtime could not start, said before the spec is applied: a folder granted
     # in `reads` that a tenant's user cannot read, a command it cannot run
@@ -198,7 +198,6 @@ def _start_and_serve(
         store_url=store_url,
         listen_host=settings.server_host,
         listen_port=settings.server_port,
-        state_dir=dirs.root,
         rollup_interval_s=settings.rollup_interval_s,
         metrics_token_sha256=token_sha256,
     )

@@ -10,6 +10,8 @@ from datetime import datetime, timedelta
 from decimal import Decimal
 from pathlib import Path
 
+from sqlalchemy import Engine
+
 from gpuplex.core.meter import (
     BUSY_GPU_SECONDS,
     COMPLETION_TOKENS,
@@ -25,14 +27,16 @@ from gpuplex.core.meter import (
 )
 from gpuplex.core.plan import Plan, make_plan
 from gpuplex.core.serve.usage import UsageRecord
-from gpuplex.host.state import Event, StateDir
+from gpuplex.host.output_reports import event_tenant
 from gpuplex.specfile import load_spec_file
 from gpuplex.store.db import open_store
+from gpuplex.store.host_events import HostEvent, HostEvents
 from gpuplex.store.rollups import RollupRepository
 from gpuplex.store.samples import SampleRepository
 from gpuplex.store.usage import UsageRepository
 
 HOURS = 24
+NODE = "h100-a"  # the example's node, whose host runtime reports the events
 SERVING = {"northwind": 900, "contoso": 400, "hobbyists": 45}  # requests per hour at the peak
 
 
@@ -42,7 +46,7 @@ def _rhythm(tenant: str, hour: int) -> float:
     return 0.55 + 0.4 * math.sin((hour - 9 + phase) / 24 * 2 * math.pi)
 
 
-def seed_history(store_url: str, spec_path: Path, state_dir: Path, now: datetime) -> Plan:
+def seed_history(store_url: str, spec_path: Path, now: datetime) -> Plan:
     plan = make_plan(load_spec_file(spec_path))
     end = now.replace(minute=0, second=0, microsecond=0)
     start = end - timedelta(hours=HOURS)
@@ -65,9 +69,9 @@ def seed_history(store_url: str, spec_path: Path, state_dir: Path, now: datetime
             traffic = _traffic(window.start.hour) + _rider_traffic(window.start.hour)
             rollups.replace_window(window.start, window.end, "gateway", traffic)
         SampleRepository(engine).append(_samples(plan, now - timedelta(seconds=30)))
+        _events(engine, now)
     finally:
         engine.dispose()
-    _events(StateDir(state_dir), now)
     return plan
 
 
@@ -144,8 +148,13 @@ def _samples(plan: Plan, at: datetime) -> list[GpuSample]:
     ]
 
 
-def _events(state: StateDir, now: datetime) -> None:
-    state.create()
+def host_event(engine: Engine, at: datetime, kind: str, target: str, message: str) -> None:
+    """An event as a host runtime reports it to the store (where the control plane reads it)."""
+    event = HostEvent(NODE, at, kind, target, event_tenant(target), message)
+    HostEvents(engine).append(NODE, [event])
+
+
+def _events(engine: Engine, now: datetime) -> None:
     for minutes_ago, kind, target, message in (
         (
             42,
@@ -162,11 +171,7 @@ def _events(state: StateDir, now: datetime) -> None:
             "watchdog: 13.1 GiB used of 12 GiB planned; stopped",
         ),
     ):
-        state.append_event(
-            Event(
-                at=now - timedelta(minutes=minutes_ago), kind=kind, target=target, message=message
-            )
-        )
+        host_event(engine, now - timedelta(minutes=minutes_ago), kind, target, message)
 
 
 #: tenant -> (model, streamed requests) of the gateway traffic `seed_latency` writes

@@ -32,7 +32,7 @@ class Stack:
     base_url: str
     admin_token: str
     contoso_token: str
-    state_dir: Path  # the host runtime's, whose events.jsonl the server reads
+    state_dir: Path  # a folder beside the store (gpuplex.db is in its parent)
     log_path: Path
 
 
@@ -100,7 +100,7 @@ def running_stack(
     store_url = f"sqlite:///{workdir / 'gpuplex.db'}"
     state_dir = workdir / "state"
     admin = _token(store_url, ADMIN_NAME)  # also creates the store
-    seed_history(store_url, spec, state_dir, utc_now())
+    seed_history(store_url, spec, utc_now())
     port = port or free_port()
     log_path = workdir / "server.log"
     with log_path.open("wb") as log:
@@ -114,8 +114,6 @@ def running_stack(
                 str(spec),
                 "--store",
                 store_url,
-                "--state-dir",
-                str(state_dir),
                 "--host",
                 "127.0.0.1",
                 "--port",

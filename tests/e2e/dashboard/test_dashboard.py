@@ -12,7 +12,8 @@ from typing import Any
 import pytest
 
 from gpuplex.clock import utc_now
-from gpuplex.host.state import Event, StateDir
+from gpuplex.store.db import open_store
+from tests.e2e.dashboard.seed import host_event
 from tests.e2e.dashboard.stack import ADMIN_NAME, ROOT, Stack
 
 pytest.importorskip("playwright", reason="the dashboard tests drive chromium with playwright")
@@ -180,9 +181,11 @@ def test_the_page_refreshes_and_shows_markup_as_text(
 ) -> None:
     _open_signed_in(page, stack.admin_token)
     hostile = '<img src="x" onerror="window.__pwned = 1">restarted'
-    StateDir(stack.state_dir).append_event(
-        Event(at=utc_now(), kind="restarted", target="contoso/embed#1", message=hostile)
-    )
+    engine = open_store(f"sqlite:///{stack.state_dir.parent / 'gpuplex.db'}")
+    try:
+        host_event(engine, utc_now(), "restarted", "contoso/embed#1", hostile)
+    finally:
+        engine.dispose()
     # the next refresh (every 10 s) brings the new event in, as text
     row = page.locator("[data-testid=event-row][data-kind=restarted]")
     expect(row).to_contain_text(hostile, timeout=25_000)

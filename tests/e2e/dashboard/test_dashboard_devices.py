@@ -47,7 +47,7 @@ def sampled(stack: Stack, tmp_path_factory: pytest.TempPathFactory) -> Iterator[
     workdir = tmp_path_factory.mktemp("sampler")
     engine = open_store(f"sqlite:///{stack.state_dir.parent / 'gpuplex.db'}")
     try:
-        ctx = ServerContext.open(engine, utc_now, None)
+        ctx = ServerContext.open(engine, utc_now)
         applied = ctx.current.get()
         assert applied is not None
         (placement,) = [

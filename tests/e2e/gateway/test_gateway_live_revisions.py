@@ -110,7 +110,7 @@ def test_a_new_revision_takes_effect_under_load_within_a_second(stack: Stack) ->
         )
 
     engine = open_store(stack.store_url)
-    ctx = ServerContext.open(engine, lambda: datetime.now(UTC), None)
+    ctx = ServerContext.open(engine, lambda: datetime.now(UTC))
     first, _ = apply(ctx, spec(10_000_000, first_globex), 0, actor="test")
     keys = {tenant: stack.key(tenant) for tenant in ("acme", "globex")}
     # no --config: the gateway serves the store's applied revision and follows new ones

@@ -1,10 +1,15 @@
 """A control plane (`gpuplex server`) and a host runtime following its store (`gpuplex host run
 --follow-store`) on simulated GPUs, as separate processes, and a small REST client: the jobs
-lifecycle end to end, with a control plane that can be killed with -9 and started again."""
+lifecycle end to end, with a control plane that can be killed with -9 and started again.
+
+The two share nothing but the store (a SQLite file in a folder of its own): the control plane's
+home and the host's state folder are two folders, neither inside the other, as if on two
+machines."""
 
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -59,7 +64,13 @@ class JobsStack:
 
     @property
     def state_dir(self) -> Path:
+        """The host runtime's state folder."""
         return self.base / "host"
+
+    @property
+    def control_home(self) -> Path:
+        """The control plane's home ($GPUPLEX_HOME): no path in common with the host's."""
+        return self.base / "control"
 
     def start(self) -> None:
         (self.base / "store").mkdir(mode=0o700)
@@ -92,11 +103,11 @@ class JobsStack:
 
     def start_server(self, spec_path: Path | None = None) -> None:
         argv = [sys.executable, "-m", "gpuplex.cli", "server", "--store", self.store_url]
-        argv += ["--port", str(self.port), "--state-dir", str(self.state_dir)]
-        argv += ["--jobs-interval-s", str(self.interval_s)]
+        argv += ["--port", str(self.port), "--jobs-interval-s", str(self.interval_s)]
         if spec_path is not None:
             argv += ["--spec", str(spec_path)]
-        self.server = self._spawn("server", argv)
+        self.control_home.mkdir(mode=0o700, exist_ok=True)
+        self.server = self._spawn("server", argv, {"GPUPLEX_HOME": str(self.control_home)})
         eventually(self._healthy, "the control plane answering /healthz", 60)
 
     def kill_server(self) -> None:
@@ -161,10 +172,16 @@ class JobsStack:
             return []
         return [json.loads(line) for line in path.read_text().splitlines()]
 
-    def _spawn(self, name: str, argv: list[str]) -> subprocess.Popen[bytes]:
+    def _spawn(
+        self, name: str, argv: list[str], env: dict[str, str] | None = None
+    ) -> subprocess.Popen[bytes]:
         with (self.base / f"{name}.log").open("ab") as log:
             return subprocess.Popen(  # noqa: S603 - our own CLI
-                argv, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+                argv,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                env={**os.environ, **(env or {})},
             )
 
     def _healthy(self) -> bool:

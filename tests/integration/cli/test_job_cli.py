@@ -21,9 +21,8 @@ from sqlalchemy import Engine
 
 from gpuplex.error_codes import EXIT_BAD_INPUT, EXIT_FAILED
 from gpuplex.host.logs import log_paths
-from gpuplex.host.state import StateDir
 from gpuplex.server.app import create_app
-from tests.integration.server.conftest import TENANT_A, TENANT_B, make_api
+from tests.integration.server.conftest import TENANT_A, TENANT_B, Api, make_api
 from tests.integration.server.test_jobs_api import QUEUES_SPEC_YAML
 from tests.integration.sim.servers import free_port
 
@@ -39,7 +38,7 @@ ROOT = Path(__file__).resolve().parents[3]
 class Running:
     url: str
     tokens: dict[str, str]
-    state_dir: Path
+    api: Api  # its host reports to the store from a state folder of its own
 
     def env(self, caller: str) -> dict[str, str]:
         return {"GPUPLEX_SERVER_URL": self.url, "GPUPLEX_TOKEN": self.tokens[caller]}
@@ -49,7 +48,6 @@ class Running:
 def control_plane(engine: Engine, tmp_path: Path) -> Iterator[Running]:
     api = make_api(engine, tmp_path)
     api.apply(QUEUES_SPEC_YAML)
-    assert api.ctx.state_dir is not None
     port = free_port()
     server = uvicorn.Server(
         uvicorn.Config(create_app(api.ctx), host="127.0.0.1", port=port, log_level="warning")
@@ -61,7 +59,7 @@ def control_plane(engine: Engine, tmp_path: Path) -> Iterator[Running]:
         assert time.monotonic() < deadline, "the control plane did not start"
         time.sleep(0.05)
     try:
-        yield Running(f"http://127.0.0.1:{port}", api.tokens, api.ctx.state_dir)
+        yield Running(f"http://127.0.0.1:{port}", api.tokens, api)
     finally:
         server.should_exit = True
         thread.join(10)
@@ -120,8 +118,9 @@ def test_submit_from_flags_list_show_logs_and_cancel(control_plane: Running) -> 
     assert "admitted by the queues" in shown.stdout
     assert "events" in shown.stdout
 
-    stdout, _ = log_paths(StateDir(control_plane.state_dir).logs, TENANT_A, f"job-{job_id}-0")
+    stdout, _ = log_paths(control_plane.api.host.logs, TENANT_A, f"job-{job_id}-0")
     stdout.write_text("epoch 1\nepoch 2\n")
+    control_plane.api.report_from_host(job_id)
     logs = job("logs", job_id, "--tail", "1", env=env)
     assert logs.returncode == 0, logs.stderr
     assert logs.stdout == "stdout: epoch 2\n"

@@ -40,7 +40,7 @@ def spec(*tenants: str) -> str:
 def test_render_without_a_file_is_the_stored_plan(tmp_path: Path) -> None:
     store_url = f"sqlite:///{tmp_path / 'gpuplex.db'}"
     engine = open_store(store_url)
-    ctx = ServerContext.open(engine, lambda: datetime.now(UTC), None)
+    ctx = ServerContext.open(engine, lambda: datetime.now(UTC))
     first, _ = apply(ctx, spec("first", "second"), 0, actor="test")
     apply(ctx, spec("second"), first.revision, actor="test")  # `second` keeps GPU 1
     applied = AppliedRevisions(SpecRevisions(engine)).get()

@@ -42,7 +42,7 @@ def setup() -> Iterator[tuple[ServerContext, RevisionFollower, StateDir]]:
         root = Path(scratch)
         root.chmod(0o755)
         engine = open_store(f"sqlite:///{root / 'gpuplex.db'}")
-        ctx = ServerContext.open(engine, lambda: datetime.now(UTC), None)
+        ctx = ServerContext.open(engine, lambda: datetime.now(UTC))
         settings = HostSettings(state_dir=root / "host", node="box", driver="sim")
         dirs = StateDir(settings.state_dir)
         dirs.create()

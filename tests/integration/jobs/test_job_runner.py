@@ -102,9 +102,7 @@ def setup() -> Iterator[Setup]:
         store_url = f"sqlite:///{root / 'gpuplex.db'}"
         engine = open_store(store_url)
         clock = [0.0]
-        ctx = ServerContext.open(
-            engine, lambda: datetime.now(UTC) + timedelta(seconds=clock[0]), None
-        )
+        ctx = ServerContext.open(engine, lambda: datetime.now(UTC) + timedelta(seconds=clock[0]))
         apply(ctx, SPEC, 0, actor="test")
         settings = HostSettings(state_dir=root / "host", node="box", driver="sim")
         dirs = StateDir(settings.state_dir)
@@ -207,7 +205,7 @@ def test_a_job_whose_command_cannot_start_here_fails_alone(setup: Setup) -> None
 
 def test_two_control_planes_on_one_store_never_both_run_the_jobs(setup: Setup) -> None:
     other_engine = open_store(setup.store_url)
-    other = JobRunner(ServerContext.open(other_engine, lambda: datetime.now(UTC), None), 1.0)
+    other = JobRunner(ServerContext.open(other_engine, lambda: datetime.now(UTC)), 1.0)
     try:
         job = setup.submit("acme", ["sleep", "60"])
         assert setup.runner.pass_once() is not None  # the first one leads

@@ -19,6 +19,8 @@ import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy import Engine
 
+from gpuplex.host.output_reports import OutputReporter
+from gpuplex.host.state import StateDir
 from gpuplex.server.app import create_app
 from gpuplex.server.context import ServerContext
 from gpuplex.store.tokens import TokenRole
@@ -86,7 +88,16 @@ class Api:
     client: TestClient
     ctx: ServerContext
     clock: ManualClock
+    #: a host runtime's state folder, on its own: the API reads what it reports to the store
+    host: StateDir
     tokens: dict[str, str] = field(default_factory=dict)
+
+    def report_from_host(self, *job_ids: str, node: str = "node-one") -> None:
+        """What a host runtime with `self.host` as its state folder reports to the store: its
+        new events, and the output of these jobs (as once their processes ended)."""
+        jobs = [job for job_id in job_ids if (job := self.ctx.jobs.get(job_id)) is not None]
+        reporter = OutputReporter(self.host, self.ctx.job_logs, self.ctx.host_events, 0.0)
+        reporter.report(node, jobs, set(job_ids))
 
     def actor(self, caller: str) -> str:
         """What the audit log names `caller` by: its token's name and prefix."""
@@ -142,10 +153,10 @@ def error_of(reply: httpx2.Response) -> dict[str, Any]:
 
 def make_api(engine: Engine, tmp_path: Path, *, apply_spec: bool = True) -> Api:
     clock = ManualClock(T0)
-    state_dir = tmp_path / "host-state"
-    state_dir.mkdir(parents=True, exist_ok=True)
-    ctx = ServerContext.open(engine, clock.utc, state_dir, rollup_window_s=60)
-    api = Api(client=TestClient(create_app(ctx)), ctx=ctx, clock=clock)
+    host = StateDir(tmp_path / "host-state")
+    host.root.mkdir(parents=True, exist_ok=True)
+    ctx = ServerContext.open(engine, clock.utc, rollup_window_s=60)
+    api = Api(client=TestClient(create_app(ctx)), ctx=ctx, clock=clock, host=host)
     for caller, (role, tenant) in CALLERS.items():
         token, _ = ctx.tokens.create(f"{caller}-token", role, tenant, None, T0, "suite")
         api.tokens[caller] = token

@@ -95,7 +95,7 @@ def clock() -> ManualClock:
 
 @pytest.fixture
 def ctx(engine: Engine, clock: ManualClock) -> ServerContext:
-    opened = ServerContext.open(engine, clock.utc, None, rollup_window_s=60)
+    opened = ServerContext.open(engine, clock.utc, rollup_window_s=60)
     apply(opened, SPEC_YAML, 0, actor="test")
     return opened
 

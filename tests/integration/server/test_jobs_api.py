@@ -13,7 +13,6 @@ import pytest
 
 from gpuplex.core.jobs.states import JobState
 from gpuplex.host.logs import log_paths
-from gpuplex.host.state import StateDir
 from gpuplex.store.audit import AuditLog
 from tests.integration.server.conftest import SPEC_YAML, TENANT_A, TENANT_B, Api, error_of
 
@@ -249,16 +248,18 @@ def test_a_reason_naming_another_tenants_job_hides_its_id_from_the_tenant(api: A
     assert not any(job_id in as_tenant for job_id in theirs)
 
 
-def test_logs_come_from_where_the_runner_writes_them(queues: Api) -> None:
+def test_logs_are_what_the_host_reported_of_the_jobs_files(queues: Api) -> None:
     api = queues
     job_id = submit(api, share(1))
     empty = api.get(f"/tenants/{TENANT_A}/jobs/{job_id}/logs", "a-viewer").json()
     assert empty["lines"] == []
     assert "not started" in empty["note"]
-    assert api.ctx.state_dir is not None
-    stdout, stderr = log_paths(StateDir(api.ctx.state_dir).logs, TENANT_A, f"job-{job_id}-0")
+    stdout, stderr = log_paths(api.host.logs, TENANT_A, f"job-{job_id}-0")
     stdout.write_text("".join(f"step {n}\n" for n in range(5)))
     stderr.write_text("warning: slow\n")
+    not_yet = api.get(f"/tenants/{TENANT_A}/jobs/{job_id}/logs", "a-viewer").json()
+    assert not_yet["lines"] == []  # the files are the host's: nothing until it reports them
+    api.report_from_host(job_id)
     reply = api.get(f"/tenants/{TENANT_A}/jobs/{job_id}/logs", params={"tail": 2}).json()
     assert reply["lines"] == [
         {"stream": "stdout", "text": "step 3"},

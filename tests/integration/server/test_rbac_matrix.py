@@ -21,7 +21,7 @@ from gpuplex.core.meter import GpuSample
 from gpuplex.core.serve.usage import UsageRecord
 from gpuplex.core.spec import RateLimits
 from gpuplex.core.spec.jobs import JobSpec
-from gpuplex.host.state import Event, StateDir
+from gpuplex.host.state import Event
 from tests.integration.server.conftest import (
     NO_TENANT,
     SPEC_YAML,
@@ -291,10 +291,9 @@ def _seed_other_tenants(api: Api) -> None:
         _with_budget(api, tenant)
         _with_key_budget(api, tenant)
         _job_of(api, tenant)
-    assert api.ctx.state_dir is not None
-    host = StateDir(api.ctx.state_dir)
-    host.append_event(Event(at=T0, kind="started", target=f"{TENANT_B}/embed#0", message="ok"))
-    host.append_event(Event(at=T0, kind="started", target=f"{TENANT_A}/chat#0", message="ok"))
+    api.host.append_event(Event(at=T0, kind="started", target=f"{TENANT_B}/embed#0", message="ok"))
+    api.host.append_event(Event(at=T0, kind="started", target=f"{TENANT_A}/chat#0", message="ok"))
+    api.report_from_host()
     api.ctx.samples.append(
         [
             GpuSample(

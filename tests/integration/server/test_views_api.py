@@ -10,7 +10,7 @@ from datetime import timedelta
 import pytest
 
 from gpuplex.core.meter import GpuSample
-from gpuplex.host.state import Event, StateDir
+from gpuplex.host.state import Event
 from tests.integration.server.conftest import (
     NO_TENANT,
     SPEC_YAML,
@@ -68,8 +68,7 @@ def test_the_audit_log_pages_back_by_cursor_newest_first(api: Api) -> None:
 
 
 def test_events_merge_the_audit_log_and_the_host_runtime_newest_first(api: Api) -> None:
-    assert api.ctx.state_dir is not None
-    host = StateDir(api.ctx.state_dir)
+    host = api.host
     for minutes, kind, target in (
         (5, "started", f"{TENANT_A}/chat#0"),
         (6, "started", f"{TENANT_B}/embed#0"),
@@ -78,6 +77,7 @@ def test_events_merge_the_audit_log_and_the_host_runtime_newest_first(api: Api) 
         host.append_event(
             Event(at=T0 + timedelta(minutes=minutes), kind=kind, target=target, message="ok")
         )
+    api.report_from_host()
     api.clock.advance(timedelta(minutes=10))
     make_keys(api, TENANT_A, 1)
 
@@ -244,8 +244,7 @@ def test_every_error_status_has_the_one_body(api: Api) -> None:
 
 
 def test_a_host_event_naming_another_tenant_is_redacted_for_tenant_callers(api: Api) -> None:
-    assert api.ctx.state_dir is not None
-    StateDir(api.ctx.state_dir).append_event(
+    api.host.append_event(
         Event(
             at=T0 + timedelta(minutes=1),
             kind="stopped",
@@ -253,6 +252,7 @@ def test_a_host_event_naming_another_tenant_is_redacted_for_tenant_callers(api: 
             message=f"preempted: its MPS share went to {TENANT_B}/embed#0",
         )
     )
+    api.report_from_host()
 
     def preemption(caller: str) -> str:
         events = api.get("/events", caller).json()

@@ -1,5 +1,6 @@
-"""The audit log and recent events (audit entries and the host runtime's preemptions, restarts
-and watchdog stops), newest first. Tenant-scoped callers see only entries about their tenant."""
+"""The audit log and recent events (audit entries and the host runtimes' preemptions, restarts
+and watchdog stops, as the hosts reported them to the store), newest first. Tenant-scoped callers
+see only entries about their tenant."""
 
 from __future__ import annotations
 
@@ -10,7 +11,6 @@ from fastapi import APIRouter, Depends, Query
 from pydantic import BaseModel
 
 from gpuplex.core.access import Permission
-from gpuplex.host.state import StateDir
 from gpuplex.server.auth import CurrentPrincipal, require
 from gpuplex.server.context import ServerContext, server_context
 from gpuplex.server.pages import Cursor, Limit, Page, decode_cursor, encode_cursor
@@ -86,11 +86,6 @@ def list_audit(
     )
 
 
-def _host_tenant(target: str) -> str | None:
-    """Host events name a replica `tenant/workload#n`, or a GPU (`GPU 3`: fleet-wide)."""
-    return target.split("/", 1)[0] if "/" in target else None
-
-
 @router.get("/events", response_model=list[EventReply])
 def recent_events(
     principal: CurrentPrincipal,
@@ -113,21 +108,18 @@ def recent_events(
     ]
     applied = ctx.current.get()
     names = applied.tenant_names if applied is not None else []
-    if ctx.state_dir is not None:
-        for event in StateDir(ctx.state_dir).events(last=limit * 4):
-            owner = _host_tenant(event.target)
-            if tenant is not None and owner != tenant:
-                continue
-            events.append(
-                EventReply(
-                    at=event.at,
-                    source="host",
-                    kind=event.kind,
-                    target=event.target,
-                    tenant=owner,
-                    # a preemption names who took the room: not the caller's to know
-                    message=redact_tenants(event.message, principal, names),
-                )
+    # as the hosts reported them to the store: a host's state folder may be on another machine
+    for event in ctx.host_events.recent(limit, tenant=tenant):
+        events.append(
+            EventReply(
+                at=event.at,
+                source="host",
+                kind=event.kind,
+                target=event.target,
+                tenant=event.tenant,
+                # a preemption names who took the room: not the caller's to know
+                message=redact_tenants(event.message, principal, names),
             )
+        )
     events.sort(key=lambda e: e.at, reverse=True)
     return events[:limit]

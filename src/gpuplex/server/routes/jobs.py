@@ -151,9 +151,9 @@ def read_job_logs(
     ctx: Context,
     tail: Annotated[int, Query(ge=1, le=MAX_TAIL, description="Last lines per stream.")] = 200,
 ) -> JobLogsReply:
-    """The last lines the job wrote on this host (stdout, then stderr)."""
+    """The last lines the job wrote (stdout, then stderr), as its host last reported them."""
     require(principal, Permission.JOB_READ, tenant)
-    return job_logs(ctx.state_dir, _job_of(ctx, tenant, job_id, principal), tail)
+    return job_logs(ctx.job_logs, _job_of(ctx, tenant, job_id, principal), tail)
 
 
 def _job_of(ctx: ServerContext, tenant: str, job_id: str, principal: Principal) -> Job:

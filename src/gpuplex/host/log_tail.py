@@ -1,4 +1,5 @@
-"""Reading a job's log files for the jobs API, bounded and without following links.
+"""Reading a job's log files, for the tail the host reports to the store (host/output_reports.py),
+bounded and without following links.
 
 A job's process writes its own output, so what lies in its log folder is not to be trusted: only a
 plain file with one link is read (never a symbolic link, a FIFO, a device, or a hard link to a file
