@@ -58,9 +58,9 @@ $(OIDC_PROVIDER): tests/oidc/package-lock.json
 	    || echo "make: could not install oidc-provider: the OpenID provider tests skip"; \
 	else echo "make: no npm: the OpenID provider tests skip (install Node.js 20 to run them)"; fi
 
-# Two workers: the tests that start and measure whole stacks of processes run one at a time on one
-# of them (the `lane` group, tests/conftest.py), the rest is shared (about 40 % less wall time on 2
-# cores than one process). `make unit PYTEST_WORKERS=0` runs everything in one process.
+# Two workers: the tests marked `lane` or `stacks` (and those of the real vLLM) run one at a time,
+# each group on one worker; the rest is shared (tests/conftest.py). `make unit PYTEST_WORKERS=0`
+# runs everything in one process.
 PYTEST_WORKERS ?= 2
 unit: $(STAMP) $(OIDC_PROVIDER)
 	$(BIN)/pytest $(if $(filter 0,$(PYTEST_WORKERS)),,-n $(PYTEST_WORKERS) --dist loadgroup)
