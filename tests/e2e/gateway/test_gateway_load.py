@@ -19,6 +19,7 @@ import httpx
 import pytest
 import redis
 
+from gpuplex.core.serve.tokens import DEFAULT_OVERHEAD
 from gpuplex.store.db import open_store
 from gpuplex.store.keys import KeyRepository
 from tests.e2e.gateway.load import (
@@ -163,13 +164,14 @@ TOKENS_PER_MIN = 30_000
 # once the limit is reached. How the window slides is tested in test_limiter_redis.py.
 RUN_CAP_S = 50
 # What the gateway reserves for the smallest request (`chat_body("bot", 1)`): its 40 prompt bytes
-# and the 4 of its role, the default template overheads (8 per message, 128 per request) and 1
-# completion token. The
-# reservation is cut to what the server counted when the reply ends, so requests still in flight
-# when the last client stops hand tokens back (about 150 each here) after every client has gone:
-# one client then asks for the smallest request until refused, and what is left must be less
-# than that request's reservation.
-SMALLEST_RESERVATION = 40 + len("user") + 8 + 128 + 1
+# and the 4 of its role, the default template overheads (per message and per request) and 1
+# completion token. The reservation is cut to what the server counted when the reply ends, so
+# requests still in flight when the last client stops hand tokens back (about 150 each here) after
+# every client has gone: one client then asks for the smallest request until refused, and what is
+# left must be less than that request's reservation.
+SMALLEST_RESERVATION = (
+    40 + len("user") + DEFAULT_OVERHEAD.per_message + DEFAULT_OVERHEAD.per_request + 1
+)
 
 
 def _admitted_tokens(replies: list[Reply]) -> int:
@@ -201,7 +203,8 @@ def test_tokens_per_minute_hold_under_50_concurrent_clients(stack: Stack) -> Non
         closed_loop(gateway.url, key, "a", 50, RUN_CAP_S, _varied, stop_on_429=True)
     )
     assert any(r.status == 429 for r in replies)
-    assert _admitted_tokens(replies) <= TOKENS_PER_MIN, _admitted_tokens(replies)
+    concurrent = _admitted_tokens(replies)
+    assert concurrent <= TOKENS_PER_MIN, concurrent
     admitted = _admitted_tokens(replies + asyncio.run(_until_refused(gateway.url, key, "a")))
     assert admitted <= TOKENS_PER_MIN, admitted
     assert admitted > TOKENS_PER_MIN - SMALLEST_RESERVATION, admitted
@@ -228,7 +231,8 @@ def test_two_gateways_sharing_redis_admit_one_limit(stack: Stack) -> None:
         return [r for replies in await asyncio.gather(*runs) for r in replies]
 
     replies = asyncio.run(both())
-    assert _admitted_tokens(replies) <= TOKENS_PER_MIN, _admitted_tokens(replies)
+    concurrent = _admitted_tokens(replies)
+    assert concurrent <= TOKENS_PER_MIN, concurrent
     admitted = _admitted_tokens(replies + asyncio.run(_until_refused(second.url, key, "a")))
     assert admitted <= TOKENS_PER_MIN, admitted
     assert admitted > TOKENS_PER_MIN - SMALLEST_RESERVATION, admitted
