@@ -90,9 +90,11 @@ class ReplicaIdentityCheck:
         self,
         read: Callable[[], list[ReplicaIdentity]],
         owner_of: Callable[[Address, Address], Awaitable[int | None]] = socket_owner,
+        clock: Callable[[], float] = monotonic_s,
     ) -> None:
         self._read = read
         self._owner_of = owner_of
+        self._clock = clock
         self.owners: ExpectedOwners = {}
         self._read_at: float | None = None
         self._reading: asyncio.Future[None] | None = None
@@ -102,7 +104,7 @@ class ReplicaIdentityCheck:
     def load(self) -> None:
         """Read the published identities now (blocking); a store that cannot be read keeps the
         ones read before, and is logged once per new problem."""
-        self._read_at = monotonic_s()
+        self._read_at = self._clock()
         try:
             self.owners = expected_owners(self._read())
         except GpuplexError as error:
@@ -115,7 +117,7 @@ class ReplicaIdentityCheck:
     async def reload(self) -> None:
         """`load` off the event loop; callers at the same moment share one read, and a read
         finished less than MIN_REREAD_S ago is not made again."""
-        if self._read_at is not None and monotonic_s() - self._read_at < MIN_REREAD_S:
+        if self._read_at is not None and self._clock() - self._read_at < MIN_REREAD_S:
             return
         if self._reading is None:
             loop = asyncio.get_running_loop()

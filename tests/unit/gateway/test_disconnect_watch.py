@@ -1,5 +1,8 @@
 """A client that goes away mid-request gets its request cancelled: by polling uvicorn's cycle flag,
-or, under another server, by a task waiting for `http.disconnect`; never before admission."""
+or, under another server, by a task waiting for `http.disconnect`; never before admission.
+
+Each step waits on what the watch did (its request is being watched, its flag was read), never
+on a fixed sleep, so a loaded machine changes only how long a test takes."""
 
 from __future__ import annotations
 
@@ -18,22 +21,41 @@ def _exchange(request_id: str) -> Exchange:
 
 
 class _Cycle:
-    """Like uvicorn's RequestResponseCycle: a `disconnected` flag beside its `receive`."""
+    """Like uvicorn's RequestResponseCycle: a `disconnected` flag beside its `receive`. It counts
+    how often the flag was read, so a test can wait until the watch has polled it."""
 
     def __init__(self) -> None:
-        self.disconnected = False
+        self.gone = False
+        self.reads = 0
+        self._read = asyncio.Event()
+
+    @property
+    def disconnected(self) -> bool:
+        self.reads += 1
+        self._read.set()
+        return self.gone
+
+    async def polled(self, times: int) -> None:
+        """Return once the flag has been read `times` more times."""
+        until = self.reads + times
+        while self.reads < until:
+            self._read.clear()
+            await asyncio.wait_for(self._read.wait(), 2)
 
     async def receive(self) -> dict[str, object]:
         await asyncio.Event().wait()
         return {"type": "http.disconnect"}
 
 
-async def _request(watch: DisconnectWatch, ex: Exchange, receive: object) -> str:
+async def _request(
+    watch: DisconnectWatch, ex: Exchange, receive: object, watching: asyncio.Event
+) -> str:
     task = asyncio.current_task()
     assert task is not None
     watch.watch(receive, ex, task)  # type: ignore[arg-type]
+    watching.set()
     try:
-        await asyncio.sleep(5)
+        await asyncio.Event().wait()  # the upstream call, which ends only when cancelled
         return "finished"
     except asyncio.CancelledError:
         return "cancelled"
@@ -46,9 +68,10 @@ def test_a_vanished_uvicorn_client_is_noticed_by_polling_once_admitted() -> None
         watch = DisconnectWatch(poll_s=0.01)
         cycle, ex = _Cycle(), _exchange("r1")
         ex.cancellable = True
-        request = asyncio.create_task(_request(watch, ex, cycle.receive))
-        await asyncio.sleep(0.05)
-        cycle.disconnected = True
+        watching = asyncio.Event()
+        request = asyncio.create_task(_request(watch, ex, cycle.receive, watching))
+        await watching.wait()
+        cycle.gone = True
         return await asyncio.wait_for(request, 2), ex.client_gone
 
     assert asyncio.run(scenario()) == ("cancelled", True)
@@ -58,11 +81,13 @@ def test_a_client_gone_during_admission_is_only_flagged() -> None:
     async def scenario() -> tuple[bool, bool]:
         watch = DisconnectWatch(poll_s=0.01)
         cycle, ex = _Cycle(), _exchange("r2")
-        task = asyncio.create_task(asyncio.sleep(0.3))
+        admitted = asyncio.Event()
+        task = asyncio.create_task(admitted.wait())  # the limiter's call, still running
         watch.watch(cycle.receive, ex, task)
-        cycle.disconnected = True
-        await asyncio.sleep(0.05)
+        cycle.gone = True
+        await cycle.polled(1)  # the poll that read the flag set client_gone before it returned
         flagged = ex.client_gone
+        admitted.set()
         await task  # not cancelled: the limiter's call finishes, then the request ends itself
         watch.unwatch(ex)
         return flagged, task.cancelled()
@@ -80,8 +105,9 @@ def test_another_servers_disconnect_message_cancels_the_request() -> None:
 
         watch, ex = DisconnectWatch(), _exchange("r3")
         ex.cancellable = True
-        request = asyncio.create_task(_request(watch, ex, receive))
-        await asyncio.sleep(0.01)
+        watching = asyncio.Event()
+        request = asyncio.create_task(_request(watch, ex, receive, watching))
+        await watching.wait()
         gone.set()
         return await asyncio.wait_for(request, 2)
 
@@ -93,9 +119,11 @@ def test_a_request_that_replied_is_never_cancelled() -> None:
         watch = DisconnectWatch(poll_s=0.01)
         cycle, ex = _Cycle(), _exchange("r4")
         ex.cancellable = ex.replied = True
-        request = asyncio.create_task(_request(watch, ex, cycle.receive))
-        cycle.disconnected = True
-        await asyncio.sleep(0.05)
+        watching = asyncio.Event()
+        request = asyncio.create_task(_request(watch, ex, cycle.receive, watching))
+        await watching.wait()
+        cycle.gone = True
+        await cycle.polled(3)  # three polls saw the client gone, after the reply had begun
         still_running = not request.done()
         request.cancel()  # the test's own stop
         await request

@@ -17,6 +17,7 @@ from aiohttp import web
 
 from gpuplex.errors import StoreError
 from gpuplex.gateway.replica_identity import (
+    MIN_REREAD_S,
     IdentityCheckingConnector,
     ReplicaIdentityCheck,
     ReplicaIdentityRefused,
@@ -25,6 +26,7 @@ from gpuplex.gateway.replica_identity import (
 )
 from gpuplex.gateway.socket_owners import Address
 from gpuplex.store.replica_identities import ReplicaIdentity
+from tests.clocks import ManualClock
 
 GATEWAY = ("127.0.0.1", 40000)
 REPLICA = ("127.0.0.1", 8000)
@@ -130,9 +132,10 @@ def test_a_stranger_on_the_replicas_port_is_sent_nothing_and_a_pooled_replica_ch
         async with replica(seen) as port:
             published = Published([identity(port, 4242)])  # the replica runs as uid 4242
             owners = Owners(os.geteuid())  # ... but this process answers there
-            check = ReplicaIdentityCheck(published, owners)
+            clock = ManualClock()
+            check = ReplicaIdentityCheck(published, owners, clock.seconds)
             check.load()
-            await asyncio.sleep(0.3)  # past MIN_REREAD_S: a refusal reads the store again first
+            clock.advance(MIN_REREAD_S)  # a refusal now reads the store again first
             async with await session_for(check) as session:
                 with pytest.raises(ReplicaIdentityRefused, match="not by the replica"):
                     await session.post(f"http://127.0.0.1:{port}/v1/chat/completions", json={})
@@ -140,7 +143,7 @@ def test_a_stranger_on_the_replicas_port_is_sent_nothing_and_a_pooled_replica_ch
                 assert published.reads == 2  # read again before refusing
 
                 published.identities = [identity(port, os.geteuid())]
-                await asyncio.sleep(0.3)  # past MIN_REREAD_S: the next refusal reads again
+                clock.advance(MIN_REREAD_S)  # the next refusal reads again
                 for _ in range(3):
                     async with session.get(f"http://127.0.0.1:{port}/health") as reply:
                         assert reply.status == 200
@@ -155,13 +158,14 @@ def test_with_the_real_socket_tables_this_processs_server_is_told_apart() -> Non
         seen: list[str] = []
         async with replica(seen) as port:
             published = Published([identity(port, os.geteuid() + 1)])
-            check = ReplicaIdentityCheck(published)  # the kernel's tables
+            clock = ManualClock()
+            check = ReplicaIdentityCheck(published, clock=clock.seconds)  # the kernel's tables
             check.load()
             async with await session_for(check) as session:
                 with pytest.raises(ReplicaIdentityRefused, match=f"uid {os.geteuid()}"):
                     await session.get(f"http://127.0.0.1:{port}/health")
                 published.identities = [identity(port, os.geteuid())]
-                await asyncio.sleep(0.3)
+                clock.advance(MIN_REREAD_S)
                 async with session.get(f"http://127.0.0.1:{port}/health") as reply:
                     assert reply.status == 200
         assert seen == ["GET /health"]
