@@ -134,3 +134,23 @@ def test_every_command_written_in_the_docs_exists(page: Path) -> None:
         if (problem := unknown_command(words.split(), COMMANDS))
     ]
     assert wrong == []
+
+
+def what_exists_today(markdown: str) -> tuple[int, str]:
+    """(first line number, text) of README's "What exists today" list: from that heading to the
+    first line that is neither a list item nor its continuation."""
+    lines = markdown.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("**What exists today**"))
+    end = start + 1
+    while end < len(lines) and (not lines[end] or lines[end].startswith(("- ", "  "))):
+        end += 1
+    return start + 1, "\n".join(lines[start:end])
+
+
+def test_readmes_first_screen_names_every_command() -> None:
+    """What a newcomer reads first names every top-level command (as `gpuplex NAME` or, in a run of
+    them, `NAME`), so a part that grows a command cannot be left out of it."""
+    number, text = what_exists_today((ROOT / "README.md").read_text(encoding="utf-8"))
+    named = {code.removeprefix("gpuplex ").split()[0] for code in CODE.findall(text) if code}
+    missing = sorted(set(COMMANDS) - named)
+    assert missing == [], f"README.md:{number}: 'What exists today' does not name {missing}"
