@@ -82,7 +82,11 @@ def test_a_client_gone_during_admission_is_only_flagged() -> None:
         watch = DisconnectWatch(poll_s=0.01)
         cycle, ex = _Cycle(), _exchange("r2")
         admitted = asyncio.Event()
-        task = asyncio.create_task(admitted.wait())  # the limiter's call, still running
+
+        async def limiter_call() -> None:  # still running when the client goes
+            await admitted.wait()
+
+        task = asyncio.create_task(limiter_call())
         watch.watch(cycle.receive, ex, task)
         cycle.gone = True
         await cycle.polled(1)  # the poll that read the flag set client_gone before it returned
