@@ -260,7 +260,7 @@ def shape(value: object) -> object:
     if isinstance(value, dict):
         return {key: shape(item) for key, item in sorted(value.items())}
     if isinstance(value, list):
-        return ["list", *sorted({json.dumps(shape(item), sort_keys=True) for item in value})]
+        return ["list", *sorted({dumps_shape(item) for item in value})]
     if value is None:
         return "null"
     if isinstance(value, bool):
@@ -268,6 +268,11 @@ def shape(value: object) -> object:
     if isinstance(value, int | float):
         return "number"
     return type(value).__name__
+
+
+def dumps_shape(value: object) -> str:
+    """`shape(value)` as JSON with sorted keys: a value that can go in a set."""
+    return json.dumps(shape(value), sort_keys=True)
 
 
 def facts(body: object) -> dict[str, object]:
@@ -309,7 +314,7 @@ def stream_facts(events: list[object]) -> tuple[dict[str, object], dict[str, set
     kinds = [kind(e) for e in events]
     by_kind: dict[str, set[str]] = {}
     for event, what in zip(events, kinds, strict=True):
-        by_kind.setdefault(what, set()).add(json.dumps(shape(event), sort_keys=True))
+        by_kind.setdefault(what, set()).add(dumps_shape(event))
     chunks = [e for e in events if isinstance(e, dict) and e["choices"]]
     return {
         "order": _runs([k for k in kinds if k not in ("token", "finish")]),  # role*, usage?, done
@@ -353,10 +358,6 @@ def finishes_alike(theirs: list[object], ours: list[object]) -> bool:
     each_of_ours_seen = all(theirs_found & set(pair) for pair in ours_found)
     each_of_theirs_made = all(any(t in pair for pair in ours_found) for t in theirs_found)
     return each_of_ours_seen and each_of_theirs_made
-
-
-def dumps_shape(value: object) -> str:
-    return json.dumps(shape(value), sort_keys=True)
 
 
 def _runs(kinds: list[str]) -> list[str]:
