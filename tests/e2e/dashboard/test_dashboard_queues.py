@@ -7,12 +7,15 @@ organisation as numbers), its own jobs and reasons, and no other tenant's."""
 from __future__ import annotations
 
 import shutil
+import time
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 import yaml
+from sqlalchemy import Engine
 
 from gpuplex.clock import utc_now
 from gpuplex.core.jobs.states import JobState
@@ -21,6 +24,8 @@ from gpuplex.core.spec.jobs import JobSpec
 from gpuplex.store.db import open_store
 from gpuplex.store.job_reports import JobReports
 from gpuplex.store.jobs import JobRepository
+from gpuplex.store.leader import try_lead
+from gpuplex.store.locks import StoreLock
 from tests.e2e.dashboard.stack import ROOT, SPEC, Stack
 
 pytest.importorskip("playwright", reason="the dashboard tests drive chromium with playwright")
@@ -132,13 +137,31 @@ def jobs(stack: Stack) -> dict[str, str]:
             repo.transition(made[key], JobState.STARTING, "admitted", now=now, placement=placement)
             repo.transition(made[key], JobState.RUNNING, "its process is up", now=now)
         repo.transition(made["n_run"], JobState.PREEMPTING, "reclaimed for a guarantee", now=now)
-        # the stack runs no host runtime: report for its node as one would, so the job runner
-        # (which decides nothing on a node whose host has not reported since it started) decides
-        JobReports(engine).write([], now=utc_now(), host=("h100-a", now))
+        _report_as_the_host_until_heard(stack, engine, host_started=now)
     finally:
         engine.dispose()
     assert applied["revision"] == current["revision"] + 1
     return made
+
+
+def _report_as_the_host_until_heard(stack: Stack, engine: Engine, host_started: datetime) -> None:
+    """The stack runs no host runtime: report for its node as a host does, every so often, until
+    the job runner has heard it. The runner decides nothing on a node whose host has not reported
+    since the runner took its lead, and it takes its lead on its first pass, a few seconds after
+    the server starts: a report written once, before that, counts for nothing (in CI one did)."""
+    deadline = time.monotonic() + 60
+    while (ours := try_lead(engine, StoreLock.JOB_RUNNER)) is not None:  # not the server's yet
+        ours.release()
+        assert time.monotonic() < deadline, "the server's job runner never took its lead"
+        time.sleep(0.2)
+    reports = JobReports(engine)
+    while True:
+        reports.write([], now=utc_now(), host=("h100-a", host_started))
+        reasons = [j["waiting_reason"] for j in _api(stack, "GET", "/queues")["jobs"]]
+        if not any(r and "first report since" in r for r in reasons):
+            return
+        assert time.monotonic() < deadline, f"the job runner never heard the host: {reasons}"
+        time.sleep(0.2)
 
 
 def _open(page: Page, token: str) -> None:
