@@ -26,7 +26,7 @@ from typing import Any
 import pytest
 import uvicorn
 
-from gpuplex.clock import utc_now
+from gpuplex.clock import SYSTEM_CLOCK
 from gpuplex.http_limits import HttpLimits
 from gpuplex.server.app import create_app
 from gpuplex.server.context import ServerContext
@@ -308,7 +308,7 @@ def control_plane_in_process(tmp_path: Path) -> Iterator[int]:
     """The control plane's own app and front-door wiring (`http_options`), in this process,
     with a 1 s header timeout and small connection caps."""
     engine = open_store(f"sqlite:///{tmp_path / 'cp.db'}")
-    ctx = ServerContext.open(engine, utc_now, ROLLUP_WINDOW_S)
+    ctx = ServerContext.open(engine, SYSTEM_CLOCK, ROLLUP_WINDOW_S)
     limits = HttpLimits(header_timeout_s=1.0, max_connections=40, max_connections_per_client=10)
     port = free_port()
     config = uvicorn.Config(

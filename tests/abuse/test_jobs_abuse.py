@@ -240,8 +240,8 @@ def test_past_its_cap_a_tenants_submit_is_429_saying_the_cap_and_how_many(api: A
     assert api.post(f"/tenants/{TENANT_B}/jobs", "b-admin", json=share()).status_code == 429
     # a job that finishes (cancelled, failed) makes room; the finished ones count no more
     assert api.post(f"/tenants/{TENANT_A}/jobs/{mine[0]}/cancel", "a-admin").status_code == 200
-    api.ctx.jobs.transition(mine[1], JobState.STARTING, "admitted", now=api.clock.utc())
-    api.ctx.jobs.transition(mine[1], JobState.FAILED, "start failed", now=api.clock.utc())
+    api.ctx.jobs.transition(mine[1], JobState.STARTING, "admitted", now=api.clock.utc_now())
+    api.ctx.jobs.transition(mine[1], JobState.FAILED, "start failed", now=api.clock.utc_now())
     submit(api, share())
     submit(api, share())
     assert api.post(f"/tenants/{TENANT_A}/jobs", "a-admin", json=share()).status_code == 429
@@ -276,8 +276,8 @@ def test_a_list_reads_one_page_however_many_finished_jobs_a_tenant_has(
     made = []
     for _ in range(45):
         api.clock.advance(timedelta(seconds=1))
-        made.append(api.ctx.jobs.submit(spec, now=api.clock.utc(), actor="t").id)
-        api.ctx.jobs.request_cancel(made[-1], TENANT_A, now=api.clock.utc(), actor="t")
+        made.append(api.ctx.jobs.submit(spec, now=api.clock.utc_now(), actor="t").id)
+        api.ctx.jobs.request_cancel(made[-1], TENANT_A, now=api.clock.utc_now(), actor="t")
     read: list[str] = []
     real = jobs_store._job
 
@@ -316,7 +316,7 @@ def test_submits_that_race_never_pass_the_cap(api: Api) -> None:
     def one() -> None:
         start.wait()
         try:
-            api.ctx.jobs.submit(spec, now=api.clock.utc(), actor="racer", caps=JobCaps(3, 100))
+            api.ctx.jobs.submit(spec, now=api.clock.utc_now(), actor="racer", caps=JobCaps(3, 100))
             outcomes.append("stored")
         except TooManyJobsError:
             outcomes.append("refused")
@@ -464,9 +464,9 @@ def test_env_values_reach_no_audit_entry_and_no_log_line(
     api.get(f"/tenants/{TENANT_A}/jobs/{job_id}/logs", "a-viewer")
     api.post(f"/tenants/{TENANT_A}/jobs/{job_id}/cancel", "a-admin")
     second = submit(api, share(env={"API_TOKEN": SECRET}))
-    api.ctx.jobs.transition(second, JobState.STARTING, "admitted", now=api.clock.utc())
-    api.ctx.jobs.transition(second, JobState.RUNNING, "running", now=api.clock.utc())
-    api.ctx.jobs.transition(second, JobState.SUCCEEDED, "exited 0", now=api.clock.utc())
+    api.ctx.jobs.transition(second, JobState.STARTING, "admitted", now=api.clock.utc_now())
+    api.ctx.jobs.transition(second, JobState.RUNNING, "running", now=api.clock.utc_now())
+    api.ctx.jobs.transition(second, JobState.SUCCEEDED, "exited 0", now=api.clock.utc_now())
     # refused submits too: a bad field beside the secret, and a secret in a bad place
     api.post(f"/tenants/{TENANT_A}/jobs", "a-admin", json=share(env={"A": SECRET}, priority=5000))
     api.post(f"/tenants/{TENANT_A}/jobs", "a-admin", json=share(env={"A": SECRET + "\x00"}))
@@ -499,10 +499,10 @@ def test_a_viewer_sees_env_names_but_not_values(api: Api) -> None:
 def test_a_preempted_job_is_not_told_whose_job_took_its_place(api: Api) -> None:
     theirs = submit(api, share(), caller="b-admin", tenant=TENANT_B)
     mine = submit(api, share())
-    api.ctx.jobs.transition(mine, JobState.STARTING, "admitted", now=api.clock.utc())
-    api.ctx.jobs.transition(mine, JobState.RUNNING, "running", now=api.clock.utc())
+    api.ctx.jobs.transition(mine, JobState.STARTING, "admitted", now=api.clock.utc_now())
+    api.ctx.jobs.transition(mine, JobState.RUNNING, "running", now=api.clock.utc_now())
     why = f"reclaimed for {theirs}: {TENANT_B} is inside its guarantee"
-    api.ctx.jobs.transition(mine, JobState.PREEMPTING, why, now=api.clock.utc())
+    api.ctx.jobs.transition(mine, JobState.PREEMPTING, why, now=api.clock.utc_now())
     for path in (f"/tenants/{TENANT_A}/jobs/{mine}", f"/tenants/{TENANT_A}/jobs"):
         seen = api.get(path, "a-viewer").text
         assert theirs not in seen
@@ -602,8 +602,8 @@ def test_a_top_priority_job_never_preempts_another_tenants_work_inside_its_guara
     """bravoco runs a lowest-priority job inside its 80 GiB guarantee; alphaco's top-priority
     job that would need that capacity waits for it (the queues' words say so) and takes nothing."""
     theirs = submit(one_api, share(60, priority=-1000), caller="b-admin", tenant=TENANT_B)
-    one_api.ctx.jobs.transition(theirs, JobState.STARTING, "admitted", now=one_api.clock.utc())
-    one_api.ctx.jobs.transition(theirs, JobState.RUNNING, "running", now=one_api.clock.utc())
+    one_api.ctx.jobs.transition(theirs, JobState.STARTING, "admitted", now=one_api.clock.utc_now())
+    one_api.ctx.jobs.transition(theirs, JobState.RUNNING, "running", now=one_api.clock.utc_now())
     # 159.3 GiB of GPU memory: 40 held by the two replicas, 60 by bravoco's job; 59.3 free
     mine = submit(one_api, share(70, priority=1000))
     reason = one_api.get(f"/tenants/{TENANT_A}/jobs/{mine}", "admin").json()["waiting_reason"]

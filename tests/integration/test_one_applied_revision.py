@@ -135,7 +135,7 @@ def test_host_billing_and_kubernetes_all_read_the_stored_plan(spec_texts: list[s
         store_url = f"sqlite:///{root / 'gpuplex.db'}"
         engine = open_store(store_url)
         clock = ManualClock(datetime(2026, 11, 1, tzinfo=UTC))
-        ctx = ServerContext.open(engine, clock.utc)
+        ctx = ServerContext.open(engine, clock)
         try:
             base = 0
             for number, text in enumerate(spec_texts, start=1):

@@ -24,7 +24,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import NoReturn
 
-from gpuplex.clock import monotonic_s, now_s, utc_now
+from gpuplex.clock import SYSTEM_CLOCK, Clock
 from gpuplex.core.report import BudgetAction, key_budget_name
 from gpuplex.core.serve.failed_auth import FailedAttempts
 from gpuplex.core.serve.keys import bearer_token, key_matches, key_prefix
@@ -134,8 +134,10 @@ class KeyCache:
         failed_auth_per_min: int,
         refresh_s: float = 0.5,
         enforcement: EnforcementRepository | None = None,
+        clock: Clock = SYSTEM_CLOCK,
     ) -> None:
         self._keys = keys
+        self._clock = clock
         self._enforcement = enforcement
         self._gates: dict[tuple[str, str], EnforcedBudget] = {}
         self._tenant_limits = tenant_limits
@@ -163,7 +165,7 @@ class KeyCache:
         version = self._keys.version()
         if version == self._version:
             return gates_changed
-        self._records = self._keys.active_records(utc_now())
+        self._records = self._keys.active_records(self._clock.utc_now())
         self._version = version
         return True
 
@@ -203,14 +205,14 @@ class KeyCache:
         return found
 
     def authenticate(self, authorization: bytes | None, client: str) -> Caller:
-        caller = self._match(authorization, now_s())
+        caller = self._match(authorization, self._clock.now_s())
         if caller is not None:
             return caller
         self.refuse(client)
 
     def refuse(self, client: str) -> NoReturn:
         """A failed check from `client`: counted, and 401 (429 past the address's limit)."""
-        now = monotonic_s()
+        now = self._clock.monotonic_s()
         if self._failures.throttled(client, now):
             raise ApiError(
                 ErrorCode.TOO_MANY_FAILED_AUTH,

@@ -25,7 +25,7 @@ from typing import Any
 
 import aiohttp
 
-from gpuplex.clock import now_s
+from gpuplex.clock import SYSTEM_CLOCK, Clock
 from gpuplex.core.serve.routes import Backend
 from gpuplex.core.serve.routing import (
     BreakerSettings,
@@ -55,8 +55,11 @@ class BackendState(StrEnum):
 
 
 class BackendPool:
-    def __init__(self, backend: Backend, settings: GatewaySpec, workers: int) -> None:
+    def __init__(
+        self, backend: Backend, settings: GatewaySpec, workers: int, clock: Clock = SYSTEM_CLOCK
+    ) -> None:
         self.backend = backend
+        self.clock = clock
         self.id = backend.id
         self.replicas = [ReplicaState(url) for url in backend.urls]
         self.checked = False  # a round of health checks has seen it
@@ -73,11 +76,11 @@ class BackendPool:
         return BackendState.DOWN if self.was_ready else BackendState.STARTING
 
     def any_available(self) -> bool:
-        now = now_s()
+        now = self.clock.now_s()
         return any(r.available(now, self.breaker.open_s) for r in self.replicas)
 
     def choose(self) -> ReplicaState | None:
-        replica = choose_replica(self.replicas, now_s(), self.breaker)
+        replica = choose_replica(self.replicas, self.clock.now_s(), self.breaker)
         if replica is not None:
             replica.in_flight += 1
         return replica
@@ -87,7 +90,7 @@ class BackendPool:
         if ok:
             record_success(replica)
         else:
-            record_failure(replica, now_s(), self.breaker)
+            record_failure(replica, self.clock.now_s(), self.breaker)
             log.warning("backend %s replica %s failed", self.id, replica.url)
 
     async def check_health(self, session: aiohttp.ClientSession, timeout_s: float) -> None:

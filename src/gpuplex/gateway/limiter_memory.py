@@ -7,10 +7,10 @@ stretch it (an hour of 429s)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Protocol
 
-from gpuplex.clock import monotonic_s
+from gpuplex.clock import SYSTEM_CLOCK, Clock
 from gpuplex.core.serve.limits import (
     DEFAULT_LEASE_S,
     Decision,
@@ -32,16 +32,14 @@ class Limiter(Protocol):
 
 
 class MemoryLimiter:
-    def __init__(
-        self, lease_s: float = DEFAULT_LEASE_S, clock: Callable[[], float] = monotonic_s
-    ) -> None:
+    def __init__(self, lease_s: float = DEFAULT_LEASE_S, clock: Clock = SYSTEM_CLOCK) -> None:
         self.state = LimiterState()
         self.lease_s = lease_s
         self._clock = clock
         self._decisions = 0
 
     async def admit(self, limits: Sequence[Limit], request_id: str, tokens: int) -> Decision:
-        now = self._clock()
+        now = self._clock.monotonic_s()
         self._decisions += 1
         if self._decisions % 10_000 == 0:
             self.state.prune(now)

@@ -41,7 +41,7 @@ from redis.asyncio.retry import Retry
 from redis.backoff import ExponentialBackoff
 from redis.exceptions import RedisError
 
-from gpuplex.clock import monotonic_s
+from gpuplex.clock import SYSTEM_CLOCK, Clock
 from gpuplex.core.serve.limits import (
     CONCURRENCY_RETRY_S,
     DEFAULT_LEASE_S,
@@ -118,8 +118,13 @@ def limit_keys(key_prefix: str, limit: Limit) -> list[str]:
 
 class RedisLimiter:
     def __init__(
-        self, url: str, key_prefix: str = "gpuplex:rl:", lease_s: float = DEFAULT_LEASE_S
+        self,
+        url: str,
+        key_prefix: str = "gpuplex:rl:",
+        lease_s: float = DEFAULT_LEASE_S,
+        clock: Clock = SYSTEM_CLOCK,
     ) -> None:
+        self._clock = clock
         self.display_url = redacted_url(url)
         self.key_prefix = key_prefix
         self.lease_s = lease_s
@@ -170,7 +175,9 @@ class RedisLimiter:
         to_settle = [limit for limit in limits if limit.kind is not LimitKind.REQUESTS]
         if not to_settle:
             return
-        pending = _Settle(to_settle, request_id, actual_tokens, monotonic_s() + self.lease_s)
+        pending = _Settle(
+            to_settle, request_id, actual_tokens, self._clock.monotonic_s() + self.lease_s
+        )
         if self._unsettled:  # Redis is known to be away: join the queue, do not wait on it again
             self._queue(pending)
             return
@@ -213,7 +220,7 @@ class RedisLimiter:
         settled = expired = 0
         while self._unsettled:
             await asyncio.sleep(delay_s)
-            now = monotonic_s()
+            now = self._clock.monotonic_s()
             while self._unsettled and self._unsettled[0].give_up_at_s <= now:
                 self._unsettled.popleft()
                 expired += 1

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 import aiohttp
 
-from gpuplex.clock import now_s
+from gpuplex.clock import SYSTEM_CLOCK, Clock
 from gpuplex.core.serve.inference import InferenceRequest
 from gpuplex.core.serve.sse import EventSplitter, EventTooLong, model_renamer, rename_model
 from gpuplex.core.serve.stream_usage import StreamUsage, read_reply
@@ -235,7 +235,7 @@ async def relay_stream(
     reply: aiohttp.ClientResponse,
     send: Send,
     record: Recorder,
-    clock: Callable[[], float] = now_s,
+    clock: Clock = SYSTEM_CLOCK,
 ) -> None:
     """Relay a stream event by event; `clock` (the one `ex.started_s` was read from) times the
     reads that carry tokens: the TTFT is observed as the first token arrives, the gaps (counted
@@ -254,7 +254,7 @@ async def _relay_events(
     reply: aiohttp.ClientResponse,
     send: Send,
     record: Recorder,
-    clock: Callable[[], float],
+    clock: Clock,
 ) -> None:
     splitter = EventSplitter(rt.config.max_event_kib * 1024)
     usage = StreamUsage()
@@ -266,7 +266,7 @@ async def _relay_events(
         async for chunk in chunks:  # the first whole event before the headers: a 502 is possible
             events = splitter.feed(chunk)
             if events:
-                read_s = clock()
+                read_s = clock.now_s()
                 break
     except EventTooLong:
         raise _event_too_long(rt, ex) from None
@@ -285,10 +285,10 @@ async def _relay_events(
                 return
             events = splitter.feed(chunk)
             if events:
-                going = await _pass_on(rt, ex, usage, events, renamer, send, record, clock())
+                going = await _pass_on(rt, ex, usage, events, renamer, send, record, clock.now_s())
         rest = splitter.rest()
         if not going or (
-            rest and not await _pass_on(rt, ex, usage, [rest], renamer, send, record, clock())
+            rest and not await _pass_on(rt, ex, usage, [rest], renamer, send, record, clock.now_s())
         ):
             return
     except EventTooLong:

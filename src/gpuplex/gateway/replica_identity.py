@@ -26,7 +26,7 @@ from typing import Any
 
 import aiohttp
 
-from gpuplex.clock import monotonic_s
+from gpuplex.clock import SYSTEM_CLOCK, Clock
 from gpuplex.errors import GpuplexError
 from gpuplex.gateway.socket_owners import Address, is_loopback, socket_owner
 from gpuplex.store.replica_identities import ReplicaIdentity
@@ -90,7 +90,7 @@ class ReplicaIdentityCheck:
         self,
         read: Callable[[], list[ReplicaIdentity]],
         owner_of: Callable[[Address, Address], Awaitable[int | None]] = socket_owner,
-        clock: Callable[[], float] = monotonic_s,
+        clock: Clock = SYSTEM_CLOCK,
     ) -> None:
         self._read = read
         self._owner_of = owner_of
@@ -104,7 +104,7 @@ class ReplicaIdentityCheck:
     def load(self) -> None:
         """Read the published identities now (blocking); a store that cannot be read keeps the
         ones read before, and is logged once per new problem."""
-        self._read_at = self._clock()
+        self._read_at = self._clock.monotonic_s()
         try:
             self.owners = expected_owners(self._read())
         except GpuplexError as error:
@@ -117,7 +117,7 @@ class ReplicaIdentityCheck:
     async def reload(self) -> None:
         """`load` off the event loop; callers at the same moment share one read, and a read
         finished less than MIN_REREAD_S ago is not made again."""
-        if self._read_at is not None and self._clock() - self._read_at < MIN_REREAD_S:
+        if self._read_at is not None and self._clock.monotonic_s() - self._read_at < MIN_REREAD_S:
             return
         if self._reading is None:
             loop = asyncio.get_running_loop()

@@ -20,7 +20,7 @@ import logging
 from collections.abc import Collection
 from typing import Any
 
-from gpuplex.clock import now_s
+from gpuplex.clock import SYSTEM_CLOCK, Clock
 from gpuplex.core.serve.service_accounts import (
     VERIFIED_TTL_S,
     ServiceAccount,
@@ -45,8 +45,10 @@ class ServiceAccounts:
         *,
         ttl_s: float = VERIFIED_TTL_S,
         verified: VerifiedTokens | None = None,
+        clock: Clock = SYSTEM_CLOCK,
     ) -> None:
-        self._issuers = issuers if issuers is not None else IssuerKeysCache(now_s)
+        self._clock = clock
+        self._issuers = issuers if issuers is not None else IssuerKeysCache(clock)
         self._ttl_s = ttl_s
         self._verified = verified if verified is not None else VerifiedTokens()
 
@@ -62,7 +64,7 @@ class ServiceAccounts:
             return None
         settings = (oidc.issuer, audience, gateway.tenant_claim)
         digest = token_digest(token)
-        now = now_s()
+        now = self._clock.now_s()
         known = self._verified.get(digest, now)
         if known is not None and known.verified_by == settings:
             return known if known.tenant in tenants else None
@@ -80,7 +82,7 @@ class ServiceAccounts:
             prefix=account_prefix(oidc.issuer, subject),
             expires_at_s=float(claims["exp"]),
         )
-        self._verified.put(digest, account, now_s(), self._ttl_s)
+        self._verified.put(digest, account, self._clock.now_s(), self._ttl_s)
         return account
 
     async def _verified_claims(

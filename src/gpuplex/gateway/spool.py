@@ -43,13 +43,12 @@ import math
 import os
 import re
 import threading
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 import orjson
 
-from gpuplex.clock import monotonic_s, now_s
+from gpuplex.clock import SYSTEM_CLOCK, Clock
 from gpuplex.core.serve.usage import UsageRecord
 from gpuplex.ids import random_hex
 
@@ -87,9 +86,10 @@ class UsageSpool:
         segment_max_bytes: int = 8 * 1024 * 1024,
         segment_max_age_s: float = 2.0,
         reserve_bytes: int = RESERVE_BYTES,
-        clock: Callable[[], float] = monotonic_s,
+        clock: Clock = SYSTEM_CLOCK,
     ) -> None:
-        """`clock` (monotonic seconds) times how long `ready()` answers from memory."""
+        """`clock` times how long `ready()` answers from memory, and when a segment is due to
+        rotate."""
         if not _WRITER_ID.fullmatch(writer_id):
             raise ValueError(f"writer_id {writer_id!r}: use letters, digits, '_' and '-' only")
         if fsync_interval_s <= 0 or segment_max_bytes <= 0 or segment_max_age_s <= 0:
@@ -158,7 +158,7 @@ class UsageSpool:
     def ready(self) -> str | None:
         """None when a record can be written now; else why not, in plain words (for the log, the
         503 and /healthz). Answers from memory for `READY_CHECK_S` after each check."""
-        now = self._clock()
+        now = self._clock.monotonic_s()
         if now - self._ready_at_s < READY_CHECK_S:
             return self._ready_cause
         cause = self._check_ready()
@@ -216,7 +216,7 @@ class UsageSpool:
         while not stop.is_set():
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), self.fsync_interval_s)
-            self.rotate_if_due(now_s())
+            self.rotate_if_due(self._clock.now_s())
             if not self.dirty:
                 continue
             try:
@@ -288,7 +288,7 @@ class UsageSpool:
                 os.close(fd)  # a mover took the empty file for a dead writer's: it removes it
                 continue
             if names_inode(path, fd):
-                segment = _Segment(fd=fd, path=path, opened_s=now_s())
+                segment = _Segment(fd=fd, path=path, opened_s=self._clock.now_s())
                 with self._state_lock:
                     self._active = segment
                 return segment

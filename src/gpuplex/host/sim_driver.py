@@ -18,14 +18,14 @@ import fcntl
 import json
 import os
 import uuid as uuid_lib
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict
 
-from gpuplex.clock import monotonic_s
+from gpuplex.clock import SYSTEM_CLOCK, Clock
 from gpuplex.core.apply.model import GpuProcessStatus, GpuStatus, MigInstanceStatus
 from gpuplex.core.catalog import gpu_model
 from gpuplex.core.catalog.device_check import DeviceMigProfile, profiles_of
@@ -83,7 +83,7 @@ class SimulatedDriver:
         node: NodeSpec | None,
         mig_on: set[int] | None = None,
         memory_mib: Mapping[str, int] | None = None,
-        clock: Callable[[], float] = monotonic_s,
+        clock: Clock = SYSTEM_CLOCK,
     ) -> None:
         """Open the simulated machine in `sim_dir`, creating it from `node` the first time. GPUs
         start in MIG mode where the spec says `mig: on`, or where `mig_on` (the first plan's MIG
@@ -123,7 +123,7 @@ class SimulatedDriver:
     def process_utilization(self) -> ProcessUtilization:
         """Every device is measured; a process's first reading (nothing to compare with yet) and
         a report without busy seconds leave it out, so it reads as idle."""
-        now_s = self._clock()
+        now_s = self._clock.monotonic_s()
         with self._locked() as state:
             shares = {
                 sim_mig_uuid(g.uuid, i.gi_id): self._compute_share(g, i)

@@ -36,6 +36,7 @@ from typing import Any
 from joserfc.errors import JoseError
 from joserfc.jws import extract_compact
 
+from gpuplex.clock import Clock
 from gpuplex.errors import IdentityProviderUnavailable, OidcTokenError
 from gpuplex.oidc.tokens import verified_claims
 
@@ -87,7 +88,7 @@ class IssuerKeys:
     def __init__(
         self,
         issuer: str,
-        clock: Callable[[], float],
+        clock: Clock,
         *,
         fetch: Callable[[str], dict[str, Any]] = fetch_json,
         max_age_s: float = 3600.0,
@@ -129,7 +130,12 @@ class IssuerKeys:
     ) -> dict[str, Any]:
         """The token's claims checked against `keys`: no I/O."""
         return verified_claims(
-            token, keys, issuer=self.issuer, audience=audience, now_s=self._clock(), skew_s=skew_s
+            token,
+            keys,
+            issuer=self.issuer,
+            audience=audience,
+            now_s=self._clock.now_s(),
+            skew_s=skew_s,
         )
 
     # --- the key set -----------------------------------------------------------------------
@@ -161,7 +167,7 @@ class IssuerKeys:
         its last fetch, when that was too recent to fetch again; IdentityProviderUnavailable
         while a failed fetch's backoff runs."""
         with self._lock:
-            now = self._clock()
+            now = self._clock.now_s()
             age = now - self._fetched_at
             known = self._keys is not None and (kid is None or _has_kid(self._keys, kid))
             if known and age < 2 * self._max_age_s:
@@ -237,7 +243,7 @@ class IssuerKeys:
         with self._lock:
             self._discovery = discovery
             self._keys = keys
-            self._fetched_at = self._clock()
+            self._fetched_at = self._clock.now_s()
             self._failures = 0
             self._failure = None
             self._in_flight = None
@@ -290,9 +296,7 @@ def _has_kid(keys: KeySet, kid: str) -> bool:
 class IssuerKeysCache:
     """One IssuerKeys per issuer, made on first use (the applied spec names the issuer)."""
 
-    def __init__(
-        self, clock: Callable[[], float], fetch: Callable[[str], dict[str, Any]] = fetch_json
-    ) -> None:
+    def __init__(self, clock: Clock, fetch: Callable[[str], dict[str, Any]] = fetch_json) -> None:
         self._clock = clock
         self._fetch = fetch
         self._lock = threading.Lock()

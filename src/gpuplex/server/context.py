@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 
 from fastapi import Request
 
-from gpuplex.clock import now_s
+from gpuplex.clock import SYSTEM_CLOCK, Clock
 from gpuplex.oidc.keys import IssuerKeysCache
 from gpuplex.revision import AppliedRevisions
 from gpuplex.server.failure_throttle import FailureThrottle
@@ -39,7 +38,8 @@ class JobRunnerLead:
 @dataclass(frozen=True, slots=True)
 class ServerContext:
     engine: Engine
-    now: Callable[[], datetime]  # timezone-aware UTC
+    #: the control plane's time: what it stamps, and what expiry and windows are measured on
+    clock: Clock
     tokens: TokenRepository
     keys: KeyRepository
     revisions: SpecRevisions
@@ -57,7 +57,8 @@ class ServerContext:
     key_usage: KeyUsageRepository
     enforcement: EnforcementRepository
     jobs: JobRepository
-    #: the identity provider's keys, per issuer (wall-clock time: tokens expire in real time)
+    #: the identity provider's keys, per issuer, on the system clock whatever `clock` is: the
+    #: provider's tokens expire in real time
     issuer_keys: IssuerKeysCache
     #: people signed in to the dashboard with the identity provider (server/sign_in.py)
     web_sessions: WebSessions
@@ -68,11 +69,15 @@ class ServerContext:
     #: failed credentials and sign-ins per client address (server/failure_throttle.py)
     failure_throttle: FailureThrottle = field(default_factory=FailureThrottle)
 
+    def now(self) -> datetime:
+        """Now on the control plane's clock, timezone-aware UTC."""
+        return self.clock.utc_now()
+
     @classmethod
     def open(
         cls,
         engine: Engine,
-        now: Callable[[], datetime],
+        clock: Clock,
         rollup_window_s: int = 60,
     ) -> ServerContext:
         revisions = SpecRevisions(engine)
@@ -84,7 +89,7 @@ class ServerContext:
         jobs = JobRepository(engine)
         return cls(
             engine=engine,
-            now=now,
+            clock=clock,
             tokens=TokenRepository(engine),
             keys=KeyRepository(engine),
             revisions=revisions,
@@ -102,7 +107,7 @@ class ServerContext:
             key_usage=key_usage,
             enforcement=EnforcementRepository(engine),
             jobs=jobs,
-            issuer_keys=IssuerKeysCache(now_s),
+            issuer_keys=IssuerKeysCache(SYSTEM_CLOCK),
             web_sessions=WebSessions(engine),
             people=OidcPeople(engine),
         )

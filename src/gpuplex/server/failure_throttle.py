@@ -26,11 +26,10 @@ from __future__ import annotations
 
 import math
 import threading
-from collections.abc import Callable
 
 from starlette.requests import HTTPConnection
 
-from gpuplex.clock import monotonic_s
+from gpuplex.clock import SYSTEM_CLOCK, Clock
 from gpuplex.core.serve.failed_auth import FailedAttempts
 from gpuplex.errors import ErrorCode
 from gpuplex.http_limits import client_key
@@ -52,7 +51,7 @@ class FailureThrottle:
         failures_per_min: int = FAILURES_PER_MIN,
         *,
         max_addresses: int = MAX_ADDRESSES,
-        clock: Callable[[], float] = monotonic_s,
+        clock: Clock = SYSTEM_CLOCK,
     ) -> None:
         self.failures_per_min = failures_per_min
         self._attempts = FailedAttempts(failures_per_min, max_addresses)
@@ -67,7 +66,7 @@ class FailureThrottle:
     def refusal(self, address: str) -> ApiProblem | None:
         """The 429 for `address` while it is throttled, else None."""
         with self._lock:
-            wait_s = self._attempts.throttled_for_s(address, self._clock())
+            wait_s = self._attempts.throttled_for_s(address, self._clock.monotonic_s())
         if wait_s <= 0:
             return None
         retry_after_s = max(1, math.ceil(wait_s))
@@ -87,7 +86,7 @@ class FailureThrottle:
     def failed(self, address: str) -> None:
         """One more failure from `address`."""
         with self._lock:
-            self._attempts.record(address, self._clock())
+            self._attempts.record(address, self._clock.monotonic_s())
 
     def answer_to_failure(self, address: str, refusal: ApiProblem) -> ApiProblem:
         """Count a failure from `address`: the answer to give is `refusal` (401), or the 429

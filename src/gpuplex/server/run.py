@@ -9,7 +9,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from gpuplex.clock import utc_now
+from gpuplex.clock import SYSTEM_CLOCK
 from gpuplex.http_guard import uvicorn_options
 from gpuplex.http_limits import HttpLimits, fitted_to_file_limit, plain_error_body
 from gpuplex.retry import run_pass
@@ -87,7 +87,7 @@ def run_server(settings: ServerSettings) -> None:
     import uvicorn
 
     engine = open_store(settings.store_url)
-    ctx = ServerContext.open(engine, utc_now, ROLLUP_WINDOW_S)
+    ctx = ServerContext.open(engine, SYSTEM_CLOCK, ROLLUP_WINDOW_S)
     if settings.spec_path is not None:
         apply_spec_file(ctx, settings.spec_path, actor=f"spec file {settings.spec_path}")
     reconciler = Reconciler(ctx, settings)

@@ -24,7 +24,7 @@ from pathlib import Path
 import uvicorn
 from rich.console import Console
 
-from gpuplex.clock import now_s, sleep_s, utc_now
+from gpuplex.clock import SYSTEM_CLOCK, now_s, sleep_s, utc_now
 from gpuplex.consoles import stderr_console
 from gpuplex.core.access import Role
 from gpuplex.core.serve.routes import route_table
@@ -124,7 +124,7 @@ def _start_and_serve(
     store_url = GpuplexHome(root).store_url  # where the CLI finds it with GPUPLEX_HOME=root
     engine = open_store(store_url)
     cleanup.callback(engine.dispose)
-    ctx = ServerContext.open(engine, utc_now, ROLLUP_WINDOW_S)
+    ctx = ServerContext.open(engine, SYSTEM_CLOCK, ROLLUP_WINDOW_S)
     real = real_workloads(settings) if simulated_driver(settings.driver) else None
     # what the host runtime could not start, said before the spec is applied: a folder granted
     # in `reads` that a tenant's user cannot read, a command it cannot run
@@ -310,7 +310,7 @@ def _background(
             driver,
             node,
             functools.partial(store_samples, ctx),
-            utc_now,
+            ctx.clock,
             settings.sample_interval_s,
         ),
     ]

@@ -10,6 +10,7 @@ import threading
 from collections.abc import Callable
 from datetime import datetime
 
+from gpuplex.clock import Clock
 from gpuplex.core.meter import GpuSample, SampleSource
 from gpuplex.host.driver import GpuDriver
 from gpuplex.host.observe import snapshot
@@ -74,12 +75,12 @@ class Sampler(threading.Thread):
         driver: GpuDriver,
         node: str,
         store: Callable[[list[GpuSample]], int],
-        now: Callable[[], datetime],
+        clock: Clock,
         interval_s: float,
     ) -> None:
         super().__init__(name="gpuplex-sampler", daemon=True)
         self.dirs, self.driver, self.node = dirs, driver, node
-        self.store, self.now, self.interval_s = store, now, interval_s
+        self.store, self.clock, self.interval_s = store, clock, interval_s
         self.stopping = threading.Event()
 
     def run(self) -> None:
@@ -93,4 +94,4 @@ class Sampler(threading.Thread):
             )
 
     def sample_once(self, source: SampleSource) -> None:
-        self.store(take_samples(self.dirs, self.driver, self.node, self.now(), source))
+        self.store(take_samples(self.dirs, self.driver, self.node, self.clock.utc_now(), source))

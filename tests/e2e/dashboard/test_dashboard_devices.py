@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from gpuplex.clock import utc_now
+from gpuplex.clock import SYSTEM_CLOCK, utc_now
 from gpuplex.core.apply.model import Binding, Phase, WorkloadDesired, WorkloadRecord
 from gpuplex.core.meter import GpuSample
 from gpuplex.core.plan import Mode
@@ -47,7 +47,7 @@ def sampled(stack: Stack, tmp_path_factory: pytest.TempPathFactory) -> Iterator[
     workdir = tmp_path_factory.mktemp("sampler")
     engine = open_store(f"sqlite:///{stack.state_dir.parent / 'gpuplex.db'}")
     try:
-        ctx = ServerContext.open(engine, utc_now)
+        ctx = ServerContext.open(engine, SYSTEM_CLOCK)
         applied = ctx.current.get()
         assert applied is not None
         (placement,) = [

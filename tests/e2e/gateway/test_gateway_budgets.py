@@ -18,6 +18,7 @@ from decimal import Decimal
 import httpx
 import pytest
 
+from gpuplex.clock import SYSTEM_CLOCK
 from gpuplex.core.report import BudgetAction
 from gpuplex.core.spec import RateLimits
 from gpuplex.server.budget_enforcement import enforce_budgets
@@ -138,7 +139,7 @@ def budgeted(stack: Stack) -> Iterator[Budgeted]:
     sim_port = stack.sim(["llm"])
     gateway_port = free_port()
     engine = open_store(stack.store_url)
-    ctx = ServerContext.open(engine, lambda: datetime.now(UTC), rollup_window_s=WINDOW_S)
+    ctx = ServerContext.open(engine, SYSTEM_CLOCK, rollup_window_s=WINDOW_S)
     apply(ctx, SPEC.format(gateway_port=gateway_port, sim_port=sim_port), 0, actor="test")
     gateway = Gateway(None, stack.store_url, stack.tmp / "spool", gateway_port)
     stack.gateways.append(gateway)

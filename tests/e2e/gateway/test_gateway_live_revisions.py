@@ -8,12 +8,12 @@ import asyncio
 import threading
 import time
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 
 import aiohttp
 import httpx
 import pytest
 
+from gpuplex.clock import SYSTEM_CLOCK
 from gpuplex.server.context import ServerContext
 from gpuplex.server.spec_apply import apply
 from gpuplex.store.db import open_store
@@ -110,7 +110,7 @@ def test_a_new_revision_takes_effect_under_load_within_a_second(stack: Stack) ->
         )
 
     engine = open_store(stack.store_url)
-    ctx = ServerContext.open(engine, lambda: datetime.now(UTC))
+    ctx = ServerContext.open(engine, SYSTEM_CLOCK)
     first, _ = apply(ctx, spec(10_000_000, first_globex), 0, actor="test")
     keys = {tenant: stack.key(tenant) for tenant in ("acme", "globex")}
     # no --config: the gateway serves the store's applied revision and follows new ones

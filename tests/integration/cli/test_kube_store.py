@@ -3,13 +3,13 @@ plan as it was stored when the spec was applied, not a fresh plan of the same sp
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
 from pathlib import Path
 
 import yaml
 from typer.testing import CliRunner
 
 from gpuplex.cli.main import app
+from gpuplex.clock import SYSTEM_CLOCK
 from gpuplex.kube.output import to_yaml
 from gpuplex.kube.render import render_plan
 from gpuplex.revision import AppliedRevisions
@@ -40,7 +40,7 @@ def spec(*tenants: str) -> str:
 def test_render_without_a_file_is_the_stored_plan(tmp_path: Path) -> None:
     store_url = f"sqlite:///{tmp_path / 'gpuplex.db'}"
     engine = open_store(store_url)
-    ctx = ServerContext.open(engine, lambda: datetime.now(UTC))
+    ctx = ServerContext.open(engine, SYSTEM_CLOCK)
     first, _ = apply(ctx, spec("first", "second"), 0, actor="test")
     apply(ctx, spec("second"), first.revision, actor="test")  # `second` keeps GPU 1
     applied = AppliedRevisions(SpecRevisions(engine)).get()

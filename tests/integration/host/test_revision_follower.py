@@ -6,11 +6,11 @@ from __future__ import annotations
 import json
 import tempfile
 from collections.abc import Iterator
-from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
 
+from gpuplex.clock import SYSTEM_CLOCK
 from gpuplex.errors import StoreError
 from gpuplex.host.follow import RevisionFollower
 from gpuplex.host.state import StateDir
@@ -42,7 +42,7 @@ def setup() -> Iterator[tuple[ServerContext, RevisionFollower, StateDir]]:
         root = Path(scratch)
         root.chmod(0o755)
         engine = open_store(f"sqlite:///{root / 'gpuplex.db'}")
-        ctx = ServerContext.open(engine, lambda: datetime.now(UTC))
+        ctx = ServerContext.open(engine, SYSTEM_CLOCK)
         settings = HostSettings(state_dir=root / "host", node="box", driver="sim")
         dirs = StateDir(settings.state_dir)
         dirs.create()

@@ -10,12 +10,13 @@ import json
 import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from gpuplex.clock import SYSTEM_CLOCK
 from gpuplex.core.apply.model import FinishedRun, Phase, WorkloadRecord
 from gpuplex.core.jobs.live import attempt_of
 from gpuplex.core.jobs.states import JobState
@@ -31,6 +32,7 @@ from gpuplex.store.db import open_store
 from gpuplex.store.job_reports import JobReports
 from gpuplex.store.jobs import Job
 from gpuplex.store.spec_revisions import SpecRevisions
+from tests.clocks import AheadClock
 
 SPEC = """
 fleet:
@@ -56,10 +58,10 @@ class Setup:
     dirs: StateDir
     store_url: str
     settings: HostSettings
-    clock: list[float]  # seconds the control plane's clock runs ahead of the real one
+    clock: AheadClock  # the control plane's: the real one, run ahead by the test
 
     def advance(self, seconds: float) -> None:
-        self.clock[0] += seconds
+        self.clock.advance(seconds)
 
     def now_s(self) -> float:
         return self.ctx.now().timestamp()
@@ -101,8 +103,8 @@ def setup() -> Iterator[Setup]:
         root.chmod(0o755)
         store_url = f"sqlite:///{root / 'gpuplex.db'}"
         engine = open_store(store_url)
-        clock = [0.0]
-        ctx = ServerContext.open(engine, lambda: datetime.now(UTC) + timedelta(seconds=clock[0]))
+        clock = AheadClock()
+        ctx = ServerContext.open(engine, clock)
         apply(ctx, SPEC, 0, actor="test")
         settings = HostSettings(state_dir=root / "host", node="box", driver="sim")
         dirs = StateDir(settings.state_dir)
@@ -205,7 +207,7 @@ def test_a_job_whose_command_cannot_start_here_fails_alone(setup: Setup) -> None
 
 def test_two_control_planes_on_one_store_never_both_run_the_jobs(setup: Setup) -> None:
     other_engine = open_store(setup.store_url)
-    other = JobRunner(ServerContext.open(other_engine, lambda: datetime.now(UTC)), 1.0)
+    other = JobRunner(ServerContext.open(other_engine, SYSTEM_CLOCK), 1.0)
     try:
         job = setup.submit("acme", ["sleep", "60"])
         assert setup.runner.pass_once() is not None  # the first one leads

@@ -25,7 +25,7 @@ import uvicorn
 from sqlalchemy import Engine, func, select
 from sqlalchemy.orm import Session
 
-from gpuplex.clock import utc_now
+from gpuplex.clock import SYSTEM_CLOCK, utc_now
 from gpuplex.server.app import create_app
 from gpuplex.server.context import ServerContext
 from gpuplex.server.run import ROLLUP_WINDOW_S, apply_spec_file, http_options
@@ -88,7 +88,7 @@ def site(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Site]:
     )
     engine = open_store(f"sqlite:///{tmp_path / 'gpuplex.db'}")
     provider.start(node)
-    ctx = ServerContext.open(engine, utc_now, ROLLUP_WINDOW_S)
+    ctx = ServerContext.open(engine, SYSTEM_CLOCK, ROLLUP_WINDOW_S)
     apply_spec_file(ctx, spec, actor="test")
     bounded = WebSessions(engine, max_sign_ins=MAX_SIGN_INS, sign_ins_per_client=PER_CLIENT)
     ctx = replace(ctx, web_sessions=bounded)

@@ -80,8 +80,8 @@ def session_api(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Api
                     subject=person,
                     name=person,
                     groups=GROUPS[person],
-                    now=made.clock.utc(),
-                    expires_at=made.clock.utc() + timedelta(days=30),
+                    now=made.clock.utc_now(),
+                    expires_at=made.clock.utc_now() + timedelta(days=30),
                 )
 
             def headers(caller: str | None) -> dict[str, str]:

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from gpuplex.clock import SYSTEM_CLOCK
 from gpuplex.core.access import Role
 from gpuplex.core.access.oidc_groups import Grant, GroupRule, grants_of
 from gpuplex.errors import OidcTokenError
@@ -100,7 +101,7 @@ def test_a_token_from_another_provider_is_refused(provider: OidcProvider, tmp_pa
 def test_gpuplex_follows_the_providers_key_rotation_by_itself(provider: OidcProvider) -> None:
     """Discovery and the key set fetched from the provider and cached; after a rotation the
     cache is refetched once for the new key, and the old key's token is refused."""
-    keys = IssuerKeys(provider.issuer, time.time, min_refresh_s=0)
+    keys = IssuerKeys(provider.issuer, SYSTEM_CLOCK, min_refresh_s=0)
     old = provider.client_token("svc-contoso", SECRET)
     assert keys.verify(old, audience=AUDIENCE, skew_s=60)["sub"] == "svc-contoso"
     provider.stop()

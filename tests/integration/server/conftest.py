@@ -155,7 +155,7 @@ def make_api(engine: Engine, tmp_path: Path, *, apply_spec: bool = True) -> Api:
     clock = ManualClock(T0)
     host = StateDir(tmp_path / "host-state")
     host.root.mkdir(parents=True, exist_ok=True)
-    ctx = ServerContext.open(engine, clock.utc, rollup_window_s=60)
+    ctx = ServerContext.open(engine, clock, rollup_window_s=60)
     api = Api(client=TestClient(create_app(ctx)), ctx=ctx, clock=clock, host=host)
     for caller, (role, tenant) in CALLERS.items():
         token, _ = ctx.tokens.create(f"{caller}-token", role, tenant, None, T0, "suite")

@@ -52,8 +52,8 @@ def sign_in(api: Api, caller: str, groups: list[str]) -> None:
         subject="alice",
         name="alice",
         groups=groups,
-        now=api.clock.utc(),
-        expires_at=api.clock.utc() + timedelta(hours=12),
+        now=api.clock.utc_now(),
+        expires_at=api.clock.utc_now() + timedelta(hours=12),
     )
 
 

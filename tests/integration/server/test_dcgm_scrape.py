@@ -95,7 +95,7 @@ def clock() -> ManualClock:
 
 @pytest.fixture
 def ctx(engine: Engine, clock: ManualClock) -> ServerContext:
-    opened = ServerContext.open(engine, clock.utc, rollup_window_s=60)
+    opened = ServerContext.open(engine, clock, rollup_window_s=60)
     apply(opened, SPEC_YAML, 0, actor="test")
     return opened
 
@@ -117,7 +117,7 @@ def test_scraped_samples_are_rolled_up_as_busy_gpu_seconds_and_memory(
         clock.at = T0 + timedelta(seconds=10 + 30 * k)
         assert scraper.pass_once() == 6
     clock.at = T0 + 5 * MINUTE
-    assert ctx.metering.catch_up(clock.utc()).windows == 5
+    assert ctx.metering.catch_up(clock.utc_now()).windows == 5
     lines = ctx.metering.lines(MeterWindow(T0, T0 + 5 * MINUTE))
     measured = {
         (x.tenant, x.metric, x.dimension): x.quantity for x in lines if x.source == "measured"

@@ -77,16 +77,16 @@ def three_hours_of_samples(api: Api) -> None:
 def test_pruning_keeps_what_the_roll_ups_say(api: Api) -> None:
     three_hours_of_samples(api)
     api.clock.advance(3 * HOUR)
-    api.ctx.metering.catch_up(api.clock.utc())
+    api.ctx.metering.catch_up(api.clock.utc_now())
     before = measured(api, timedelta(0), 3 * HOUR)
     assert before[BUSY_GPU_SECONDS] == Decimal(3 * 3600) / 2  # half busy, all along
 
     # retention 1 h: windows from T0+2h on keep their samples, and the 60 s that reach into them
-    deleted = prune_samples(api.ctx, api.clock.utc(), retention_s=3600)
+    deleted = prune_samples(api.ctx, api.clock.utc_now(), retention_s=3600)
     assert deleted == len(range(0, 2 * 3600 - 60, 10))
     assert api.ctx.samples.pruned_before() == T0 + 2 * HOUR
     assert api.ctx.samples.window(T0, T0 + 2 * HOUR - timedelta(seconds=60)) == []
-    assert prune_samples(api.ctx, api.clock.utc(), retention_s=3600) == 0  # nothing more is due
+    assert prune_samples(api.ctx, api.clock.utc_now(), retention_s=3600) == 0  # nothing more is due
 
     # every window rolled up again: the pruned ones keep their measured lines, the rest are
     # recomputed from samples that are all still there
@@ -98,15 +98,15 @@ def test_pruning_keeps_what_the_roll_ups_say(api: Api) -> None:
 def test_samples_of_windows_not_yet_rolled_up_are_never_pruned(api: Api) -> None:
     three_hours_of_samples(api)
     api.clock.advance(HOUR)
-    api.ctx.metering.catch_up(api.clock.utc())  # rolled up to T0+1h only
+    api.ctx.metering.catch_up(api.clock.utc_now())  # rolled up to T0+1h only
     api.clock.advance(2 * HOUR)
-    prune_samples(api.ctx, api.clock.utc(), retention_s=60)
+    prune_samples(api.ctx, api.clock.utc_now(), retention_s=60)
     kept_from = T0 + HOUR - timedelta(seconds=LATE_S + 60)
     assert api.ctx.samples.window(T0, kept_from) == []
     assert len(api.ctx.samples.window(kept_from, T0 + 3 * HOUR)) == len(
         range(int((kept_from - T0).total_seconds()), 3 * 3600, 10)
     )
-    api.ctx.metering.catch_up(api.clock.utc())
+    api.ctx.metering.catch_up(api.clock.utc_now())
     assert measured(api, timedelta(0), 3 * HOUR)[BUSY_GPU_SECONDS] == Decimal(3 * 3600) / 2
 
 

@@ -66,7 +66,7 @@ def test_a_jobs_gpu_time_is_in_its_tenants_statement(api: Api) -> None:
     assert before == 0
     job_id = run_job(api, TENANT_A, "train", 10 * MINUTE, 40 * MINUTE)  # 30 min x 0.5 GPU
     other = run_job(api, TENANT_B, "embed-all", 20 * MINUTE, None)  # open: counts to the end
-    api.ctx.metering.catch_up(api.clock.utc())
+    api.ctx.metering.catch_up(api.clock.utc_now())
 
     body = statement(api, TENANT_A, "a-viewer")
     # the replica's hour of half an H100 (1.80) and the job's half hour of half an H100 (0.90)
@@ -119,10 +119,10 @@ def test_a_jobs_gpu_time_is_in_its_tenants_statement(api: Api) -> None:
 def test_a_job_still_running_is_billed_up_to_the_last_rolled_up_window(api: Api) -> None:
     job_id = run_job(api, TENANT_A, "long", 0 * MINUTE, None)
     api.clock.advance(30 * MINUTE + timedelta(seconds=20))
-    api.ctx.metering.catch_up(api.clock.utc())  # 30 whole windows
+    api.ctx.metering.catch_up(api.clock.utc_now())  # 30 whole windows
     [job] = statement(api, TENANT_A)["jobs"]
     assert (job["job_id"], job["gpu_seconds"]) == (job_id, "900.0")
     api.clock.advance(30 * MINUTE)
-    api.ctx.metering.catch_up(api.clock.utc())
+    api.ctx.metering.catch_up(api.clock.utc_now())
     [job] = statement(api, TENANT_A)["jobs"]
     assert job["gpu_seconds"] == "1800.0"

@@ -108,12 +108,12 @@ def test_why_a_queued_job_waits_comes_from_the_admission_rules(queues: Api) -> N
         "can never start: it asks more than alphaco's limit: 50 GiB of GPU memory asked > 40"
     )
     # once the first runs, the second is still held by the limit; cancelling the first frees it
-    api.ctx.jobs.transition(first, JobState.STARTING, "admitted", now=api.clock.utc())
+    api.ctx.jobs.transition(first, JobState.STARTING, "admitted", now=api.clock.utc_now())
     assert (
         "would pass its limit"
         in api.get(f"/tenants/{TENANT_A}/jobs/{second}").json()["waiting_reason"]
     )
-    api.ctx.jobs.transition(first, JobState.FAILED, "start failed", now=api.clock.utc())
+    api.ctx.jobs.transition(first, JobState.FAILED, "start failed", now=api.clock.utc_now())
     shown = api.get(f"/tenants/{TENANT_A}/jobs/{second}").json()
     assert shown["waiting_reason"].startswith("admitted by the queues")
     assert api.get(f"/tenants/{TENANT_A}/jobs/{first}").json()["waiting_reason"] is None
@@ -151,7 +151,7 @@ def test_cancel_a_queued_job_then_again(queues: Api) -> None:
 def test_a_running_job_is_marked_for_the_runner(queues: Api) -> None:
     api = queues
     job_id = submit(api, share(1))
-    api.ctx.jobs.transition(job_id, JobState.STARTING, "admitted", now=api.clock.utc())
+    api.ctx.jobs.transition(job_id, JobState.STARTING, "admitted", now=api.clock.utc_now())
     reply = api.post(f"/tenants/{TENANT_A}/jobs/{job_id}/cancel", "a-admin").json()
     assert (reply["state"], reply["cancel_requested"]) == ("starting", True)
 
@@ -237,7 +237,7 @@ def test_a_reason_naming_another_tenants_job_hides_its_id_from_the_tenant(api: A
     api.apply(RECLAIM_SPEC_YAML)
     theirs = [submit(api, share(60), caller="b-admin", tenant=TENANT_B) for _ in range(2)]
     for job_id in theirs:  # bravoco has no guarantee: its jobs run on borrowed capacity
-        api.ctx.jobs.transition(job_id, JobState.STARTING, "admitted", now=api.clock.utc())
+        api.ctx.jobs.transition(job_id, JobState.STARTING, "admitted", now=api.clock.utc_now())
     mine = submit(api, share(40))  # inside alphaco's guarantee: reclaims bravoco's
     path = f"/tenants/{TENANT_A}/jobs/{mine}"
     as_admin = api.get(path, "admin").json()["waiting_reason"]

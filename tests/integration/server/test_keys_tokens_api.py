@@ -34,7 +34,7 @@ def test_a_created_key_is_shown_once_and_authenticates_against_the_active_record
     assert secret.split("_", 2)[2] not in listed.text
     assert "key" not in listed.json()["items"][0]
 
-    records = api.ctx.keys.active_records(api.clock.utc())
+    records = api.ctx.keys.active_records(api.clock.utc_now())
     [record] = [r for r in records if r.key.prefix == created["prefix"]]
     assert record.key.tenant == TENANT_A
     assert key_matches(record.key_hash, secret)
@@ -75,7 +75,7 @@ def test_a_key_for_a_model_the_tenant_does_not_serve_is_422_naming_models(api: A
 
 
 def test_a_past_or_naive_expiry_is_422(api: Api) -> None:
-    past = (api.clock.utc() - timedelta(days=1)).isoformat()
+    past = (api.clock.utc_now() - timedelta(days=1)).isoformat()
     naive = "2030-01-01T00:00:00"
     for expires_at in (past, naive):
         reply = api.post(f"/tenants/{TENANT_A}/keys", json={"expires_at": expires_at})
@@ -89,7 +89,7 @@ def test_a_revoked_key_is_no_longer_active(api: Api) -> None:
     assert reply.status_code == 200, reply.text
     assert reply.json()["state"] == "revoked"
     assert all(
-        r.key.prefix != created["prefix"] for r in api.ctx.keys.active_records(api.clock.utc())
+        r.key.prefix != created["prefix"] for r in api.ctx.keys.active_records(api.clock.utc_now())
     )
     listed = api.get(f"/tenants/{TENANT_A}/keys").json()["items"]
     assert [k["state"] for k in listed] == ["revoked"]
@@ -102,7 +102,7 @@ def test_a_key_of_another_tenant_cannot_be_revoked_through_this_tenant(api: Api)
     created = api.post(f"/tenants/{TENANT_B}/keys", json={}).json()
     reply = api.delete(f"/tenants/{TENANT_A}/keys/{created['prefix']}")
     assert reply.status_code == 404
-    assert [r.key.prefix for r in api.ctx.keys.active_records(api.clock.utc())] == [
+    assert [r.key.prefix for r in api.ctx.keys.active_records(api.clock.utc_now())] == [
         created["prefix"]
     ]
 

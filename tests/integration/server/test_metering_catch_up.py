@@ -44,23 +44,23 @@ def requests_counted(api: Api) -> Decimal:
 def test_a_usage_record_written_after_its_window_was_rolled_up_is_counted(api: Api) -> None:
     api.clock.advance(5 * MINUTE)
     api.ctx.usage.insert_many([record("on-time", timedelta(seconds=30))])
-    assert api.ctx.metering.catch_up(api.clock.utc()).windows == 5  # 1-minute windows
+    assert api.ctx.metering.catch_up(api.clock.utc_now()).windows == 5  # 1-minute windows
     assert requests_counted(api) == 1
     # a streamed request that started in the first window ends (and is moved) minutes later
     api.ctx.usage.insert_many([record("late", timedelta(seconds=40))])
     api.clock.advance(3 * MINUTE)
-    api.ctx.metering.catch_up(api.clock.utc())
+    api.ctx.metering.catch_up(api.clock.utc_now())
     assert requests_counted(api) == 2
 
 
 def test_a_record_later_than_the_late_allowance_needs_a_rollup_of_its_range(api: Api) -> None:
     api.clock.advance(5 * MINUTE)
-    api.ctx.metering.catch_up(api.clock.utc())
+    api.ctx.metering.catch_up(api.clock.utc_now())
     api.clock.advance(timedelta(seconds=LATE_S))
-    api.ctx.metering.catch_up(api.clock.utc())
+    api.ctx.metering.catch_up(api.clock.utc_now())
     api.ctx.usage.insert_many([record("very-late", timedelta(seconds=40))])
     api.clock.advance(MINUTE)
-    api.ctx.metering.catch_up(api.clock.utc())
+    api.ctx.metering.catch_up(api.clock.utc_now())
     assert requests_counted(api) == 0  # beyond LATE_S: docs/control-plane.md says to re-roll
     api.ctx.metering.roll_up_range(T0, T0 + 5 * MINUTE)
     assert requests_counted(api) == 1
@@ -69,7 +69,7 @@ def test_a_record_later_than_the_late_allowance_needs_a_rollup_of_its_range(api:
 def test_passes_resume_without_counting_a_window_twice(api: Api) -> None:
     for _ in range(30):
         api.clock.advance(MINUTE + timedelta(seconds=7))
-        api.ctx.metering.catch_up(api.clock.utc())
+        api.ctx.metering.catch_up(api.clock.utc_now())
     rolled_to = api.ctx.rollups.last_window_end("allocation")
     assert rolled_to is not None
     lines = api.ctx.metering.lines(MeterWindow(T0, T0 + timedelta(days=1)))
@@ -82,7 +82,7 @@ def test_each_revisions_plan_is_validated_once_over_many_passes(
 ) -> None:
     for _ in range(3):
         api.clock.advance(MINUTE)
-        api.apply(SPEC_YAML + f"# {api.clock.utc().isoformat()}\n")
+        api.apply(SPEC_YAML + f"# {api.clock.utc_now().isoformat()}\n")
     validated: list[object] = []
     real = Plan.model_validate
 
@@ -93,7 +93,7 @@ def test_each_revisions_plan_is_validated_once_over_many_passes(
     monkeypatch.setattr(Plan, "model_validate", counting)
     for _ in range(5):
         api.clock.advance(MINUTE)
-        api.ctx.metering.catch_up(api.clock.utc())
+        api.ctx.metering.catch_up(api.clock.utc_now())
     assert len(validated) == 4  # the four revisions, once each, not once per pass
 
 
@@ -101,7 +101,7 @@ def test_a_statement_is_summed_again_only_after_a_rollup_wrote(
     api: Api, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     api.clock.advance(5 * MINUTE)
-    api.ctx.metering.catch_up(api.clock.utc())
+    api.ctx.metering.catch_up(api.clock.utc_now())
     applied = api.ctx.current.get()
     assert applied is not None
     period = MeterWindow(T0, T0 + timedelta(days=1))
@@ -127,7 +127,7 @@ def test_a_statement_is_summed_again_only_after_a_rollup_wrote(
 
 def test_a_pass_within_the_first_window_after_the_first_apply_rolls_up_nothing(api: Api) -> None:
     api.clock.advance(timedelta(seconds=20))  # the spec was applied at T0; no window is whole yet
-    result = api.ctx.metering.catch_up(api.clock.utc())
+    result = api.ctx.metering.catch_up(api.clock.utc_now())
     assert result.windows == 0
     assert api.ctx.metering.plan_intervals(T0, T0) == []
 

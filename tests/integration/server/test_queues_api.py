@@ -67,7 +67,7 @@ def run(api: Api, job_id: str, gpu_index: int, memory_gib: int) -> None:
         compute_percent=25,
         reason="placed on free capacity",
     ).model_dump(mode="json")
-    now = api.clock.utc()
+    now = api.clock.utc_now()
     api.ctx.jobs.transition(job_id, JobState.STARTING, "admitted", now=now, placement=placement)
     api.ctx.jobs.transition(job_id, JobState.RUNNING, "its process is up", now=now)
 

@@ -68,32 +68,34 @@ def fleet(admin: int, a_admin: int, a_viewer: int) -> dict[tuple[str, str], int]
 
 
 def _key_of(api: Api, tenant: str) -> str:
-    _, key = api.ctx.keys.create(tenant, "victim", [], None, RateLimits(), api.clock.utc(), "suite")
+    _, key = api.ctx.keys.create(
+        tenant, "victim", [], None, RateLimits(), api.clock.utc_now(), "suite"
+    )
     return key.prefix
 
 
 def _token_of(api: Api, tenant: str) -> str:
     _, token = api.ctx.tokens.create(
-        "victim", "tenant-viewer", tenant, None, api.clock.utc(), "suite"
+        "victim", "tenant-viewer", tenant, None, api.clock.utc_now(), "suite"
     )
     return token.prefix
 
 
 def _with_budget(api: Api, tenant: str) -> str:
-    api.ctx.budgets.set(tenant, Decimal(10), "USD", now=api.clock.utc(), actor="suite")
+    api.ctx.budgets.set(tenant, Decimal(10), "USD", now=api.clock.utc_now(), actor="suite")
     return tenant
 
 
 def _with_key_budget(api: Api, tenant: str) -> str:
     api.ctx.budgets.set(
-        tenant, Decimal(10), "USD", now=api.clock.utc(), actor="suite", key_name="ci"
+        tenant, Decimal(10), "USD", now=api.clock.utc_now(), actor="suite", key_name="ci"
     )
     return tenant
 
 
 def _job_of(api: Api, tenant: str) -> str:
     spec = JobSpec.model_validate({"tenant": tenant, "gpu": {"memory_gib": 1}, "command": ["x"]})
-    return api.ctx.jobs.submit(spec, now=api.clock.utc(), actor="suite").id
+    return api.ctx.jobs.submit(spec, now=api.clock.utc_now(), actor="suite").id
 
 
 def _submit_job(api: Api, caller: str, tenant: str) -> httpx2.Response:

@@ -123,7 +123,7 @@ def test_usage_and_hybrid_charge_the_busy_time_the_simulated_server_reports(
     assert idle < busy / 2
 
     api.clock.advance(timedelta(minutes=5))
-    api.ctx.metering.catch_up(api.clock.utc())
+    api.ctx.metering.catch_up(api.clock.utc_now())
     lines = api.ctx.metering.lines(MeterWindow(T0, T0 + timedelta(hours=1)))
     busy_s = sum(
         (x.quantity for x in lines if x.tenant == TENANT_A and x.metric == BUSY_GPU_SECONDS),

@@ -143,7 +143,7 @@ def build_stack(engine: Engine, spec_text: str | None = None) -> Stack:
     replica (60000 MiB, 40 % busy) and hobbyists' replica 0 (9000 MiB, no utilization); the
     gateway records above; every window rolled up to NOW, where the clock then stands."""
     clock = ManualClock(APPLIED_AT)
-    ctx = ServerContext.open(engine, clock.utc)
+    ctx = ServerContext.open(engine, clock)
     apply(ctx, spec_text if spec_text is not None else EXAMPLE.read_text(), 0, actor="test")
     stack = Stack(ctx, clock)
     if spec_text is None:

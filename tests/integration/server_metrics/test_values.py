@@ -180,7 +180,7 @@ def test_spend_is_refreshed_in_the_background_once_a_minute_old(stack: Stack) ->
 
 def test_before_the_first_apply_only_the_fleet_wide_series(sqlite_engine: Engine) -> None:
     clock = ManualClock(APPLIED_AT)
-    scrape = Stack(ServerContext.open(sqlite_engine, clock.utc), clock).scrape()
+    scrape = Stack(ServerContext.open(sqlite_engine, clock), clock).scrape()
     assert scrape.value("gpuplex_spec_revision") == 0
     assert scrape.value("gpuplex_fleet_gpu_seconds_total") == 0
     assert not any(name.startswith("gpuplex_tenant_allocated") for name in scrape.names())

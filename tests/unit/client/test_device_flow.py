@@ -13,6 +13,7 @@ from gpuplex.client.oidc import device_flow
 from gpuplex.client.oidc.device_flow import DeviceCode, wait_for_token
 from gpuplex.client.oidc.saved_login import Login, save, saved_token
 from gpuplex.errors import ErrorCode, RequestRefused
+from tests.clocks import ManualClock
 
 CODE = DeviceCode("dev", "ABCD-EFGH", "https://idp/device", None, 600, 5)
 
@@ -21,14 +22,14 @@ def poll(
     answers: list[tuple[int, dict[str, Any]]], monkeypatch: pytest.MonkeyPatch
 ) -> tuple[Any, list[float]]:
     slept: list[float] = []
-    clock = [0.0]
+    clock = ManualClock(0.0)
 
     def sleep(seconds: float) -> None:
         slept.append(seconds)
-        clock[0] += seconds
+        clock.advance(seconds)
 
     monkeypatch.setattr(device_flow, "post_form", lambda url, form: answers.pop(0))
-    got = wait_for_token("https://idp/token", "cli", CODE, sleep=sleep, clock=lambda: clock[0])
+    got = wait_for_token("https://idp/token", "cli", CODE, sleep=sleep, clock=clock)
     return got, slept
 
 

@@ -51,19 +51,19 @@ def test_the_lease_is_the_longest_life_of_a_request_plus_a_margin() -> None:
 
 def test_a_slot_is_held_for_its_lease_and_no_longer() -> None:
     clock = ManualClock(5_000.0)
-    limiter = MemoryLimiter(lease_s=30, clock=clock.seconds)
+    limiter = MemoryLimiter(lease_s=30, clock=clock)
     assert isinstance(admit(limiter, SLOT, "lost"), Admitted)  # never settled: its gateway died
-    clock.now_s += 29.9
+    clock.advance(29.9)
     refused = admit(limiter, SLOT, "r2")
     assert isinstance(refused, Refused)
     assert refused.limit == SLOT
-    clock.now_s += 0.1
+    clock.advance(0.1)
     assert isinstance(admit(limiter, SLOT, "r3"), Admitted)
 
 
 def test_a_settle_frees_the_slot_at_once() -> None:
     clock = ManualClock(5_000.0)
-    limiter = MemoryLimiter(lease_s=30, clock=clock.seconds)
+    limiter = MemoryLimiter(lease_s=30, clock=clock)
     assert isinstance(admit(limiter, SLOT, "r1"), Admitted)
     asyncio.run(limiter.settle([SLOT], "r1", 0))
     assert isinstance(admit(limiter, SLOT, "r2"), Admitted)
@@ -88,10 +88,10 @@ def test_a_wall_clock_step_neither_empties_nor_stretches_a_window(
 
 def test_the_window_ends_when_the_monotonic_clock_says_so() -> None:
     clock = ManualClock(5_000.0)
-    limiter = MemoryLimiter(clock=clock.seconds)
+    limiter = MemoryLimiter(clock=clock)
     for n in range(2):
         assert isinstance(admit(limiter, PER_MINUTE, f"r{n}"), Admitted)
-    clock.now_s += WINDOW_S - 0.5
+    clock.advance(WINDOW_S - 0.5)
     assert isinstance(admit(limiter, PER_MINUTE, "r2"), Refused)
-    clock.now_s += 0.5
+    clock.advance(0.5)
     assert isinstance(admit(limiter, PER_MINUTE, "r3"), Admitted)

@@ -133,7 +133,7 @@ def test_a_stranger_on_the_replicas_port_is_sent_nothing_and_a_pooled_replica_ch
             published = Published([identity(port, 4242)])  # the replica runs as uid 4242
             owners = Owners(os.geteuid())  # ... but this process answers there
             clock = ManualClock()
-            check = ReplicaIdentityCheck(published, owners, clock.seconds)
+            check = ReplicaIdentityCheck(published, owners, clock)
             check.load()
             clock.advance(MIN_REREAD_S)  # a refusal now reads the store again first
             async with await session_for(check) as session:
@@ -159,7 +159,7 @@ def test_with_the_real_socket_tables_this_processs_server_is_told_apart() -> Non
         async with replica(seen) as port:
             published = Published([identity(port, os.geteuid() + 1)])
             clock = ManualClock()
-            check = ReplicaIdentityCheck(published, clock=clock.seconds)  # the kernel's tables
+            check = ReplicaIdentityCheck(published, clock=clock)  # the kernel's tables
             check.load()
             async with await session_for(check) as session:
                 with pytest.raises(ReplicaIdentityRefused, match=f"uid {os.geteuid()}"):

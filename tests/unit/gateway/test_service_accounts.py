@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
-from collections.abc import Callable
 from types import SimpleNamespace
 from typing import Any, cast
 
@@ -20,7 +19,7 @@ import pytest
 from joserfc import jwt
 from joserfc.jwk import RSAKey
 
-from gpuplex.clock import now_s
+from gpuplex.clock import SYSTEM_CLOCK, Clock, now_s
 from gpuplex.core.serve.limits import Limit, LimitKind
 from gpuplex.core.serve.service_accounts import account_prefix
 from gpuplex.core.spec.auth import OidcSpec
@@ -31,6 +30,7 @@ from gpuplex.gateway.runtime import GatewayRuntime
 from gpuplex.gateway.service_accounts import ServiceAccounts
 from gpuplex.oidc.keys import IssuerKeys, IssuerKeysCache
 from gpuplex.store.keys import KeyRepository
+from tests.clocks import ManualClock
 
 ISSUER = "https://login.example.com"
 JWKS_URI = f"{ISSUER}/keys"
@@ -86,7 +86,7 @@ class Provider:
         return self.asked.count(JWKS_URI)
 
 
-def accounts(provider: Provider, clock: Callable[[], float] = now_s) -> ServiceAccounts:
+def accounts(provider: Provider, clock: Clock = SYSTEM_CLOCK) -> ServiceAccounts:
     return ServiceAccounts(IssuerKeysCache(clock, fetch=provider))
 
 
@@ -179,8 +179,8 @@ def test_a_burst_of_first_tokens_makes_one_fetch_off_the_event_loop() -> None:
 def test_an_unreadable_provider_is_503_and_not_asked_again_for_a_while() -> None:
     provider = Provider()
     provider.down = True
-    clock = [time.time()]
-    service = accounts(provider, lambda: clock[0])
+    clock = ManualClock(time.time())
+    service = accounts(provider, clock)
 
     async def attempt() -> ApiError | str:
         try:
@@ -193,13 +193,13 @@ def test_an_unreadable_provider_is_503_and_not_asked_again_for_a_while() -> None
     assert isinstance(first, ApiError)
     assert (first.code, first.status) == (ErrorCode.IDENTITY_PROVIDER_UNAVAILABLE, 503)
     asked = len(provider.asked)
-    clock[0] += 9.9  # within the first backoff (the refresh interval, 10 s)
+    clock.advance(9.9)  # within the first backoff (the refresh interval, 10 s)
     again = asyncio.run(attempt())
     assert isinstance(again, ApiError)
     assert again.retry_after_s == 1
     assert len(provider.asked) == asked  # not asked again so soon
     provider.down = False
-    clock[0] += 0.2
+    clock.advance(0.2)
     assert asyncio.run(attempt()) == "acme"
 
 

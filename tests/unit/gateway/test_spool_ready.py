@@ -65,7 +65,7 @@ def test_a_failed_append_keeps_raising_and_makes_the_spool_unready_until_writes_
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, code: int, words: str
 ) -> None:
     clock = ManualClock(1000.0)
-    spool = UsageSpool(tmp_path, "w1", clock=clock.seconds)
+    spool = UsageSpool(tmp_path, "w1", clock=clock)
     spool.append(record(1))
     assert spool.ready() is None
     with monkeypatch.context() as patch:
@@ -94,7 +94,7 @@ def test_a_segment_that_cannot_be_created_makes_the_spool_unready(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     clock = ManualClock(1000.0)
-    spool = UsageSpool(tmp_path, "w1", clock=clock.seconds)
+    spool = UsageSpool(tmp_path, "w1", clock=clock)
     real_open = os.open
 
     def no_inodes(path: Any, flags: int, mode: int = 0o777) -> int:
@@ -117,7 +117,7 @@ def test_free_space_below_the_reserve_is_unready_before_any_write_fails(
 ) -> None:
     clock = ManualClock(1000.0)
     fs = FakeStatvfs(monkeypatch)
-    spool = UsageSpool(tmp_path, "w1", clock=clock.seconds)
+    spool = UsageSpool(tmp_path, "w1", clock=clock)
     assert spool.ready() is None
     fs.free_bytes = RESERVE_BYTES - 1
     clock.advance(PAST_THE_CACHE_S)
@@ -135,7 +135,7 @@ def test_no_free_inodes_or_a_read_only_mount_is_unready(
 ) -> None:
     clock = ManualClock(1000.0)
     fs = FakeStatvfs(monkeypatch)
-    spool = UsageSpool(tmp_path, "w1", clock=clock.seconds)
+    spool = UsageSpool(tmp_path, "w1", clock=clock)
     fs.free_inodes = 0
     assert "no free inodes" in (spool.ready() or "")
     fs.free_inodes, fs.read_only = 1000, True
@@ -157,7 +157,7 @@ def test_ready_looks_at_the_disk_at_most_once_per_check_interval(
 ) -> None:
     clock = ManualClock(1000.0)
     fs = FakeStatvfs(monkeypatch)
-    spool = UsageSpool(tmp_path, "w1", clock=clock.seconds)
+    spool = UsageSpool(tmp_path, "w1", clock=clock)
     for _ in range(1000):
         assert spool.ready() is None
     assert fs.calls == 1
@@ -171,7 +171,7 @@ def test_the_cause_is_logged_once_when_it_starts_and_once_when_it_ends(
 ) -> None:
     clock = ManualClock(1000.0)
     fs = FakeStatvfs(monkeypatch)
-    spool = UsageSpool(tmp_path, "w1", clock=clock.seconds)
+    spool = UsageSpool(tmp_path, "w1", clock=clock)
     fs.free_bytes = 0
     with caplog.at_level(logging.WARNING, logger="gpuplex.gateway.spool"):
         for _ in range(5):

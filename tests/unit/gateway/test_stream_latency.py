@@ -58,7 +58,7 @@ class FakeContent:
 
     async def _reads(self) -> AsyncIterator[bytes]:
         for at_s, piece in self.pieces:
-            self.clock.now_s = at_s
+            self.clock.reading_s = at_s
             await asyncio.sleep(0)
             yield piece
         if self.breaks:
@@ -107,7 +107,7 @@ def relay(
 
     reply = cast(aiohttp.ClientResponse, FakeReply(FakeContent(pieces, clock, breaks)))
     runtime = cast(GatewayRuntime, FakeRuntime())
-    asyncio.run(relay_stream(runtime, ex, reply, send, record, clock.seconds))
+    asyncio.run(relay_stream(runtime, ex, reply, send, record, clock))
     return sent, recorded
 
 

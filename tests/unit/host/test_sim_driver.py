@@ -31,7 +31,7 @@ def h100s(
     spec = node({"model": "H100-80GB", "count": count, "mig": mig})
     if clock is None:
         return SimulatedDriver(tmp_path, spec)
-    return SimulatedDriver(tmp_path, spec, clock=clock.seconds)
+    return SimulatedDriver(tmp_path, spec, clock=clock)
 
 
 def dead_pid() -> int:
@@ -265,14 +265,14 @@ def test_utilization_is_busy_seconds_over_elapsed_seconds(tmp_path: Path) -> Non
     write_report(tmp_path, [f"{gpu0} 1000 5.0", f"{gpu1} 1000 5.0"])
     # the first reading has nothing to compare with: the devices are measured, the process idle
     assert driver.process_utilization() == {gpu0: {}, gpu1: {}}
-    clock.now_s = 110.0
+    clock.reading_s = 110.0
     write_report(tmp_path, [f"{gpu0} 1000 7.5", f"{gpu1} 1000 7.5"])
     assert driver.process_utilization() == {gpu0: {pid: 25.0}, gpu1: {pid: 25.0}}
-    clock.now_s = 112.0
+    clock.reading_s = 112.0
     write_report(tmp_path, [f"{gpu0} 1000 99.0", f"{gpu1} 1000 7.5"])  # never above 100 %
     assert driver.process_utilization() == {gpu0: {pid: 100.0}, gpu1: {pid: 0.0}}
     write_report(tmp_path, [f"{gpu0} 1000"])  # a report without busy seconds: idle
-    clock.now_s = 114.0
+    clock.reading_s = 114.0
     assert driver.process_utilization() == {gpu0: {}, gpu1: {}}
 
 
@@ -282,7 +282,7 @@ def test_utilization_on_a_mig_device_is_its_share_of_the_gpu(tmp_path: Path) -> 
     device = driver.create_mig_instance(0, P3G, 4).device_uuid
     write_report(tmp_path, [f"{device} 1000 0"])
     driver.process_utilization()
-    clock.now_s = 10.0
+    clock.reading_s = 10.0
     write_report(tmp_path, [f"{device} 1000 10"])  # busy all the time: 3 of the 7 slices
     reading = driver.process_utilization()
     assert reading[device][os.getpid()] == pytest.approx(100 * 3 / 7)

@@ -55,7 +55,7 @@ def token(key: RSAKey, kid: str | None = None) -> str:
 @pytest.fixture
 def setup() -> tuple[Provider, ManualClock, IssuerKeys]:
     provider, clock = Provider(), ManualClock()
-    return provider, clock, IssuerKeys(ISSUER, clock.seconds, fetch=provider, min_refresh_s=10)
+    return provider, clock, IssuerKeys(ISSUER, clock, fetch=provider, min_refresh_s=10)
 
 
 def settle(provider: Provider, key_set_fetches: int) -> None:
@@ -86,7 +86,7 @@ def test_a_rotated_key_is_followed_with_one_refetch(
     provider, clock, keys = setup
     verify(keys, token(FIRST))
     provider.keys = [SECOND]  # the provider rotates
-    clock.now_s += 11
+    clock.advance(11)
     assert verify(keys, token(SECOND))["sub"] == "alice"
     assert provider.asked == [DISCOVERY, JWKS_URI, JWKS_URI]
     with pytest.raises(OidcTokenError, match="not among the issuer's keys"):  # the old key is gone
@@ -104,7 +104,7 @@ def test_made_up_key_ids_refetch_at_most_once_per_interval(
     assert provider.asked.count(JWKS_URI) == 1  # within min_refresh_s of the first fetch
     with pytest.raises(OidcTokenError, match="not among the issuer's keys"):
         verify(keys, token(FIRST, kid="made-up"))
-    clock.now_s += 11
+    clock.advance(11)
     with pytest.raises(OidcTokenError):
         verify(keys, token(FIRST, kid="made-up-again"))
     assert provider.asked.count(JWKS_URI) == 2
@@ -115,7 +115,7 @@ def test_an_old_key_set_serves_while_it_is_fetched_again_behind_the_requests(
 ) -> None:
     provider, clock, keys = setup
     verify(keys, token(FIRST))
-    clock.now_s += 3600
+    clock.advance(3600)
     provider.keys = [SECOND]  # the provider withdrew the first key
     assert verify(keys, token(FIRST))["sub"] == "alice"  # the set it has, meanwhile
     settle(provider, key_set_fetches=2)
@@ -129,7 +129,7 @@ def test_a_set_twice_too_old_is_not_used_when_the_provider_cannot_be_read(
     provider, clock, keys = setup
     verify(keys, token(FIRST))
     provider.down = True
-    clock.now_s += 7200
+    clock.advance(7200)
     with pytest.raises(IdentityProviderUnavailable):
         verify(keys, token(FIRST))
 
@@ -145,16 +145,16 @@ def test_a_failed_fetch_is_remembered_and_retried_after_a_backoff_that_doubles(
         with pytest.raises(IdentityProviderUnavailable) as refused:
             verify(keys, token(FIRST))
         if len(provider.asked) > before:
-            attempts.append(clock.now_s - 1_800_000_000.0)
+            attempts.append(clock.reading_s - 1_800_000_000.0)
         else:
             assert refused.value.retry_after_s is not None
             assert 1 <= refused.value.retry_after_s <= 40
-        clock.now_s += 1
+        clock.advance(1)
     assert attempts == [0, 10, 30]  # after 10 s, then 20 s; the next after 40 s more
     provider.down = False
-    clock.now_s = 1_800_000_000.0 + 70
+    clock.reading_s = 1_800_000_000.0 + 70
     assert verify(keys, token(FIRST))["sub"] == "alice"
-    clock.now_s += 1
+    clock.advance(1)
     with pytest.raises(OidcTokenError, match="not among"):  # a good fetch resets the backoff
         verify(keys, token(FIRST, kid="made-up"))
 
@@ -170,7 +170,7 @@ def test_callers_share_the_fetch_in_flight_and_wait_on_it_at_most_wait_s() -> No
         release.wait(10)
         return Provider()(url)
 
-    keys = IssuerKeys(ISSUER, ManualClock().seconds, fetch=hung, wait_s=0.3)
+    keys = IssuerKeys(ISSUER, ManualClock(), fetch=hung, wait_s=0.3)
 
     async def flood() -> list[BaseException | dict[str, Any]]:
         return await asyncio.gather(
@@ -203,7 +203,7 @@ def test_a_key_set_without_keys_and_a_token_that_is_not_a_jwt_are_refused(
         verify(keys, "gpt_abc_def")
     empty = IssuerKeys(
         ISSUER,
-        clock.seconds,
+        clock,
         fetch=lambda url: {"issuer": ISSUER, "jwks_uri": JWKS_URI} if url == DISCOVERY else {},
     )
     with pytest.raises(IdentityProviderUnavailable, match="no keys"):

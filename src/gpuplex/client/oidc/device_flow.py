@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gpuplex.client.oidc.provider import discovery, post_form, post_json, refused
-from gpuplex.clock import now_s, sleep_s
+from gpuplex.clock import SYSTEM_CLOCK, Clock, sleep_s
 
 DEVICE_GRANT = "urn:ietf:params:oauth:grant-type:device_code"
 
@@ -61,14 +61,14 @@ def wait_for_token(
     code: DeviceCode,
     *,
     sleep: Callable[[float], None] = sleep_s,
-    clock: Callable[[], float] = now_s,
+    clock: Clock = SYSTEM_CLOCK,
 ) -> dict[str, Any]:
     """Poll until the person has signed in: the token answer. Slows down when told to (RFC 8628
     3.5); refused, or expired, is an error that says so."""
-    deadline = clock() + code.expires_in_s
+    deadline = clock.now_s() + code.expires_in_s
     interval = max(1.0, code.interval_s)
     form = {"grant_type": DEVICE_GRANT, "device_code": code.device_code, "client_id": client_id}
-    while clock() < deadline:
+    while clock.now_s() < deadline:
         sleep(interval)
         status, got = post_form(token_endpoint, form)
         if status == 200 and isinstance(got.get("access_token"), str):
