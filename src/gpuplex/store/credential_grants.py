@@ -37,9 +37,8 @@ from gpuplex.core.access.credential_grants import (
 )
 from gpuplex.core.access.oidc_groups import Grant
 from gpuplex.core.access.policy import Role, oidc_actor
-from gpuplex.store.audit import append_audit
 from gpuplex.store.columns import aware_utc
-from gpuplex.store.credentials import CredentialMaker, iso_or_none, maker_of
+from gpuplex.store.credentials import CredentialMaker, audit_credential, maker_of, shown_credential
 from gpuplex.store.db import store_errors
 from gpuplex.store.locks import StoreLock, write_lock
 from gpuplex.store.tables import ApiKeyRow, ApiTokenRow, OidcPersonRow, WebSessionRow
@@ -221,30 +220,19 @@ def _record(
     cause: str,
 ) -> None:
     """Suspend or resume the credential of `row`, with its audit entry."""
-    before = iso_or_none(row.suspended_at)
-    row.suspended_at = now if change.transition is GrantTransition.SUSPEND else None
+    before = shown_credential(row)
+    suspend = change.transition is GrantTransition.SUSPEND
+    row.suspended_at = now if suspend else None
     row.suspension_changes = (row.suspension_changes or 0) + 1
     session.flush()
-    kind = _kind(row)
-    detail: dict[str, Any] = {"name": row.name, "tenant": row.tenant}
-    if isinstance(row, ApiTokenRow):
-        detail["role"] = row.role
-    maker = maker_of(row)
-    detail |= {
-        "made_by": maker.shown() if maker is not None else None,
-        "reason": change.reason,
-        "cause": cause,
-    }
-    append_audit(
+    audit_credential(
         session,
-        at=now,
+        row,
+        "suspend" if suspend else "resume",
+        now=now,
         actor=actor,
-        action=f"{kind}.{change.transition.value}",
-        target=f"{kind}:{row.prefix}",
-        tenant=row.tenant,
-        detail=detail,
-        before={"suspended_at": before},
-        after={"suspended_at": iso_or_none(row.suspended_at)},
+        before=before,
+        why={"reason": change.reason, "cause": cause},
     )
 
 

@@ -17,8 +17,10 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from gpuplex.core.serve.keys import PREFIX_CHARS, format_key
+from gpuplex.core.spec.rate_limits import RateLimits
 from gpuplex.errors import StoreError
 from gpuplex.ids import random_hex, random_token
+from gpuplex.store.audit import append_audit
 from gpuplex.store.db import safe_url, store_errors
 from gpuplex.store.tables import ApiKeyRow, ApiTokenRow
 
@@ -27,6 +29,8 @@ PREFIX_ATTEMPTS = 8
 T = TypeVar("T")
 CredentialRow = TypeVar("CredentialRow", ApiKeyRow, ApiTokenRow)
 CredentialState = Literal["active", "expired", "revoked", "suspended"]
+#: What an audit entry says was done to a credential (`key.create`, `token.suspend`, ...).
+CredentialVerb = Literal["create", "revoke", "suspend", "resume"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -159,3 +163,64 @@ def mark_revoked(
 
 def iso_or_none(at: datetime | None) -> str | None:
     return at.isoformat() if at is not None else None
+
+
+def shown_credential(row: ApiKeyRow | ApiTokenRow) -> dict[str, Any]:
+    """What the audit log keeps of a credential's state, every kind alike: never its secret or
+    hash. `role` is None for an API key; `models` and `limits` are None for a token."""
+    shown: dict[str, Any] = {
+        "name": row.name,
+        "tenant": row.tenant,
+        "role": None,
+        "models": None,
+        "limits": None,
+        "expires_at": iso_or_none(row.expires_at),
+        "revoked_at": iso_or_none(row.revoked_at),
+        "suspended_at": iso_or_none(row.suspended_at),
+    }
+    if isinstance(row, ApiTokenRow):
+        shown["role"] = row.role
+    else:
+        shown["models"] = list(row.models)
+        shown["limits"] = {name: getattr(row, name) for name in RateLimits.model_fields}
+    return shown
+
+
+def audit_credential(
+    session: Session,
+    row: ApiKeyRow | ApiTokenRow,
+    verb: CredentialVerb,
+    *,
+    now: datetime,
+    actor: str,
+    before: dict[str, Any] | None,
+    changed: bool = True,
+    why: dict[str, str] | None = None,
+) -> None:
+    """The one shape of every credential entry: action `KIND.VERB` (`key` or `token`), target
+    `KIND:PREFIX`, the credential's tenant; `detail` its kind, name, tenant, role, who made it,
+    whether this call `changed` it (revoking a revoked one does not) and, for a suspension or
+    resumption, `why` (`reason` and `cause`); `before` and `after` its `shown_credential`
+    (`before` None for a new one)."""
+    kind = "key" if isinstance(row, ApiKeyRow) else "token"
+    after = shown_credential(row)
+    maker = maker_of(row)
+    append_audit(
+        session,
+        at=now,
+        actor=actor,
+        action=f"{kind}.{verb}",
+        target=f"{kind}:{row.prefix}",
+        tenant=row.tenant,
+        detail={
+            "kind": kind,
+            "name": row.name,
+            "tenant": row.tenant,
+            "role": after["role"],
+            "made_by": maker.shown() if maker is not None else None,
+            "changed": changed,
+            **(why or {}),
+        },
+        before=before,
+        after=after,
+    )

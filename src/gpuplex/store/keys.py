@@ -13,7 +13,6 @@ import builtins
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
 
 from sqlalchemy import Engine, func, or_, select
 from sqlalchemy.orm import Session
@@ -22,17 +21,17 @@ from gpuplex.core.serve.keys import KEY_SCHEME, key_hash
 from gpuplex.core.spec.rate_limits import RateLimits
 from gpuplex.errors import NotFoundError
 from gpuplex.store import credentials
-from gpuplex.store.audit import append_audit
 from gpuplex.store.columns import aware_utc
 from gpuplex.store.credential_grants import judge_new, maker_in_chain
 from gpuplex.store.credentials import (
     CredentialMaker,
     CredentialState,
+    audit_credential,
     credential_state,
-    iso_or_none,
     issue,
     maker_of,
     mark_revoked,
+    shown_credential,
 )
 from gpuplex.store.db import store_errors
 from gpuplex.store.tables import ApiKeyRow
@@ -111,15 +110,7 @@ class KeyRepository:
             )
             session.add(row)
             session.flush()  # the insert first: it takes the write lock
-            append_audit(
-                session,
-                at=now,
-                actor=actor,
-                action="key.create",
-                target=f"key:{prefix}",
-                tenant=tenant,
-                detail=_audit_detail(_api_key(row)),
-            )
+            audit_credential(session, row, "create", now=now, actor=actor, before=None)
             judge_new(session, row, now, actor)
             return _api_key(row)
 
@@ -142,20 +133,12 @@ class KeyRepository:
                 raise NotFoundError(
                     f"no API key with prefix {prefix!r}; `gpuplex keys list` shows the prefixes"
                 )
-            key = _api_key(row)
-            detail: dict[str, Any] = {"tenant": key.tenant, "name": key.name}
-            if not changed:
-                detail["already_revoked_at"] = iso_or_none(key.revoked_at)
-            append_audit(
-                session,
-                at=now,
-                actor=actor,
-                action="key.revoke",
-                target=f"key:{prefix}",
-                tenant=key.tenant,
-                detail=detail,
+            after = shown_credential(row)
+            before = after | {"revoked_at": None} if changed else after
+            audit_credential(
+                session, row, "revoke", now=now, actor=actor, before=before, changed=changed
             )
-        return key
+            return _api_key(row)
 
     def active_records(self, now: datetime) -> builtins.list[KeyRecord]:
         """The keys that work at `now` (not revoked, suspended or expired), with their stored
@@ -210,16 +193,3 @@ def row_limits(row: ApiKeyRow) -> RateLimits:
     return RateLimits.model_construct(
         **{name: getattr(row, name) for name in RateLimits.model_fields}
     )
-
-
-def _audit_detail(key: ApiKey) -> dict[str, Any]:
-    detail: dict[str, Any] = {
-        "tenant": key.tenant,
-        "name": key.name,
-        "models": list(key.models),
-        "expires_at": iso_or_none(key.expires_at),
-        **limit_columns(key.limits),
-    }
-    if key.made_by is not None:
-        detail["made_by"] = key.made_by.shown()
-    return detail

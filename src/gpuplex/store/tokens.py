@@ -15,7 +15,7 @@ import builtins
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Literal, get_args
+from typing import Literal, get_args
 
 from sqlalchemy import Engine, select
 from sqlalchemy.orm import Session
@@ -28,17 +28,17 @@ from gpuplex.core.serve.keys import (
 )
 from gpuplex.errors import CredentialSuspended, NotFoundError, StoreError
 from gpuplex.store import credentials
-from gpuplex.store.audit import append_audit
 from gpuplex.store.columns import aware_utc
 from gpuplex.store.credential_grants import judge_new, maker_in_chain
 from gpuplex.store.credentials import (
     CredentialMaker,
     CredentialState,
+    audit_credential,
     credential_state,
-    iso_or_none,
     issue,
     maker_of,
     mark_revoked,
+    shown_credential,
 )
 from gpuplex.store.db import store_errors
 from gpuplex.store.tables import ApiTokenRow
@@ -127,19 +127,7 @@ class TokenRepository:
             )
             session.add(row)
             session.flush()  # the insert first: it takes the write lock
-            detail: dict[str, Any] = {"name": name, "role": role}
-            if maker is not None:
-                detail["made_by"] = maker.shown()
-            append_audit(
-                session,
-                at=now,
-                actor=actor,
-                action="token.create",
-                target=f"token:{prefix}",
-                tenant=tenant,
-                detail=detail,
-                after=_shown(_token(row)),
-            )
+            audit_credential(session, row, "create", now=now, actor=actor, before=None)
             judge_new(session, row, now, actor)
             return _token(row)
 
@@ -171,20 +159,12 @@ class TokenRepository:
                     f"no control-plane token with prefix {prefix!r}; list the tokens to see "
                     "their prefixes"
                 )
-            token = _token(row)
-            before = _shown(token) | {"revoked_at": None} if changed else _shown(token)
-            append_audit(
-                session,
-                at=now,
-                actor=actor,
-                action="token.revoke",
-                target=f"token:{prefix}",
-                tenant=token.tenant,
-                detail={"name": token.name, "role": token.role, "changed": changed},
-                before=before,
-                after=_shown(token),
+            after = shown_credential(row)
+            before = after | {"revoked_at": None} if changed else after
+            audit_credential(
+                session, row, "revoke", now=now, actor=actor, before=before, changed=changed
             )
-        return token
+            return _token(row)
 
     def authenticate(self, token: str, now: datetime) -> TokenIdentity | None:
         """Who `token` speaks for at `now`; None when it is malformed, unknown, revoked or
@@ -239,14 +219,3 @@ def _token(row: ApiTokenRow) -> ApiToken:
         suspended_at=row.suspended_at,
         made_by=maker_of(row),
     )
-
-
-def _shown(token: ApiToken) -> dict[str, Any]:
-    """What the audit log keeps of a token: never its secret or hash."""
-    return {
-        "name": token.name,
-        "role": token.role,
-        "tenant": token.tenant,
-        "expires_at": iso_or_none(token.expires_at),
-        "revoked_at": iso_or_none(token.revoked_at),
-    }

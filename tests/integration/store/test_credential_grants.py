@@ -168,8 +168,11 @@ def test_a_group_gone_at_the_persons_next_sighting_suspends_and_its_return_resum
     assert suspend_token.actor == ALICE_ACTOR
     assert suspend_token.detail["made_by"]["person"] == f"oidc {ALICE} at {ISSUER}"
     assert "no longer holds" in suspend_token.detail["reason"]
-    assert suspend_token.before == {"suspended_at": None}
-    assert suspend_token.after == {"suspended_at": later.isoformat()}
+    assert suspend_token.before["suspended_at"] is None
+    assert suspend_token.after["suspended_at"] == later.isoformat()
+    assert suspend_token.before | {"suspended_at": None} == suspend_token.after | {
+        "suspended_at": None
+    }  # nothing else changed
     assert (suspend_key.action, suspend_key.target) == ("key.suspend", f"key:{key_prefix}")
     # seen again with the same groups: nothing written
     entries = len(AuditLog(engine).entries())
@@ -282,3 +285,37 @@ def test_credentials_stored_before_revision_0012_record_no_maker_and_work_as_bef
     assert tokens.authenticate(token, T0 + timedelta(minutes=1)) is not None
     (record,) = keys.active_records(T0 + timedelta(minutes=1))
     assert key.split("_")[1] == record.key.prefix
+
+
+def test_every_credential_entry_has_one_shape_whatever_its_kind_and_verb(engine: Engine) -> None:
+    """Keys and tokens, created, suspended, resumed, revoked and revoked again: one `detail` shape
+    (a suspension or resumption adds why), one shape of `before` and `after` (the credential as
+    shown, never its secret or hash), `before` None only for a new one."""
+    tokens, keys = TokenRepository(engine), KeyRepository(engine)
+    _, token_prefix, _, key_prefix = alices_token_and_key(engine)
+    see_alice(engine, ["gpu-acme-viewers"], at=T0 + timedelta(minutes=1))  # suspends both
+    see_alice(engine, ["gpu-acme-admins"], at=T0 + timedelta(minutes=2))  # resumes both
+    for _ in range(2):
+        tokens.revoke(token_prefix, T0 + timedelta(minutes=3), "ops")
+        keys.revoke(key_prefix, T0 + timedelta(minutes=3), "ops")
+    entries = [e for e in AuditLog(engine).entries() if e.action.split(".")[0] in ("key", "token")]
+    verbs = {e.action for e in entries}
+    assert verbs == {
+        f"{kind}.{verb}"
+        for kind in ("key", "token")
+        for verb in ("create", "suspend", "resume", "revoke")
+    }
+    detail = {"kind", "name", "tenant", "role", "made_by", "changed"}
+    shown = {"name", "tenant", "role", "models", "limits", "expires_at", "revoked_at"}
+    shown |= {"suspended_at"}
+    for entry in entries:
+        kind, verb = entry.action.split(".")
+        why = {"reason", "cause"} if verb in ("suspend", "resume") else set()
+        assert set(entry.detail) == detail | why, entry
+        assert entry.detail["kind"] == kind
+        assert entry.target == f"{kind}:{key_prefix if kind == 'key' else token_prefix}"
+        assert set(entry.after) == shown, entry
+        assert entry.before is None if verb == "create" else set(entry.before) == shown, entry
+        assert all("hash" not in field for field in (*entry.detail, *entry.after))
+    assert [e.detail["changed"] for e in entries if e.action == "key.revoke"] == [True, False]
+    assert verify_audit(engine).ok

@@ -119,9 +119,12 @@ def test_revoke_sets_the_time_once_and_is_audited(engine: Engine) -> None:
         ("key.revoke", "alice", f"key:{key.prefix}"),
         ("key.revoke", "bob", f"key:{key.prefix}"),
     ]
-    assert "already_revoked_at" not in entries[1].detail
-    assert entries[2].detail["already_revoked_at"] == (T0 + timedelta(minutes=1)).isoformat()
-    assert entries[0].detail["tenant"] == "acme"
+    first_time = (T0 + timedelta(minutes=1)).isoformat()
+    assert (entries[1].detail["changed"], entries[2].detail["changed"]) == (True, False)
+    assert (entries[1].before["revoked_at"], entries[1].after["revoked_at"]) == (None, first_time)
+    assert entries[2].before["revoked_at"] == entries[2].after["revoked_at"] == first_time
+    assert entries[0].detail["tenant"] == entries[0].after["tenant"] == "acme"
+    assert entries[0].before is None
 
 
 def test_revoking_an_unknown_prefix_is_not_found_and_writes_nothing(engine: Engine) -> None:
