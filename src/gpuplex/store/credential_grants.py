@@ -37,13 +37,13 @@ from gpuplex.core.access.credential_grants import (
 )
 from gpuplex.core.access.oidc_groups import Grant
 from gpuplex.core.access.policy import Role, oidc_actor
+from gpuplex.errors import StoreError
 from gpuplex.store.columns import aware_utc
 from gpuplex.store.credentials import CredentialMaker, audit_credential, maker_of, shown_credential
 from gpuplex.store.db import store_errors
 from gpuplex.store.locks import StoreLock, write_lock
-from gpuplex.store.tables import ApiKeyRow, ApiTokenRow, OidcPersonRow, WebSessionRow
+from gpuplex.store.tables import CredentialRow, OidcPersonRow, WebSessionRow
 
-CredentialRow = ApiKeyRow | ApiTokenRow
 #: The applied rules, read when asked (under the lock, so a spec applied meanwhile is seen).
 RulesNow = Callable[[], GrantRules | None]
 
@@ -144,7 +144,9 @@ def maker_in_chain(session: Session, maker: CredentialMaker | None) -> Credentia
     token has (its chain's root), if any."""
     if maker is None or maker.subject is not None or maker.token_prefix is None:
         return maker
-    query = select(ApiTokenRow).where(ApiTokenRow.prefix == maker.token_prefix)
+    query = select(CredentialRow).where(
+        CredentialRow.kind == "token", CredentialRow.prefix == maker.token_prefix
+    )
     making = session.scalars(query).first()
     root = maker_of(making) if making is not None else None
     if root is None or root.subject is None:
@@ -171,15 +173,12 @@ def judge_new(session: Session, row: CredentialRow, now: datetime, actor: str) -
 
 
 def _makers_of_live_credentials(session: Session, now: datetime) -> set[tuple[str, str]]:
-    makers: set[tuple[str, str]] = set()
-    for row_type in (ApiTokenRow, ApiKeyRow):
-        query = (
-            select(row_type.creator_issuer, row_type.creator_subject)
-            .where(_live(row_type, now), row_type.creator_subject.is_not(None))
-            .distinct()
-        )
-        makers |= {(i, s) for i, s in session.execute(query) if i is not None and s is not None}
-    return makers
+    query = (
+        select(CredentialRow.creator_issuer, CredentialRow.creator_subject)
+        .where(_live(now), CredentialRow.creator_subject.is_not(None))
+        .distinct()
+    )
+    return {(i, s) for i, s in session.execute(query) if i is not None and s is not None}
 
 
 def _judge_person(
@@ -191,19 +190,18 @@ def _judge_person(
     actor: str,
     cause: str,
 ) -> list[GrantChange]:
-    rows: list[CredentialRow] = []
-    for row_type in (ApiTokenRow, ApiKeyRow):
-        query = (
-            select(row_type)
-            .where(
-                _live(row_type, now),
-                row_type.creator_subject == subject,
-                row_type.creator_issuer == issuer,
-            )
-            .order_by(row_type.id)
+    query = (
+        select(CredentialRow)
+        .where(
+            _live(now),
+            CredentialRow.creator_subject == subject,
+            CredentialRow.creator_issuer == issuer,
         )
-        rows += session.scalars(query)
-    by_prefix = {(_kind(row), row.prefix): row for row in rows}
+        # tokens before keys ("token" > "key"), each kind oldest first
+        .order_by(CredentialRow.kind.desc(), CredentialRow.id)
+    )
+    rows = list(session.scalars(query))
+    by_prefix = {(row.kind, row.prefix): row for row in rows}
     changes = grant_changes([_made(row) for row in rows], held)
     for change in changes:
         row = by_prefix[(change.credential.kind, change.credential.prefix)]
@@ -236,19 +234,17 @@ def _record(
     )
 
 
-def _live(row_type: type[ApiKeyRow] | type[ApiTokenRow], now: datetime) -> Any:
+def _live(now: datetime) -> Any:
     return and_(
-        row_type.revoked_at.is_(None),
-        or_(row_type.expires_at.is_(None), row_type.expires_at > now),
+        CredentialRow.revoked_at.is_(None),
+        or_(CredentialRow.expires_at.is_(None), CredentialRow.expires_at > now),
     )
 
 
-def _kind(row: CredentialRow) -> str:
-    return "token" if isinstance(row, ApiTokenRow) else "key"
-
-
 def _made(row: CredentialRow) -> MadeCredential:
-    if isinstance(row, ApiTokenRow):
+    if row.kind == "token":
+        if row.role is None:
+            raise StoreError(f"token {row.prefix} has no role: revoke it")
         return MadeCredential(
             "token", row.prefix, row.tenant, row.suspended_at is not None, Role(row.role)
         )

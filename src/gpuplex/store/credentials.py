@@ -1,33 +1,27 @@
-"""Issuing a secret credential (a gateway API key or a control-plane token): draw a public prefix
-and a secret, store the row that carries the prefix and the hash, and draw again on the rare
-prefix collision. The caller's `insert` adds the row and its audit entry in one transaction.
+"""What every kind of secret credential shares (a gateway API key, kind "key", or a
+control-plane token, kind "token"; one table, `credentials`, tables.CredentialRow): its state
+(active, expired, revoked, suspended), who made it (`CredentialMaker`), what the audit log shows
+of it (`shown_credential`) and the one shape of its audit entries (`audit_credential`).
 
-Also what both kinds share: their state (active, expired, revoked, suspended) and who made them
-(`CredentialMaker`, kept in the columns of `tables.MadeByColumns`)."""
+The repository that stores them is credential_repository.py; keys.py and tokens.py are its two
+typed faces."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Literal, TypeVar
+from typing import Any, Literal
 
-from sqlalchemy import Engine, select, update
-from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
-from gpuplex.core.serve.keys import PREFIX_CHARS, format_key
+from gpuplex.core.access.credential_grants import CredentialKind as CredentialKind
+from gpuplex.core.serve.keys import PREFIX_CHARS
 from gpuplex.core.spec.rate_limits import RateLimits
-from gpuplex.errors import StoreError
 from gpuplex.ids import random_hex, random_token
 from gpuplex.store.audit import append_audit
-from gpuplex.store.db import safe_url, store_errors
-from gpuplex.store.tables import ApiKeyRow, ApiTokenRow
+from gpuplex.store.tables import CredentialRow
 
 SECRET_BYTES = 32
-PREFIX_ATTEMPTS = 8
-T = TypeVar("T")
-CredentialRow = TypeVar("CredentialRow", ApiKeyRow, ApiTokenRow)
 CredentialState = Literal["active", "expired", "revoked", "suspended"]
 #: What an audit entry says was done to a credential (`key.create`, `token.suspend`, ...).
 CredentialVerb = Literal["create", "revoke", "suspend", "resume"]
@@ -80,7 +74,7 @@ class CredentialMaker:
         }
 
 
-def maker_of(row: ApiKeyRow | ApiTokenRow) -> CredentialMaker | None:
+def maker_of(row: CredentialRow) -> CredentialMaker | None:
     """Who made the credential of `row`; None when nothing was recorded (made by no person and no
     token: the CLI, `gpuplex up`, or before revision 0012)."""
     if row.made_by_token is None and row.creator_subject is None:
@@ -103,32 +97,6 @@ def new_secret() -> str:
     return random_token(SECRET_BYTES)
 
 
-def issue(
-    engine: Engine,
-    scheme: str,
-    what: str,
-    insert: Callable[[Session, str, str], T],
-    draw_prefix: Callable[[], str] = new_prefix,
-    draw_secret: Callable[[], str] = new_secret,
-) -> tuple[str, T]:
-    """(the whole credential, to show once; what `insert(session, prefix, credential)` returned).
-    `insert` must add the row (with a unique prefix) first, so that it takes the write lock."""
-    with store_errors(engine):
-        for _ in range(PREFIX_ATTEMPTS):
-            prefix = draw_prefix()
-            credential = format_key(prefix, draw_secret(), scheme)
-            try:
-                with Session(engine) as session, session.begin():
-                    stored = insert(session, prefix, credential)
-            except IntegrityError:
-                continue  # the rare prefix collision: draw another
-            return credential, stored
-    raise StoreError(
-        f"store {safe_url(engine.url)}: no free {what} prefix after {PREFIX_ATTEMPTS} attempts; "
-        "try again"
-    )
-
-
 def credential_state(
     revoked_at: datetime | None,
     expires_at: datetime | None,
@@ -146,28 +114,13 @@ def credential_state(
     return "active"
 
 
-def mark_revoked(
-    session: Session, row_type: type[CredentialRow], prefix: str, now: datetime
-) -> tuple[CredentialRow | None, bool]:
-    """Revoke the credential with `prefix` in the caller's transaction, unless it already is:
-    (its row, None if there is none; whether this call revoked it)."""
-    result = session.execute(
-        update(row_type)
-        .where(row_type.prefix == prefix, row_type.revoked_at.is_(None))
-        .values(revoked_at=now)
-    )
-    changed = getattr(result, "rowcount", 0) == 1
-    row = session.scalars(select(row_type).where(row_type.prefix == prefix)).first()
-    return row, changed
-
-
 def iso_or_none(at: datetime | None) -> str | None:
     return at.isoformat() if at is not None else None
 
 
-def shown_credential(row: ApiKeyRow | ApiTokenRow) -> dict[str, Any]:
+def shown_credential(row: CredentialRow) -> dict[str, Any]:
     """What the audit log keeps of a credential's state, every kind alike: never its secret or
-    hash. `role` is None for an API key; `models` and `limits` are None for a token."""
+    its hash. `role` is None for an API key; `models` and `limits` are None for a token."""
     shown: dict[str, Any] = {
         "name": row.name,
         "tenant": row.tenant,
@@ -178,17 +131,17 @@ def shown_credential(row: ApiKeyRow | ApiTokenRow) -> dict[str, Any]:
         "revoked_at": iso_or_none(row.revoked_at),
         "suspended_at": iso_or_none(row.suspended_at),
     }
-    if isinstance(row, ApiTokenRow):
+    if row.kind == "token":
         shown["role"] = row.role
     else:
-        shown["models"] = list(row.models)
+        shown["models"] = list(row.models or ())
         shown["limits"] = {name: getattr(row, name) for name in RateLimits.model_fields}
     return shown
 
 
 def audit_credential(
     session: Session,
-    row: ApiKeyRow | ApiTokenRow,
+    row: CredentialRow,
     verb: CredentialVerb,
     *,
     now: datetime,
@@ -202,7 +155,7 @@ def audit_credential(
     whether this call `changed` it (revoking a revoked one does not) and, for a suspension or
     resumption, `why` (`reason` and `cause`); `before` and `after` its `shown_credential`
     (`before` None for a new one)."""
-    kind = "key" if isinstance(row, ApiKeyRow) else "token"
+    kind = row.kind
     after = shown_credential(row)
     maker = maker_of(row)
     append_audit(

@@ -1,6 +1,7 @@
-"""API keys in the store: create (the secret is returned once and only its hash is kept), list,
-revoke, and what the gateway needs: the active keys with their hashes, and a cheap version that
-changes whenever a key is created, revoked, suspended or resumed.
+"""API keys in the store: the gateway's face of the one credential repository
+(credential_repository.py, kind "key"). Create (the secret is returned once and only its hash is
+kept), list, revoke, and what the gateway needs: the active keys with their hashes, and a cheap
+version that changes whenever a key is created, revoked, suspended or resumed.
 
 Every create and revoke appends an audit entry in the same transaction. A key made by a person,
 or by a token of a person's chain, records them and is served only while they could make it now
@@ -14,27 +15,19 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
-from sqlalchemy import Engine, func, or_, select
-from sqlalchemy.orm import Session
+from sqlalchemy import Engine
 
-from gpuplex.core.serve.keys import KEY_SCHEME, key_hash
 from gpuplex.core.spec.rate_limits import RateLimits
-from gpuplex.errors import NotFoundError
+from gpuplex.errors import StoreError
 from gpuplex.store import credentials
-from gpuplex.store.columns import aware_utc
-from gpuplex.store.credential_grants import judge_new, maker_in_chain
+from gpuplex.store.credential_repository import Credentials
 from gpuplex.store.credentials import (
     CredentialMaker,
     CredentialState,
-    audit_credential,
     credential_state,
-    issue,
     maker_of,
-    mark_revoked,
-    shown_credential,
 )
-from gpuplex.store.db import store_errors
-from gpuplex.store.tables import ApiKeyRow
+from gpuplex.store.tables import CredentialRow
 
 KeyState = CredentialState
 
@@ -74,9 +67,9 @@ class KeyRepository:
         new_prefix: Callable[[], str] = credentials.new_prefix,
         new_secret: Callable[[], str] = credentials.new_secret,
     ) -> None:
-        self._engine = engine
-        self._new_prefix = new_prefix
-        self._new_secret = new_secret
+        self._keys = Credentials(
+            engine, "key", _api_key, new_prefix=new_prefix, new_secret=new_secret
+        )
 
     def create(
         self,
@@ -91,88 +84,41 @@ class KeyRepository:
     ) -> tuple[str, ApiKey]:
         """A new key: (the key string, to show once; what is stored about it). `made_by`: the
         person or token that makes it (a token of a person's chain passes its person on)."""
-        now = aware_utc(now)
-        expires_at = aware_utc(expires_at) if expires_at is not None else None
-
-        def insert(session: Session, prefix: str, token: str) -> ApiKey:
-            maker = maker_in_chain(session, made_by)
-            row = ApiKeyRow(
-                prefix=prefix,
-                key_hash=key_hash(token),
-                tenant=tenant,
-                name=name,
-                models=list(dict.fromkeys(models)),
-                created_at=now,
-                expires_at=expires_at,
-                revoked_at=None,
-                **limit_columns(limits),
-                **(maker.columns() if maker is not None else {}),
-            )
-            session.add(row)
-            session.flush()  # the insert first: it takes the write lock
-            audit_credential(session, row, "create", now=now, actor=actor, before=None)
-            judge_new(session, row, now, actor)
-            return _api_key(row)
-
-        return issue(self._engine, KEY_SCHEME, "key", insert, self._new_prefix, self._new_secret)
+        return self._keys.issue(
+            tenant=tenant,
+            name=name,
+            expires_at=expires_at,
+            now=now,
+            actor=actor,
+            made_by=made_by,
+            carries={"models": list(dict.fromkeys(models)), **limit_columns(limits)},
+        )
 
     def list(self, tenant: str | None = None) -> builtins.list[ApiKey]:
         """Every key (of one tenant, if given), oldest first, revoked and expired ones included."""
-        query = select(ApiKeyRow).order_by(ApiKeyRow.id)
-        if tenant is not None:
-            query = query.where(ApiKeyRow.tenant == tenant)
-        with store_errors(self._engine), Session(self._engine) as session:
-            return [_api_key(row) for row in session.scalars(query)]
+        return self._keys.list(tenant)
 
     def revoke(self, prefix: str, now: datetime, actor: str) -> ApiKey:
         """Revoke a key by its prefix. Revoking a revoked key changes nothing but the audit log."""
-        now = aware_utc(now)
-        with store_errors(self._engine), Session(self._engine) as session, session.begin():
-            row, changed = mark_revoked(session, ApiKeyRow, prefix, now)
-            if row is None:
-                raise NotFoundError(
-                    f"no API key with prefix {prefix!r}; `gpuplex keys list` shows the prefixes"
-                )
-            after = shown_credential(row)
-            before = after | {"revoked_at": None} if changed else after
-            audit_credential(
-                session, row, "revoke", now=now, actor=actor, before=before, changed=changed
-            )
-            return _api_key(row)
+        return self._keys.revoke(prefix, now, actor)
 
     def active_records(self, now: datetime) -> builtins.list[KeyRecord]:
         """The keys that work at `now` (not revoked, suspended or expired), with their stored
         hashes."""
-        query = select(ApiKeyRow).where(
-            ApiKeyRow.revoked_at.is_(None),
-            ApiKeyRow.suspended_at.is_(None),
-            or_(ApiKeyRow.expires_at.is_(None), ApiKeyRow.expires_at > now),
-        )
-        with store_errors(self._engine), Session(self._engine) as session:
-            return [KeyRecord(_api_key(row), row.key_hash) for row in session.scalars(query)]
+        return [KeyRecord(key, stored_hash) for key, stored_hash in self._keys.active(now)]
 
     def version(self) -> str:
-        """Changes whenever a key is created, revoked, suspended or resumed: one small aggregate
-        query, cheap enough to poll twice a second from every gateway worker. (Keys are never
-        deleted, revocation is one-way, and each suspension or resumption adds one to its key's
-        `suspension_changes`, so all four figures only grow.)"""
-        query = select(
-            func.count(ApiKeyRow.id),
-            func.max(ApiKeyRow.id),
-            func.count(ApiKeyRow.revoked_at),
-            func.coalesce(func.sum(ApiKeyRow.suspension_changes), 0),
-        )
-        with store_errors(self._engine), self._engine.connect() as connection:
-            count, max_id, revoked, suspensions = connection.execute(query).one()
-        return f"{count}.{max_id or 0}.{revoked}.{suspensions}"
+        """Changes whenever a key is created, revoked, suspended or resumed (one small aggregate
+        query, cheap enough to poll twice a second from every gateway worker)."""
+        return self._keys.version()
 
 
-def _api_key(row: ApiKeyRow) -> ApiKey:
+def _api_key(row: CredentialRow) -> ApiKey:
     return ApiKey(
         prefix=row.prefix,
-        tenant=row.tenant,
+        tenant=_tenant(row),
         name=row.name,
-        models=tuple(row.models),
+        models=tuple(row.models or ()),
         created_at=row.created_at,
         expires_at=row.expires_at,
         revoked_at=row.revoked_at,
@@ -182,12 +128,18 @@ def _api_key(row: ApiKeyRow) -> ApiKey:
     )
 
 
+def _tenant(row: CredentialRow) -> str:
+    if row.tenant is None:
+        raise StoreError(f"key {row.prefix} has no tenant: revoke it")
+    return row.tenant
+
+
 def limit_columns(limits: RateLimits) -> dict[str, int | None]:
-    """The `api_keys` columns that hold a key's limits: one per `RateLimits` field, same name."""
+    """The `credentials` columns that hold a key's limits: one per `RateLimits` field, same name."""
     return limits.model_dump()
 
 
-def row_limits(row: ApiKeyRow) -> RateLimits:
+def row_limits(row: CredentialRow) -> RateLimits:
     """A key's limits from its row; not checked again (a key made before a bound existed still
     loads, and the gateway reads every key at every change)."""
     return RateLimits.model_construct(

@@ -42,11 +42,41 @@ class Base(DeclarativeBase):
     )
 
 
-class MadeByColumns:
-    """Who made a credential (an API key or a control-plane token), for the rule that a person's
-    credentials hold only while the person could make them (core.access.credential_grants). All
-    NULL for one made outside any person's chain (a token of no person, the CLI, before 0012)."""
+class CredentialRow(Base):
+    """One secret credential, of either kind: a gateway API key (`kind` "key") or a control-plane
+    token ("token"). Its public prefix (unique within its kind) and the SHA-256 of the whole
+    credential, never the credential itself; what it may do (a key's models and limits, a token's
+    role); its state (expiry, revocation, suspension); and who made it.
 
+    A web session is not a row here: it is a person's sign-in (found by its cookie's hash, holding
+    the groups their identity provider gave), not a credential a person makes, lists or revokes."""
+
+    __tablename__ = "credentials"
+    __table_args__ = (UniqueConstraint("kind", "prefix"),)
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
+    kind: Mapped[str] = mapped_column(String(8))  # key | token
+    prefix: Mapped[str] = mapped_column(String(16))
+    secret_hash: Mapped[str] = mapped_column(String(64))
+    name: Mapped[str] = mapped_column(String(200), default="")
+    #: the tenant it acts for; NULL only for a platform-admin token
+    tenant: Mapped[str | None] = mapped_column(String(253), nullable=True, index=True)
+    created_at: Mapped[datetime] = mapped_column(UtcDateTime())
+    #: the actor that created it (NULL: a key made before revision 0014, which did not keep it)
+    created_by: Mapped[str | None] = mapped_column(String(253), nullable=True)
+    expires_at: Mapped[datetime | None] = mapped_column(UtcDateTime(), nullable=True)
+    revoked_at: Mapped[datetime | None] = mapped_column(UtcDateTime(), nullable=True)
+    #: a token's role: platform-admin | tenant-admin | tenant-viewer (NULL for a key)
+    role: Mapped[str | None] = mapped_column(String(32), nullable=True)
+    #: a key's models (empty: every model of its tenant; NULL for a token)
+    models: Mapped[list[str] | None] = mapped_column(NullableJson, nullable=True)
+    #: a key's own rate limits, on top of its tenant's (NULL: none; always NULL for a token)
+    requests_per_min: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+    tokens_per_min: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+    concurrent_requests: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+    # Who made it, for the rule that a person's credentials hold only while the person could
+    # make them (core.access.credential_grants); all NULL for one made outside any person's chain
+    # (a token of no person, the CLI, before 0012).
     #: the control-plane token that made it (its prefix), if a token did
     made_by_token: Mapped[str | None] = mapped_column(String(16), nullable=True)
     #: the person at the root of its chain: their issuer and subject
@@ -61,25 +91,6 @@ class MadeByColumns:
     suspended_at: Mapped[datetime | None] = mapped_column(UtcDateTime(), nullable=True)
     #: how many times it was suspended or resumed: the gateway's key version counts it
     suspension_changes: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
-
-
-class ApiKeyRow(MadeByColumns, Base):
-    """One API key: its public prefix and the SHA-256 of the whole key, never the key itself."""
-
-    __tablename__ = "api_keys"
-
-    id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
-    prefix: Mapped[str] = mapped_column(String(16), unique=True, index=True)
-    key_hash: Mapped[str] = mapped_column(String(64))
-    tenant: Mapped[str] = mapped_column(String(253), index=True)
-    name: Mapped[str] = mapped_column(String(200), default="")
-    models: Mapped[list[str]] = mapped_column(JSON, default=list)  # empty: every model
-    created_at: Mapped[datetime] = mapped_column(UtcDateTime())
-    expires_at: Mapped[datetime | None] = mapped_column(UtcDateTime(), nullable=True)
-    revoked_at: Mapped[datetime | None] = mapped_column(UtcDateTime(), nullable=True)
-    requests_per_min: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
-    tokens_per_min: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
-    concurrent_requests: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
 
 
 class UsageRow(Base):
@@ -135,24 +146,6 @@ class SpecRevisionRow(Base):
     spec_yaml: Mapped[str] = mapped_column(Text)
     spec_sha256: Mapped[str] = mapped_column(String(64))
     plan: Mapped[dict[str, Any]] = mapped_column(JSON)
-
-
-class ApiTokenRow(MadeByColumns, Base):
-    """A control-plane token (people and automation, not the gateway's keys): its public prefix and
-    the SHA-256 of the whole token, never the token itself."""
-
-    __tablename__ = "api_tokens"
-
-    id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
-    prefix: Mapped[str] = mapped_column(String(16), unique=True, index=True)
-    token_hash: Mapped[str] = mapped_column(String(64))
-    name: Mapped[str] = mapped_column(String(200))
-    role: Mapped[str] = mapped_column(String(32))  # platform-admin | tenant-admin | tenant-viewer
-    tenant: Mapped[str | None] = mapped_column(String(253), nullable=True, index=True)
-    created_at: Mapped[datetime] = mapped_column(UtcDateTime())
-    created_by: Mapped[str] = mapped_column(String(253))
-    expires_at: Mapped[datetime | None] = mapped_column(UtcDateTime(), nullable=True)
-    revoked_at: Mapped[datetime | None] = mapped_column(UtcDateTime(), nullable=True)
 
 
 class GpuSampleRow(Base):

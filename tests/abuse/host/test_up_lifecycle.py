@@ -63,7 +63,7 @@ def snapshot(state_dir: Path) -> dict[str, Any]:
                     tuple(map(str, row))
                     for row in connection.execute(text(f"SELECT * FROM {table}"))  # noqa: S608
                 )
-                for table in ("api_keys", "api_tokens", "spec_revisions")
+                for table in ("credentials", "spec_revisions")
             }
     finally:
         engine.dispose()

@@ -24,7 +24,7 @@ UNREACHABLE = "postgresql+psycopg://postgres:hunter2@127.0.0.1:1/test"
 
 def test_every_table_is_created(engine: Engine) -> None:
     assert set(inspect(engine).get_table_names()) >= set(metadata.tables)
-    assert {"api_keys", "usage_records", "audit_log"} <= set(metadata.tables)
+    assert {"credentials", "usage_records", "audit_log"} <= set(metadata.tables)
 
 
 def test_reopening_keeps_what_is_stored(store_url: str) -> None:

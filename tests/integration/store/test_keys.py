@@ -61,7 +61,7 @@ def test_a_keys_limits_are_its_rows_columns_and_come_back_as_given(engine: Engin
     make_key(keys, "globex")
     columns = ", ".join(RateLimits.model_fields)
     with engine.connect() as connection:
-        rows = connection.execute(text(f"SELECT {columns} FROM api_keys ORDER BY id")).all()  # noqa: S608
+        rows = connection.execute(text(f"SELECT {columns} FROM credentials ORDER BY id")).all()  # noqa: S608
     assert [tuple(row) for row in rows] == [(None, MAX_TOKENS_PER_MIN, 1), (None, None, None)]
     assert [key.limits for key in keys.list()] == [limits, RateLimits()]
     assert [record.key.limits for record in keys.active_records(T0)] == [limits, RateLimits()]
@@ -71,7 +71,7 @@ def test_a_key_stored_with_a_limit_past_todays_bound_still_loads(engine: Engine)
     keys = KeyRepository(engine)
     make_key(keys)
     with engine.begin() as connection:
-        connection.execute(text("UPDATE api_keys SET requests_per_min = :big"), {"big": 10**13})
+        connection.execute(text("UPDATE credentials SET requests_per_min = :big"), {"big": 10**13})
     [record] = keys.active_records(T0)
     assert record.key.limits.requests_per_min == 10**13
 
@@ -81,7 +81,7 @@ def test_only_the_hash_is_stored_never_the_secret(engine: Engine) -> None:
     token, key = make_key(keys)
     secret = token.split("_", 2)[2]
     with engine.connect() as connection:
-        key_rows = connection.execute(text("SELECT * FROM api_keys")).all()
+        key_rows = connection.execute(text("SELECT * FROM credentials")).all()
         audit_rows = connection.execute(text("SELECT * FROM audit_log")).all()
     assert len(key_rows) == 1
     stored = " ".join(str(value) for value in key_rows[0])

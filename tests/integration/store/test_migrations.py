@@ -55,6 +55,7 @@ def test_head_revision_is_the_newest_migration() -> None:
     scripts = ScriptDirectory.from_config(alembic_config())
     assert scripts.get_heads() == [HEAD_REVISION]
     assert [s.revision for s in scripts.walk_revisions()] == [
+        "0014",
         "0013",
         "0012",
         "0011",

@@ -91,7 +91,7 @@ def test_only_the_hash_is_stored(engine: Engine) -> None:
     with engine.connect() as connection:
         stored = " ".join(
             str(value)
-            for table in ("api_tokens", "audit_log")
+            for table in ("credentials", "audit_log")
             for row in connection.execute(text(f"SELECT * FROM {table}"))  # noqa: S608
             for value in row
         )
