@@ -238,3 +238,35 @@ def test_the_downgrade_gives_back_the_rows_as_they_were(engine: Engine) -> None:
     upgrade_store(engine)
     assert len(KeyRepository(engine).list()) == len(KEYS)
     assert len(TokenRepository(engine).list()) == len(TOKENS)
+
+
+def test_what_a_token_makes_follows_that_tokens_person_not_a_key_of_its_prefix(
+    engine: Engine,
+) -> None:
+    """The making token is found by its prefix among tokens only: a key made earlier with the
+    same prefix, by nobody, must not be taken for it (the new key would then follow nobody)."""
+    KeyRepository(engine, new_prefix=lambda: SHARED_PREFIX).create(
+        "initech", "twin", [], None, RateLimits(), T0, "root"
+    )
+    alice = CredentialMaker(
+        issuer=ISSUER,
+        subject="alice",
+        grant_role="tenant-admin",
+        grant_tenant="initech",
+        grant_groups=("initech-admins",),
+    )
+    TokenRepository(engine, new_prefix=lambda: SHARED_PREFIX).create(
+        "alice-ci", "tenant-admin", "initech", None, T0, "alice", made_by=alice
+    )
+    _, made = KeyRepository(engine).create(
+        "initech",
+        "made-by-token",
+        [],
+        None,
+        RateLimits(),
+        T0,
+        "token alice-ci",
+        made_by=CredentialMaker(token_prefix=SHARED_PREFIX),
+    )
+    assert made.made_by is not None
+    assert (made.made_by.token_prefix, made.made_by.subject) == (SHARED_PREFIX, "alice")
