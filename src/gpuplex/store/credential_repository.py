@@ -139,12 +139,16 @@ class Credentials(Generic[Shown]):
 
     def active(self, now: datetime) -> builtins.list[tuple[Shown, str]]:
         """The credentials that work at `now` (not revoked, suspended or expired), with their
-        stored hashes."""
-        query = select(CredentialRow).where(
-            self._of_kind,
-            CredentialRow.revoked_at.is_(None),
-            CredentialRow.suspended_at.is_(None),
-            or_(CredentialRow.expires_at.is_(None), CredentialRow.expires_at > aware_utc(now)),
+        stored hashes, oldest first."""
+        query = (
+            select(CredentialRow)
+            .where(
+                self._of_kind,
+                CredentialRow.revoked_at.is_(None),
+                CredentialRow.suspended_at.is_(None),
+                or_(CredentialRow.expires_at.is_(None), CredentialRow.expires_at > aware_utc(now)),
+            )
+            .order_by(CredentialRow.id)
         )
         with store_errors(self._engine), Session(self._engine) as session:
             return [(self._shape(row), row.secret_hash) for row in session.scalars(query)]

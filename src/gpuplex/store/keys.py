@@ -104,7 +104,7 @@ class KeyRepository:
 
     def active_records(self, now: datetime) -> builtins.list[KeyRecord]:
         """The keys that work at `now` (not revoked, suspended or expired), with their stored
-        hashes."""
+        hashes, oldest first."""
         return [KeyRecord(key, stored_hash) for key, stored_hash in self._keys.active(now)]
 
     def version(self) -> str:
