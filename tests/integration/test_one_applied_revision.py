@@ -141,7 +141,7 @@ def test_host_billing_and_kubernetes_all_read_the_stored_plan(spec_texts: list[s
             for number, text in enumerate(spec_texts, start=1):
                 clock.advance(timedelta(minutes=5))
                 try:
-                    stored, plan = apply(ctx, text, base, actor="test")
+                    stored, plan = apply(ctx.spec_history, text, base, actor="test")
                 except SpecError:  # a drawn spec the validation refuses is never applied
                     continue
                 base = stored.revision

@@ -59,8 +59,8 @@ def create_app(
     # bodies: the caller checked before one is read, each bounded while it is read
     app.add_middleware(
         BodyGuard,
-        authenticate=active_token_check(context),
-        known_session=live_session_check(context),
+        authenticate=active_token_check(context.oidc_identities, context.tokens, context.clock),
+        known_session=live_session_check(context.web_sessions, context.clock),
         throttle=context.failure_throttle,
     )
     for module in (

@@ -4,26 +4,31 @@ another tenant's object, worded as if it did not exist)."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Annotated
 
 from fastapi import Depends, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
+from gpuplex.clock import Clock
 from gpuplex.core.access import Permission, Principal, Role, Verdict, decide
 from gpuplex.errors import ErrorCode
 from gpuplex.oidc.tokens import looks_like_jwt
 from gpuplex.server.body_guard import ENDED_SESSION
-from gpuplex.server.context import ServerContext, server_context
+from gpuplex.server.dependencies import Identities, Sessions, TheClock, Throttle, Tokens
 from gpuplex.server.failure_throttle import client_address
 from gpuplex.server.oidc_principal import (
     TENANT_HEADER,
+    OidcIdentities,
     TenantChoice,
     oidc_principal,
     principal_of_groups,
 )
 from gpuplex.server.problems import ApiProblem
 from gpuplex.server.sign_in import require_csrf, session_cookie
+from gpuplex.store.tokens import TokenRepository
+from gpuplex.store.web_sessions import WebSessions
 
 _bearer = HTTPBearer(
     auto_error=False,
@@ -32,16 +37,36 @@ _bearer = HTTPBearer(
 )
 
 
+@dataclass(frozen=True, slots=True)
+class CallerLookup:
+    """What finds who a request's credentials speak for: gpuplex's own tokens, the dashboard's
+    sessions, the identity provider's people, and the clock expiry is measured on."""
+
+    tokens: TokenRepository
+    sessions: WebSessions
+    identities: OidcIdentities
+    clock: Clock
+
+
+async def caller_lookup(
+    tokens: Tokens, sessions: Sessions, identities: Identities, clock: TheClock
+) -> CallerLookup:
+    return CallerLookup(tokens=tokens, sessions=sessions, identities=identities, clock=clock)
+
+
+Callers = Annotated[CallerLookup, Depends(caller_lookup)]
+
+
 async def current_principal(
     request: Request,
     credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
-    ctx: Annotated[ServerContext, Depends(server_context)],
+    callers: Callers,
 ) -> Principal:
     """On the event loop: the store is read in a worker thread, and an identity provider's
     token that needs its keys fetched awaits the fetch without holding one."""
     cookie = session_cookie(request)
     if credentials is None and cookie:  # the dashboard, signed in with the identity provider
-        principal = await run_in_threadpool(session_principal, ctx, request, cookie)
+        principal = await run_in_threadpool(session_principal, callers, request, cookie)
         request.state.principal = principal
         return principal
     if credentials is None or credentials.scheme.lower() != "bearer":
@@ -51,10 +76,14 @@ async def current_principal(
             "`gpuplex token create` or POST /api/v1/tokens",
         )
     if looks_like_jwt(credentials.credentials):  # the identity provider's (auth.oidc)
-        principal = await oidc_principal(ctx, credentials.credentials, chosen_tenant(request))
+        principal = await oidc_principal(
+            callers.identities, credentials.credentials, chosen_tenant(request)
+        )
         request.state.principal = principal
         return principal
-    identity = await run_in_threadpool(ctx.tokens.authenticate, credentials.credentials, ctx.now())
+    identity = await run_in_threadpool(
+        callers.tokens.authenticate, credentials.credentials, callers.clock.utc_now()
+    )
     if identity is None:
         raise ApiProblem(ErrorCode.UNAUTHENTICATED, "the token is unknown, revoked or expired")
     principal = Principal(
@@ -67,15 +96,15 @@ async def current_principal(
     return principal
 
 
-def session_principal(ctx: ServerContext, request: Request, cookie: str) -> Principal:
+def session_principal(callers: CallerLookup, request: Request, cookie: str) -> Principal:
     """The person a dashboard session cookie speaks for, with roles from the groups their sign-in
     saw under the rules applied now; a change needs the session's CSRF token."""
-    session = ctx.web_sessions.find(cookie, ctx.now())
+    session = callers.sessions.find(cookie, callers.clock.utc_now())
     if session is None:
         raise ApiProblem(ErrorCode.UNAUTHENTICATED, ENDED_SESSION)
     require_csrf(request, cookie)
     return principal_of_groups(
-        ctx,
+        callers.identities,
         list(session.groups),
         session.subject,
         session.name,
@@ -94,19 +123,20 @@ def chosen_tenant(request: Request) -> TenantChoice:
 async def counted_principal(
     request: Request,
     credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
-    ctx: Annotated[ServerContext, Depends(server_context)],
+    callers: Callers,
+    throttle: Throttle,
 ) -> Principal:
     """`current_principal` with the failure throttle (server/failure_throttle.py): credentials
     that fail count against the client address, and past its failures they are answered 429
     instead of 401; credentials that hold are always taken."""
     try:
-        return await current_principal(request, credentials, ctx)
+        return await current_principal(request, credentials, callers)
     except ApiProblem as refused:
         presented = credentials is not None or bool(session_cookie(request))
         if refused.code is not ErrorCode.UNAUTHENTICATED or not presented:
             raise
         address = client_address(request)
-        raise ctx.failure_throttle.answer_to_failure(address, refused) from None
+        raise throttle.answer_to_failure(address, refused) from None
 
 
 CurrentPrincipal = Annotated[Principal, Depends(counted_principal)]

@@ -31,15 +31,17 @@ import anyio.to_thread
 from starlette.requests import cookie_parser
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from gpuplex.clock import Clock
 from gpuplex.core.serve.keys import bearer_token
 from gpuplex.errors import CredentialSuspended, ErrorCode, IdentityProviderUnavailable, StoreError
 from gpuplex.http_limits import client_key
 from gpuplex.oidc.tokens import looks_like_jwt
-from gpuplex.server.context import ServerContext
 from gpuplex.server.failure_throttle import FailureThrottle
-from gpuplex.server.oidc_principal import oidc_principal
+from gpuplex.server.oidc_principal import OidcIdentities, oidc_principal
 from gpuplex.server.problems import ApiProblem, problem_response
 from gpuplex.server.sign_in import SESSION_COOKIE, cookie_name
+from gpuplex.store.tokens import TokenRepository
+from gpuplex.store.web_sessions import WebSessions
 
 #: The largest body the API takes: a whole spec (1,000,000 characters) as JSON, with room.
 MAX_BODY_BYTES = 8 * 1024 * 1024
@@ -60,7 +62,9 @@ Authenticate = Callable[[str], Awaitable[bool]]
 KnownSession = Callable[[str], bool]
 
 
-def active_token_check(context: ServerContext) -> Authenticate:
+def active_token_check(
+    identities: OidcIdentities, tokens: TokenRepository, clock: Clock
+) -> Authenticate:
     """The check of gpuplex.server.auth: a known token, neither revoked nor expired, now; or an
     identity provider's token that verifies (the route then says whether its groups give a role,
     and answers for a provider it cannot read)."""
@@ -68,16 +72,14 @@ def active_token_check(context: ServerContext) -> Authenticate:
     async def active(token: str) -> bool:
         if looks_like_jwt(token):
             try:
-                await oidc_principal(context, token)
+                await oidc_principal(identities, token)
             except ApiProblem as refused:
                 return refused.code is not ErrorCode.UNAUTHENTICATED
             except IdentityProviderUnavailable:
                 return True  # the route answers for that (503)
             return True
         try:
-            found = await anyio.to_thread.run_sync(
-                context.tokens.authenticate, token, context.now()
-            )
+            found = await anyio.to_thread.run_sync(tokens.authenticate, token, clock.utc_now())
         except StoreError:  # the store is unavailable: the route answers for that (503)
             return True
         return found is not None
@@ -85,9 +87,9 @@ def active_token_check(context: ServerContext) -> Authenticate:
     return active
 
 
-def live_session_check(context: ServerContext) -> KnownSession:
+def live_session_check(sessions: WebSessions, clock: Clock) -> KnownSession:
     """The dashboard session check of gpuplex.server.auth (which checks its CSRF token too)."""
-    return lambda cookie: context.web_sessions.find(cookie, context.now()) is not None
+    return lambda cookie: sessions.find(cookie, clock.utc_now()) is not None
 
 
 class BodyGuard:

@@ -24,7 +24,7 @@ from gpuplex.core.report import (
     run_rate_window,
 )
 from gpuplex.revision import AppliedRevision
-from gpuplex.server.context import ServerContext
+from gpuplex.server.budget_books import BudgetBooks
 from gpuplex.server.metrics.collector import count_fired_alert
 from gpuplex.store.budget_enforcement import EnforcedBudget
 from gpuplex.store.budgets import Budget, BudgetAlert, Enforcement
@@ -60,20 +60,20 @@ class MonthFigures:
         return key_spends(self.spend.get(tenant, Decimal(0)), tokens)
 
 
-def month_figures(ctx: ServerContext, applied: AppliedRevision, now: datetime) -> MonthFigures:
+def month_figures(books: BudgetBooks, applied: AppliedRevision, now: datetime) -> MonthFigures:
     period = month_of(now)
     window = month_window(period)
-    spend_until = rolled_up_to(ctx, now)
+    spend_until = rolled_up_to(books, now)
     recent_start = max(window.start, spend_until - timedelta(seconds=RUN_RATE_WINDOW_S))
     recent_spend = (
-        ctx.metering.spend(MeterWindow(recent_start, spend_until), applied)
+        books.metering.spend(MeterWindow(recent_start, spend_until), applied)
         if spend_until > recent_start
         else {}
     )
-    names = {key.prefix: key_budget_name(key.name, key.prefix) for key in ctx.keys.list()}
+    names = {key.prefix: key_budget_name(key.name, key.prefix) for key in books.keys.list()}
     key_tokens: dict[tuple[str, str], int] = {}
     key_requests: dict[tuple[str, str], int] = {}
-    for (tenant, prefix), used in ctx.key_usage.totals(window.start, window.end).items():
+    for (tenant, prefix), used in books.key_usage.totals(window.start, window.end).items():
         scope = (tenant, names.get(prefix, prefix))
         key_tokens[scope] = key_tokens.get(scope, 0) + used.tokens
         key_requests[scope] = key_requests.get(scope, 0) + used.requests
@@ -81,12 +81,12 @@ def month_figures(ctx: ServerContext, applied: AppliedRevision, now: datetime) -
         period=period,
         window=window,
         spend_until=spend_until,
-        spend=ctx.metering.spend(window, applied),
+        spend=books.metering.spend(window, applied),
         recent_spend=recent_spend,
-        first_spend_at=ctx.metering.first_spend(window),
+        first_spend_at=books.metering.first_spend(window),
         key_tokens=key_tokens,
         key_requests=key_requests,
-        enforced={e.scope: e for e in ctx.enforcement.current()},
+        enforced={e.scope: e for e in books.enforcement.current()},
     )
 
 
@@ -109,29 +109,29 @@ class BudgetView:
 
 
 def budget_view(
-    ctx: ServerContext,
+    books: BudgetBooks,
     applied: AppliedRevision,
     tenant: str,
     now: datetime,
     figures: MonthFigures | None = None,
 ) -> BudgetView:
     """The tenant's own budget now: set through the API, else the spec's monthly_budget."""
-    figures = figures if figures is not None else month_figures(ctx, applied, now)
-    stored = ctx.budgets.get(tenant)
+    figures = figures if figures is not None else month_figures(books, applied, now)
+    stored = books.budgets.get(tenant)
     declared = applied.tenant(tenant)
     spec_amount = declared.monthly_budget if declared is not None else None
     if stored is None and spec_amount is not None:
-        return _view(figures, applied, tenant, "", "spec", spec_amount, None, ctx)
-    return _view(figures, applied, tenant, "", "set" if stored else "none", None, stored, ctx)
+        return _view(figures, applied, tenant, "", "spec", spec_amount, None, books)
+    return _view(figures, applied, tenant, "", "set" if stored else "none", None, stored, books)
 
 
 def key_budget_views(
-    ctx: ServerContext, applied: AppliedRevision, tenant: str, figures: MonthFigures
+    books: BudgetBooks, applied: AppliedRevision, tenant: str, figures: MonthFigures
 ) -> list[BudgetView]:
     """The budgets of the tenant's key names."""
     return [
-        _view(figures, applied, tenant, b.key_name, "set", None, b, ctx)
-        for b in ctx.budgets.list(tenant)
+        _view(figures, applied, tenant, b.key_name, "set", None, b, books)
+        for b in books.budgets.list(tenant)
         if b.key_name
     ]
 
@@ -144,7 +144,7 @@ def _view(
     source: str,
     spec_amount: Decimal | None,
     stored: Budget | None,
-    ctx: ServerContext,
+    books: BudgetBooks,
 ) -> BudgetView:
     projected, recent = figures.projection(tenant)
     spend = figures.spend.get(tenant, Decimal(0))
@@ -169,18 +169,18 @@ def _view(
         webhook_url=stored.webhook_url if stored is not None else None,
         enforcement=stored.enforcement if stored is not None else Enforcement(),
         enforced=enforced.action if enforced is not None else BudgetAction.ALERT,
-        alerts=ctx.budgets.alerts(tenant, figures.window.start, key_name),
+        alerts=books.budgets.alerts(tenant, figures.window.start, key_name),
     )
 
 
-def rolled_up_to(ctx: ServerContext, now: datetime) -> datetime:
+def rolled_up_to(books: BudgetBooks, now: datetime) -> datetime:
     """Where the spend so far ends: the newest roll-up window, which trails `now`."""
-    newest = ctx.rollups.last_window_end("allocation")
+    newest = books.rollups.last_window_end("allocation")
     return now if newest is None else min(now, newest)
 
 
 def check_budgets(
-    ctx: ServerContext,
+    books: BudgetBooks,
     applied: AppliedRevision,
     now: datetime,
     webhook_timeout_s: float,
@@ -188,11 +188,11 @@ def check_budgets(
 ) -> list[BudgetAlert]:
     """Fire every threshold newly crossed this month, of the tenants' budgets and their keys';
     returns the alerts fired now."""
-    figures = figures if figures is not None else month_figures(ctx, applied, now)
+    figures = figures if figures is not None else month_figures(books, applied, now)
     fired_now = []
     for name in applied.tenant_names:
-        views = [budget_view(ctx, applied, name, now, figures)]
-        views += key_budget_views(ctx, applied, name, figures)
+        views = [budget_view(books, applied, name, now, figures)]
+        views += key_budget_views(books, applied, name, figures)
         for view in views:
             if view.amount is None:
                 continue
@@ -209,7 +209,7 @@ def check_budgets(
                     fired_at=now,
                     key_name=view.key_name,
                 )
-                if ctx.budgets.record_alert(alert):
+                if books.budgets.record_alert(alert):
                     fired_now.append(alert)
                     count_fired_alert(alert)
                     if view.webhook_url is not None:

@@ -11,23 +11,23 @@ from decimal import Decimal
 from gpuplex.core.report import BudgetAction, action_in_force
 from gpuplex.revision import AppliedRevision
 from gpuplex.server.budget_alerts import MonthFigures, month_figures
-from gpuplex.server.context import ServerContext
+from gpuplex.server.budget_books import BudgetBooks
 from gpuplex.store.budget_enforcement import EnforcedBudget, EnforcementChange
 
 
 def enforce_budgets(
-    ctx: ServerContext,
+    books: BudgetBooks,
     applied: AppliedRevision,
     now: datetime,
     figures: MonthFigures | None = None,
 ) -> list[EnforcementChange]:
     """Store what every budget enforces now; returns the changes (each one audited)."""
-    figures = figures if figures is not None else month_figures(ctx, applied, now)
+    figures = figures if figures is not None else month_figures(books, applied, now)
     tenants = set(applied.tenant_names)
     currency = applied.spec.pricing.currency
     wanted = []
     key_spend: dict[str, dict[str, Decimal]] = {}
-    for budget in ctx.budgets.list():
+    for budget in books.budgets.list():
         if budget.tenant not in tenants:
             continue  # a tenant the applied spec no longer has: nothing to serve it
         if budget.key_name:
@@ -50,4 +50,4 @@ def enforce_budgets(
                 throttle_requests_per_min=budget.enforcement.throttle_requests_per_min,
             )
         )
-    return ctx.enforcement.replace_all(wanted, now)
+    return books.enforcement.replace_all(wanted, now)

@@ -1,4 +1,10 @@
-"""What every request handler needs, built once when the server starts and kept on the app."""
+"""The composition root: every part of the control plane (the store's repositories, the clock,
+the metering, the caches), built once when the server starts (`ServerContext.open`) and kept on
+the app (`app.state.context`). The threads started with the server (the job runner, the
+reconciler, the scrapers) take it whole; a route never does: it asks for the parts it uses
+(server/dependencies.py), and the groups of parts a helper needs together are built from it
+here (`budget_books`, `spec_history`, `oidc_identities`) or beside their user
+(`job_runner.job_step_inputs`)."""
 
 from __future__ import annotations
 
@@ -10,8 +16,11 @@ from fastapi import Request
 from gpuplex.clock import SYSTEM_CLOCK, Clock
 from gpuplex.oidc.keys import IssuerKeysCache
 from gpuplex.revision import AppliedRevisions
+from gpuplex.server.budget_books import BudgetBooks
 from gpuplex.server.failure_throttle import FailureThrottle
 from gpuplex.server.metering import Metering
+from gpuplex.server.oidc_principal import OidcIdentities
+from gpuplex.server.spec_apply import SpecHistory
 from gpuplex.store import AuditLog, Engine, KeyRepository, UsageRepository
 from gpuplex.store.budget_enforcement import EnforcementRepository
 from gpuplex.store.budgets import BudgetRepository
@@ -72,6 +81,30 @@ class ServerContext:
     def now(self) -> datetime:
         """Now on the control plane's clock, timezone-aware UTC."""
         return self.clock.utc_now()
+
+    @property
+    def budget_books(self) -> BudgetBooks:
+        """What the budgets are read and decided from."""
+        return BudgetBooks(
+            budgets=self.budgets,
+            enforcement=self.enforcement,
+            keys=self.keys,
+            key_usage=self.key_usage,
+            rollups=self.rollups,
+            metering=self.metering,
+        )
+
+    @property
+    def spec_history(self) -> SpecHistory:
+        """What a spec is planned against and stored in."""
+        return SpecHistory(revisions=self.revisions, current=self.current, clock=self.clock)
+
+    @property
+    def oidc_identities(self) -> OidcIdentities:
+        """What makes a principal of an identity provider's person."""
+        return OidcIdentities(
+            current=self.current, issuer_keys=self.issuer_keys, people=self.people, clock=self.clock
+        )
 
     @classmethod
     def open(

@@ -5,11 +5,13 @@
 
 from __future__ import annotations
 
+from gpuplex.clock import Clock
 from gpuplex.core.access import Principal, Role
 from gpuplex.core.access.credential_grants import GrantRules, groups_giving
 from gpuplex.core.access.oidc_groups import Grant, GroupRule
 from gpuplex.core.spec import GpuplexSpec
-from gpuplex.server.context import ServerContext
+from gpuplex.revision import AppliedRevisions
+from gpuplex.store.credential_grants import OidcPeople
 from gpuplex.store.credentials import CredentialMaker
 
 #: What caused a review when a person's groups were seen on a request (a bearer token, a session).
@@ -30,14 +32,16 @@ def rules_of_spec(spec: GpuplexSpec) -> GrantRules | None:
     )
 
 
-def rules_now(ctx: ServerContext) -> GrantRules | None:
+def rules_now(current: AppliedRevisions) -> GrantRules | None:
     """The rules of the revision applied now (read from the store when called)."""
-    applied = ctx.current.get()
+    applied = current.get()
     return rules_of_spec(applied.spec) if applied is not None else None
 
 
 def note_groups_seen(
-    ctx: ServerContext,
+    people: OidcPeople,
+    current: AppliedRevisions,
+    clock: Clock,
     groups: list[str],
     subject: str,
     name: str,
@@ -46,26 +50,28 @@ def note_groups_seen(
 ) -> None:
     """A person was seen in `groups`: kept, and their credentials judged again when the groups
     changed (one read by primary key when they did not)."""
-    ctx.people.seen(
+    people.seen(
         issuer=issuer,
         subject=subject,
         name=name,
         groups=groups,
-        rules=lambda: rules_now(ctx),
-        now=ctx.now(),
+        rules=lambda: rules_now(current),
+        now=clock.utc_now(),
         cause=cause,
     )
 
 
-def credential_maker(ctx: ServerContext, principal: Principal) -> CredentialMaker | None:
+def credential_maker(
+    people: OidcPeople, current: AppliedRevisions, principal: Principal
+) -> CredentialMaker | None:
     """Who makes a credential `principal` creates: a person, with the grant they act under and the
     groups (as last seen) that give it; or a gpuplex token, whose chain the store follows; None
     for neither."""
     if principal.issuer is not None and principal.subject is not None:
         tenant = None if principal.role is Role.PLATFORM_ADMIN else principal.tenant
-        person = ctx.people.get(principal.issuer, principal.subject)
+        person = people.get(principal.issuer, principal.subject)
         groups = person.groups if person is not None else ()
-        giving = groups_giving(groups, Grant(principal.role, tenant), rules_now(ctx))
+        giving = groups_giving(groups, Grant(principal.role, tenant), rules_now(current))
         return CredentialMaker(
             issuer=principal.issuer,
             subject=principal.subject,

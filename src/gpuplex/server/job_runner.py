@@ -22,9 +22,11 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Collection, Mapping
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from decimal import Decimal
 
+from gpuplex.clock import Clock
 from gpuplex.core.jobs.lifecycle import JobRecord, LifecycleStep, Transition, step
 from gpuplex.core.jobs.placement import job_workload_name
 from gpuplex.core.jobs.states import JobState
@@ -34,10 +36,11 @@ from gpuplex.core.plan.model import Placement
 from gpuplex.core.queues.tree import queue_tree
 from gpuplex.errors import JobStateError
 from gpuplex.retry import run_pass
-from gpuplex.server.context import ServerContext
+from gpuplex.revision import AppliedRevisions
+from gpuplex.server.context import JobRunnerLead, ServerContext
 from gpuplex.server.job_usage import decayed_job_usage
 from gpuplex.store.job_reports import HostReport, JobReport, JobReports
-from gpuplex.store.jobs import Job
+from gpuplex.store.jobs import Job, JobRepository
 from gpuplex.store.leader import Leadership, try_lead
 from gpuplex.store.locks import StoreLock
 
@@ -91,22 +94,45 @@ def _seconds(at: datetime | None) -> float | None:
     return at.timestamp() if at is not None else None
 
 
-def next_step(ctx: ServerContext, reports: JobReports) -> LifecycleStep | None:
+@dataclass(frozen=True, slots=True)
+class JobStepInputs:
+    """What the runner's next step is worked out from: the applied revision, the jobs, what the
+    hosts report of them, since when this process leads, and the clock."""
+
+    current: AppliedRevisions
+    jobs: JobRepository
+    reports: JobReports
+    lead: JobRunnerLead
+    clock: Clock
+
+
+def job_step_inputs(ctx: ServerContext) -> JobStepInputs:
+    """The runner's inputs among the server's parts."""
+    return JobStepInputs(
+        current=ctx.current,
+        jobs=ctx.jobs,
+        reports=JobReports(ctx.engine),
+        lead=ctx.job_runner_lead,
+        clock=ctx.clock,
+    )
+
+
+def next_step(inputs: JobStepInputs) -> LifecycleStep | None:
     """The step the runner would take now, read-only: what `job show` explains a wait by, and
     what the runner writes. None when nothing is applied, there are no queues, or no jobs."""
-    applied = ctx.current.get()
+    applied = inputs.current.get()
     tree = queue_tree(applied.spec) if applied is not None else None
     if applied is None or tree is None:
         return None
-    jobs = ctx.jobs.active()
+    jobs = inputs.jobs.active()
     if not jobs:
         return None
-    seen = reports.of([j.id for j in jobs])
+    seen = inputs.reports.of([j.id for j in jobs])
     records = [job_record(j, seen.get(j.id)) for j in jobs]
-    now = ctx.now()
+    now = inputs.clock.utc_now()
     nodes = [n.name for n in applied.spec.fleet.nodes]
-    unheard = unheard_nodes(nodes, reports.hosts(), ctx.job_runner_lead.since, now)
-    usage = decayed_job_usage(ctx.jobs, tree, now)  # fair share over time
+    unheard = unheard_nodes(nodes, inputs.reports.hosts(), inputs.lead.since, now)
+    usage = decayed_job_usage(inputs.jobs, tree, now)  # fair share over time
     return step(applied.spec, applied.plan, tree, records, now.timestamp(), unheard, usage=usage)
 
 
@@ -116,7 +142,7 @@ class JobRunner(threading.Thread):
         self.ctx = ctx
         self.interval_s = interval_s
         self.stopping = threading.Event()
-        self.reports = JobReports(ctx.engine)
+        self.inputs = job_step_inputs(ctx)
         self._lead: Leadership | None = None
 
     def run(self) -> None:
@@ -145,7 +171,7 @@ class JobRunner(threading.Thread):
                 self.ctx.job_runner_lead.since = None
                 return None  # another control plane runs the jobs
             self.ctx.job_runner_lead.since = self.ctx.now()  # hosts' reports count from now
-        result = next_step(self.ctx, self.reports)
+        result = next_step(self.inputs)
         if result is None:
             return None
         for change in result.transitions:

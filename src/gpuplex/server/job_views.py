@@ -27,11 +27,9 @@ from gpuplex.core.jobs.states import HOLDING_STATES, JobState
 from gpuplex.core.queues.tree import queue_tree
 from gpuplex.host.log_tail import MAX_LOG_BYTES
 from gpuplex.revision import AppliedRevision
-from gpuplex.server.context import ServerContext
-from gpuplex.server.job_runner import next_step
+from gpuplex.server.job_runner import JobStepInputs, next_step
 from gpuplex.server.reason_filter import OTHER_TENANTS_JOB, ReasonFilter
 from gpuplex.store.job_logs import JobLogs
-from gpuplex.store.job_reports import JobReports
 from gpuplex.store.job_runs import JobRun
 from gpuplex.store.jobs import JOB_ID_PATTERN, Job, JobEvent
 
@@ -120,16 +118,16 @@ class WaitingNow:
         return self.reasons.get(job_id, NOT_LOOKED_AT)
 
 
-def waiting_now(ctx: ServerContext, applied: AppliedRevision | None) -> WaitingNow:
+def waiting_now(inputs: JobStepInputs, applied: AppliedRevision | None) -> WaitingNow:
     """The job runner's next step, read-only, under the `applied` revision: why each queued job
     waits, or where it is about to start."""
-    queued = ctx.jobs.list(states=[JobState.QUEUED])
-    holding = ctx.jobs.list(states=HOLDING_STATES)
+    queued = inputs.jobs.list(states=[JobState.QUEUED])
+    holding = inputs.jobs.list(states=HOLDING_STATES)
     if applied is None:
         return WaitingNow(dict.fromkeys((j.id for j in queued), NO_SPEC), queued, holding)
     if not applied.spec.queues.enabled:
         return WaitingNow(dict.fromkeys((j.id for j in queued), NO_QUEUES), queued, holding)
-    upcoming = next_step(ctx, JobReports(ctx.engine))
+    upcoming = next_step(inputs)
     reasons = dict(upcoming.waiting) if upcoming is not None else {}
     for change in upcoming.transitions if upcoming is not None else ():
         if change.state is JobState.STARTING:
@@ -140,8 +138,8 @@ def waiting_now(ctx: ServerContext, applied: AppliedRevision | None) -> WaitingN
 class JobsSeenBy:
     """Jobs as one caller may see them (see the module docstring)."""
 
-    def __init__(self, ctx: ServerContext, principal: Principal) -> None:
-        self.ctx = ctx
+    def __init__(self, inputs: JobStepInputs, principal: Principal) -> None:
+        self.inputs = inputs  # the jobs, the applied revision, and the runner's next step
         self.principal = principal
         self._filter: ReasonFilter | None = None  # for the applied spec, made once
         self._waiting: WaitingNow | None = None  # the runner's next step, worked out once
@@ -168,7 +166,7 @@ class JobsSeenBy:
                 for e in events
             ],
             waiting_reason=waiting,
-            runs=[self._run(run, job.tenant) for run in self.ctx.jobs.runs_of(job.id)],
+            runs=[self._run(run, job.tenant) for run in self.inputs.jobs.runs_of(job.id)],
         )
 
     def _run(self, run: JobRun, tenant: str) -> JobRunReply:
@@ -190,7 +188,7 @@ class JobsSeenBy:
         """Why the queued `job` waits now, in plain words (the runner's next step is worked out
         on the first call, and reused for the other jobs of the same answer)."""
         if self._waiting is None:
-            self._waiting = waiting_now(self.ctx, self.ctx.current.get())
+            self._waiting = waiting_now(self.inputs, self.inputs.current.get())
         return self.words(self._waiting.reason(job.id), job.tenant)
 
     def words(self, text: str, tenant: str) -> str:
@@ -200,12 +198,12 @@ class JobsSeenBy:
             return text
         ids = set(_JOB_ID.findall(text))
         if ids:
-            owners = self.ctx.jobs.tenants_of(ids)
+            owners = self.inputs.jobs.tenants_of(ids)
             for job_id in ids:
                 if owners.get(job_id) != tenant:
                     text = re.sub(rf"\b{job_id}\b", OTHER_TENANTS_JOB, text)
         if self._filter is None:
-            applied = self.ctx.current.get()
+            applied = self.inputs.current.get()
             self._filter = (
                 ReasonFilter.for_caller(
                     self.principal, (), applied.tenant_names, queue_tree(applied.spec)

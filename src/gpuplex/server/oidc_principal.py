@@ -13,17 +13,21 @@ issuer.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from fastapi.concurrency import run_in_threadpool
 
+from gpuplex.clock import Clock
 from gpuplex.core.access import Principal, Role
 from gpuplex.core.access.oidc_groups import Grant, GroupRule, grants_of
 from gpuplex.errors import ErrorCode, OidcTokenError
+from gpuplex.oidc.keys import IssuerKeysCache
 from gpuplex.oidc.tokens import refuse_id_token
-from gpuplex.server.context import ServerContext
+from gpuplex.revision import AppliedRevisions
 from gpuplex.server.credential_grants import note_groups_seen
 from gpuplex.server.problems import ApiProblem
+from gpuplex.store.credential_grants import OidcPeople
 
 #: Where a person with roles on several tenants says which one a request is for.
 TENANT_HEADER = "X-Gpuplex-Tenant"
@@ -34,15 +38,28 @@ NO_ROLE = "signed in, but none of your groups gives a role in gpuplex (auth.oidc
 TenantChoice = tuple[str | None, str | None]
 
 
+@dataclass(frozen=True, slots=True)
+class OidcIdentities:
+    """What makes a principal of an identity provider's person: the applied spec (its
+    `auth.oidc` and rules), the provider's keys, the people as last seen, and the clock their
+    sightings are stamped on."""
+
+    current: AppliedRevisions
+    #: per issuer, on the system clock whatever `clock` is: the provider's tokens expire in real time
+    issuer_keys: IssuerKeysCache
+    people: OidcPeople
+    clock: Clock
+
+
 async def oidc_principal(
-    ctx: ServerContext, token: str, chosen: TenantChoice | None = None
+    identities: OidcIdentities, token: str, chosen: TenantChoice | None = None
 ) -> Principal:
     """The person (or service account) an identity provider's bearer token speaks for. Called
     on the event loop: a key-set fetch it needs is awaited, holding no worker thread, so
     gpuplex's own tokens and /healthz never wait on the provider. An unreadable provider is
     IdentityProviderUnavailable (503, with Retry-After). What reads the store (the applied
     revision, the person's groups as last seen) runs in a worker thread."""
-    applied = await run_in_threadpool(ctx.current.get)
+    applied = await run_in_threadpool(identities.current.get)
     oidc = applied.spec.auth.oidc if applied is not None else None
     if applied is None or oidc is None:
         raise ApiProblem(
@@ -51,7 +68,7 @@ async def oidc_principal(
             "auth.oidc): use a gpuplex token",
         )
     try:
-        claims = await ctx.issuer_keys.of(oidc.issuer).verified(
+        claims = await identities.issuer_keys.of(oidc.issuer).verified(
             token, audience=oidc.expected_audience, skew_s=oidc.clock_skew_s
         )
         if not oidc.accept_id_tokens:
@@ -61,7 +78,7 @@ async def oidc_principal(
     subject = str(claims["sub"])
     return await run_in_threadpool(
         principal_of_groups,
-        ctx,
+        identities,
         groups_of(claims, oidc.groups_claim),
         subject,
         person_name(claims, subject),
@@ -71,7 +88,7 @@ async def oidc_principal(
 
 
 def principal_of_groups(
-    ctx: ServerContext,
+    identities: OidcIdentities,
     groups: list[str],
     subject: str,
     name: str,
@@ -82,8 +99,10 @@ def principal_of_groups(
     dashboard session keeps the groups its sign-in saw and takes the rules afresh each time).
     `chosen`: the tenant the request acts on, for a person with roles on several."""
     said, in_path = chosen if chosen is not None else (None, None)
-    note_groups_seen(ctx, groups, subject, name, issuer)  # what they made follows these groups
-    grants = grants_for(ctx, groups, issuer)
+    note_groups_seen(  # what they made follows these groups
+        identities.people, identities.current, identities.clock, groups, subject, name, issuer
+    )
+    grants = grants_for(identities.current, groups, issuer)
     common = {"name": name, "issuer": issuer, "subject": subject}
     if any(g.role is Role.PLATFORM_ADMIN for g in grants):
         return Principal(role=Role.PLATFORM_ADMIN, **common)
@@ -106,10 +125,10 @@ def principal_of_groups(
     return Principal(role=role, tenant=tenant, **common)
 
 
-def grants_for(ctx: ServerContext, groups: list[str], issuer: str) -> list[Grant]:
+def grants_for(current: AppliedRevisions, groups: list[str], issuer: str) -> list[Grant]:
     """What a person's groups give under the rules applied now. A person signed in at an issuer
     the spec no longer names is 401."""
-    applied = ctx.current.get()
+    applied = current.get()
     oidc = applied.spec.auth.oidc if applied is not None else None
     if applied is None or oidc is None or oidc.issuer != issuer:
         raise ApiProblem(

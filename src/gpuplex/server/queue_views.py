@@ -28,7 +28,7 @@ from gpuplex.core.jobs.states import JobState
 from gpuplex.core.queues.admission import Holding
 from gpuplex.core.queues.standing import QueueStanding, kind_order, standings
 from gpuplex.core.queues.tree import QueueTree, queue_tree
-from gpuplex.server.context import ServerContext
+from gpuplex.server.job_runner import JobStepInputs
 from gpuplex.server.job_views import waiting_now
 from gpuplex.server.reason_filter import ReasonFilter
 from gpuplex.store.jobs import Job
@@ -91,14 +91,14 @@ class QueuesReply(BaseModel):
     queued_truncated: bool  # more queued jobs than `limit`: the first by position are listed
 
 
-def queues_view(ctx: ServerContext, principal: Principal, limit: int) -> QueuesReply:
+def queues_view(inputs: JobStepInputs, principal: Principal, limit: int) -> QueuesReply:
     """The queues panel's data for `principal`, with at most `limit` queued jobs."""
-    applied = ctx.current.get()
+    applied = inputs.current.get()
     if applied is None:
         return QueuesReply(
             revision=None, configured=False, queues=[], jobs=[], queued_truncated=False
         )
-    now = waiting_now(ctx, applied)
+    now = waiting_now(inputs, applied)
     own = None if principal.is_platform else principal.tenant
     tree = queue_tree(applied.spec)
     queues: list[QueueReply] = []

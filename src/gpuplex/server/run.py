@@ -20,7 +20,7 @@ from gpuplex.server.context import ServerContext
 from gpuplex.server.dcgm_scrape import DEFAULT_TIMEOUT_S, DcgmScraper
 from gpuplex.server.job_runner import JobRunner
 from gpuplex.server.sample_retention import prune_samples
-from gpuplex.server.spec_apply import apply, spec_sha256
+from gpuplex.server.spec_apply import SpecHistory, apply, spec_sha256
 from gpuplex.settings import ServerSettings
 from gpuplex.specfile import load_spec_file
 from gpuplex.store.db import open_store
@@ -37,15 +37,15 @@ def http_options(limits: HttpLimits = HTTP_LIMITS) -> dict[str, Any]:
     return uvicorn_options(fitted_to_file_limit(limits, fds_per_connection=1), plain_error_body)
 
 
-def apply_spec_file(ctx: ServerContext, path: Path, actor: str) -> int | None:
+def apply_spec_file(history: SpecHistory, path: Path, actor: str) -> int | None:
     """Apply `path` as a new revision unless it is the applied one; the new revision, else None."""
     load_spec_file(path)  # a missing, unreadable or invalid file fails here, located
     text = path.read_text(encoding="utf-8")
-    applied = ctx.current.get()
+    applied = history.current.get()
     if applied is not None and applied.spec_sha256 == spec_sha256(text):
         return None
     revision, _ = apply(
-        ctx, text, applied.revision if applied else 0, actor=actor, source=str(path)
+        history, text, applied.revision if applied else 0, actor=actor, source=str(path)
     )
     return revision.revision
 
@@ -77,9 +77,10 @@ class Reconciler(threading.Thread):
         applied = self.ctx.current.get()
         if applied is not None and (rolled.windows or not self.checked_once):
             self.checked_once = True
-            figures = month_figures(self.ctx, applied, now)
-            check_budgets(self.ctx, applied, now, self.settings.budget_webhook_timeout_s, figures)
-            enforce_budgets(self.ctx, applied, now, figures)
+            books = self.ctx.budget_books
+            figures = month_figures(books, applied, now)
+            check_budgets(books, applied, now, self.settings.budget_webhook_timeout_s, figures)
+            enforce_budgets(books, applied, now, figures)
         prune_samples(self.ctx, now, self.settings.sample_retention_days * 86400)
 
 
@@ -89,7 +90,9 @@ def run_server(settings: ServerSettings) -> None:
     engine = open_store(settings.store_url)
     ctx = ServerContext.open(engine, SYSTEM_CLOCK, ROLLUP_WINDOW_S)
     if settings.spec_path is not None:
-        apply_spec_file(ctx, settings.spec_path, actor=f"spec file {settings.spec_path}")
+        apply_spec_file(
+            ctx.spec_history, settings.spec_path, actor=f"spec file {settings.spec_path}"
+        )
     reconciler = Reconciler(ctx, settings)
     reconciler.start()
     job_runner = JobRunner(ctx, settings.jobs_interval_s)

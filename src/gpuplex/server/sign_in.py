@@ -33,18 +33,18 @@ import re
 import urllib.parse
 from datetime import UTC, datetime
 from functools import partial
-from typing import Annotated
 
 import anyio
-from fastapi import APIRouter, Depends, Request
+from fastapi import APIRouter, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse, RedirectResponse, Response
 
 from gpuplex.clock import now_s
 from gpuplex.core.spec.auth import OidcSpec
 from gpuplex.errors import ErrorCode, IdentityProviderUnavailable, OidcTokenError, TooManySignIns
-from gpuplex.server.context import ServerContext, server_context
+from gpuplex.revision import AppliedRevisions
 from gpuplex.server.credential_grants import SEEN_AT_SIGN_IN, note_groups_seen
+from gpuplex.server.dependencies import Current, Identities, Sessions, TheClock, Throttle
 from gpuplex.server.failure_throttle import client_address
 from gpuplex.server.oidc_code_flow import (
     SignedInPerson,
@@ -52,9 +52,15 @@ from gpuplex.server.oidc_code_flow import (
     exchange_code,
     signed_in_person,
 )
-from gpuplex.server.oidc_principal import NO_ROLE, grants_for
+from gpuplex.server.oidc_principal import NO_ROLE, OidcIdentities, grants_for
 from gpuplex.server.problems import ApiProblem
-from gpuplex.store.web_sessions import PendingSignIn, csrf_matches, csrf_token_of, new_secret
+from gpuplex.store.web_sessions import (
+    PendingSignIn,
+    WebSessions,
+    csrf_matches,
+    csrf_token_of,
+    new_secret,
+)
 
 SESSION_COOKIE = "gpuplex_session"
 CSRF_HEADER = "x-csrf-token"
@@ -69,7 +75,6 @@ PROVIDER_THREADS = 8
 
 log = logging.getLogger(__name__)
 router = APIRouter(prefix="/auth", include_in_schema=False)
-Context = Annotated[ServerContext, Depends(server_context)]
 
 
 def cookie_name(base: str, host: str | None) -> str:
@@ -83,20 +88,22 @@ def session_cookie(request: Request) -> str | None:
     return request.cookies.get(cookie_name(SESSION_COOKIE, request.headers.get("host")))
 
 
-def _oidc(ctx: ServerContext) -> OidcSpec | None:
-    applied = ctx.current.get()
+def _oidc(current: AppliedRevisions) -> OidcSpec | None:
+    applied = current.get()
     return applied.spec.auth.oidc if applied is not None else None
 
 
 @router.get("/config")
-def sign_in_config(ctx: Context) -> dict[str, object]:
-    oidc = _oidc(ctx)
+def sign_in_config(current: Current) -> dict[str, object]:
+    oidc = _oidc(current)
     return {"oidc": None if oidc is None else {"issuer": oidc.issuer}}
 
 
 @router.get("/login")
-async def begin_sign_in(request: Request, ctx: Context, return_to: str = DASHBOARD) -> Response:
-    oidc = _oidc(ctx)
+async def begin_sign_in(
+    request: Request, identities: Identities, sessions: Sessions, return_to: str = DASHBOARD
+) -> Response:
+    oidc = _oidc(identities.current)
     if oidc is None:
         raise ApiProblem(
             ErrorCode.NOT_FOUND,
@@ -109,16 +116,16 @@ async def begin_sign_in(request: Request, ctx: Context, return_to: str = DASHBOA
         )
     state, browser = new_secret(), new_secret()
     pending = PendingSignIn(code_verifier=new_secret(), nonce=new_secret(), return_to=return_to)
-    endpoint = await ctx.issuer_keys.of(oidc.issuer).endpoint_for("authorization_endpoint")
+    endpoint = await identities.issuer_keys.of(oidc.issuer).endpoint_for("authorization_endpoint")
     try:
         await run_in_threadpool(
             partial(
-                ctx.web_sessions.begin_sign_in,
+                sessions.begin_sign_in,
                 state=state,
                 browser=browser,
                 client=client_address(request),
                 pending=pending,
-                now=ctx.now(),
+                now=identities.clock.utc_now(),
             )
         )
     except TooManySignIns as full:
@@ -149,13 +156,15 @@ async def begin_sign_in(request: Request, ctx: Context, return_to: str = DASHBOA
 @router.get("/callback", name="sign_in_callback")
 async def finish_sign_in(
     request: Request,
-    ctx: Context,
+    identities: Identities,
+    sessions: Sessions,
+    throttle: Throttle,
     state: str = "",
     code: str = "",
     error: str = "",
     error_description: str = "",
 ) -> Response:
-    oidc = _oidc(ctx)
+    oidc = _oidc(identities.current)
     if error:
         return _back_with_error(
             request, f"the identity provider said {error}: {error_description}"[:300]
@@ -165,31 +174,36 @@ async def finish_sign_in(
             request, "this control plane takes no sign-in now; use a gpuplex token"
         )
     address = client_address(request)
-    ctx.failure_throttle.refuse_if_throttled(address)  # before the state is looked up
-    signed_in = await _signed_in(request, ctx, oidc, state, code)
+    throttle.refuse_if_throttled(address)  # before the state is looked up
+    signed_in = await _signed_in(request, identities, sessions, oidc, state, code)
     if isinstance(signed_in, str):
-        ctx.failure_throttle.failed(address)
+        throttle.failed(address)
         return _back_with_error(request, signed_in)
     return signed_in
 
 
 async def _signed_in(
-    request: Request, ctx: ServerContext, oidc: OidcSpec, state: str, code: str
+    request: Request,
+    identities: OidcIdentities,
+    sessions: WebSessions,
+    oidc: OidcSpec,
+    state: str,
+    code: str,
 ) -> Response | str:
     """The reply that begins the session of the sign-in `state` names (or says the provider
     cannot be read now: not the client's failure); else why the sign-in failed."""
     sign_in_cookie = cookie_name(SIGN_IN_COOKIE, request.headers.get("host"))
     pending = await run_in_threadpool(
         partial(
-            ctx.web_sessions.take_sign_in,
+            sessions.take_sign_in,
             state=state,
             browser=request.cookies.get(sign_in_cookie),
-            now=ctx.now(),
+            now=identities.clock.utc_now(),
         )
     )
     if pending is None:
         return "this sign-in expired, was used already or began in another browser: sign in again"
-    keys = ctx.issuer_keys.of(oidc.issuer)
+    keys = identities.issuer_keys.of(oidc.issuer)
     try:
         token_endpoint = await keys.endpoint_for("token_endpoint")
 
@@ -206,14 +220,16 @@ async def _signed_in(
         person = await anyio.to_thread.run_sync(ask_the_provider, limiter=_provider_lane(request))
         await run_in_threadpool(
             note_groups_seen,
-            ctx,
+            identities.people,
+            identities.current,
+            identities.clock,
             person.groups,
             person.subject,
             person.name,
             oidc.issuer,
             SEEN_AT_SIGN_IN,
         )
-        if not grants_for(ctx, person.groups, oidc.issuer):
+        if not grants_for(identities.current, person.groups, oidc.issuer):
             return NO_ROLE
     except OidcTokenError as failed:
         log.warning("a dashboard sign-in failed: %s", failed.message)
@@ -221,10 +237,10 @@ async def _signed_in(
     except IdentityProviderUnavailable as unavailable:
         log.warning("a dashboard sign-in failed: %s", unavailable.message)
         return _back_with_error(request, unavailable.message)
-    now = ctx.now()
+    now = identities.clock.utc_now()
     cookie, _ = await run_in_threadpool(
         partial(
-            ctx.web_sessions.create,
+            sessions.create,
             issuer=oidc.issuer,
             subject=person.subject,
             name=person.name,
@@ -248,15 +264,17 @@ async def _signed_in(
 
 
 @router.get("/session")
-def current_session(request: Request, ctx: Context) -> dict[str, object]:
+def current_session(
+    request: Request, sessions: Sessions, current: Current, clock: TheClock
+) -> dict[str, object]:
     """Whether this browser is signed in; if so, who, what they may choose (the platform, or the
     tenants their groups give roles on: the dashboard asks which and sends X-Gpuplex-Tenant), and
     the CSRF token its changes must carry. 200 either way: the page asks before it knows."""
     cookie = session_cookie(request)
-    session = ctx.web_sessions.find(cookie, ctx.now()) if cookie else None
+    session = sessions.find(cookie, clock.utc_now()) if cookie else None
     if cookie is None or session is None:
         return {"signed_in": False}
-    grants = grants_for(ctx, list(session.groups), session.issuer)
+    grants = grants_for(current, list(session.groups), session.issuer)
     return {
         "signed_in": True,
         "name": session.name,
@@ -268,13 +286,13 @@ def current_session(request: Request, ctx: Context) -> dict[str, object]:
 
 
 @router.post("/logout")
-def sign_out(request: Request, ctx: Context) -> Response:
+def sign_out(request: Request, sessions: Sessions, clock: TheClock) -> Response:
     cookie = session_cookie(request)
-    session = ctx.web_sessions.find(cookie, ctx.now()) if cookie else None
+    session = sessions.find(cookie, clock.utc_now()) if cookie else None
     if cookie is None or session is None:
         raise ApiProblem(ErrorCode.UNAUTHENTICATED, "there is no dashboard session to end")
     require_csrf(request, cookie)
-    ctx.web_sessions.end(cookie, ctx.now())
+    sessions.end(cookie, clock.utc_now())
     reply = JSONResponse({"signed_out": True})
     reply.delete_cookie(cookie_name(SESSION_COOKIE, request.headers.get("host")), path="/")
     return reply

@@ -130,7 +130,7 @@ def _start_and_serve(
     # in `reads` that a tenant's user cannot read, a command it cannot run
     refuse_what_cannot_start(ctx, spec, settings, host_settings, real)
     # planned once, here; the host runtime, the gateway and billing all read this revision
-    apply_spec_file(ctx, settings.spec_path, actor="gpuplex up")
+    apply_spec_file(ctx.spec_history, settings.spec_path, actor="gpuplex up")
     applied = ctx.current.get()
     assert applied is not None  # just applied, or applied before and unchanged
     node = applied.spec.fleet.nodes[0]

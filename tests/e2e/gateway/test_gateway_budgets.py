@@ -89,7 +89,7 @@ class Budgeted:
         )
         applied = self.ctx.current.get()
         assert applied is not None
-        enforce_budgets(self.ctx, applied, datetime.now(UTC))
+        enforce_budgets(self.ctx.budget_books, applied, datetime.now(UTC))
 
     def send(self, key: str) -> httpx.Response:
         return httpx.post(
@@ -140,7 +140,9 @@ def budgeted(stack: Stack) -> Iterator[Budgeted]:
     gateway_port = free_port()
     engine = open_store(stack.store_url)
     ctx = ServerContext.open(engine, SYSTEM_CLOCK, rollup_window_s=WINDOW_S)
-    apply(ctx, SPEC.format(gateway_port=gateway_port, sim_port=sim_port), 0, actor="test")
+    apply(
+        ctx.spec_history, SPEC.format(gateway_port=gateway_port, sim_port=sim_port), 0, actor="test"
+    )
     gateway = Gateway(None, stack.store_url, stack.tmp / "spool", gateway_port)
     stack.gateways.append(gateway)
     gateway.start()

@@ -111,7 +111,7 @@ def test_a_new_revision_takes_effect_under_load_within_a_second(stack: Stack) ->
 
     engine = open_store(stack.store_url)
     ctx = ServerContext.open(engine, SYSTEM_CLOCK)
-    first, _ = apply(ctx, spec(10_000_000, first_globex), 0, actor="test")
+    first, _ = apply(ctx.spec_history, spec(10_000_000, first_globex), 0, actor="test")
     keys = {tenant: stack.key(tenant) for tenant in ("acme", "globex")}
     # no --config: the gateway serves the store's applied revision and follows new ones
     gateway = Gateway(None, stack.store_url, stack.tmp / "spool", gateway_port)
@@ -125,7 +125,7 @@ def test_a_new_revision_takes_effect_under_load_within_a_second(stack: Stack) ->
     runner.start()
     time.sleep(1.5)
     applied_s = time.monotonic()
-    apply(ctx, spec(500, second_globex), first.revision, actor="test")
+    apply(ctx.spec_history, spec(500, second_globex), first.revision, actor="test")
     time.sleep(IN_FORCE_WITHIN_S)
     served_by_first_then = _requests_served(first_globex)
     runner.join(30)

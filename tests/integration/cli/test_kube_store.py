@@ -41,8 +41,8 @@ def test_render_without_a_file_is_the_stored_plan(tmp_path: Path) -> None:
     store_url = f"sqlite:///{tmp_path / 'gpuplex.db'}"
     engine = open_store(store_url)
     ctx = ServerContext.open(engine, SYSTEM_CLOCK)
-    first, _ = apply(ctx, spec("first", "second"), 0, actor="test")
-    apply(ctx, spec("second"), first.revision, actor="test")  # `second` keeps GPU 1
+    first, _ = apply(ctx.spec_history, spec("first", "second"), 0, actor="test")
+    apply(ctx.spec_history, spec("second"), first.revision, actor="test")  # `second` keeps GPU 1
     applied = AppliedRevisions(SpecRevisions(engine)).get()
     engine.dispose()
     assert applied is not None

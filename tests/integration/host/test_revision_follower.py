@@ -60,14 +60,16 @@ def test_each_newer_revision_is_taken_once_with_its_stored_plan(
 ) -> None:
     ctx, follower, dirs = setup
     assert follower.take_newest() is None  # nothing applied yet
-    first, plan = apply(ctx, SPEC.format(node="box", replicas=1), 0, actor="test")
+    first, plan = apply(ctx.spec_history, SPEC.format(node="box", replicas=1), 0, actor="test")
     desired = follower.take_newest()
     assert desired is not None
     assert desired.revision == first.revision
     assert desired.plan == plan
     assert dirs.read_desired() == desired  # what `host status` and a restart read
     assert follower.take_newest() is None  # the same revision is not taken twice
-    second, _ = apply(ctx, SPEC.format(node="box", replicas=2), first.revision, actor="test")
+    second, _ = apply(
+        ctx.spec_history, SPEC.format(node="box", replicas=2), first.revision, actor="test"
+    )
     taken = follower.take_newest()
     assert taken is not None
     assert taken.revision == second.revision
@@ -78,9 +80,9 @@ def test_a_revision_this_host_cannot_run_is_refused_and_the_last_one_stays(
     setup: tuple[ServerContext, RevisionFollower, StateDir],
 ) -> None:
     ctx, follower, dirs = setup
-    first, _ = apply(ctx, SPEC.format(node="box", replicas=1), 0, actor="test")
+    first, _ = apply(ctx.spec_history, SPEC.format(node="box", replicas=1), 0, actor="test")
     assert follower.take_newest() is not None
-    apply(ctx, SPEC.format(node="elsewhere", replicas=1), first.revision, actor="test")
+    apply(ctx.spec_history, SPEC.format(node="elsewhere", replicas=1), first.revision, actor="test")
     assert follower.take_newest() is None
     kept = dirs.read_desired()
     assert kept is not None
@@ -94,7 +96,7 @@ def test_a_store_that_is_away_is_asked_again_on_the_next_pass(
     setup: tuple[ServerContext, RevisionFollower, StateDir], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     ctx, follower, _ = setup
-    apply(ctx, SPEC.format(node="box", replicas=1), 0, actor="test")
+    apply(ctx.spec_history, SPEC.format(node="box", replicas=1), 0, actor="test")
 
     def away(self: AppliedRevisions) -> None:
         raise StoreError("store sqlite:///gpuplex.db: unreachable")

@@ -105,7 +105,7 @@ def setup() -> Iterator[Setup]:
         engine = open_store(store_url)
         clock = AheadClock()
         ctx = ServerContext.open(engine, clock)
-        apply(ctx, SPEC, 0, actor="test")
+        apply(ctx.spec_history, SPEC, 0, actor="test")
         settings = HostSettings(state_dir=root / "host", node="box", driver="sim")
         dirs = StateDir(settings.state_dir)
         dirs.create()

@@ -89,7 +89,7 @@ def site(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Site]:
     engine = open_store(f"sqlite:///{tmp_path / 'gpuplex.db'}")
     provider.start(node)
     ctx = ServerContext.open(engine, SYSTEM_CLOCK, ROLLUP_WINDOW_S)
-    apply_spec_file(ctx, spec, actor="test")
+    apply_spec_file(ctx.spec_history, spec, actor="test")
     bounded = WebSessions(engine, max_sign_ins=MAX_SIGN_INS, sign_ins_per_client=PER_CLIENT)
     ctx = replace(ctx, web_sessions=bounded)
     admin_token, _ = TokenRepository(engine).create(

@@ -21,7 +21,7 @@ def _spend_an_hour(api: Api) -> None:
     roll_up(api, timedelta(0), HOUR)
     applied = api.ctx.current.get()
     assert applied is not None
-    enforce_budgets(api.ctx, applied, api.clock.utc_now())
+    enforce_budgets(api.ctx.budget_books, applied, api.clock.utc_now())
 
 
 def _budget(api: Api, caller: str = "admin") -> dict[str, object]:

@@ -62,8 +62,8 @@ def test_an_alert_is_posted_to_the_webhook_once(api: Api, receiver: Receiver) ->
     applied = api.ctx.current.get()
     assert applied is not None
 
-    check_budgets(api.ctx, applied, api.clock.utc_now(), webhook_timeout_s=5)
-    check_budgets(api.ctx, applied, api.clock.utc_now(), webhook_timeout_s=5)
+    check_budgets(api.ctx.budget_books, applied, api.clock.utc_now(), webhook_timeout_s=5)
+    check_budgets(api.ctx.budget_books, applied, api.clock.utc_now(), webhook_timeout_s=5)
 
     assert len(receiver.bodies) == 1
     alert = receiver.bodies[0]
@@ -84,7 +84,7 @@ def test_a_dead_webhook_does_not_stop_the_alert(api: Api, receiver: Receiver) ->
     applied = api.ctx.current.get()
     assert applied is not None
 
-    fired = check_budgets(api.ctx, applied, api.clock.utc_now(), webhook_timeout_s=1)
+    fired = check_budgets(api.ctx.budget_books, applied, api.clock.utc_now(), webhook_timeout_s=1)
 
     assert [a.threshold_percent for a in fired] == [100]
     assert api.get("/audit").json()["items"][0]["action"] == "budget.alert"

@@ -96,7 +96,7 @@ def clock() -> ManualClock:
 @pytest.fixture
 def ctx(engine: Engine, clock: ManualClock) -> ServerContext:
     opened = ServerContext.open(engine, clock, rollup_window_s=60)
-    apply(opened, SPEC_YAML, 0, actor="test")
+    apply(opened.spec_history, SPEC_YAML, 0, actor="test")
     return opened
 
 

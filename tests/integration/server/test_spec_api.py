@@ -126,7 +126,8 @@ def test_an_apply_is_planned_against_its_base_revision_or_refused(
 
     monkeypatch.setattr(revisions, "append", someone_else_lands_revision_2_first)
     with pytest.raises(StaleRevisionError) as refused:
-        apply(api.ctx, GROWN, base_revision=2, actor="admin")  # planned against revision 1
+        # planned against revision 1
+        apply(api.ctx.spec_history, GROWN, base_revision=2, actor="admin")
     assert refused.value.current_revision == 1
     monkeypatch.undo()
     current = revisions.current()

@@ -260,18 +260,22 @@ def test_a_budget_alert_fires_once_per_threshold(api: Api) -> None:
     roll_up(api, timedelta(0), HOUR)  # A has spent 1.80 of 2: 90 %
     applied = api.ctx.current.get()
     assert applied is not None
-    fired = check_budgets(api.ctx, applied, api.clock.utc_now(), webhook_timeout_s=1)
+    fired = check_budgets(api.ctx.budget_books, applied, api.clock.utc_now(), webhook_timeout_s=1)
     assert sorted((a.tenant, a.threshold_percent) for a in fired) == [
         (TENANT_A, 50),
         (TENANT_A, 80),
     ]
-    assert check_budgets(api.ctx, applied, api.clock.utc_now(), webhook_timeout_s=1) == []
+    assert (
+        check_budgets(api.ctx.budget_books, applied, api.clock.utc_now(), webhook_timeout_s=1) == []
+    )
     budget = api.get(f"/tenants/{TENANT_A}/budget", "a-viewer").json()
     assert [a["threshold_percent"] for a in budget["alerts"]] == [50, 80]
     assert Decimal(budget["spend"]) == Decimal("1.80")
 
     roll_up(api, HOUR, 2 * HOUR)  # 3.60 of 2: the 100 % threshold, once
-    fired = check_budgets(api.ctx, applied, api.clock.utc_now(), webhook_timeout_s=1)
+    fired = check_budgets(api.ctx.budget_books, applied, api.clock.utc_now(), webhook_timeout_s=1)
     assert [(a.tenant, a.threshold_percent) for a in fired] == [(TENANT_A, 100)]
-    assert check_budgets(api.ctx, applied, api.clock.utc_now(), webhook_timeout_s=1) == []
+    assert (
+        check_budgets(api.ctx.budget_books, applied, api.clock.utc_now(), webhook_timeout_s=1) == []
+    )
     assert api.get(f"/tenants/{TENANT_B}/budget").json()["alerts"] == []

@@ -144,7 +144,12 @@ def build_stack(engine: Engine, spec_text: str | None = None) -> Stack:
     gateway records above; every window rolled up to NOW, where the clock then stands."""
     clock = ManualClock(APPLIED_AT)
     ctx = ServerContext.open(engine, clock)
-    apply(ctx, spec_text if spec_text is not None else EXAMPLE.read_text(), 0, actor="test")
+    apply(
+        ctx.spec_history,
+        spec_text if spec_text is not None else EXAMPLE.read_text(),
+        0,
+        actor="test",
+    )
     stack = Stack(ctx, clock)
     if spec_text is None:
         chat = next(p for p in stack.placements("northwind") if p.workload == "chat-70b")

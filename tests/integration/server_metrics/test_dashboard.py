@@ -78,7 +78,8 @@ def test_every_expression_uses_exported_metric_names(
     stack: Stack, dashboard: dict[str, Any]
 ) -> None:
     stack.ctx.budgets.set("northwind", Decimal(1), "USD", now=NOW, actor="t")
-    assert check_budgets(stack.ctx, stack.applied, NOW, webhook_timeout_s=1.0)  # an alert series
+    # an alert series
+    assert check_budgets(stack.ctx.budget_books, stack.applied, NOW, webhook_timeout_s=1.0)
     exported = stack.scrape().names()
     used: set[str] = set()
     for expr in expressions(dashboard):

@@ -149,9 +149,10 @@ def test_spend_budget_and_fired_alerts(stack: Stack) -> None:
     fired = "gpuplex_budget_alerts_fired_total"
     key = (fired, frozenset({("tenant", "northwind"), ("threshold_percent", "50")}))
     before = scrape.series.get(key, 0.0)  # the count is the process's: other tests fire too
-    alerts = check_budgets(stack.ctx, stack.applied, NOW, webhook_timeout_s=1.0)
+    alerts = check_budgets(stack.ctx.budget_books, stack.applied, NOW, webhook_timeout_s=1.0)
     assert [(a.tenant, a.threshold_percent) for a in alerts] == [("northwind", 50)]
-    check_budgets(stack.ctx, stack.applied, NOW, webhook_timeout_s=1.0)  # fires nothing new
+    # fires nothing new
+    check_budgets(stack.ctx.budget_books, stack.applied, NOW, webhook_timeout_s=1.0)
     after = stack.scrape(client)
     assert after.value(budget, tenant="northwind", currency="USD") == 30
     assert after.value(fired, tenant="northwind", threshold_percent="50") == before + 1
@@ -210,7 +211,7 @@ def test_promtool_accepts_the_exposition(stack: Stack) -> None:
 
 
 def test_the_operations_guide_lists_exactly_the_exported_metrics(stack: Stack) -> None:
-    check_budgets(stack.ctx, stack.applied, NOW, webhook_timeout_s=1.0)
+    check_budgets(stack.ctx.budget_books, stack.applied, NOW, webhook_timeout_s=1.0)
     guide = (Path(__file__).parents[3] / "docs" / "operations.md").read_text()
     section = guide.split("## Metrics", 1)[1]
     documented = set(re.findall(r"^\| `(gpuplex_\w+)` \|", section, flags=re.MULTILINE))

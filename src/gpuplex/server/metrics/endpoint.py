@@ -13,6 +13,7 @@ from collections.abc import Sequence
 
 from fastapi import FastAPI, Request, Response
 
+from gpuplex.clock import Clock
 from gpuplex.core.access import Permission, Principal, Role
 from gpuplex.core.serve.keys import bearer_token
 from gpuplex.observe.metrics_token import presents_metrics_token
@@ -21,6 +22,7 @@ from gpuplex.server.context import ServerContext
 from gpuplex.server.metrics.collector import exposition, metrics_registry
 from gpuplex.server.metrics.tenant_labels import TENANT_LABEL_CAP
 from gpuplex.server.problems import UNAUTHENTICATED, ApiProblem
+from gpuplex.store.tokens import TokenRepository
 
 Network = ipaddress.IPv4Network | ipaddress.IPv6Network
 #: The classic text format every Prometheus reads (the gateway's /metrics sends the same).
@@ -58,7 +60,7 @@ def mount_metrics(
             if not _from_allowed_network(request, networks):
                 raise ApiProblem(UNAUTHENTICATED, _HOW_TO_READ)
         elif not presents_metrics_token(authorization, metrics_token_sha256):
-            _require_platform_token(authorization, ctx)
+            _require_platform_token(authorization, ctx.tokens, ctx.clock)
         return Response(exposition(registry), media_type=CONTENT_TYPE)
 
 
@@ -79,11 +81,11 @@ _HOW_TO_READ = (
 )
 
 
-def _require_platform_token(authorization: str, ctx: ServerContext) -> None:
+def _require_platform_token(authorization: str, tokens: TokenRepository, clock: Clock) -> None:
     credentials = bearer_token(authorization)
     if credentials is None:
         raise ApiProblem(UNAUTHENTICATED, _HOW_TO_READ)
-    identity = ctx.tokens.authenticate(credentials, ctx.now())
+    identity = tokens.authenticate(credentials, clock.utc_now())
     if identity is None:
         raise ApiProblem(
             UNAUTHENTICATED,

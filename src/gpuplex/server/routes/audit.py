@@ -7,19 +7,18 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, Query
+from fastapi import APIRouter, Query
 from pydantic import BaseModel
 
 from gpuplex.core.access import Permission
 from gpuplex.server.auth import CurrentPrincipal, require
-from gpuplex.server.context import ServerContext, server_context
+from gpuplex.server.dependencies import Audit, Current, RuntimeEvents
 from gpuplex.server.pages import Cursor, Limit, Page, decode_cursor, encode_cursor
 from gpuplex.server.problems import ERROR_RESPONSES, PRINTABLE
 from gpuplex.server.routes.tenants import redact_tenants
 from gpuplex.store import AuditEntry
 
 router = APIRouter(tags=["audit"], responses=ERROR_RESPONSES)
-Context = Annotated[ServerContext, Depends(server_context)]
 
 
 class AuditReply(BaseModel):
@@ -62,7 +61,7 @@ def audit_reply(entry: AuditEntry) -> AuditReply:
 @router.get("/audit", response_model=Page[AuditReply])
 def list_audit(
     principal: CurrentPrincipal,
-    ctx: Context,
+    audit: Audit,
     action: Annotated[str | None, Query(max_length=64, pattern=PRINTABLE)] = None,
     tenant: Annotated[str | None, Query(max_length=253)] = None,
     limit: Limit = 100,
@@ -76,7 +75,7 @@ def list_audit(
     else:
         require(principal, Permission.AUDIT_READ)
     before_id = decode_cursor(cursor) or None
-    entries = ctx.audit.entries(action=action, tenant=tenant, before_id=before_id, limit=limit + 1)
+    entries = audit.entries(action=action, tenant=tenant, before_id=before_id, limit=limit + 1)
     newest_first = sorted(entries, key=lambda e: e.id, reverse=True)
     page = newest_first[:limit]
     more = len(newest_first) > limit
@@ -89,7 +88,9 @@ def list_audit(
 @router.get("/events", response_model=list[EventReply])
 def recent_events(
     principal: CurrentPrincipal,
-    ctx: Context,
+    audit: Audit,
+    current: Current,
+    host_events: RuntimeEvents,
     limit: Annotated[int, Query(ge=1, le=500)] = 50,
 ) -> list[EventReply]:
     """The newest events of both kinds, merged by time."""
@@ -104,12 +105,12 @@ def recent_events(
             tenant=e.tenant,
             message=f"{e.actor}: {e.action} {e.target}",
         )
-        for e in ctx.audit.entries(tenant=tenant, limit=limit)
+        for e in audit.entries(tenant=tenant, limit=limit)
     ]
-    applied = ctx.current.get()
+    applied = current.get()
     names = applied.tenant_names if applied is not None else []
     # as the hosts reported them to the store: a host's state folder may be on another machine
-    for event in ctx.host_events.recent(limit, tenant=tenant):
+    for event in host_events.recent(limit, tenant=tenant):
         events.append(
             EventReply(
                 at=event.at,

@@ -13,7 +13,7 @@ from datetime import datetime
 from decimal import Decimal
 from typing import Annotated
 
-from fastapi import APIRouter, Depends
+from fastapi import APIRouter
 from pydantic import BaseModel, Field, HttpUrl, model_validator
 
 from gpuplex.core.access import Permission, Principal
@@ -22,14 +22,13 @@ from gpuplex.errors import ErrorCode
 from gpuplex.server.auth import CurrentPrincipal, require
 from gpuplex.server.budget_alerts import BudgetView, budget_view
 from gpuplex.server.budget_enforcement import enforce_budgets
-from gpuplex.server.context import ServerContext, server_context
+from gpuplex.server.dependencies import Books, Current, TheClock
 from gpuplex.server.problems import ERROR_RESPONSES, ApiProblem
 from gpuplex.server.request_model import RequestModel
 from gpuplex.server.routes.tenants import applied_tenant
 from gpuplex.store.budgets import Budget, Enforcement
 
 router = APIRouter(tags=["budgets"], responses=ERROR_RESPONSES)
-Context = Annotated[ServerContext, Depends(server_context)]
 
 
 class EnforcementFields(RequestModel):
@@ -146,20 +145,27 @@ def budget_reply(view: BudgetView) -> BudgetReply:
 
 
 @router.get("/tenants/{tenant}/budget", response_model=BudgetReply)
-def get_budget(tenant: str, principal: CurrentPrincipal, ctx: Context) -> BudgetReply:
+def get_budget(
+    tenant: str, principal: CurrentPrincipal, current: Current, books: Books, clock: TheClock
+) -> BudgetReply:
     require(principal, Permission.BUDGET_READ, tenant)
-    applied, _ = applied_tenant(ctx, tenant)
-    return budget_reply(budget_view(ctx, applied, tenant, ctx.now()))
+    applied, _ = applied_tenant(current, tenant)
+    return budget_reply(budget_view(books, applied, tenant, clock.utc_now()))
 
 
 @router.put("/tenants/{tenant}/budget", response_model=BudgetReply)
 def set_budget(
-    tenant: str, body: BudgetRequest, principal: CurrentPrincipal, ctx: Context
+    tenant: str,
+    body: BudgetRequest,
+    principal: CurrentPrincipal,
+    current: Current,
+    books: Books,
+    clock: TheClock,
 ) -> BudgetReply:
     require(principal, Permission.BUDGET_WRITE, tenant)
-    applied, _ = applied_tenant(ctx, tenant)
+    applied, _ = applied_tenant(current, tenant)
     webhook = str(body.webhook_url) if body.webhook_url is not None else None
-    refuse_if_locked(principal, ctx.budgets.get(tenant))
+    refuse_if_locked(principal, books.budgets.get(tenant))
     if not principal.is_platform:
         # the server POSTs to the webhook from inside the operator's network: a tenant must not
         # aim it at internal addresses, so only platform admins set it; tenants keep it as it is
@@ -169,29 +175,31 @@ def set_budget(
                 "webhook_url: only a platform admin sets a budget's webhook; leave it out",
                 field="webhook_url",
             )
-        stored = ctx.budgets.get(tenant)
+        stored = books.budgets.get(tenant)
         webhook = stored.webhook_url if stored is not None else None
-    ctx.budgets.set(
+    books.budgets.set(
         tenant,
         body.amount,
         applied.spec.pricing.currency,
-        now=ctx.now(),
+        now=clock.utc_now(),
         actor=principal.actor,
         thresholds_percent=sorted(set(body.thresholds_percent)),
         webhook_url=webhook,
         enforcement=body.enforcement(locked=principal.is_platform and body.enforces),
     )
-    enforce_budgets(ctx, applied, ctx.now())  # a raised budget lifts a block now
-    return budget_reply(budget_view(ctx, applied, tenant, ctx.now()))
+    enforce_budgets(books, applied, clock.utc_now())  # a raised budget lifts a block now
+    return budget_reply(budget_view(books, applied, tenant, clock.utc_now()))
 
 
 @router.delete("/tenants/{tenant}/budget", response_model=BudgetReply)
-def delete_budget(tenant: str, principal: CurrentPrincipal, ctx: Context) -> BudgetReply:
+def delete_budget(
+    tenant: str, principal: CurrentPrincipal, current: Current, books: Books, clock: TheClock
+) -> BudgetReply:
     """Remove the budget set here (the spec's monthly_budget, if any, applies again). A budget
     with a webhook is removed by platform admins only."""
     require(principal, Permission.BUDGET_WRITE, tenant)
-    applied, _ = applied_tenant(ctx, tenant)
-    stored = ctx.budgets.get(tenant)
+    applied, _ = applied_tenant(current, tenant)
+    stored = books.budgets.get(tenant)
     if stored is None:
         raise ApiProblem(
             ErrorCode.NOT_FOUND, f"tenant {tenant!r} has no budget set through the API"
@@ -204,9 +212,9 @@ def delete_budget(tenant: str, principal: CurrentPrincipal, ctx: Context) -> Bud
             "this budget has a webhook a platform admin set, which only a platform admin "
             "removes; change the amount or thresholds with PUT instead",
         )
-    ctx.budgets.delete(tenant, ctx.now(), principal.actor)
-    enforce_budgets(ctx, applied, ctx.now())
-    return budget_reply(budget_view(ctx, applied, tenant, ctx.now()))
+    books.budgets.delete(tenant, clock.utc_now(), principal.actor)
+    enforce_budgets(books, applied, clock.utc_now())
+    return budget_reply(budget_view(books, applied, tenant, clock.utc_now()))
 
 
 def refuse_if_locked(principal: Principal, stored: Budget | None) -> None:

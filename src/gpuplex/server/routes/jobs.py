@@ -16,24 +16,24 @@ from __future__ import annotations
 import re
 from typing import Annotated
 
-from fastapi import APIRouter, Depends, Query
+from fastapi import APIRouter, Query
 
 from gpuplex.core.access import Permission, Principal
 from gpuplex.core.jobs.states import JobState
 from gpuplex.core.spec.fields import DnsLabel
 from gpuplex.core.spec.jobs import JobSpec, check_job
 from gpuplex.errors import ErrorCode, JobFileError, JobStateError, SpecProblem, TooManyJobsError
+from gpuplex.revision import AppliedRevisions
 from gpuplex.server.auth import CurrentPrincipal, require
-from gpuplex.server.context import ServerContext, server_context
+from gpuplex.server.dependencies import Current, JobOutput, Jobs, JobSteps, TheClock
 from gpuplex.server.job_views import JobDetailReply, JobLogsReply, JobReply, JobsSeenBy, job_logs
 from gpuplex.server.pages import Cursor, Limit, Page, decode_cursor, encode_cursor
 from gpuplex.server.problems import ERROR_RESPONSES, ApiProblem
 from gpuplex.server.request_model import RequestModel
 from gpuplex.server.routes.tenants import applied_tenant
-from gpuplex.store.jobs import Job
+from gpuplex.store.jobs import Job, JobRepository
 
 router = APIRouter(tags=["jobs"], responses=ERROR_RESPONSES)
-Context = Annotated[ServerContext, Depends(server_context)]
 #: The shape of a job id (`gpuplex.store.jobs.new_job_id` makes `j` + 8 hex digits).
 JOB_ID_SHAPE = re.compile(r"[a-z0-9]{1,16}")
 MAX_TAIL = 10_000
@@ -47,11 +47,17 @@ class JobSubmitRequest(RequestModel, JobSpec):
 
 @router.post("/tenants/{tenant}/jobs", response_model=JobReply, status_code=201)
 def submit_job(
-    tenant: str, body: JobSubmitRequest, principal: CurrentPrincipal, ctx: Context
+    tenant: str,
+    body: JobSubmitRequest,
+    principal: CurrentPrincipal,
+    current: Current,
+    jobs: Jobs,
+    steps: JobSteps,
+    clock: TheClock,
 ) -> JobReply:
     """Queue a job of the tenant. It waits for the queues to admit it."""
     require(principal, Permission.JOB_WRITE, tenant)
-    applied, _ = applied_tenant(ctx, tenant, principal)
+    applied, _ = applied_tenant(current, tenant, principal)
     if not applied.spec.queues.enabled:
         raise ApiProblem(
             ErrorCode.NO_QUEUES,
@@ -68,7 +74,7 @@ def submit_job(
         raise JobFileError("job", problems)
     caps = applied.spec.queues.job_caps_of(tenant)
     try:
-        submitted = ctx.jobs.submit(job, now=ctx.now(), actor=principal.actor, caps=caps)
+        submitted = jobs.submit(job, now=clock.utc_now(), actor=principal.actor, caps=caps)
     except TooManyJobsError as error:
         raise ApiProblem(
             ErrorCode.TOO_MANY_JOBS,
@@ -77,14 +83,16 @@ def submit_job(
             max_active_jobs=caps.max_active,
             max_submits_per_minute=caps.max_submits_per_minute,
         ) from None
-    return JobsSeenBy(ctx, principal).reply(submitted)
+    return JobsSeenBy(steps, principal).reply(submitted)
 
 
 @router.get("/tenants/{tenant}/jobs", response_model=Page[JobReply])
 def list_jobs(
     tenant: str,
     principal: CurrentPrincipal,
-    ctx: Context,
+    current: Current,
+    jobs: Jobs,
+    steps: JobSteps,
     state: Annotated[list[JobState] | None, Query(description="Only jobs in these states.")] = None,
     limit: Limit = 100,
     cursor: Cursor = None,
@@ -92,33 +100,42 @@ def list_jobs(
     """The tenant's jobs, newest first (only the page is read from the store); each queued one
     with why it waits now (one read-only round of the job runner for the whole page)."""
     require(principal, Permission.JOB_READ, tenant)
-    applied_tenant(ctx, tenant, principal)
+    applied_tenant(current, tenant, principal)
     start = decode_cursor(cursor)
-    jobs = ctx.jobs.list(tenant, state or (), limit=limit + 1, offset=start)
-    more = len(jobs) > limit
+    found = jobs.list(tenant, state or (), limit=limit + 1, offset=start)
+    more = len(found) > limit
     return Page[JobReply](
-        items=JobsSeenBy(ctx, principal).replies(jobs[:limit]),
+        items=JobsSeenBy(steps, principal).replies(found[:limit]),
         next_cursor=encode_cursor(start + limit) if more else None,
     )
 
 
 @router.get("/tenants/{tenant}/jobs/{job_id}", response_model=JobDetailReply)
-def show_job(tenant: str, job_id: str, principal: CurrentPrincipal, ctx: Context) -> JobDetailReply:
+def show_job(
+    tenant: str,
+    job_id: str,
+    principal: CurrentPrincipal,
+    current: Current,
+    jobs: Jobs,
+    steps: JobSteps,
+) -> JobDetailReply:
     """The job, its events, and for a queued job why it waits now."""
     require(principal, Permission.JOB_READ, tenant)
-    job = _job_of(ctx, tenant, job_id, principal)
-    return JobsSeenBy(ctx, principal).detail(job, ctx.jobs.events(job.id))
+    job = _job_of(jobs, current, tenant, job_id, principal)
+    return JobsSeenBy(steps, principal).detail(job, jobs.events(job.id))
 
 
 @router.get("/jobs/{job_id}", response_model=JobDetailReply)
-def show_job_by_id(job_id: str, principal: CurrentPrincipal, ctx: Context) -> JobDetailReply:
+def show_job_by_id(
+    job_id: str, principal: CurrentPrincipal, jobs: Jobs, steps: JobSteps
+) -> JobDetailReply:
     """A job found by its id alone, as `GET /tenants/{tenant}/jobs/{job_id}` answers: any
     tenant's for a platform admin; for a tenant's caller, only its own tenant's (another
     tenant's job is the same 404 as an id that does not exist)."""
     own = None if principal.is_platform else principal.tenant
     if own is not None:
         require(principal, Permission.JOB_READ, own)
-    job = ctx.jobs.get(job_id, own) if JOB_ID_SHAPE.fullmatch(job_id) else None
+    job = jobs.get(job_id, own) if JOB_ID_SHAPE.fullmatch(job_id) else None
     if job is None:
         whose = "no job" if own is None else f"tenant {own!r} has no job"
         raise ApiProblem(
@@ -127,20 +144,28 @@ def show_job_by_id(job_id: str, principal: CurrentPrincipal, ctx: Context) -> Jo
             field="job_id",
         )
     require(principal, Permission.JOB_READ, job.tenant)
-    return JobsSeenBy(ctx, principal).detail(job, ctx.jobs.events(job.id))
+    return JobsSeenBy(steps, principal).detail(job, jobs.events(job.id))
 
 
 @router.post("/tenants/{tenant}/jobs/{job_id}/cancel", response_model=JobReply)
-def cancel_job(tenant: str, job_id: str, principal: CurrentPrincipal, ctx: Context) -> JobReply:
+def cancel_job(
+    tenant: str,
+    job_id: str,
+    principal: CurrentPrincipal,
+    current: Current,
+    jobs: Jobs,
+    steps: JobSteps,
+    clock: TheClock,
+) -> JobReply:
     """Cancel the job: a queued job at once; a starting or running one is stopped by the runner
     (`cancel_requested`). A finished job: 409 `job_state_conflict`."""
     require(principal, Permission.JOB_WRITE, tenant)
-    _job_of(ctx, tenant, job_id, principal)
+    _job_of(jobs, current, tenant, job_id, principal)
     try:
-        job = ctx.jobs.request_cancel(job_id, tenant, now=ctx.now(), actor=principal.actor)
+        job = jobs.request_cancel(job_id, tenant, now=clock.utc_now(), actor=principal.actor)
     except JobStateError as error:
         raise ApiProblem(ErrorCode.JOB_STATE, error.message, field="job_id") from None
-    return JobsSeenBy(ctx, principal).reply(job)
+    return JobsSeenBy(steps, principal).reply(job)
 
 
 @router.get("/tenants/{tenant}/jobs/{job_id}/logs", response_model=JobLogsReply)
@@ -148,22 +173,30 @@ def read_job_logs(
     tenant: str,
     job_id: str,
     principal: CurrentPrincipal,
-    ctx: Context,
+    current: Current,
+    jobs: Jobs,
+    output: JobOutput,
     tail: Annotated[int, Query(ge=1, le=MAX_TAIL, description="Last lines per stream.")] = 200,
 ) -> JobLogsReply:
     """The last lines the job wrote (stdout, then stderr), as its host last reported them."""
     require(principal, Permission.JOB_READ, tenant)
-    return job_logs(ctx.job_logs, _job_of(ctx, tenant, job_id, principal), tail)
+    return job_logs(output, _job_of(jobs, current, tenant, job_id, principal), tail)
 
 
-def _job_of(ctx: ServerContext, tenant: str, job_id: str, principal: Principal) -> Job:
+def _job_of(
+    jobs: JobRepository,
+    current: AppliedRevisions,
+    tenant: str,
+    job_id: str,
+    principal: Principal,
+) -> Job:
     """The tenant's job; one 404, with the same words, for an id of another tenant's job, one
     that does not exist and one that is not the shape of an id (not looked up at all). Not
     found in a tenant the applied spec lacks: 404 `no tenant` (with the closest name for a
     platform admin, who may have misspelt it)."""
-    job = ctx.jobs.get(job_id, tenant) if JOB_ID_SHAPE.fullmatch(job_id) else None
+    job = jobs.get(job_id, tenant) if JOB_ID_SHAPE.fullmatch(job_id) else None
     if job is None:
-        applied_tenant(ctx, tenant, principal)
+        applied_tenant(current, tenant, principal)
         shown = job_id if JOB_ID_SHAPE.fullmatch(job_id) else "with that id"
         raise ApiProblem(
             ErrorCode.NOT_FOUND,

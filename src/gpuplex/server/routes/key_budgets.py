@@ -12,16 +12,19 @@ from dataclasses import replace
 from decimal import Decimal
 from typing import Annotated
 
-from fastapi import APIRouter, Depends, Path
+from fastapi import APIRouter, Path
 from pydantic import BaseModel
 
+from gpuplex.clock import Clock
 from gpuplex.core.access import Permission
 from gpuplex.core.report import BudgetAction, key_budget_name
 from gpuplex.errors import ErrorCode
+from gpuplex.revision import AppliedRevisions
 from gpuplex.server.auth import CurrentPrincipal, require
 from gpuplex.server.budget_alerts import key_budget_views, month_figures
+from gpuplex.server.budget_books import BudgetBooks
 from gpuplex.server.budget_enforcement import enforce_budgets
-from gpuplex.server.context import ServerContext, server_context
+from gpuplex.server.dependencies import Books, Current, TheClock
 from gpuplex.server.problems import ERROR_RESPONSES, ApiProblem
 from gpuplex.server.routes.budgets import (
     BudgetReply,
@@ -32,7 +35,6 @@ from gpuplex.server.routes.budgets import (
 from gpuplex.server.routes.tenants import applied_tenant
 
 router = APIRouter(tags=["budgets"], responses=ERROR_RESPONSES)
-Context = Annotated[ServerContext, Depends(server_context)]
 KeyName = Annotated[str, Path(min_length=1, max_length=200)]
 
 
@@ -54,15 +56,19 @@ class KeySpendPage(BaseModel):
 
 
 @router.get("/tenants/{tenant}/key-spend", response_model=KeySpendPage)
-def key_spend(tenant: str, principal: CurrentPrincipal, ctx: Context) -> KeySpendPage:
+def key_spend(
+    tenant: str, principal: CurrentPrincipal, current: Current, books: Books, clock: TheClock
+) -> KeySpendPage:
     """Every key name of the tenant with its requests, tokens and spend this month, and its budget."""
     require(principal, Permission.BUDGET_READ, tenant)
-    applied, _ = applied_tenant(ctx, tenant)
-    figures = month_figures(ctx, applied, ctx.now())
+    applied, _ = applied_tenant(current, tenant)
+    figures = month_figures(books, applied, clock.utc_now())
     shares = figures.key_spend(tenant)
-    budgets = {v.key_name: budget_reply(v) for v in key_budget_views(ctx, applied, tenant, figures)}
+    budgets = {
+        v.key_name: budget_reply(v) for v in key_budget_views(books, applied, tenant, figures)
+    }
     prefixes: dict[str, list[str]] = {}
-    for key in ctx.keys.list(tenant):
+    for key in books.keys.list(tenant):
         prefixes.setdefault(key_budget_name(key.name, key.prefix), []).append(key.prefix)
     names = sorted(set(prefixes) | set(shares) | set(budgets))
     return KeySpendPage(
@@ -86,48 +92,61 @@ def key_spend(tenant: str, principal: CurrentPrincipal, ctx: Context) -> KeySpen
 
 @router.put("/tenants/{tenant}/key-budgets/{name}", response_model=BudgetReply)
 def set_key_budget(
-    tenant: str, name: KeyName, body: EnforcementFields, principal: CurrentPrincipal, ctx: Context
+    tenant: str,
+    name: KeyName,
+    body: EnforcementFields,
+    principal: CurrentPrincipal,
+    current: Current,
+    books: Books,
+    clock: TheClock,
 ) -> BudgetReply:
     """Set the budget of the tenant's keys named `name` (or of the key with that prefix, if it has
     no name). A budget a platform admin set to enforce is changed by platform admins only."""
     require(principal, Permission.BUDGET_WRITE, tenant)
-    applied, _ = applied_tenant(ctx, tenant)
-    refuse_if_locked(principal, ctx.budgets.get(tenant, name))
-    ctx.budgets.set(
+    applied, _ = applied_tenant(current, tenant)
+    refuse_if_locked(principal, books.budgets.get(tenant, name))
+    books.budgets.set(
         tenant,
         body.amount,
         applied.spec.pricing.currency,
-        now=ctx.now(),
+        now=clock.utc_now(),
         actor=principal.actor,
         thresholds_percent=sorted(set(body.thresholds_percent)),
         key_name=name,
         enforcement=body.enforcement(locked=principal.is_platform and body.enforces),
     )
-    return _key_budget(ctx, tenant, name)
+    return _key_budget(current, books, clock, tenant, name)
 
 
 @router.delete("/tenants/{tenant}/key-budgets/{name}", response_model=BudgetReply)
 def delete_key_budget(
-    tenant: str, name: KeyName, principal: CurrentPrincipal, ctx: Context
+    tenant: str,
+    name: KeyName,
+    principal: CurrentPrincipal,
+    current: Current,
+    books: Books,
+    clock: TheClock,
 ) -> BudgetReply:
     """Remove the budget of the tenant's keys named `name`; what it enforced is lifted at once."""
     require(principal, Permission.BUDGET_WRITE, tenant)
-    applied, _ = applied_tenant(ctx, tenant)
-    stored = ctx.budgets.get(tenant, name)
+    applied, _ = applied_tenant(current, tenant)
+    stored = books.budgets.get(tenant, name)
     if stored is None:
         raise ApiProblem(ErrorCode.NOT_FOUND, f"tenant {tenant!r} has no budget for keys {name!r}")
     refuse_if_locked(principal, stored)
-    figures = month_figures(ctx, applied, ctx.now())
-    [view] = [v for v in key_budget_views(ctx, applied, tenant, figures) if v.key_name == name]
-    ctx.budgets.delete(tenant, ctx.now(), principal.actor, key_name=name)
-    enforce_budgets(ctx, applied, ctx.now())
+    figures = month_figures(books, applied, clock.utc_now())
+    [view] = [v for v in key_budget_views(books, applied, tenant, figures) if v.key_name == name]
+    books.budgets.delete(tenant, clock.utc_now(), principal.actor, key_name=name)
+    enforce_budgets(books, applied, clock.utc_now())
     return budget_reply(replace(view, enforced=BudgetAction.ALERT))
 
 
-def _key_budget(ctx: ServerContext, tenant: str, name: str) -> BudgetReply:
+def _key_budget(
+    current: AppliedRevisions, books: BudgetBooks, clock: Clock, tenant: str, name: str
+) -> BudgetReply:
     """The budget of `name` as it is now, after what it enforces was decided again."""
-    applied, _ = applied_tenant(ctx, tenant)
-    enforce_budgets(ctx, applied, ctx.now())
-    figures = month_figures(ctx, applied, ctx.now())
-    [view] = [v for v in key_budget_views(ctx, applied, tenant, figures) if v.key_name == name]
+    applied, _ = applied_tenant(current, tenant)
+    enforce_budgets(books, applied, clock.utc_now())
+    figures = month_figures(books, applied, clock.utc_now())
+    [view] = [v for v in key_budget_views(books, applied, tenant, figures) if v.key_name == name]
     return budget_reply(view)

@@ -5,9 +5,8 @@ make it (store/credential_grants.py): the gateway does not serve it, and the lis
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Annotated
 
-from fastapi import APIRouter, Depends
+from fastapi import APIRouter
 from pydantic import BaseModel, Field
 
 from gpuplex.core.access import Permission
@@ -15,8 +14,8 @@ from gpuplex.core.serve.routes import route_table
 from gpuplex.core.spec.rate_limits import RateLimits
 from gpuplex.errors import ErrorCode
 from gpuplex.server.auth import CurrentPrincipal, require
-from gpuplex.server.context import ServerContext, server_context
 from gpuplex.server.credential_grants import credential_maker
+from gpuplex.server.dependencies import Current, Keys, People, TheClock
 from gpuplex.server.pages import Cursor, Limit, Page, page_of
 from gpuplex.server.problems import ERROR_RESPONSES, PRINTABLE, ApiProblem
 from gpuplex.server.request_model import RequestModel
@@ -27,7 +26,6 @@ from gpuplex.store import ApiKey
 from gpuplex.store.keys import KeyState
 
 router = APIRouter(tags=["keys"], responses=ERROR_RESPONSES)
-Context = Annotated[ServerContext, Depends(server_context)]
 
 
 class KeyCreateRequest(RequestModel, RateLimits):
@@ -82,22 +80,30 @@ def key_reply(key: ApiKey, now: datetime) -> KeyReply:
 def list_keys(
     tenant: str,
     principal: CurrentPrincipal,
-    ctx: Context,
+    current: Current,
+    keys: Keys,
+    clock: TheClock,
     limit: Limit = 100,
     cursor: Cursor = None,
 ) -> Page[KeyReply]:
     require(principal, Permission.KEY_READ, tenant)
-    applied_tenant(ctx, tenant)
-    now = ctx.now()
-    return page_of([key_reply(k, now) for k in ctx.keys.list(tenant)], limit, cursor)
+    applied_tenant(current, tenant)
+    now = clock.utc_now()
+    return page_of([key_reply(k, now) for k in keys.list(tenant)], limit, cursor)
 
 
 @router.post("/tenants/{tenant}/keys", response_model=KeyCreatedReply, status_code=201)
 def create_key(
-    tenant: str, body: KeyCreateRequest, principal: CurrentPrincipal, ctx: Context
+    tenant: str,
+    body: KeyCreateRequest,
+    principal: CurrentPrincipal,
+    current: Current,
+    keys: Keys,
+    people: People,
+    clock: TheClock,
 ) -> KeyCreatedReply:
     require(principal, Permission.KEY_WRITE, tenant)
-    applied, _ = applied_tenant(ctx, tenant)
+    applied, _ = applied_tenant(current, tenant)
     spec = applied.spec
     served = set(
         route_table(spec, spec.gateway.backend_host, spec.gateway.backends).models_of(tenant)
@@ -110,14 +116,14 @@ def create_key(
             f"it serves: {', '.join(sorted(served)) or 'no models'}",
             field="models",
         )
-    now = ctx.now()
+    now = clock.utc_now()
     if body.expires_at is not None and checked_time(body.expires_at, "expires_at") <= now:
         raise ApiProblem(
             ErrorCode.INVALID_REQUEST,
             "expires_at: give a future time with a timezone (e.g. 2027-01-01T00:00:00Z)",
             field="expires_at",
         )
-    secret, key = ctx.keys.create(
+    secret, key = keys.create(
         tenant,
         body.name,
         body.models,
@@ -125,16 +131,23 @@ def create_key(
         body.limits,
         now,
         principal.actor,
-        made_by=credential_maker(ctx, principal),
+        made_by=credential_maker(people, current, principal),
     )
     return KeyCreatedReply(**key_reply(key, now).model_dump(), key=secret)
 
 
 @router.delete("/tenants/{tenant}/keys/{prefix}", response_model=KeyReply)
-def revoke_key(tenant: str, prefix: str, principal: CurrentPrincipal, ctx: Context) -> KeyReply:
+def revoke_key(
+    tenant: str,
+    prefix: str,
+    principal: CurrentPrincipal,
+    current: Current,
+    keys: Keys,
+    clock: TheClock,
+) -> KeyReply:
     require(principal, Permission.KEY_WRITE, tenant)
-    applied_tenant(ctx, tenant)
-    if not any(k.prefix == prefix for k in ctx.keys.list(tenant)):
+    applied_tenant(current, tenant)
+    if not any(k.prefix == prefix for k in keys.list(tenant)):
         raise ApiProblem(ErrorCode.NOT_FOUND, f"tenant {tenant!r} has no key {prefix!r}")
-    now = ctx.now()
-    return key_reply(ctx.keys.revoke(prefix, now, principal.actor), now)
+    now = clock.utc_now()
+    return key_reply(keys.revoke(prefix, now, principal.actor), now)

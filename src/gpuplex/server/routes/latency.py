@@ -8,20 +8,19 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 from typing import Annotated
 
-from fastapi import APIRouter, Depends, Query
+from fastapi import APIRouter, Query
 from pydantic import AwareDatetime, BaseModel
 
 from gpuplex.core.access import Permission
 from gpuplex.core.serve.latency_summary import ModelLatency, Percentiles, latency_by_model
 from gpuplex.errors import ErrorCode
 from gpuplex.server.auth import CurrentPrincipal, require
-from gpuplex.server.context import ServerContext, server_context
+from gpuplex.server.dependencies import Current, TheClock, Usage
 from gpuplex.server.problems import ERROR_RESPONSES, ApiProblem
 from gpuplex.server.routes.tenants import applied_tenant
 from gpuplex.server.times import checked_time
 
 router = APIRouter(tags=["usage"], responses=ERROR_RESPONSES)
-Context = Annotated[ServerContext, Depends(server_context)]
 #: The range when none is given: the last hour.
 DEFAULT_RANGE = timedelta(hours=1)
 MAX_RANGE = timedelta(days=31)
@@ -72,7 +71,9 @@ def _model(latency: ModelLatency) -> ModelLatencyReply:
 def tenant_latency(
     tenant: str,
     principal: CurrentPrincipal,
-    ctx: Context,
+    current: Current,
+    usage: Usage,
+    clock: TheClock,
     start: Annotated[
         AwareDatetime | None, Query(description="Default: an hour before end.")
     ] = None,
@@ -82,8 +83,8 @@ def tenant_latency(
     50th and 95th percentiles of their queue wait, time to first token (streamed requests, queue
     wait included) and mean inter-token latency (streamed requests)."""
     require(principal, Permission.USAGE_READ, tenant)
-    applied_tenant(ctx, tenant)
-    until = checked_time(end, "end") if end is not None else ctx.now()
+    applied_tenant(current, tenant)
+    until = checked_time(end, "end") if end is not None else clock.utc_now()
     since = checked_time(start, "start") if start is not None else until - DEFAULT_RANGE
     if until <= since or until - since > MAX_RANGE:
         raise ApiProblem(
@@ -91,7 +92,7 @@ def tenant_latency(
             f"end: must be after start and at most {MAX_RANGE.days} days later",
             field="end",
         )
-    samples = ctx.usage.latency_samples(tenant, since, until, MAX_REQUESTS + 1)
+    samples = usage.latency_samples(tenant, since, until, MAX_REQUESTS + 1)
     truncated = len(samples) > MAX_REQUESTS
     models = latency_by_model(samples[:MAX_REQUESTS])
     return LatencyReply(

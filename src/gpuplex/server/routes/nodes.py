@@ -12,11 +12,11 @@ occupants on them: other tenants' replicas and jobs are not shown, not even by n
 from __future__ import annotations
 
 from datetime import datetime, timedelta
-from typing import Annotated
 
-from fastapi import APIRouter, Depends
+from fastapi import APIRouter
 from pydantic import BaseModel
 
+from gpuplex.clock import Clock
 from gpuplex.core.access import Permission, Principal
 from gpuplex.core.jobs.live import job_placement, with_jobs
 from gpuplex.core.jobs.placement import job_workload_name
@@ -26,12 +26,12 @@ from gpuplex.core.plan import GpuView, Occupant, Plan
 from gpuplex.core.plan.model import Placement
 from gpuplex.revision import AppliedRevision
 from gpuplex.server.auth import CurrentPrincipal, require
-from gpuplex.server.context import ServerContext, server_context
+from gpuplex.server.dependencies import Current, Jobs, Samples, TheClock, TheMetering
+from gpuplex.server.metering import Metering
 from gpuplex.server.problems import ERROR_RESPONSES
-from gpuplex.store.jobs import Job
+from gpuplex.store.jobs import Job, JobRepository
 
 router = APIRouter(tags=["nodes"], responses=ERROR_RESPONSES)
-Context = Annotated[ServerContext, Depends(server_context)]
 #: Riders' shares of a shared server are their tokens over this long, up to now.
 RIDER_SHARE_WINDOW_S = 86_400
 
@@ -96,15 +96,17 @@ Riders = dict[tuple[str, str], list[RiderReply]]  # (owner, workload) of a model
 UsedOnGpu = dict[tuple[str, str, int, str, int], GpuSample]  # tenant, workload, replica, node, GPU
 
 
-def _riders(ctx: ServerContext, applied: AppliedRevision, principal: Principal) -> Riders:
+def _riders(
+    metering: Metering, clock: Clock, applied: AppliedRevision, principal: Principal
+) -> Riders:
     """Each shared model server's riders with their token shares; a tenant-scoped caller sees only
     itself among them."""
     servers = shared_servers(applied.spec)
     if not servers:
         return {}
-    now = ctx.now()
+    now = clock.utc_now()
     period = MeterWindow(now - timedelta(seconds=RIDER_SHARE_WINDOW_S), now)
-    lines = [line for line in ctx.metering.lines(period) if line.source == "gateway"]
+    lines = [line for line in metering.lines(period) if line.source == "gateway"]
     riders: Riders = {}
     for server in servers:
         shares = token_shares(server, lines)
@@ -132,13 +134,13 @@ def _riders(ctx: ServerContext, applied: AppliedRevision, principal: Principal) 
 HoldingJobs = dict[tuple[str, str], Job]  # (tenant, `job-<id>`) -> the job
 
 
-def _holding_jobs(ctx: ServerContext, principal: Principal) -> HoldingJobs:
+def _holding_jobs(jobs: JobRepository, principal: Principal) -> HoldingJobs:
     """The jobs that hold a GPU and were placed: every tenant's for the platform, else the
     caller's tenant's only."""
     own = None if principal.is_platform else principal.tenant
     return {
         (job.tenant, job_workload_name(job.id)): job
-        for job in ctx.jobs.list(own, HOLDING_STATES)
+        for job in jobs.list(own, HOLDING_STATES)
         if job.placement
     }
 
@@ -183,17 +185,24 @@ def _visible_gpu(gpu: GpuView, principal: Principal) -> GpuView | None:
 
 
 @router.get("/nodes", response_model=NodesReply)
-def list_nodes(principal: CurrentPrincipal, ctx: Context) -> NodesReply:
+def list_nodes(
+    principal: CurrentPrincipal,
+    current: Current,
+    samples: Samples,
+    metering: TheMetering,
+    jobs: Jobs,
+    clock: TheClock,
+) -> NodesReply:
     require(principal, Permission.NODE_READ, principal.tenant)
-    applied = ctx.current.get()
+    applied = current.get()
     if applied is None:
         return NodesReply(revision=None, sampled_at=None, nodes=[])
-    sampled_at, samples = ctx.samples.latest(principal.tenant)
-    latest = {(s.tenant, s.workload, s.replica, s.node, s.gpu_index): s for s in samples}
-    riders = _riders(ctx, applied, principal)
-    jobs = _holding_jobs(ctx, principal)
+    sampled_at, latest_samples = samples.latest(principal.tenant)
+    latest = {(s.tenant, s.workload, s.replica, s.node, s.gpu_index): s for s in latest_samples}
+    riders = _riders(metering, clock, applied, principal)
+    holding = _holding_jobs(jobs, principal)
     nodes: dict[str, list[GpuReply]] = {n.name: [] for n in applied.spec.fleet.nodes}
-    for view in _live_plan(applied.plan, jobs).gpus:
+    for view in _live_plan(applied.plan, holding).gpus:
         gpu = _visible_gpu(view, principal)
         if gpu is None:
             continue
@@ -205,7 +214,7 @@ def list_nodes(principal: CurrentPrincipal, ctx: Context) -> NodesReply:
                 pool=gpu.pool,
                 mode=gpu.mode.value if gpu.mode is not None else None,
                 memory_mib=gpu.memory_mib,
-                occupants=[_occupant(o, gpu, latest, riders, jobs) for o in gpu.occupants],
+                occupants=[_occupant(o, gpu, latest, riders, holding) for o in gpu.occupants],
             )
         )
     return NodesReply(

@@ -6,23 +6,22 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Depends, Query
+from fastapi import APIRouter, Query
 
 from gpuplex.core.access import Permission
 from gpuplex.server.auth import CurrentPrincipal, require
-from gpuplex.server.context import ServerContext, server_context
+from gpuplex.server.dependencies import JobSteps
 from gpuplex.server.problems import ERROR_RESPONSES
 from gpuplex.server.queue_views import QueuesReply, queues_view
 
 router = APIRouter(tags=["jobs"], responses=ERROR_RESPONSES)
-Context = Annotated[ServerContext, Depends(server_context)]
 MAX_QUEUED = 1000
 
 
 @router.get("/queues", response_model=QueuesReply)
 def list_queues(
     principal: CurrentPrincipal,
-    ctx: Context,
+    steps: JobSteps,
     limit: Annotated[
         int, Query(ge=1, le=MAX_QUEUED, description="At most this many queued jobs.")
     ] = 200,
@@ -31,4 +30,4 @@ def list_queues(
     uses and borrows per kind; the queued jobs by their place in their tenant's queue, with why
     each waits; and the jobs that hold capacity, with where they run."""
     require(principal, Permission.JOB_READ, principal.tenant)
-    return queues_view(ctx, principal, limit)
+    return queues_view(steps, principal, limit)

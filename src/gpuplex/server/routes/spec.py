@@ -8,22 +8,20 @@ they never saw.
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Annotated
 
-from fastapi import APIRouter, Depends
+from fastapi import APIRouter
 from pydantic import BaseModel, Field
 
 from gpuplex.core.access import Permission
 from gpuplex.core.plan import Plan, Summary
 from gpuplex.errors import ErrorCode
 from gpuplex.server.auth import CurrentPrincipal, require
-from gpuplex.server.context import ServerContext, server_context
+from gpuplex.server.dependencies import Current, History
 from gpuplex.server.problems import ERROR_RESPONSES, ApiProblem
 from gpuplex.server.request_model import RequestModel
 from gpuplex.server.spec_apply import apply, preview
 
 router = APIRouter(tags=["spec"], responses=ERROR_RESPONSES)
-Context = Annotated[ServerContext, Depends(server_context)]
 MAX_SPEC_CHARS = 1_000_000
 
 
@@ -57,10 +55,10 @@ class AppliedReply(RevisionReply):
 
 
 @router.get("/spec", response_model=AppliedReply)
-def get_spec(principal: CurrentPrincipal, ctx: Context) -> AppliedReply:
+def get_spec(principal: CurrentPrincipal, current: Current) -> AppliedReply:
     """The applied spec and its plan (platform admins: it names every tenant)."""
     require(principal, Permission.FLEET_READ)
-    applied = ctx.current.get()
+    applied = current.get()
     if applied is None:
         raise ApiProblem(ErrorCode.NOT_FOUND, "no spec applied yet; POST /api/v1/spec/apply")
     return AppliedReply(
@@ -75,22 +73,22 @@ def get_spec(principal: CurrentPrincipal, ctx: Context) -> AppliedReply:
 
 
 @router.post("/spec/preview", response_model=PreviewReply)
-def preview_spec(body: SpecRequest, principal: CurrentPrincipal, ctx: Context) -> PreviewReply:
+def preview_spec(body: SpecRequest, principal: CurrentPrincipal, current: Current) -> PreviewReply:
     """The plan this spec would get, re-planned against the applied plan (what stays, moves, or
     is preempted). Changes nothing."""
     require(principal, Permission.SPEC_WRITE)
-    planned = preview(ctx, body.spec_yaml)
+    planned = preview(current, body.spec_yaml)
     return PreviewReply(
         base_revision=planned.base_revision, spec_sha256=planned.spec_sha256, plan=planned.plan
     )
 
 
 @router.post("/spec/apply", response_model=RevisionReply, status_code=201)
-def apply_spec(body: ApplyRequest, principal: CurrentPrincipal, ctx: Context) -> RevisionReply:
+def apply_spec(body: ApplyRequest, principal: CurrentPrincipal, history: History) -> RevisionReply:
     """Store the spec and its plan as the next revision; 409 `spec_stale` when `base_revision`
     is not the applied revision."""
     require(principal, Permission.SPEC_WRITE)
-    revision, plan = apply(ctx, body.spec_yaml, body.base_revision, principal.actor)
+    revision, plan = apply(history, body.spec_yaml, body.base_revision, principal.actor)
     return RevisionReply(
         revision=revision.revision,
         created_at=revision.created_at,

@@ -7,9 +7,9 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Annotated, Any
+from typing import Any
 
-from fastapi import APIRouter, Depends
+from fastapi import APIRouter
 from pydantic import BaseModel, Field
 
 from gpuplex.core.access import Permission, Principal, visible_tenants
@@ -18,14 +18,14 @@ from gpuplex.core.plan import Plan
 from gpuplex.core.plan.model import Placement
 from gpuplex.core.spec import TenantSpec
 from gpuplex.core.spec.parse import did_you_mean
-from gpuplex.revision import AppliedRevision
+from gpuplex.revision import AppliedRevision, AppliedRevisions
 from gpuplex.server.auth import CurrentPrincipal, no_such_tenant, require
-from gpuplex.server.context import ServerContext, server_context
+from gpuplex.server.dependencies import Current, Jobs
 from gpuplex.server.pages import Cursor, Limit, Page, page_of
 from gpuplex.server.problems import ERROR_RESPONSES
+from gpuplex.store.jobs import JobRepository
 
 router = APIRouter(tags=["tenants"], responses=ERROR_RESPONSES)
-Context = Annotated[ServerContext, Depends(server_context)]
 
 
 class AllocationReply(BaseModel):
@@ -108,11 +108,11 @@ class TenantsJobs:
         return self.counts.get(tenant) or TenantJobsReply()
 
 
-def tenants_jobs(ctx: ServerContext, tenant: str | None) -> TenantsJobs:
+def tenants_jobs(jobs: JobRepository, tenant: str | None) -> TenantsJobs:
     """Every tenant's jobs not finished, or only `tenant`'s."""
     counts: dict[str, TenantJobsReply] = {}
     placements: list[Placement] = []
-    for job in ctx.jobs.list(tenant, ACTIVE_STATES):
+    for job in jobs.list(tenant, ACTIVE_STATES):
         mine = counts.setdefault(job.tenant, TenantJobsReply())
         if job.state is JobState.QUEUED:
             mine.queued += 1
@@ -166,12 +166,12 @@ def redact_tenants(text: str, principal: Principal, tenants: list[str]) -> str:
 
 
 def applied_tenant(
-    ctx: ServerContext, name: str, principal: Principal | None = None
+    current: AppliedRevisions, name: str, principal: Principal | None = None
 ) -> tuple[AppliedRevision, TenantSpec]:
     """The applied spec and the named tenant in it; 404 when there is none (check RBAC first).
     A platform `principal`, who may see every tenant, is told the closest name it may have
     meant; nobody else is (a tenant's caller must not learn other tenants' names)."""
-    applied = ctx.current.get()
+    applied = current.get()
     tenant = applied.tenant(name) if applied is not None else None
     if applied is None or tenant is None:
         known = applied.tenant_names if applied is not None else []
@@ -182,35 +182,41 @@ def applied_tenant(
 
 @router.get("/tenants", response_model=Page[TenantReply])
 def list_tenants(
-    principal: CurrentPrincipal, ctx: Context, limit: Limit = 100, cursor: Cursor = None
+    principal: CurrentPrincipal,
+    current: Current,
+    jobs: Jobs,
+    limit: Limit = 100,
+    cursor: Cursor = None,
 ) -> Page[TenantReply]:
     """The tenants the caller may see: every one for a platform admin, else their own."""
-    applied = ctx.current.get()
+    applied = current.get()
     if applied is None:
         return page_of([], limit, cursor)
     names = set(visible_tenants(principal, applied.tenant_names))
-    jobs = tenants_jobs(ctx, None if principal.is_platform else principal.tenant)
-    items = [tenant_reply(t, applied.plan, jobs) for t in applied.spec.tenants if t.name in names]
+    held = tenants_jobs(jobs, None if principal.is_platform else principal.tenant)
+    items = [tenant_reply(t, applied.plan, held) for t in applied.spec.tenants if t.name in names]
     return page_of(items, limit, cursor)
 
 
 @router.get("/tenants/{tenant}", response_model=TenantReply)
-def get_tenant(tenant: str, principal: CurrentPrincipal, ctx: Context) -> TenantReply:
+def get_tenant(
+    tenant: str, principal: CurrentPrincipal, current: Current, jobs: Jobs
+) -> TenantReply:
     require(principal, Permission.TENANT_READ, tenant)
-    applied, found = applied_tenant(ctx, tenant, principal)
-    return tenant_reply(found, applied.plan, tenants_jobs(ctx, tenant))
+    applied, found = applied_tenant(current, tenant, principal)
+    return tenant_reply(found, applied.plan, tenants_jobs(jobs, tenant))
 
 
 @router.get("/tenants/{tenant}/workloads", response_model=Page[WorkloadReply])
 def list_workloads(
     tenant: str,
     principal: CurrentPrincipal,
-    ctx: Context,
+    current: Current,
     limit: Limit = 100,
     cursor: Cursor = None,
 ) -> Page[WorkloadReply]:
     require(principal, Permission.TENANT_READ, tenant)
-    applied, found = applied_tenant(ctx, tenant)
+    applied, found = applied_tenant(current, tenant)
     plan = applied.plan
     items = []
     for workload in found.workloads:

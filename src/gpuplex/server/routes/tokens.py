@@ -6,26 +6,24 @@ not make it (store/credential_grants.py), and listed so."""
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Annotated
 
-from fastapi import APIRouter, Depends
+from fastapi import APIRouter
 from pydantic import BaseModel, Field
 
 from gpuplex.core.access import Permission, Principal, Role, Verdict, may_grant
 from gpuplex.errors import ErrorCode
 from gpuplex.server.auth import CurrentPrincipal, require
-from gpuplex.server.context import ServerContext, server_context
 from gpuplex.server.credential_grants import credential_maker
+from gpuplex.server.dependencies import Current, People, TheClock, Tokens
 from gpuplex.server.pages import Cursor, Limit, Page, page_of
 from gpuplex.server.problems import ERROR_RESPONSES, PRINTABLE, ApiProblem
 from gpuplex.server.request_model import RequestModel
 from gpuplex.server.routes.tenants import applied_tenant
 from gpuplex.server.times import checked_time
 from gpuplex.store.credentials import CredentialMaker
-from gpuplex.store.tokens import ApiToken, TokenState
+from gpuplex.store.tokens import ApiToken, TokenRepository, TokenState
 
 router = APIRouter(tags=["tokens"], responses=ERROR_RESPONSES)
-Context = Annotated[ServerContext, Depends(server_context)]
 
 
 class TokenCreateRequest(RequestModel):
@@ -99,25 +97,34 @@ def token_reply(token: ApiToken, now: datetime) -> TokenReply:
     )
 
 
-def _visible(principal: Principal, ctx: ServerContext) -> list[ApiToken]:
+def _visible(principal: Principal, tokens: TokenRepository) -> list[ApiToken]:
     if principal.is_platform:
-        return ctx.tokens.list()
-    return ctx.tokens.list(tenant=principal.tenant)
+        return tokens.list()
+    return tokens.list(tenant=principal.tenant)
 
 
 @router.get("/tokens", response_model=Page[TokenReply])
 def list_tokens(
-    principal: CurrentPrincipal, ctx: Context, limit: Limit = 100, cursor: Cursor = None
+    principal: CurrentPrincipal,
+    tokens: Tokens,
+    clock: TheClock,
+    limit: Limit = 100,
+    cursor: Cursor = None,
 ) -> Page[TokenReply]:
     """Platform admins see every token; tenant admins their tenant's."""
     require(principal, Permission.TOKEN_READ, principal.tenant)
-    now = ctx.now()
-    return page_of([token_reply(t, now) for t in _visible(principal, ctx)], limit, cursor)
+    now = clock.utc_now()
+    return page_of([token_reply(t, now) for t in _visible(principal, tokens)], limit, cursor)
 
 
 @router.post("/tokens", response_model=TokenCreatedReply, status_code=201)
 def create_token(
-    body: TokenCreateRequest, principal: CurrentPrincipal, ctx: Context
+    body: TokenCreateRequest,
+    principal: CurrentPrincipal,
+    current: Current,
+    tokens: Tokens,
+    people: People,
+    clock: TheClock,
 ) -> TokenCreatedReply:
     if (body.role is Role.PLATFORM_ADMIN) != (body.tenant is None):
         raise ApiProblem(
@@ -132,33 +139,35 @@ def create_token(
         )
     if body.tenant is not None:
         require(principal, Permission.TOKEN_WRITE, body.tenant)
-        applied_tenant(ctx, body.tenant)
-    now = ctx.now()
+        applied_tenant(current, body.tenant)
+    now = clock.utc_now()
     if body.expires_at is not None and checked_time(body.expires_at, "expires_at") <= now:
         raise ApiProblem(
             ErrorCode.INVALID_REQUEST,
             "expires_at: give a future time with a timezone",
             field="expires_at",
         )
-    secret, token = ctx.tokens.create(
+    secret, token = tokens.create(
         name=body.name,
         role=body.role.value,
         tenant=body.tenant,
         expires_at=body.expires_at,
         now=now,
         actor=principal.actor,
-        made_by=credential_maker(ctx, principal),
+        made_by=credential_maker(people, current, principal),
     )
     return TokenCreatedReply(**token_reply(token, now).model_dump(), token=secret)
 
 
 @router.delete("/tokens/{prefix}", response_model=TokenReply)
-def revoke_token(prefix: str, principal: CurrentPrincipal, ctx: Context) -> TokenReply:
+def revoke_token(
+    prefix: str, principal: CurrentPrincipal, tokens: Tokens, clock: TheClock
+) -> TokenReply:
     require(principal, Permission.TOKEN_WRITE, principal.tenant)
-    if not any(t.prefix == prefix for t in _visible(principal, ctx)):
+    if not any(t.prefix == prefix for t in _visible(principal, tokens)):
         raise ApiProblem(ErrorCode.NOT_FOUND, f"no token {prefix!r}")
-    now = ctx.now()
-    return token_reply(ctx.tokens.revoke(prefix, now, principal.actor), now)
+    now = clock.utc_now()
+    return token_reply(tokens.revoke(prefix, now, principal.actor), now)
 
 
 class WhoAmIReply(BaseModel):

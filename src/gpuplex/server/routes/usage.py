@@ -6,7 +6,7 @@ from datetime import datetime, timedelta
 from decimal import Decimal
 from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter, Depends, Query
+from fastapi import APIRouter, Query
 from fastapi.responses import PlainTextResponse
 from pydantic import AwareDatetime, BaseModel
 
@@ -20,14 +20,14 @@ from gpuplex.core.report import (
 )
 from gpuplex.errors import ErrorCode, MeterInputError
 from gpuplex.server.auth import CurrentPrincipal, require
-from gpuplex.server.context import ServerContext, server_context
+from gpuplex.server.dependencies import Current, Rollups, TheClock, TheMetering
 from gpuplex.server.problems import ERROR_RESPONSES, ApiProblem
 from gpuplex.server.request_model import RequestModel
 from gpuplex.server.routes.tenants import applied_tenant
 from gpuplex.server.times import checked_time
+from gpuplex.store.rollups import RollupRepository
 
 router = APIRouter(tags=["usage"], responses=ERROR_RESPONSES)
-Context = Annotated[ServerContext, Depends(server_context)]
 MAX_RANGE = timedelta(days=400)
 #: A roll-up request is answered while the caller waits: a day of one-minute windows at most.
 MAX_ROLLUP_WINDOWS = 1440
@@ -76,7 +76,7 @@ def _range(start: datetime, end: datetime) -> MeterWindow:
 
 
 def _points(
-    ctx: ServerContext,
+    rollups: RollupRepository,
     tenant: str | None,
     window: MeterWindow,
     bucket_s: int,
@@ -85,7 +85,7 @@ def _points(
 ) -> list[UsagePoint]:
     """The roll-up rows, summed into buckets of `bucket_s` (from the range's start)."""
     sums: dict[tuple[str, datetime, str, str, str], Decimal] = {}
-    for row in ctx.rollups.query(tenant, window.start, window.end, source, metric):
+    for row in rollups.query(tenant, window.start, window.end, source, metric):
         if row.tenant == "" and tenant is not None:
             continue
         offset = int((row.window_start - window.start).total_seconds()) // bucket_s * bucket_s
@@ -117,7 +117,8 @@ MetricFilter = Annotated[str | None, Query(max_length=64)]
 def tenant_usage(
     tenant: str,
     principal: CurrentPrincipal,
-    ctx: Context,
+    current: Current,
+    rollups: Rollups,
     start: Start,
     end: End,
     bucket_s: Bucket = 3600,
@@ -127,16 +128,16 @@ def tenant_usage(
     """One tenant's metered usage in [start, end): GPU-seconds allocated and busy, memory,
     requests and tokens, summed per bucket."""
     require(principal, Permission.USAGE_READ, tenant)
-    applied_tenant(ctx, tenant)
+    applied_tenant(current, tenant)
     window = _range(start, end)
-    points = _points(ctx, tenant, window, bucket_s, source, metric)
+    points = _points(rollups, tenant, window, bucket_s, source, metric)
     return UsageReply(tenant=tenant, start=start, end=end, bucket_s=bucket_s, points=points)
 
 
 @router.get("/usage", response_model=UsageReply)
 def fleet_usage(
     principal: CurrentPrincipal,
-    ctx: Context,
+    rollups: Rollups,
     start: Start,
     end: End,
     bucket_s: Bucket = 3600,
@@ -146,19 +147,21 @@ def fleet_usage(
     """Every tenant's usage, and the fleet's capacity (tenant \"\"), per bucket."""
     require(principal, Permission.FLEET_READ)
     window = _range(start, end)
-    points = _points(ctx, None, window, bucket_s, source, metric)
+    points = _points(rollups, None, window, bucket_s, source, metric)
     return UsageReply(tenant=None, start=start, end=end, bucket_s=bucket_s, points=points)
 
 
 @router.post("/meter/rollup", response_model=RollupReply)
-def roll_up(body: RollupRequest, principal: CurrentPrincipal, ctx: Context) -> RollupReply:
+def roll_up(
+    body: RollupRequest, principal: CurrentPrincipal, metering: TheMetering, clock: TheClock
+) -> RollupReply:
     """Recompute the roll-up windows that [start, end) touches. Idempotent: a window's rows are
     replaced, so rerunning never double-counts."""
     require(principal, Permission.METER_WRITE)
     window = _range(body.start, body.end)
-    if window.end > ctx.now():
+    if window.end > clock.utc_now():
         raise ApiProblem(ErrorCode.INVALID_REQUEST, "end: must not be in the future", field="end")
-    window_s = ctx.metering.window_s
+    window_s = metering.window_s
     if (window.end - window.start).total_seconds() > MAX_ROLLUP_WINDOWS * window_s:
         raise ApiProblem(
             ErrorCode.INVALID_REQUEST,
@@ -166,8 +169,8 @@ def roll_up(body: RollupRequest, principal: CurrentPrincipal, ctx: Context) -> R
             "split the range (the server catches up on its own as time passes)",
             field="end",
         )
-    result = ctx.metering.roll_up_range(window.start, window.end)
-    return RollupReply(windows=result.windows, rows=result.rows, window_s=ctx.metering.window_s)
+    result = metering.roll_up_range(window.start, window.end)
+    return RollupReply(windows=result.windows, rows=result.rows, window_s=metering.window_s)
 
 
 def _statement_response(body: dict[str, Any] | str, fmt: str, name: str) -> Any:
@@ -189,15 +192,16 @@ def tenant_statement(
     tenant: str,
     period: str,
     principal: CurrentPrincipal,
-    ctx: Context,
+    current: Current,
+    metering: TheMetering,
     format: Annotated[Literal["json", "csv"], Query()] = "json",
 ) -> Any:
     """One tenant's chargeback statement for a month (YYYY-MM), from the roll-ups so far; its line
     items add up to its total, and `jobs` says what each of its jobs held and cost (part of
     those lines)."""
     require(principal, Permission.STATEMENT_READ, tenant)
-    applied, _ = applied_tenant(ctx, tenant)
-    fleet = ctx.metering.statement_with_jobs(_month(period), applied, tenant)
+    applied, _ = applied_tenant(current, tenant)
+    fleet = metering.statement_with_jobs(_month(period), applied, tenant)
     statement = fleet.statement_for(tenant)
     if statement is None:
         raise ApiProblem(ErrorCode.NOT_FOUND, f"no statement for {tenant!r} in {period}")
@@ -213,16 +217,17 @@ def tenant_statement(
 def fleet_statement(
     period: str,
     principal: CurrentPrincipal,
-    ctx: Context,
+    current: Current,
+    metering: TheMetering,
     format: Annotated[Literal["json", "csv"], Query()] = "json",
 ) -> Any:
     """Every tenant's statement for a month, the idle capacity and the fleet's cost: the tenants'
     totals plus idle equal the fleet's cost."""
     require(principal, Permission.FLEET_READ)
-    applied = ctx.current.get()
+    applied = current.get()
     if applied is None:
         raise ApiProblem(ErrorCode.NOT_FOUND, "no spec applied yet: nothing to charge")
-    fleet = ctx.metering.statement_with_jobs(_month(period), applied)
+    fleet = metering.statement_with_jobs(_month(period), applied)
     if format == "csv":
         return _statement_response(fleet_statement_csv(fleet), "csv", f"fleet-{period}")
     return fleet_statement_json(fleet)
