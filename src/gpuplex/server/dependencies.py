@@ -5,8 +5,8 @@ the server starts, and the app keeps it (`app.state.context`). Routes and the he
 never take it whole: each asks for the parts it uses (`jobs: Jobs`, `clock: TheClock`,
 `current: Current`...), so a route's signature says what it touches, and a test of a helper
 hands it those parts only. Where a helper needs several parts together, it takes their named
-group (`BudgetBooks`, `SpecHistory`, `OidcIdentities`, `JobStepInputs`), built here from the
-same parts.
+group (`BudgetBooks`, `SpecHistory`, `OidcIdentities`, `JobStepInputs`), which the composition
+root builds from the same parts.
 
 A route that read `ctx.now()` reads `clock.utc_now()` at the same point: times are read when they
 were before.
