@@ -137,12 +137,13 @@ class TokenRepository:
         stored_hash = found[1] if found is not None else _NO_SUCH_TOKEN_HASH
         if not key_matches(stored_hash, token) or found is None:
             return None
-        state = found[0].state(aware_utc(now))
+        shown, _ = found
+        state = shown.state(aware_utc(now))
         if state == "suspended":
             raise CredentialSuspended(SUSPENDED)
         if state != "active":
             return None
-        return TokenIdentity(found[0].prefix, found[0].name, found[0].role, found[0].tenant)
+        return TokenIdentity(shown.prefix, shown.name, shown.role, shown.tenant)
 
 
 def _check_role(role: str, tenant: str | None) -> None:
@@ -161,6 +162,14 @@ def _role(row: CredentialRow) -> TokenRole:
     raise StoreError(f"token {row.prefix} has the unknown role {row.role!r}: revoke it")
 
 
+def _maker(row: CredentialRow) -> str:
+    """Who made the token: every token has one (the column is nullable only for keys made before
+    revision 0014)."""
+    if row.created_by is None:
+        raise StoreError(f"token {row.prefix} has no maker: revoke it")
+    return row.created_by
+
+
 def _token(row: CredentialRow) -> ApiToken:
     return ApiToken(
         prefix=row.prefix,
@@ -168,7 +177,7 @@ def _token(row: CredentialRow) -> ApiToken:
         role=_role(row),
         tenant=row.tenant,
         created_at=row.created_at,
-        created_by=row.created_by or "",
+        created_by=_maker(row),
         expires_at=row.expires_at,
         revoked_at=row.revoked_at,
         suspended_at=row.suspended_at,
