@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -111,24 +112,28 @@ def token_string(n: int, prefix: str) -> str:
     return f"gpt_{prefix}_{secret(100 + n)}"
 
 
-def key_rows() -> list[dict[str, Any]]:
+def old_rows(
+    defaults: dict[str, Any],
+    specs: list[dict[str, Any]],
+    hash_column: str,
+    secret: Callable[[int, str], str],
+) -> list[dict[str, Any]]:
+    """The rows of one of revision 0013's tables (`api_keys` or `api_tokens`), oldest first."""
     return [
-        KEY_DEFAULTS
+        defaults
         | MAKER_DEFAULTS
-        | key
-        | {"id": n + 1, "key_hash": sha256(key_string(n, key["prefix"])), "created_at": T0}
-        for n, key in enumerate(KEYS)
+        | spec
+        | {"id": n + 1, hash_column: sha256(secret(n, spec["prefix"])), "created_at": T0}
+        for n, spec in enumerate(specs)
     ]
+
+
+def key_rows() -> list[dict[str, Any]]:
+    return old_rows(KEY_DEFAULTS, KEYS, "key_hash", key_string)
 
 
 def token_rows() -> list[dict[str, Any]]:
-    return [
-        TOKEN_DEFAULTS
-        | MAKER_DEFAULTS
-        | token
-        | {"id": n + 1, "token_hash": sha256(token_string(n, token["prefix"])), "created_at": T0}
-        for n, token in enumerate(TOKENS)
-    ]
+    return old_rows(TOKEN_DEFAULTS, TOKENS, "token_hash", token_string)
 
 
 def insert(engine: Engine, table: str, rows: list[dict[str, Any]]) -> None:
