@@ -3,14 +3,18 @@ naming file:line and field; it never prints a traceback."""
 
 from __future__ import annotations
 
+import copy
 import json
 import sys
+from collections.abc import Sequence
 from enum import StrEnum
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.markup import escape
+from typer.main import get_command_name
+from typer.models import CommandInfo
 
 from gpuplex.cli.audit import audit_app
 from gpuplex.cli.bench import bench_app
@@ -276,10 +280,33 @@ def _find_workload(spec: GpuplexSpec, name: str) -> tuple[str, str]:
     raise NotFoundError(f"no workload {name!r}; workloads: {known or 'none'}")
 
 
+def app_for(args: Sequence[str]) -> typer.Typer:
+    """The app as it runs `args`: where the first names a command or command group, the app with
+    that one alone, so that typer builds the click command of what runs and not of all the
+    others (about a tenth of `validate`'s start-up); else (no command, `--help`, `--version`, a
+    misspelt name) the whole app, whose help page and suggestions list every command. Either way
+    the named command parses, prints and fails as it does in the whole app."""
+    name = args[0] if args else None
+    commands = [info for info in app.registered_commands if _command_name(info) == name]
+    groups = [info for info in app.registered_groups if info.name == name]
+    if not commands and not groups:
+        return app
+    one = copy.copy(app)
+    one.registered_commands = commands
+    one.registered_groups = groups
+    return one
+
+
+def _command_name(info: CommandInfo) -> str | None:
+    if info.name is not None:
+        return info.name
+    return get_command_name(info.callback.__name__) if info.callback is not None else None
+
+
 def run() -> None:
     """Entry point: run the app, turning gpuplex errors into a message and an exit code."""
     try:
-        app()
+        app_for(sys.argv[1:])()
     except GpuplexError as error:
         # escape: messages quote user input and field paths such as env[key], not markup
         err.print(f"[red]error[/]: {escape(error.message)}", highlight=False, soft_wrap=True)

@@ -27,15 +27,6 @@ from typing import TYPE_CHECKING, Annotated, TypeVar
 
 import typer
 from rich.markup import escape
-from rich.progress import (
-    BarColumn,
-    Progress,
-    TaskID,
-    TaskProgressColumn,
-    TextColumn,
-    TimeElapsedColumn,
-    TimeRemainingColumn,
-)
 from rich.table import Table
 
 from gpuplex.cli.conventions import reported
@@ -44,6 +35,8 @@ from gpuplex.errors import NotFoundError, TraceInputError
 from gpuplex.extras import require_extra
 
 if TYPE_CHECKING:
+    from rich.progress import Progress, TaskID
+
     from gpuplex.core.trace import TraceNode, TracePod
     from gpuplex.replay.isolation_compare import ModeSummary
     from gpuplex.replay.placement import ReplayResult
@@ -256,6 +249,15 @@ def _each_with_progress(
 
 
 def _progress() -> Progress:
+    from rich.progress import (  # only while a replay runs, not for every command's start-up
+        BarColumn,
+        Progress,
+        TaskProgressColumn,
+        TextColumn,
+        TimeElapsedColumn,
+        TimeRemainingColumn,
+    )
+
     return Progress(
         TextColumn("{task.description}"),
         BarColumn(),

@@ -13,7 +13,7 @@ from typer._click import Command
 from typer.core import TyperGroup
 from typer.testing import CliRunner
 
-from gpuplex.cli.main import app
+from gpuplex.cli.main import app, app_for
 
 DERIVED_DEFAULTS = ("--store", "--state-dir", "--spool-dir")
 _runner = CliRunner()
@@ -103,3 +103,35 @@ def test_there_are_derived_defaults_to_check() -> None:
         for option in getattr(param, "opts", [])
     }
     assert set(DERIVED_DEFAULTS) <= options
+
+
+@pytest.mark.parametrize("path", [path for path, _ in COMMANDS if path], ids=" ".join)
+def test_the_app_trimmed_to_the_named_command_prints_what_the_whole_app_prints(
+    path: tuple[str, ...],
+) -> None:
+    trimmed = app_for([*path, "--help"])
+    assert trimmed is not app
+    assert [info.name for info in trimmed.registered_groups] in ([], [path[0]])
+    assert len(trimmed.registered_commands) + len(trimmed.registered_groups) == 1
+    done = _runner.invoke(trimmed, [*path, "--help"], env={"COLUMNS": "100"})
+    assert done.exit_code == 0, done.output
+    assert done.output == _help_page(path)
+
+
+@pytest.mark.parametrize(
+    "args",
+    [["validate"], ["plan", "--output", "xml", "f.yaml"], ["keys", "lst"], ["host", "--nope"]],
+    ids=" ".join,
+)
+def test_a_mistake_after_a_command_name_reads_as_in_the_whole_app(args: list[str]) -> None:
+    whole = _runner.invoke(app, args, env={"COLUMNS": "100"})
+    trimmed = _runner.invoke(app_for(args), args, env={"COLUMNS": "100"})
+    assert whole.exit_code == trimmed.exit_code == 2
+    assert trimmed.output == whole.output
+
+
+@pytest.mark.parametrize(
+    "args", [[], ["--help"], ["--version"], ["valdate", "x"], ["hots", "status"]], ids=" ".join
+)
+def test_without_a_command_name_first_the_whole_app_runs(args: list[str]) -> None:
+    assert app_for(args) is app
