@@ -18,7 +18,8 @@ import pytest
 
 LAPTOP = str(Path(__file__).resolve().parents[2] / "examples" / "laptop.yaml")
 
-#: What no light command may load: the store, the web stacks, the other processes' packages.
+#: What no light command may load: the store, the web stacks, the other processes' packages,
+#: statements and budgets (`plan` prices a placement, nothing more), long commands' progress bars.
 NEVER_AT_START = (
     "sqlalchemy",
     "alembic",
@@ -48,6 +49,9 @@ NEVER_AT_START = (
     "gpuplex.observe",
     "gpuplex.oidc",
     "gpuplex.revision",
+    "gpuplex.core.report.statement",
+    "gpuplex.core.report.budget",
+    "rich.progress",
 )
 #: What only the commands that read a spec load: the spec, plan and apply models and YAML.
 SPEC_MODELS = (

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from typing import NoReturn
 
 from gpuplex.clock import SYSTEM_CLOCK, Clock
-from gpuplex.core.report import BudgetAction, key_budget_name
+from gpuplex.core.report.enforcement import BudgetAction, key_budget_name
 from gpuplex.core.serve.failed_auth import FailedAttempts
 from gpuplex.core.serve.keys import bearer_token, key_matches, key_prefix
 from gpuplex.core.serve.limits import Limit, LimitKind, scope_limits

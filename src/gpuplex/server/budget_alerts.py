@@ -13,16 +13,14 @@ from datetime import datetime, timedelta
 from decimal import Decimal
 
 from gpuplex.core.meter import MeterWindow, month_of, month_window
-from gpuplex.core.report import (
+from gpuplex.core.report.budget import (
     DEFAULT_THRESHOLDS_PERCENT,
     RUN_RATE_WINDOW_S,
-    BudgetAction,
     budget_crossings,
-    key_budget_name,
-    key_spends,
     projected_spend,
     run_rate_window,
 )
+from gpuplex.core.report.enforcement import BudgetAction, key_budget_name, key_spends
 from gpuplex.revision import AppliedRevision
 from gpuplex.server.budget_books import BudgetBooks
 from gpuplex.server.metrics.collector import count_fired_alert

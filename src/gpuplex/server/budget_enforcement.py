@@ -8,7 +8,7 @@ from __future__ import annotations
 from datetime import datetime
 from decimal import Decimal
 
-from gpuplex.core.report import BudgetAction, action_in_force
+from gpuplex.core.report.enforcement import BudgetAction, action_in_force
 from gpuplex.revision import AppliedRevision
 from gpuplex.server.budget_alerts import MonthFigures, month_figures
 from gpuplex.server.budget_books import BudgetBooks

@@ -32,13 +32,9 @@ from gpuplex.core.meter import (
     summed_lines,
 )
 from gpuplex.core.plan import Plan
-from gpuplex.core.report import (
-    FleetStatement,
-    PriceBook,
-    build_fleet_statement,
-    job_charges,
-    with_job_charges,
-)
+from gpuplex.core.report.job_charges import job_charges, with_job_charges
+from gpuplex.core.report.prices import PriceBook
+from gpuplex.core.report.statement import FleetStatement, build_fleet_statement
 from gpuplex.errors import StoreError
 from gpuplex.revision import AppliedRevision, AppliedRevisions
 from gpuplex.specfile import load_spec_text

@@ -14,7 +14,7 @@ from decimal import Decimal
 from sqlalchemy import Engine, select
 from sqlalchemy.orm import Session
 
-from gpuplex.core.report import BudgetAction
+from gpuplex.core.report.enforcement import BudgetAction
 from gpuplex.store.audit import append_audit
 from gpuplex.store.columns import aware_utc
 from gpuplex.store.db import store_errors

@@ -24,7 +24,7 @@ from sqlalchemy import Engine, select
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
-from gpuplex.core.report import BudgetAction, BudgetRule
+from gpuplex.core.report.enforcement import BudgetAction, BudgetRule
 from gpuplex.errors import NotFoundError
 from gpuplex.store.audit import append_audit
 from gpuplex.store.columns import aware_utc

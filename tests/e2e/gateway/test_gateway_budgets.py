@@ -19,7 +19,7 @@ import httpx
 import pytest
 
 from gpuplex.clock import SYSTEM_CLOCK
-from gpuplex.core.report import BudgetAction
+from gpuplex.core.report.enforcement import BudgetAction
 from gpuplex.core.spec import RateLimits
 from gpuplex.server.budget_enforcement import enforce_budgets
 from gpuplex.server.context import ServerContext

@@ -7,7 +7,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from decimal import Decimal
 
-from gpuplex.core.report import BudgetAction
+from gpuplex.core.report.enforcement import BudgetAction
 from gpuplex.core.serve.limits import Limit, LimitKind, Refused
 from gpuplex.core.spec import RateLimits
 from gpuplex.errors import ErrorCode

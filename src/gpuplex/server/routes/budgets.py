@@ -17,7 +17,7 @@ from fastapi import APIRouter
 from pydantic import BaseModel, Field, HttpUrl, model_validator
 
 from gpuplex.core.access import Permission, Principal
-from gpuplex.core.report import BudgetAction
+from gpuplex.core.report.enforcement import BudgetAction
 from gpuplex.errors import ErrorCode
 from gpuplex.server.auth import CurrentPrincipal, require
 from gpuplex.server.budget_alerts import BudgetView, budget_view

@@ -17,7 +17,7 @@ from pydantic import BaseModel
 
 from gpuplex.clock import Clock
 from gpuplex.core.access import Permission
-from gpuplex.core.report import BudgetAction, key_budget_name
+from gpuplex.core.report.enforcement import BudgetAction, key_budget_name
 from gpuplex.errors import ErrorCode
 from gpuplex.revision import AppliedRevisions
 from gpuplex.server.auth import CurrentPrincipal, require

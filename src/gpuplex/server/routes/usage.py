@@ -12,7 +12,7 @@ from pydantic import AwareDatetime, BaseModel
 
 from gpuplex.core.access import Permission
 from gpuplex.core.meter import MeterWindow, month_window
-from gpuplex.core.report import (
+from gpuplex.core.report.render import (
     fleet_statement_csv,
     fleet_statement_json,
     statement_csv,

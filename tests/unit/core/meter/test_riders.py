@@ -27,9 +27,10 @@ from gpuplex.core.meter import (
 )
 from gpuplex.core.meter.samples import GpuSample
 from gpuplex.core.plan import Mode
-from gpuplex.core.report import PriceBook, build_fleet_statement
 from gpuplex.core.report.charges import compute_charges
+from gpuplex.core.report.prices import PriceBook
 from gpuplex.core.report.rounding import MONEY_CONTEXT
+from gpuplex.core.report.statement import build_fleet_statement
 from gpuplex.core.serve.usage import UsageRecord
 from gpuplex.core.spec.document import PricingSpec
 from gpuplex.errors import MeterInputError

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from gpuplex.core.meter import MeterWindow, month_of, month_window
-from gpuplex.core.report import (
+from gpuplex.core.report.budget import (
     RUN_RATE_WINDOW_S,
     budget_crossings,
     projected_spend,

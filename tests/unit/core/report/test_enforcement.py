@@ -7,7 +7,7 @@ from decimal import Decimal
 import pytest
 from hypothesis import given, strategies as st
 
-from gpuplex.core.report import (
+from gpuplex.core.report.enforcement import (
     BudgetAction,
     BudgetRule,
     action_in_force,

@@ -12,15 +12,10 @@ from decimal import Decimal
 import pytest
 
 from gpuplex.core.meter import FLEET_TENANT, JobUsage, MeterLine, MeterWindow
-from gpuplex.core.report import (
-    PriceBook,
-    build_fleet_statement,
-    job_charge,
-    job_charges,
-    statement_csv,
-    statement_json,
-    with_job_charges,
-)
+from gpuplex.core.report.job_charges import job_charge, job_charges, with_job_charges
+from gpuplex.core.report.prices import PriceBook
+from gpuplex.core.report.render import statement_csv, statement_json
+from gpuplex.core.report.statement import build_fleet_statement
 from gpuplex.core.spec.document import PricingSpec
 
 T0 = datetime(2025, 3, 1, tzinfo=UTC)

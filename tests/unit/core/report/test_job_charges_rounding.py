@@ -12,8 +12,9 @@ from decimal import Decimal
 from hypothesis import given, settings, strategies as st
 
 from gpuplex.core.meter import FLEET_TENANT, JobUsage, MeterLine, MeterWindow
-from gpuplex.core.report import PriceBook, build_fleet_statement, job_charges, with_job_charges
-from gpuplex.core.report.statement import FleetStatement
+from gpuplex.core.report.job_charges import job_charges, with_job_charges
+from gpuplex.core.report.prices import PriceBook
+from gpuplex.core.report.statement import FleetStatement, build_fleet_statement
 from gpuplex.core.spec.document import PricingSpec
 
 T0 = datetime(2025, 3, 1, tzinfo=UTC)

@@ -6,7 +6,7 @@ from decimal import Decimal
 
 import pytest
 
-from gpuplex.core.report import PriceBook, mig_compute_fraction
+from gpuplex.core.report.prices import PriceBook, mig_compute_fraction
 from gpuplex.core.spec.document import ChargebackMethod, IdleRule, PricingSpec
 from gpuplex.errors import SpecError
 from gpuplex.specfile import load_spec_text

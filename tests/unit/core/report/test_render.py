@@ -8,16 +8,16 @@ from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 
 from gpuplex.core.meter import FLEET_TENANT, MeterLine, MeterWindow
-from gpuplex.core.report import (
+from gpuplex.core.report.prices import PriceBook
+from gpuplex.core.report.render import (
     CSV_COLUMNS,
     PLATFORM,
-    PriceBook,
-    build_fleet_statement,
     fleet_statement_csv,
     fleet_statement_json,
     statement_csv,
     statement_json,
 )
+from gpuplex.core.report.statement import build_fleet_statement
 from gpuplex.core.spec.document import PricingSpec
 
 T0 = datetime(2025, 3, 1, tzinfo=UTC)

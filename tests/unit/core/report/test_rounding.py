@@ -7,7 +7,7 @@ from decimal import Decimal
 import pytest
 from hypothesis import given, strategies as st
 
-from gpuplex.core.report import apportion_cents, to_cents
+from gpuplex.core.report.rounding import apportion_cents, to_cents
 
 D = Decimal
 

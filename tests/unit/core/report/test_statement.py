@@ -9,7 +9,8 @@ import pytest
 from hypothesis import given, strategies as st
 
 from gpuplex.core.meter import FLEET_TENANT, MeterLine, MeterWindow
-from gpuplex.core.report import IDLE_SHARE, FleetStatement, PriceBook, build_fleet_statement
+from gpuplex.core.report.prices import PriceBook
+from gpuplex.core.report.statement import IDLE_SHARE, FleetStatement, build_fleet_statement
 from gpuplex.core.spec.document import PricingSpec
 
 D = Decimal

@@ -20,7 +20,9 @@ from gpuplex.core.meter import (
     gateway_lines,
 )
 from gpuplex.core.plan import make_plan
-from gpuplex.core.report import PriceBook, build_fleet_statement, fleet_statement_csv
+from gpuplex.core.report.prices import PriceBook
+from gpuplex.core.report.render import fleet_statement_csv
+from gpuplex.core.report.statement import build_fleet_statement
 from gpuplex.core.serve.usage import UsageRecord
 from gpuplex.core.spec.document import IdleRule
 from gpuplex.specfile import load_spec_text
