@@ -13,7 +13,7 @@ from typer._click import Command
 from typer.core import TyperGroup
 from typer.testing import CliRunner
 
-from gpuplex.cli.main import app, app_for
+from gpuplex.cli.main import ONE_SHOT_COMMANDS, app, app_for, needs_cycle_collector
 
 DERIVED_DEFAULTS = ("--store", "--state-dir", "--spool-dir")
 _runner = CliRunner()
@@ -135,3 +135,14 @@ def test_a_mistake_after_a_command_name_reads_as_in_the_whole_app(args: list[str
 )
 def test_without_a_command_name_first_the_whole_app_runs(args: list[str]) -> None:
     assert app_for(args) is app
+
+
+def test_only_commands_that_read_print_and_exit_run_without_the_cycle_collector() -> None:
+    commands = {path[0] for path, _ in COMMANDS if len(path) == 1}
+    assert commands >= ONE_SHOT_COMMANDS  # a renamed command would leave its old name here
+    assert not needs_cycle_collector(["validate", "gpuplex.yaml"])
+    assert not needs_cycle_collector(["plan", "gpuplex.yaml", "-o", "json"])
+    for long_running in ("up", "server", "gateway", "host", "simulate", "job", "sim", "kube"):
+        assert needs_cycle_collector([long_running, "--help"]), long_running
+    assert needs_cycle_collector([])
+    assert needs_cycle_collector(["--help"])
