@@ -7,6 +7,10 @@ revision) is checked within NEW_POOL_CHECK_S, not after a whole interval; until 
 its replicas are tried, so that a route moved to a running server loses no request, and a server
 still starting refuses the connection (503 to the client, a failure for its breaker). A backend is
 `starting` until one of its replicas has answered a check, `ready` while one does, `down` after.
+A starting backend is checked again every STARTING_CHECK_S, not once an interval: a model server
+that has just come up gets its first request within that, not up to `health_interval_s` later
+(`gpuplex up` waits for every one before it says it is up). A ready or down backend is checked
+once an interval.
 
 The health checks have an HTTP client of their own, with one kept-alive connection per replica,
 never the forwarding pool: when forwarding is saturated, or the process is out of file descriptors,
@@ -46,6 +50,8 @@ log = logging.getLogger(__name__)
 LOCAL_ERRNOS = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM})
 #: How soon a pool no check has seen yet is checked.
 NEW_POOL_CHECK_S = 0.1
+#: How often a pool none of whose replicas has ever answered (`starting`) is checked again.
+STARTING_CHECK_S = 0.25
 
 
 class BackendState(StrEnum):
@@ -63,6 +69,7 @@ class BackendPool:
         self.id = backend.id
         self.replicas = [ReplicaState(url) for url in backend.urls]
         self.checked = False  # a round of health checks has seen it
+        self.checked_at_s = 0.0  # when the last round ended, on `clock`
         self.was_ready = False
         self.breaker = BreakerSettings(settings.breaker_failures, float(settings.breaker_open_s))
         in_flight = max(1, settings.max_in_flight_per_backend // workers)
@@ -74,6 +81,14 @@ class BackendPool:
         if self.checked and any(r.healthy for r in self.replicas):
             return BackendState.READY
         return BackendState.DOWN if self.was_ready else BackendState.STARTING
+
+    def due_before_the_interval(self) -> bool:
+        """Whether to check it now rather than with the next round: no check has seen it yet, or
+        none of its replicas has ever answered and the last check is STARTING_CHECK_S old."""
+        if not self.checked:
+            return True
+        starting = self.state() is BackendState.STARTING
+        return starting and self.clock.now_s() - self.checked_at_s >= STARTING_CHECK_S
 
     def any_available(self) -> bool:
         now = self.clock.now_s()
@@ -96,6 +111,7 @@ class BackendPool:
     async def check_health(self, session: aiohttp.ClientSession, timeout_s: float) -> None:
         await asyncio.gather(*(self._check(session, r, timeout_s) for r in self.replicas))
         self.checked = True
+        self.checked_at_s = self.clock.now_s()
         self.was_ready = self.was_ready or any(r.healthy for r in self.replicas)
         metrics.BACKEND_REPLICAS_UP.labels(self.id).set(sum(r.healthy for r in self.replicas))
 
@@ -172,8 +188,8 @@ async def run_health_checks(
             await asyncio.gather(*(p.check_health(session, timeout_s) for p in checked))
             next_round = loop.time() + interval_s
             while not stop.is_set() and (left := next_round - loop.time()) > 0:
-                new = [p for p in pools() if not p.checked]  # a new revision's
-                if new:
-                    await asyncio.gather(*(p.check_health(session, timeout_s) for p in new))
+                due = [p for p in pools() if p.due_before_the_interval()]
+                if due:
+                    await asyncio.gather(*(p.check_health(session, timeout_s) for p in due))
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(stop.wait(), min(left, NEW_POOL_CHECK_S))
