@@ -29,6 +29,7 @@ NEVER_AT_START = (
     "uvicorn",
     "granian",
     "httpx",
+    "authlib",
     "redis",
     "psycopg",
     "prometheus_client",

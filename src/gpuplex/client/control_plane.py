@@ -10,18 +10,17 @@ from __future__ import annotations
 import json
 import urllib.parse
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from gpuplex.client.oidc.saved_login import saved_token
 from gpuplex.clock import now_s
 from gpuplex.errors import ControlPlaneUnreachable, ErrorCode, RequestRefused
 from gpuplex.settings import SERVER_URL_VARIABLE, TOKEN_VARIABLE
 
-if TYPE_CHECKING:
-    from urllib.error import HTTPError
-
-#: How long one call may take before the command gives up.
+#: How long one call may stall (connecting, or between reads) before the command gives up.
 TIMEOUT_S = 30.0
+#: The largest answer a command reads (a whole usage export is well under it).
+MAX_ANSWER_BYTES = 256 * 1024 * 1024
 API = "/api/v1"
 
 
@@ -67,8 +66,7 @@ class ControlPlane:
         return self._send(path, list(query.items()), None)
 
     def _send(self, path: str, query: list[tuple[str, str]], body: bytes | None) -> str:
-        from urllib.error import HTTPError, URLError  # urllib.request loads http.client, ssl
-        from urllib.request import Request, urlopen  # and email: only for a call
+        from gpuplex.http_client import call  # aiohttp: only for a call
 
         url = f"{self.base_url}{API}{path}"
         if query:
@@ -76,20 +74,34 @@ class ControlPlane:
         headers = {"Authorization": f"Bearer {self.token}"}
         if body is not None:
             headers["Content-Type"] = "application/json"
-        request = Request(  # noqa: S310 - the scheme is checked in of()
-            url, data=body, headers=headers, method="GET" if body is None else "POST"
-        )
         try:
-            with urlopen(request, timeout=TIMEOUT_S) as reply:  # noqa: S310
-                return str(reply.read().decode("utf-8"))
-        except HTTPError as error:
-            raise _refusal(error) from None
-        except (URLError, OSError) as error:
-            reason = getattr(error, "reason", error)
+            answer = call(
+                "GET" if body is None else "POST",
+                url,
+                headers=headers,
+                body=body,
+                timeout_s=TIMEOUT_S,
+                max_bytes=MAX_ANSWER_BYTES,
+                environment_proxy=True,  # as curl would, for a control plane behind a proxy
+            )
+        except OSError as error:
             raise ControlPlaneUnreachable(
-                f"cannot reach the control plane at {self.base_url} ({reason}): is it running? "
-                f"give --server or set ${SERVER_URL_VARIABLE}"
+                f"cannot reach the control plane at {self.base_url} ({_reason(error)}): is it "
+                f"running? give --server or set ${SERVER_URL_VARIABLE}"
             ) from None
+        if not answer.complete:
+            raise ControlPlaneUnreachable(
+                f"the control plane at {self.base_url} answered over {MAX_ANSWER_BYTES} bytes"
+            )
+        if answer.status >= 400:
+            raise _refusal(answer.status, answer.body)
+        return answer.body.decode("utf-8", errors="replace")
+
+
+def _reason(error: OSError) -> str:
+    """The cause without the URL the message starts with (the base URL is said already)."""
+    said = str(error)
+    return said.split(": ", 1)[1] if ": " in said else said
 
 
 class ApiRefusal(RequestRefused):
@@ -101,16 +113,28 @@ class ApiRefusal(RequestRefused):
         self.detail = detail
 
 
-def _refusal(error: HTTPError) -> ApiRefusal:
+def _refusal(status: int, answer: bytes) -> ApiRefusal:
     """The API's `{"error": {"code", "message"}}` as the same code; anything else by its status."""
-    body = error.read().decode("utf-8", errors="replace")
+    body = answer.decode("utf-8", errors="replace")
     detail: dict[str, Any] = {}
     try:
         detail = dict(json.loads(body)["error"])
         wire, message = str(detail["code"]), str(detail["message"])
     except (ValueError, KeyError, TypeError):
-        wire, message = "", f"the control plane answered {error.code}: {body[:200] or error.reason}"
+        wire, message = (
+            "",
+            f"the control plane answered {status}: {body[:200] or _status_phrase(status)}",
+        )
     code = next((c for c in ErrorCode if c.value == wire), None)
     if code is None:
-        code = next((c for c in ErrorCode if c.status == error.code), ErrorCode.INTERNAL)
+        code = next((c for c in ErrorCode if c.status == status), ErrorCode.INTERNAL)
     return ApiRefusal(code, message, detail)
+
+
+def _status_phrase(status: int) -> str:
+    from http import HTTPStatus
+
+    try:
+        return HTTPStatus(status).phrase
+    except ValueError:
+        return "no reason given"

@@ -3,21 +3,26 @@ never delays another's verdict."""
 
 from __future__ import annotations
 
-import http.client
 from concurrent.futures import ThreadPoolExecutor
+
+from gpuplex.http_client import call
 
 
 def probe(port: int, path: str, timeout_s: float) -> bool:
     """True when GET http://127.0.0.1:<port><path> answers 2xx or 3xx within the timeout."""
-    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout_s)
     try:
-        connection.request("GET", path, headers={"User-Agent": "gpuplex-health"})
-        status = connection.getresponse().status
-    except (OSError, http.client.HTTPException):
+        answer = call(
+            "GET",
+            f"http://127.0.0.1:{port}{path}",
+            headers={"User-Agent": "gpuplex-health"},
+            timeout_s=timeout_s,
+            deadline_s=timeout_s,
+            max_bytes=64 * 1024,
+            follow_redirects=False,
+        )
+    except OSError:
         return False
-    finally:
-        connection.close()
-    return 200 <= status < 400
+    return 200 <= answer.status < 400
 
 
 class HealthProber:

@@ -26,9 +26,6 @@ import asyncio
 import json
 import math
 import threading
-import time
-import urllib.error
-import urllib.request
 from collections.abc import Callable
 from concurrent.futures import Future, TimeoutError as FutureTimeout
 from typing import Any
@@ -38,6 +35,7 @@ from joserfc.jws import extract_compact
 
 from gpuplex.clock import Clock
 from gpuplex.errors import IdentityProviderUnavailable, OidcTokenError
+from gpuplex.http_client import call
 from gpuplex.oidc.tokens import verified_claims
 
 #: A discovery document or key set larger than this is not one.
@@ -45,7 +43,6 @@ MAX_ANSWER_BYTES = 1024 * 1024
 #: The longest one read from the provider may stall, and the longest a whole answer may take.
 TIMEOUT_S = 5.0
 ANSWER_DEADLINE_S = 10.0
-_CHUNK = 64 * 1024
 
 KeySet = dict[str, Any]
 
@@ -55,26 +52,23 @@ def fetch_json(url: str) -> dict[str, Any]:
     and then is cut off too); IdentityProviderUnavailable when it cannot be had."""
     if not url.startswith(("https://", "http://")):
         raise IdentityProviderUnavailable(f"{url}: not an http(s) URL")
-    request = urllib.request.Request(url, headers={"accept": "application/json"})  # noqa: S310
-    deadline = time.monotonic() + ANSWER_DEADLINE_S
     try:
-        with urllib.request.urlopen(request, timeout=TIMEOUT_S) as reply:  # noqa: S310
-            body = b""
-            while len(body) <= MAX_ANSWER_BYTES:
-                if time.monotonic() > deadline:
-                    raise IdentityProviderUnavailable(
-                        f"{url}: the answer took over {ANSWER_DEADLINE_S:g} s"
-                    )
-                chunk = reply.read1(_CHUNK)
-                if not chunk:
-                    break
-                body += chunk
-    except (urllib.error.URLError, OSError, ValueError) as error:
-        raise IdentityProviderUnavailable(f"{url}: {error}") from None
-    if len(body) > MAX_ANSWER_BYTES:
+        answer = call(
+            "GET",
+            url,
+            headers={"accept": "application/json"},
+            timeout_s=TIMEOUT_S,
+            deadline_s=ANSWER_DEADLINE_S,
+            max_bytes=MAX_ANSWER_BYTES,
+        )
+    except OSError as error:
+        raise IdentityProviderUnavailable(str(error)) from None
+    if not answer.ok:
+        raise IdentityProviderUnavailable(f"{url}: answered {answer.status}")
+    if not answer.complete:
         raise IdentityProviderUnavailable(f"{url}: the answer is over {MAX_ANSWER_BYTES} bytes")
     try:
-        data = json.loads(body)
+        data = json.loads(answer.body)
     except ValueError:
         raise IdentityProviderUnavailable(f"{url}: the answer is not JSON") from None
     if not isinstance(data, dict):

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import logging
-import urllib.request
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from decimal import Decimal
@@ -21,6 +20,7 @@ from gpuplex.core.report.budget import (
     run_rate_window,
 )
 from gpuplex.core.report.enforcement import BudgetAction, key_budget_name, key_spends
+from gpuplex.http_client import call
 from gpuplex.revision import AppliedRevision
 from gpuplex.server.budget_books import BudgetBooks
 from gpuplex.server.metrics.collector import count_fired_alert
@@ -28,6 +28,9 @@ from gpuplex.store.budget_enforcement import EnforcedBudget
 from gpuplex.store.budgets import Budget, BudgetAlert, Enforcement
 
 log = logging.getLogger("gpuplex.server.budgets")
+
+#: A webhook's answer is not read past this: only its status counts.
+WEBHOOK_ANSWER_BYTES = 64 * 1024
 
 
 @dataclass(frozen=True, slots=True)
@@ -235,13 +238,19 @@ def post_webhook(url: str, alert: BudgetAlert, view: BudgetView, timeout_s: floa
             "fired_at": alert.fired_at.isoformat(),
         }
     ).encode()
-    request = urllib.request.Request(  # noqa: S310 (the URL was validated as http(s) on input)
-        url, data=body, method="POST", headers={"content-type": "application/json"}
-    )
     try:
-        with urllib.request.urlopen(request, timeout=timeout_s) as reply:  # noqa: S310
-            status: int = reply.status
-            return 200 <= status < 300
-    except (OSError, ValueError) as error:
+        answer = call(
+            "POST",
+            url,  # validated as http(s) on input
+            headers={"content-type": "application/json"},
+            body=body,
+            timeout_s=timeout_s,
+            deadline_s=timeout_s,
+            max_bytes=WEBHOOK_ANSWER_BYTES,
+        )
+    except OSError as error:
         log.warning("budget webhook for %s failed: %s", alert.tenant, type(error).__name__)
         return False
+    if not answer.ok:
+        log.warning("budget webhook for %s failed: it answered %d", alert.tenant, answer.status)
+    return answer.ok

@@ -10,18 +10,17 @@ when its error changes and read again at the next interval; the others' samples 
 
 from __future__ import annotations
 
-import http.client
 import ipaddress
 import logging
 import socket
 import threading
-import urllib.request
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from urllib.parse import urlsplit, urlunsplit
 
 from gpuplex.errors import DcgmInputError
+from gpuplex.http_client import call
 from gpuplex.observe.dcgm import DcgmReading, parse_exposition
 from gpuplex.retry import run_pass
 from gpuplex.server.context import ServerContext
@@ -35,9 +34,7 @@ DEFAULT_TIMEOUT_S = 5.0
 MAX_BODY_BYTES = 32 * 1024 * 1024  # one node's exporter prints some 100 KiB
 MAX_PARALLEL = 16
 #: Errors a read can end with; anything else is a bug and reaches the pass's own handler.
-_READ_ERRORS = (OSError, http.client.HTTPException, DcgmInputError)
-# exporters are in the cluster: never through a proxy from the environment
-_OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+_READ_ERRORS = (OSError, DcgmInputError)
 
 
 def check_dcgm_url(url: str) -> str:
@@ -105,18 +102,20 @@ def _bracketed(address: str) -> str:
 
 
 def fetch(target: ScrapeTarget, timeout_s: float) -> str:
-    """The exporter's text. Raises OSError (refused, timed out, HTTP error status),
-    http.client.HTTPException, or DcgmInputError (too long, not UTF-8)."""
+    """The exporter's text. Raises OSError (refused, timed out, an HTTP error status) or
+    DcgmInputError (too long, not UTF-8)."""
     headers = {"Accept": "text/plain"}
     if target.host_header is not None:
         headers["Host"] = target.host_header
-    request = urllib.request.Request(target.url, headers=headers)  # noqa: S310 (checked http(s))
-    with _OPENER.open(request, timeout=timeout_s) as reply:
-        body: bytes = reply.read(MAX_BODY_BYTES + 1)
-    if len(body) > MAX_BODY_BYTES:
+    answer = call(  # exporters are in the cluster: never through a proxy from the environment
+        "GET", target.url, headers=headers, timeout_s=timeout_s, max_bytes=MAX_BODY_BYTES
+    )
+    if not answer.ok:
+        raise ConnectionError(f"{target.url}: answered {answer.status}")
+    if not answer.complete:
         raise DcgmInputError(f"{target.url}: the reply is over {MAX_BODY_BYTES} bytes")
     try:
-        return body.decode("utf-8")
+        return answer.body.decode("utf-8")
     except UnicodeDecodeError as error:
         raise DcgmInputError(f"{target.url}: not UTF-8 at byte {error.start}") from None
 

@@ -3,8 +3,8 @@
 
 `authorization_url` sends the browser to the provider; `exchange_code` trades the code the provider
 sends back for tokens at its token endpoint (as a confidential client with HTTP Basic when the spec
-names a client secret, else as a public client); `signed_in_person` verifies the ID token (the
-issuer's keys, issuer, audience = client id, expiry, and the nonce of this sign-in) and reads the
+names a client secret, else as a public client); Authlib builds both (gpuplex.oauth_client).
+`signed_in_person` verifies the ID token (the issuer's keys, issuer, audience = client id, expiry, and the nonce of this sign-in) and reads the
 person's groups: from the ID token when it carries the groups claim, else from the access token,
 verified as the API verifies bearer tokens (auth.oidc.audience). A session lasts as long as the
 token its groups came from, at most `MAX_SESSION_S`: groups are read again at each sign-in.
@@ -12,30 +12,19 @@ token its groups came from, at most `MAX_SESSION_S`: groups are read again at ea
 
 from __future__ import annotations
 
-import base64
-import hashlib
-import json
-import urllib.error
-import urllib.parse
-import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from gpuplex.core.spec.auth import OidcSpec
 from gpuplex.errors import IdentityProviderUnavailable, OidcTokenError
-from gpuplex.oidc.keys import MAX_ANSWER_BYTES, TIMEOUT_S, IssuerKeys
+from gpuplex.oauth_client import ProviderRefusal, fetch_token, oauth_client
+from gpuplex.oidc.keys import TIMEOUT_S, IssuerKeys
 from gpuplex.server.oidc_principal import groups_of, person_name
 from gpuplex.settings import environment_value
 
 #: The longest a dashboard session lasts, whatever the provider's tokens say.
 MAX_SESSION_S = 12 * 3600
-
-
-def pkce_challenge(verifier: str) -> str:
-    """The S256 code challenge of a PKCE verifier (RFC 7636 4.2)."""
-    digest = hashlib.sha256(verifier.encode("ascii")).digest()
-    return base64.urlsafe_b64encode(digest).rstrip(b"=").decode("ascii")
 
 
 def authorization_url(
@@ -47,18 +36,14 @@ def authorization_url(
     nonce: str,
     code_verifier: str,
 ) -> str:
-    query = {
-        "response_type": "code",
-        "client_id": oidc.client_id,
-        "redirect_uri": redirect_uri,
-        "scope": " ".join(oidc.scopes),
-        "state": state,
-        "nonce": nonce,
-        "code_challenge": pkce_challenge(code_verifier),
-        "code_challenge_method": "S256",
-    }
-    separator = "&" if urllib.parse.urlsplit(endpoint).query else "?"
-    return endpoint + separator + urllib.parse.urlencode(query)
+    """Where the browser goes to sign in: the code flow's request with PKCE (S256) and a nonce."""
+    client = oauth_client(
+        oidc.client_id, scopes=oidc.scopes, redirect_uri=redirect_uri, timeout_s=TIMEOUT_S
+    )
+    url, _ = client.create_authorization_url(
+        endpoint, state=state, code_verifier=code_verifier, nonce=nonce
+    )
+    return str(url)
 
 
 def client_secret(oidc: OidcSpec) -> str | None:
@@ -85,53 +70,33 @@ def client_secret(oidc: OidcSpec) -> str | None:
 def exchange_code(
     token_endpoint: str, oidc: OidcSpec, *, code: str, redirect_uri: str, code_verifier: str
 ) -> dict[str, Any]:
-    """The provider's token answer for this code (`id_token`, `access_token`, ...). A provider
-    that refuses the code is OidcTokenError; one that cannot be reached, IdentityProviderUnavailable."""
-    form = {
-        "grant_type": "authorization_code",
-        "code": code,
-        "redirect_uri": redirect_uri,
-        "code_verifier": code_verifier,
-        "client_id": oidc.client_id,
-    }
-    headers = {"accept": "application/json", "content-type": "application/x-www-form-urlencoded"}
-    secret = client_secret(oidc)
-    if secret is not None:  # client_secret_basic (RFC 6749 2.3.1): both parts form-encoded
-        pair = (
-            f"{urllib.parse.quote(oidc.client_id, safe='')}:{urllib.parse.quote(secret, safe='')}"
-        )
-        headers["authorization"] = "Basic " + base64.b64encode(pair.encode()).decode("ascii")
-    request = urllib.request.Request(  # noqa: S310 - the provider's discovered https endpoint
-        token_endpoint, data=urllib.parse.urlencode(form).encode(), headers=headers, method="POST"
+    """The provider's token answer for this code (`id_token`, `access_token`, ...), as a
+    confidential client with HTTP Basic when the spec names a client secret, else as a public
+    client. A provider that refuses the code is OidcTokenError; one that cannot be reached, or
+    answers no token answer, IdentityProviderUnavailable."""
+    client = oauth_client(
+        oidc.client_id, client_secret(oidc), redirect_uri=redirect_uri, timeout_s=TIMEOUT_S
     )
     try:
-        with urllib.request.urlopen(request, timeout=TIMEOUT_S) as reply:  # noqa: S310
-            body = reply.read(MAX_ANSWER_BYTES + 1)
-    except urllib.error.HTTPError as refused:
-        said = _error_of(refused.read(MAX_ANSWER_BYTES))
-        raise OidcTokenError(f"the identity provider refused the sign-in: {said}") from None
-    except (urllib.error.URLError, OSError, ValueError) as error:
+        answer = fetch_token(
+            client,
+            token_endpoint,
+            grant_type="authorization_code",
+            code=code,
+            code_verifier=code_verifier,
+        )
+    except ProviderRefusal as refused:
+        said = ": ".join(part[:200] for part in (refused.error, refused.description) if part)
+        raise OidcTokenError(
+            f"the identity provider refused the sign-in: {said or 'no reason given'}"
+        ) from None
+    except (OSError, ValueError) as error:
         raise IdentityProviderUnavailable(f"{token_endpoint}: {error}") from None
-    try:
-        answer = json.loads(body)
-    except ValueError:
-        raise IdentityProviderUnavailable(f"{token_endpoint}: the answer is not JSON") from None
-    if not isinstance(answer, dict) or not isinstance(answer.get("id_token"), str):
+    if not isinstance(answer.get("id_token"), str):
         raise OidcTokenError(
             "the identity provider's answer has no ID token (is `openid` a scope?)"
         )
     return answer
-
-
-def _error_of(body: bytes) -> str:
-    try:
-        said = json.loads(body)
-    except ValueError:
-        return "no reason given"
-    if not isinstance(said, dict):
-        return "no reason given"
-    words = [str(said.get(k))[:200] for k in ("error", "error_description") if said.get(k)]
-    return ": ".join(words) or "no reason given"
 
 
 @dataclass(frozen=True, slots=True)

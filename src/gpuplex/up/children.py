@@ -14,8 +14,6 @@ import pwd
 import signal
 import subprocess
 import sys
-import urllib.error
-import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,6 +25,7 @@ from gpuplex.errors import HostActionError
 from gpuplex.host.interpreter import python_for_others
 from gpuplex.host.ports import port_taken
 from gpuplex.host.proc import group_has_running_process
+from gpuplex.http_client import call
 from gpuplex.settings import full_environment, inherited_environment
 
 #: Whom the gateway runs as when `up` runs as root: its own system user where the operator made
@@ -174,9 +173,7 @@ def wait_ready(url: str, alive: Callable[[], bool], timeout_s: float) -> bool:
         if not alive():
             return False
         try:
-            with urllib.request.urlopen(url, timeout=1):  # noqa: S310 (loopback, our own)
-                return True
-        except urllib.error.HTTPError:
+            call("GET", url, timeout_s=1, deadline_s=1, max_bytes=0)  # loopback, our own
             return True
         except OSError:
             sleep_s(0.2)

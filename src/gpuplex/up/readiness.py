@@ -6,13 +6,12 @@ which model servers are still starting; past the timeout, up says which never an
 from __future__ import annotations
 
 import threading
-import urllib.error
-import urllib.request
 
 from prometheus_client.parser import text_string_to_metric_families
 from rich.console import Console
 
 from gpuplex.clock import now_s
+from gpuplex.http_client import call
 
 GAUGE = "gpuplex_gateway_backend_replicas_up"
 
@@ -39,17 +38,15 @@ def wait_for_model_servers(
 ) -> list[str]:
     """Wait until `expected` backends are up in the gateway's eyes (or a stop, or the timeout);
     returns the backends still down (names the gateway knows them by)."""
-    request = urllib.request.Request(  # noqa: S310 - loopback, our own gateway
-        f"{gateway_url}/metrics", headers={"authorization": f"Bearer {metrics_token}"}
-    )
+    headers = {"authorization": f"Bearer {metrics_token}"}
     deadline = now_s() + timeout_s
     seen: dict[str, bool] = {}
     with console.status("waiting for the model servers to answer ...") as status:
         while not stopping.is_set():
-            try:
-                with urllib.request.urlopen(request, timeout=2) as reply:  # noqa: S310
-                    seen = backends_up(reply.read().decode())
-            except (urllib.error.URLError, OSError, ValueError):
+            try:  # loopback, our own gateway
+                answer = call("GET", f"{gateway_url}/metrics", headers=headers, timeout_s=2)
+                seen = backends_up(answer.body.decode()) if answer.ok else {}
+            except (OSError, ValueError):
                 seen = {}
             ready = sum(seen.values())
             if len(seen) >= expected and ready == len(seen):

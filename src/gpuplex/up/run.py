@@ -16,7 +16,6 @@ import json
 import os
 import sys
 import threading
-import urllib.request
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
@@ -42,6 +41,7 @@ from gpuplex.host.interpreter import reachable_by_others
 from gpuplex.host.sim_driver import models_memory
 from gpuplex.host.state import Event, StateDir
 from gpuplex.host.wiring import open_driver
+from gpuplex.http_client import call
 from gpuplex.observe.metrics_token import metrics_token_sha256, new_metrics_token
 from gpuplex.server.app import create_app
 from gpuplex.server.context import ServerContext
@@ -431,26 +431,26 @@ def _check_request(banner: UpBanner, console: Console) -> None:
     body = json.dumps(
         {"model": key.models[0], "messages": [{"role": "user", "content": "Hello!"}]}
     ).encode()
-    request = urllib.request.Request(  # noqa: S310 (loopback, our own gateway)
-        f"{banner.gateway_url}/v1/chat/completions",
-        data=body,
-        headers={"authorization": f"Bearer {key.key}", "content-type": "application/json"},
-    )
+    headers = {"authorization": f"Bearer {key.key}", "content-type": "application/json"}
+    chat_url = f"{banner.gateway_url}/v1/chat/completions"  # loopback, our own gateway
     deadline = now_s() + READY_TIMEOUT_S
     last_error = "no attempt"
     while True:
         try:
-            with urllib.request.urlopen(request, timeout=10) as reply:  # noqa: S310
-                answer = json.loads(reply.read())
-            break
+            reply = call("POST", chat_url, headers=headers, body=body, timeout_s=10)
         except OSError as error:  # its model servers may still be starting
             last_error = str(error)
-            if now_s() > deadline:
-                raise HostActionError(
-                    f"no answer from {key.models[0]} through the gateway in "
-                    f"{READY_TIMEOUT_S:g} s ({last_error}); see the logs under the state directory"
-                ) from None
-            sleep_s(0.5)
+        else:
+            if reply.ok:
+                answer = json.loads(reply.body)
+                break
+            last_error = f"{reply.status}: {reply.body[:200].decode(errors='replace')}"
+        if now_s() > deadline:
+            raise HostActionError(
+                f"no answer from {key.models[0]} through the gateway in "
+                f"{READY_TIMEOUT_S:g} s ({last_error}); see the logs under the state directory"
+            ) from None
+        sleep_s(0.5)
     console.print(
         f"check: {key.tenant}'s {key.models[0]} answered through the gateway: "
         f"{answer['usage']['total_tokens']} tokens",

@@ -1,5 +1,7 @@
-"""The device flow's polling (RFC 8628 3.5): pending keeps waiting, `slow_down` adds 5 s to the
-interval, a refusal or an expired code ends with an error saying so; the kept token is read back
+"""The device flow's polling (RFC 8628 3.5), against a token endpoint on loopback that answers as
+providers do, rudely too: pending keeps waiting, `slow_down` adds 5 s to the interval, a refusal or
+an expired code ends with an error saying so, and an answer that is no token answer (a proxy's HTML
+page, an `expires_in` that is no number) is an error, never a traceback. The kept token is read back
 only while it is valid."""
 
 from __future__ import annotations
@@ -9,18 +11,17 @@ from typing import Any
 
 import pytest
 
-from gpuplex.client.oidc import device_flow
 from gpuplex.client.oidc.device_flow import DeviceCode, wait_for_token
 from gpuplex.client.oidc.saved_login import Login, save, saved_token
 from gpuplex.errors import ErrorCode, RequestRefused
 from tests.clocks import ManualClock
+from tests.unit.client.token_endpoint import TokenEndpoint
 
-CODE = DeviceCode("dev", "ABCD-EFGH", "https://idp/device", None, 600, 5)
+CODE = DeviceCode("dev-code", "ABCD-EFGH", "https://idp/device", None, 600, 5)
+GRANT = "urn:ietf:params:oauth:grant-type:device_code"
 
 
-def poll(
-    answers: list[tuple[int, dict[str, Any]]], monkeypatch: pytest.MonkeyPatch
-) -> tuple[Any, list[float]]:
+def poll(endpoint: TokenEndpoint) -> tuple[dict[str, Any], list[float]]:
     slept: list[float] = []
     clock = ManualClock(0.0)
 
@@ -28,37 +29,74 @@ def poll(
         slept.append(seconds)
         clock.advance(seconds)
 
-    monkeypatch.setattr(device_flow, "post_form", lambda url, form: answers.pop(0))
-    got = wait_for_token("https://idp/token", "cli", CODE, sleep=sleep, clock=clock)
-    return got, slept
+    return wait_for_token(endpoint.url, "cli", CODE, sleep=sleep, clock=clock), slept
 
 
-def test_pending_then_slow_down_then_the_token(monkeypatch: pytest.MonkeyPatch) -> None:
-    answers: list[tuple[int, dict[str, Any]]] = [
-        (400, {"error": "authorization_pending"}),
-        (400, {"error": "slow_down"}),
-        (200, {"access_token": "eyJ.x.y", "expires_in": 60}),
-    ]
-    got, slept = poll(answers, monkeypatch)
+def test_pending_then_slow_down_then_the_token(endpoint: TokenEndpoint) -> None:
+    endpoint.answer_json(400, {"error": "authorization_pending"})
+    endpoint.answer_json(400, {"error": "slow_down"})
+    endpoint.answer_json(200, {"access_token": "eyJ.x.y", "token_type": "Bearer", "expires_in": 60})
+    got, slept = poll(endpoint)
     assert got["access_token"] == "eyJ.x.y"  # noqa: S105 - a made-up token
     assert slept == [5, 5, 10]
+    assert (
+        endpoint.forms == [{"grant_type": GRANT, "device_code": "dev-code", "client_id": "cli"}] * 3
+    )  # a public client: its id in the form, no secret
 
 
 @pytest.mark.parametrize(
     ("error", "says"),
-    [("access_denied", "refused"), ("expired_token", "expired"), ("invalid_client", "400")],
+    [("access_denied", "refused"), ("expired_token", "expired"), ("invalid_client", "invalid")],
 )
 def test_a_refusal_or_an_expired_code_ends_saying_so(
-    monkeypatch: pytest.MonkeyPatch, error: str, says: str
+    endpoint: TokenEndpoint, error: str, says: str
 ) -> None:
+    endpoint.answer_json(400, {"error": error})
     with pytest.raises(RequestRefused, match=says) as refused:
-        poll([(400, {"error": error})], monkeypatch)
+        poll(endpoint)
     assert refused.value.code is ErrorCode.UNAUTHENTICATED
 
 
-def test_a_code_nobody_uses_expires(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_description_rfc_6749_does_not_allow_keeps_the_error_code(
+    endpoint: TokenEndpoint,
+) -> None:
+    """A provider that words its pending answer with quotes and accents is still pending."""
+    endpoint.answer_json(
+        400, {"error": "authorization_pending", "error_description": 'wait for "José"'}
+    )
+    endpoint.answer_json(200, {"access_token": "eyJ.x.y", "token_type": "Bearer"})
+    got, slept = poll(endpoint)
+    assert got["access_token"] == "eyJ.x.y"  # noqa: S105 - a made-up token
+    assert slept == [5, 5]
+
+
+@pytest.mark.parametrize(
+    ("answer", "code", "says"),
+    [
+        ((502, "text/html", b"<html>Bad Gateway</html>"), "identity_provider_unavailable", "502"),
+        ((200, "text/html", b"<html>sign in</html>"), "unauthenticated", "not a token"),
+        (
+            (200, "application/json", b'{"access_token": "x", "expires_in": "soon"}'),
+            "unauthenticated",
+            "not a token",
+        ),
+        ((200, "application/json", b'{"token_type": "Bearer"}'), "unauthenticated", "no access"),
+    ],
+)
+def test_an_answer_that_is_no_token_answer_is_an_error_that_says_so(
+    endpoint: TokenEndpoint, answer: tuple[int, str, bytes], code: str, says: str
+) -> None:
+    endpoint.answers.append(answer)
+    with pytest.raises(RequestRefused, match=says) as refused:
+        poll(endpoint)
+    assert refused.value.code.value == code
+
+
+def test_a_code_nobody_uses_expires(endpoint: TokenEndpoint) -> None:
+    for _ in range(200):
+        endpoint.answer_json(400, {"error": "authorization_pending"})
     with pytest.raises(RequestRefused, match="expired"):
-        poll([(400, {"error": "authorization_pending"})] * 200, monkeypatch)
+        poll(endpoint)
 
 
 def test_the_kept_token_is_private_and_read_only_while_valid(tmp_path: Path) -> None:

@@ -1,5 +1,6 @@
 """A service account's token from the identity provider: the OAuth 2.0 client credentials grant
-(RFC 6749 4.4), the client authenticated with HTTP Basic (client_secret_basic, RFC 6749 2.3.1).
+(RFC 6749 4.4), the client authenticated with HTTP Basic (client_secret_basic, RFC 6749 2.3.1),
+sent by Authlib (gpuplex.oauth_client).
 
 The secret comes from an environment variable or a file, named on the command line, never the
 secret itself (a command line shows in `ps` and in shell history).
@@ -7,12 +8,10 @@ secret itself (a command line shows in `ps` and in shell history).
 
 from __future__ import annotations
 
-import base64
-import urllib.parse
 from dataclasses import dataclass
 from pathlib import Path
 
-from gpuplex.client.oidc.provider import post_form, refused
+from gpuplex.client.oidc.provider import TIMEOUT_S, refused
 from gpuplex.errors import ErrorCode, RequestRefused
 from gpuplex.settings import environment_value
 
@@ -56,17 +55,30 @@ def secret_of(account: ServiceAccountClient) -> str:
 
 def token_for(account: ServiceAccountClient, now_s: float) -> tuple[str, float]:
     """A fresh token for the service account, and when it expires (seconds since the epoch)."""
-    secret = secret_of(account)
-    pair = ":".join(urllib.parse.quote(part, safe="") for part in (account.client_id, secret))
-    form = {"grant_type": "client_credentials"}
-    if account.scopes:
-        form["scope"] = " ".join(account.scopes)
-    if account.audience:
-        form["resource"] = account.audience  # RFC 8707, for providers that issue JWTs per API
-    basic = "Basic " + base64.b64encode(pair.encode()).decode("ascii")
-    status, got = post_form(account.token_endpoint, form, authorization=basic)
+    from gpuplex.oauth_client import ProviderRefusal, fetch_token, oauth_client  # for a call only
+
+    client = oauth_client(
+        account.client_id,
+        secret_of(account),
+        scopes=account.scopes,
+        timeout_s=TIMEOUT_S,
+        environment_proxy=True,  # a job's container behind its company's proxy, as curl would
+    )
+    resource = {"resource": account.audience} if account.audience else {}  # RFC 8707
+    try:
+        got = fetch_token(
+            client, account.token_endpoint, grant_type="client_credentials", **resource
+        )
+    except ProviderRefusal as said:
+        raise refused(
+            "the identity provider refused the service account: "
+            f"{said.description or said.error or 'no reason given'}"
+        ) from None
+    except OSError as error:
+        raise RequestRefused(ErrorCode.IDENTITY_PROVIDER_UNAVAILABLE, str(error)) from None
+    except ValueError as error:
+        raise refused(f"the identity provider's answer is not a token: {error}") from None
     token = got.get("access_token")
-    if status != 200 or not isinstance(token, str):
-        said = got.get("error_description") or got.get("error") or "no reason given"
-        raise refused(f"the identity provider refused the service account ({status}): {said}")
+    if not isinstance(token, str):
+        raise refused("the identity provider's answer holds no access token")
     return token, now_s + float(got.get("expires_in", 300))

@@ -1,7 +1,8 @@
 """Signing in on a terminal with the identity provider's device authorization grant (RFC 8628):
 ask the provider for a code, show the person where to enter it, poll the token endpoint until they
-have (or the code expires, or they refuse). gpuplex.client.oidc.saved_login keeps the token for
-later commands; `gpuplex login` (gpuplex.cli.login) shows the code and waits.
+have (or the code expires, or they refuse); Authlib sends the polls (gpuplex.oauth_client).
+gpuplex.client.oidc.saved_login keeps the token for later commands; `gpuplex login`
+(gpuplex.cli.login) shows the code and waits.
 """
 
 from __future__ import annotations
@@ -10,10 +11,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from gpuplex.client.oidc.provider import discovery, post_form, post_json, refused
+from gpuplex.client.oidc.provider import TIMEOUT_S, discovery, post_json, refused
 from gpuplex.clock import SYSTEM_CLOCK, Clock, sleep_s
+from gpuplex.errors import ErrorCode, RequestRefused
 
-DEVICE_GRANT = "urn:ietf:params:oauth:grant-type:device_code"
+DEVICE_GRANT = "urn:ietf:params:oauth:grant-type:device_code"  # RFC 8628 3.4
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,23 +67,33 @@ def wait_for_token(
 ) -> dict[str, Any]:
     """Poll until the person has signed in: the token answer. Slows down when told to (RFC 8628
     3.5); refused, or expired, is an error that says so."""
+    from gpuplex.oauth_client import ProviderRefusal, fetch_token, oauth_client  # for a call only
+
     deadline = clock.now_s() + code.expires_in_s
     interval = max(1.0, code.interval_s)
-    form = {"grant_type": DEVICE_GRANT, "device_code": code.device_code, "client_id": client_id}
+    client = oauth_client(client_id, timeout_s=TIMEOUT_S, environment_proxy=True)
     while clock.now_s() < deadline:
         sleep(interval)
-        status, got = post_form(token_endpoint, form)
-        if status == 200 and isinstance(got.get("access_token"), str):
+        try:
+            got = fetch_token(
+                client, token_endpoint, grant_type=DEVICE_GRANT, device_code=code.device_code
+            )
+        except ProviderRefusal as said:
+            if said.error == "authorization_pending":
+                continue
+            if said.error == "slow_down":
+                interval += 5
+                continue
+            if said.error == "access_denied":
+                raise refused("sign-in refused at the identity provider") from None
+            if said.error == "expired_token":
+                break
+            raise refused(f"the identity provider refused the sign-in: {said}") from None
+        except OSError as error:
+            raise RequestRefused(ErrorCode.IDENTITY_PROVIDER_UNAVAILABLE, str(error)) from None
+        except ValueError as error:
+            raise refused(f"the identity provider's answer is not a token: {error}") from None
+        if isinstance(got.get("access_token"), str):
             return got
-        error = got.get("error")
-        if error == "authorization_pending":
-            continue
-        if error == "slow_down":
-            interval += 5
-            continue
-        if error == "access_denied":
-            raise refused("sign-in refused at the identity provider")
-        if error == "expired_token":
-            break
-        raise refused(f"the identity provider answered {status}: {error or got}")
+        raise refused("the identity provider's answer holds no access token")
     raise refused("the code expired before anyone signed in with it: run `gpuplex login` again")

@@ -1,15 +1,17 @@
-"""Talking to the identity provider as a client: its discovery document, and the form posts and JSON
-reads its endpoints answer (bounded in time and size). The device flow (device_flow.py) and the
-client credentials grant (client_credentials.py) call the provider through these.
+"""Talking to the identity provider as a client: its discovery document, and the device
+authorization endpoint's form post (bounded in time and size). The token endpoint's grants go
+through Authlib (gpuplex.oauth_client).
 """
 
 from __future__ import annotations
 
-import json
 import urllib.parse
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gpuplex.errors import ErrorCode, RequestRefused
+
+if TYPE_CHECKING:
+    from gpuplex.http_client import HttpAnswer
 
 TIMEOUT_S = 10.0
 MAX_ANSWER_BYTES = 1024 * 1024
@@ -23,55 +25,36 @@ def discovery(issuer: str) -> dict[str, Any]:
     return found
 
 
-def post_form(
-    url: str, form: dict[str, str], authorization: str | None = None
-) -> tuple[int, dict[str, Any]]:
-    from urllib.error import HTTPError, URLError  # urllib.request loads http.client, ssl
-    from urllib.request import Request, urlopen  # and email: only for a call
-
-    body = urllib.parse.urlencode(form).encode()
-    headers = {"content-type": "application/x-www-form-urlencoded"}
-    if authorization is not None:
-        headers["authorization"] = authorization
-    request = Request(  # noqa: S310 - the provider's https (or loopback) URL
-        url, data=body, headers=headers
-    )
-    try:
-        with urlopen(request, timeout=TIMEOUT_S) as reply:  # noqa: S310
-            return reply.status, _parsed(reply.read(MAX_ANSWER_BYTES))
-    except HTTPError as error:  # 400 carries the grant's error codes
-        return error.code, _parsed(error.read(MAX_ANSWER_BYTES))
-    except (URLError, OSError) as error:
-        raise RequestRefused(ErrorCode.IDENTITY_PROVIDER_UNAVAILABLE, f"{url}: {error}") from None
-
-
 def post_json(url: str, form: dict[str, str]) -> dict[str, Any]:
     """POST a form; the answer's JSON object, or an error when the answer is not 200."""
-    status, got = post_form(url, form)
-    if status != 200:
-        raise refused(f"{url} answered {status}: {got.get('error_description') or got}")
+    headers = {"content-type": "application/x-www-form-urlencoded", "accept": "application/json"}
+    answer = _call("POST", url, headers, urllib.parse.urlencode(form).encode())
+    got = answer.json_object()
+    if answer.status != 200:
+        raise refused(f"{url} answered {answer.status}: {got.get('error_description') or got}")
     return got
 
 
 def get_json(url: str) -> dict[str, Any]:
     """GET a JSON object (a discovery document)."""
-    from urllib.error import URLError  # urllib.request loads http.client, ssl
-    from urllib.request import Request, urlopen  # and email: only for a call
+    return _call("GET", url, {"accept": "application/json"}, None).json_object()
 
-    request = Request(url, method="GET")  # noqa: S310
+
+def _call(method: str, url: str, headers: dict[str, str], body: bytes | None) -> HttpAnswer:
+    from gpuplex.http_client import call  # aiohttp: only for a call
+
     try:
-        with urlopen(request, timeout=TIMEOUT_S) as reply:  # noqa: S310
-            return _parsed(reply.read(MAX_ANSWER_BYTES))
-    except (URLError, OSError) as error:
-        raise RequestRefused(ErrorCode.IDENTITY_PROVIDER_UNAVAILABLE, f"{url}: {error}") from None
-
-
-def _parsed(body: bytes) -> dict[str, Any]:
-    try:
-        data = json.loads(body)
-    except ValueError:
-        return {}
-    return data if isinstance(data, dict) else {}
+        return call(
+            method,
+            url,
+            headers=headers,
+            body=body,
+            timeout_s=TIMEOUT_S,
+            max_bytes=MAX_ANSWER_BYTES,
+            environment_proxy=True,  # a terminal behind its company's proxy, as curl would
+        )
+    except OSError as error:
+        raise RequestRefused(ErrorCode.IDENTITY_PROVIDER_UNAVAILABLE, str(error)) from None
 
 
 def refused(message: str) -> RequestRefused:
