@@ -1,5 +1,7 @@
 """CLI start-up benchmark: how long `gpuplex --help`, `gpuplex validate` and `gpuplex plan` of the
-laptop example take, for the working tree (after) against a git ref (before) in the same run.
+laptop example take, and one call of the control plane's API (`gpuplex job show`, answered at once
+by a stand-in server in this process: the cost is the command's own, its HTTP client included), for
+the working tree (after) against a git ref (before) in the same run.
 
     make bench-cli                                       # against HEAD, 10 runs each
     .venv/bin/python bench/cli_start.py [--against REF] [--runs 10] [--spec examples/laptop.yaml]
@@ -29,13 +31,17 @@ if not __package__:
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import argparse
+import json
 import os
 import resource
 import statistics
 import subprocess
+import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from rich.console import Console
 from rich.table import Table
@@ -68,7 +74,8 @@ class Row:
     @property
     def name(self) -> str:
         return "gpuplex " + " ".join(
-            Path(word).name if word.endswith(".yaml") else word for word in self.command
+            Path(word).name if word.endswith(".yaml") else "URL" if "://" in word else word
+            for word in self.command
         )
 
 
@@ -84,8 +91,34 @@ def best_cpu(runs: Sequence[Timed]) -> float:
     return min(run.cpu_s for run in runs)
 
 
-def commands(spec: Path) -> list[tuple[str, ...]]:
-    return [("--help",), ("validate", str(spec)), ("plan", str(spec))]
+def commands(spec: Path, api_url: str) -> list[tuple[str, ...]]:
+    api_call = ("job", "show", "j00000001", "--output", "json", "--server", api_url)
+    return [("--help",), ("validate", str(spec)), ("plan", str(spec)), (*api_call, "--token", "x")]
+
+
+@contextmanager
+def stand_in_api() -> Iterator[str]:
+    """A server that answers every GET at once with one job's JSON; its URL."""
+
+    class Answer(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            body = json.dumps({"id": "j00000001", "tenant": "acme", "state": "queued"}).encode()
+            self.send_response(200)
+            self.send_header("content-type", "application/json")
+            self.send_header("content-length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, format: str, *args: object) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Answer)
+    threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
 
 
 def _environment(tree: Path) -> dict[str, str]:
@@ -118,8 +151,8 @@ def run_once(tree: Path, command: Sequence[str]) -> tuple[Timed, str]:
     return Timed(wall_s, cpu_s), done.stdout
 
 
-def measure(before_tree: Path, spec: Path, runs: int, console: Console) -> list[Row]:
-    rows = [Row(command) for command in commands(spec)]
+def measure(before_tree: Path, spec: Path, api_url: str, runs: int, console: Console) -> list[Row]:
+    rows = [Row(command) for command in commands(spec, api_url)]
     for row in rows:  # untimed: writes each tree's .pyc files; both must print the same
         _, printed_before = run_once(before_tree, row.command)
         _, printed_after = run_once(ROOT, row.command)
@@ -191,8 +224,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     console.print(f"before: {describe_ref(args.against)}", highlight=False)
     console.print(f"after:  {describe_working_tree(args.against)}", highlight=False)
     console.print(f"load average (1, 5, 15 min) at the start: {_load()}", highlight=False)
-    with checkout(args.against) as before_tree:
-        rows = measure(before_tree, spec, args.runs, console)
+    with checkout(args.against) as before_tree, stand_in_api() as api_url:
+        rows = measure(before_tree, spec, api_url, args.runs, console)
     console.print(table(rows, args.runs))
     console.print(f"load average at the end: {_load()}", highlight=False)
     return 0

@@ -3,9 +3,21 @@
 
 from __future__ import annotations
 
+import json
+import urllib.request
 from pathlib import Path
 
-from bench.cli_start import TARGET_S, Row, Timed, best_cpu, best_wall, commands, median_wall, table
+from bench.cli_start import (
+    TARGET_S,
+    Row,
+    Timed,
+    best_cpu,
+    best_wall,
+    commands,
+    median_wall,
+    stand_in_api,
+    table,
+)
 from rich.console import Console
 
 
@@ -24,11 +36,16 @@ def test_best_median_and_cpu_are_read_from_the_runs() -> None:
 
 def test_a_row_is_named_by_the_command_without_the_spec_folder() -> None:
     assert _row([], []).name == "gpuplex validate laptop.yaml"
-    assert commands(Path("/x/laptop.yaml")) == [
-        ("--help",),
-        ("validate", "/x/laptop.yaml"),
-        ("plan", "/x/laptop.yaml"),
-    ]
+    listed = commands(Path("/x/laptop.yaml"), "http://127.0.0.1:1")
+    assert listed[:3] == [("--help",), ("validate", "/x/laptop.yaml"), ("plan", "/x/laptop.yaml")]
+    assert Row(listed[3]).name == (
+        "gpuplex job show j00000001 --output json --server URL --token x"
+    )
+
+
+def test_the_stand_in_api_answers_as_the_command_expects() -> None:
+    with stand_in_api() as url, urllib.request.urlopen(f"{url}/api/v1/jobs/j1") as reply:  # noqa: S310
+        assert json.loads(reply.read())["id"] == "j00000001"
 
 
 def test_the_table_gives_after_over_before_and_the_target_verdict() -> None:
