@@ -72,6 +72,9 @@ class GroupIndex:
         self.empty_mig: list[tuple[Order, int]] = []
         self.empty_whole: list[tuple[Order, int]] = []
         self.empty_by_node: dict[str, list[tuple[Order, int]]] = {}  # for whole-GPU use
+        # the nodes with an empty GPU for whole-GPU use, as (how many, first one's order, node):
+        # a multi-GPU replica finds its node by bisection, not by a scan of every node
+        self.nodes_by_free: list[tuple[int, Order, str]] = []
         self.mig: dict[tuple[int, int, tuple[str, ...]], list[tuple[Order, int]]] = {}
         self.shares: dict[Mode, list[tuple[int, Order, int]]] = {Mode.MPS: [], Mode.TIMESLICE: []}
 
@@ -83,7 +86,7 @@ class GroupIndex:
                 _remove(self.empty_mig, (slot.order, slot.gpu_id))
             if slot.runs_whole:
                 _remove(self.empty_whole, (slot.order, slot.gpu_id))
-                _remove(self.empty_by_node[slot.node], (slot.order, slot.gpu_id))
+                self._change_node(slot.node, lambda free: _remove(free, (slot.order, slot.gpu_id)))
         elif state.mode is Mode.MIG:
             _remove(self.mig[state.mig_signature], (slot.order, slot.gpu_id))
         elif state.mode in self.shares and has_room(state):
@@ -97,11 +100,36 @@ class GroupIndex:
                 insort(self.empty_mig, (slot.order, slot.gpu_id))
             if slot.runs_whole:
                 insort(self.empty_whole, (slot.order, slot.gpu_id))
-                insort(self.empty_by_node.setdefault(slot.node, []), (slot.order, slot.gpu_id))
+                self._change_node(slot.node, lambda free: insort(free, (slot.order, slot.gpu_id)))
         elif state.mode is Mode.MIG:
             insort(self.mig.setdefault(state.mig_signature, []), (slot.order, slot.gpu_id))
         elif state.mode in self.shares and has_room(state):
             insort(self.shares[state.mode], (state.free_memory_mib, slot.order, slot.gpu_id))
+
+    def _change_node(self, node: str, change: Callable[[list[tuple[Order, int]]], object]) -> None:
+        """Change the node's empty GPUs, keeping its entry in `nodes_by_free` in step."""
+        free = self.empty_by_node.setdefault(node, [])
+        if free:
+            _remove(self.nodes_by_free, (len(free), free[0][0], node))
+        change(free)
+        if free:
+            insort(self.nodes_by_free, (len(free), free[0][0], node))
+
+    def nodes_with_free(self, need: int, most_first: bool) -> Iterator[str]:
+        """The nodes with at least `need` empty GPUs: fewest first (binpack) or most first
+        (spread), ties by the order of their first empty GPU."""
+        listed = self.nodes_by_free
+        start = bisect_left(listed, (need,))
+        if not most_first:
+            for _, _, node in listed[start:]:
+                yield node
+            return
+        end = len(listed)
+        while end > start:  # runs of one count, the largest first; each in order
+            run = bisect_left(listed, (listed[end - 1][0],), start, end)
+            for _, _, node in listed[run:end]:
+                yield node
+            end = run
 
 
 def has_room(state: GpuState) -> bool:
@@ -228,15 +256,17 @@ class FleetIndex:
                 order, gpu_id = first
                 yield Candidate((gpu_id,), sized, None, (1, 0, 0, order), "first free GPU")
             return
-        nodes = [
-            free
-            for node, free in group.empty_by_node.items()
-            if len(free) >= need and self.node_problem(unit, node) is None
-        ]
-        if not nodes:
+        node = next(
+            (
+                found
+                for found in group.nodes_with_free(need, most_first=self.spread)
+                if self.node_problem(unit, found) is None
+            ),
+            None,
+        )
+        if node is None:
             return
-        sign = -1 if self.spread else 1
-        pick = min(nodes, key=lambda free: (sign * len(free), free[0][0]))
+        pick = group.empty_by_node[node]
         leftover = len(pick) - need
         score = (1, -leftover if self.spread else leftover, 0, pick[0][0])
         why = "node with the most free GPUs" if self.spread else "node with the fewest free GPUs"
