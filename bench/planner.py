@@ -79,15 +79,17 @@ def run(options: Options) -> Results:
         lower_bound_by_mode=bound_by_mode,
     )
     binpack = time_make_plan("make_plan, binpack", spec, options.runs)
-    kubernetes = time_make_plan(
-        "make_plan, for Kubernetes", spec, options.runs, target=Target.KUBERNETES
+    kubernetes = (
+        [time_make_plan("make_plan, for Kubernetes", spec, options.runs, target=Target.KUBERNETES)]
+        if options.kubernetes
+        else []
     )
     spread_policy = spec.policy.model_copy(update={"placement": PlacementPolicy.SPREAD})
     spread_spec = spec.model_copy(update={"policy": spread_policy})
     spread = time_make_plan("baseline: spread", spread_spec, 1)
     naive = naive_first_fit(spec, slots, units, options.naive_limit_s)
     issue_size = options.nodes == 1000 and options.workloads == 10000
-    placers = [binpack, kubernetes, spread, naive]
+    placers = [binpack, *kubernetes, spread, naive]
     return Results(machine(), about, placers, TARGET_S if issue_size else None)
 
 
@@ -103,6 +105,12 @@ def parse_options(argv: Sequence[str] | None) -> tuple[Options, argparse.Namespa
     add("--runs", type=int, default=defaults.runs, help="make_plan runs; the best counts")
     add("--naive-limit-s", type=float, default=defaults.naive_limit_s, help="naive time limit")
     add("--json", action="store_true", help="print the results as JSON")
+    add(
+        "--no-kubernetes",
+        dest="kubernetes",
+        action="store_false",
+        help="skip the row planned for Kubernetes (many minutes at 10,000 nodes and more)",
+    )
     add("--profile", type=int, default=0, metavar="N", help="also print cProfile's top N")
     add("--against", metavar="REF", help="compare with the planner of git ref REF, same run")
     add("--rounds", type=int, default=5, help="with --against: rounds of before and after")
@@ -111,7 +119,16 @@ def parse_options(argv: Sequence[str] | None) -> tuple[Options, argparse.Namespa
         parser.error(f"need nodes >= 1, workloads >= 1 and tenants >= {len(TENANT_CLASSES)}")
     if not 0 < args.fill <= 1 or args.runs < 1:
         parser.error("need 0 < fill <= 1 and runs >= 1")
-    fields = ("nodes", "workloads", "tenants", "seed", "fill", "runs", "naive_limit_s")
+    fields = (
+        "nodes",
+        "workloads",
+        "tenants",
+        "seed",
+        "fill",
+        "runs",
+        "naive_limit_s",
+        "kubernetes",
+    )
     return Options(**{name: getattr(args, name) for name in fields}), args
 
 

@@ -1,8 +1,9 @@
 """`bench/planner.py --against REF`: this tree's planner against REF's, in the same run.
 
-REF is checked out in a temporary `git worktree`; each round runs `bench/planner.py --json` of
-both trees back to back (which goes first alternates), each in a process of its own with its own
-src/ first on the path, on the same seeded input. Per row (make_plan binpack, make_plan for
+REF is checked out in a temporary `git worktree`; each round runs this tree's
+`bench/planner.py --json` (one instrument, so a flag added to it measures REF too) with each tree's
+src/ first on the path, back to back (which goes first alternates), each in a process of its own,
+on the same seeded input. Per row (make_plan binpack, make_plan for
 Kubernetes) it prints the best time of each tree over the rounds, the median of the rounds'
 paired after/before ratios (the machine's drift between rounds cancels out of each pair), the
 GPUs each tree's plan used, and whether after is within the tolerance of before.
@@ -11,7 +12,6 @@ GPUs each tree's plan used, and whether after is within the tolerance of before.
 from __future__ import annotations
 
 import json
-import os
 import statistics
 import subprocess
 import sys
@@ -46,10 +46,11 @@ class Row:
 
 
 def planner_json(tree: Path, options: Sequence[str]) -> dict[str, Any]:
-    """bench/planner.py --json of `tree`, with `tree`'s gpuplex, in a process of its own."""
-    environment = inherited_environment() | {"PYTHONPATH": f"{tree / 'src'}{os.pathsep}{tree}"}
+    """This tree's bench/planner.py --json with `tree`'s gpuplex, in a process of its own (the
+    script puts this tree's root first on the path for bench/; gpuplex comes from `tree`)."""
+    environment = inherited_environment() | {"PYTHONPATH": str(tree / "src")}
     done = subprocess.run(  # noqa: S603 - our own benchmark script
-        [sys.executable, str(tree / "bench" / "planner.py"), "--json", *options],
+        [sys.executable, str(ROOT / "bench" / "planner.py"), "--json", *options],
         cwd=tree,
         env=environment,
         capture_output=True,
@@ -93,6 +94,8 @@ def compare(ref: str, rounds: int, options: Sequence[str], console: Console) -> 
         table.add_column(column, justify="left" if column in ("row", "verdict") else "right")
     within = True
     for row in rows.values():
+        if not row.before_s:  # a row this run skipped (--no-kubernetes)
+            continue
         ratio = row.ratio()
         ok = ratio <= 1 + TOLERANCE
         within = within and ok

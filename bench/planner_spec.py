@@ -70,6 +70,7 @@ class Options:
     fill: float = 0.78
     runs: int = 3
     naive_limit_s: float = 300.0
+    kubernetes: bool = True  # also plan for Kubernetes (many minutes at fleet scale)
 
 
 def _weighted(rng: random.Random, table: Sequence[tuple[Any, int]]) -> Any:

@@ -52,6 +52,19 @@ class HttpAnswer:
         return data if isinstance(data, dict) else {}
 
 
+@dataclass(frozen=True, slots=True)
+class HttpRequest:
+    method: str
+    url: str
+    timeout_s: float  # the longest stall, connecting or between reads
+    deadline_s: float | None  # the longest the whole exchange may take
+    headers: Mapping[str, str]
+    body: bytes | None
+    max_bytes: int
+    follow_redirects: bool
+    environment_proxy: bool
+
+
 def call(
     method: str,
     url: str,
@@ -67,52 +80,41 @@ def call(
     """One request, waited for; for threads and commands (never inside a running event loop)."""
     import asyncio  # loaded by the first call: `gpuplex --help` needs no event loop
 
-    return asyncio.run(
-        call_async(
-            method,
-            url,
-            timeout_s=timeout_s,
-            deadline_s=deadline_s,
-            headers=headers,
-            body=body,
-            max_bytes=max_bytes,
-            follow_redirects=follow_redirects,
-            environment_proxy=environment_proxy,
-        )
+    request = HttpRequest(
+        method,
+        url,
+        timeout_s,
+        deadline_s,
+        {"Accept-Encoding": "identity", **(headers or {})},
+        body,
+        max_bytes,
+        follow_redirects,
+        environment_proxy,
     )
+    return asyncio.run(_exchange(request))
 
 
-async def call_async(
-    method: str,
-    url: str,
-    *,
-    timeout_s: float,
-    deadline_s: float | None = None,
-    headers: Mapping[str, str] | None = None,
-    body: bytes | None = None,
-    max_bytes: int = DEFAULT_MAX_BYTES,
-    follow_redirects: bool = True,
-    environment_proxy: bool = False,
-) -> HttpAnswer:
+async def _exchange(request: HttpRequest) -> HttpAnswer:
     """One request on a connection of its own, closed after it. Bodies come as sent (identity
     encoding asked for, nothing decompressed), so `max_bytes` bounds what is held."""
     import aiohttp  # loaded by the first call, not by every process that imports this module
 
+    url, timeout_s, deadline_s = request.url, request.timeout_s, request.deadline_s
     timeout = aiohttp.ClientTimeout(total=deadline_s, sock_connect=timeout_s, sock_read=timeout_s)
     try:
         async with (
             aiohttp.ClientSession(
-                timeout=timeout, trust_env=environment_proxy, auto_decompress=False
+                timeout=timeout, trust_env=request.environment_proxy, auto_decompress=False
             ) as session,
             session.request(
-                method,
+                request.method,
                 url,
-                headers={"Accept-Encoding": "identity", **(headers or {})},
-                data=body,
-                allow_redirects=follow_redirects,
+                headers=dict(request.headers),
+                data=request.body,
+                allow_redirects=request.follow_redirects,
             ) as reply,
         ):
-            read, complete = await _bounded_body(reply.content, max_bytes)
+            read, complete = await _bounded_body(reply.content, request.max_bytes)
             return HttpAnswer(reply.status, read, complete, dict(reply.headers))
     except TimeoutError:
         limit = f"a stall over {timeout_s:g} s"

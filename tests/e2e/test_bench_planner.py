@@ -52,3 +52,11 @@ def test_bench_input_is_a_valid_spec_and_the_same_for_the_same_seed() -> None:
     assert check_spec(spec) == []
     assert build_spec(options) == spec
     assert build_spec(Options(nodes=10, workloads=50, seed=2)) != spec
+
+
+def test_no_kubernetes_leaves_out_only_that_row(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main([*TINY, "--json", "--no-kubernetes"]) == 0
+    placers = [run["placer"] for run in json.loads(capsys.readouterr().out)["runs"]]
+    assert "make_plan, for Kubernetes" not in placers
+    assert placers[0] == "make_plan, binpack"
+    assert len(placers) == 3
