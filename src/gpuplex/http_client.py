@@ -18,7 +18,7 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -37,7 +37,6 @@ class HttpAnswer:
     status: int
     body: bytes
     complete: bool = True
-    headers: Mapping[str, str] = field(default_factory=dict)
 
     @property
     def ok(self) -> bool:
@@ -115,7 +114,7 @@ async def _exchange(request: HttpRequest) -> HttpAnswer:
             ) as reply,
         ):
             read, complete = await _bounded_body(reply.content, request.max_bytes)
-            return HttpAnswer(reply.status, read, complete, dict(reply.headers))
+            return HttpAnswer(reply.status, read, complete)
     except TimeoutError:
         limit = f"a stall over {timeout_s:g} s"
         if deadline_s is not None:

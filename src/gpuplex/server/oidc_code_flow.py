@@ -18,7 +18,6 @@ from typing import Any
 
 from gpuplex.core.spec.auth import OidcSpec
 from gpuplex.errors import IdentityProviderUnavailable, OidcTokenError
-from gpuplex.oauth_client import ProviderRefusal, fetch_token, oauth_client
 from gpuplex.oidc.keys import TIMEOUT_S, IssuerKeys
 from gpuplex.server.oidc_principal import groups_of, person_name
 from gpuplex.settings import environment_value
@@ -37,6 +36,8 @@ def authorization_url(
     code_verifier: str,
 ) -> str:
     """Where the browser goes to sign in: the code flow's request with PKCE (S256) and a nonce."""
+    from gpuplex.oauth_client import oauth_client  # Authlib: loaded by the first sign-in
+
     client = oauth_client(
         oidc.client_id, scopes=oidc.scopes, redirect_uri=redirect_uri, timeout_s=TIMEOUT_S
     )
@@ -74,6 +75,8 @@ def exchange_code(
     confidential client with HTTP Basic when the spec names a client secret, else as a public
     client. A provider that refuses the code is OidcTokenError; one that cannot be reached, or
     answers no token answer, IdentityProviderUnavailable."""
+    from gpuplex.oauth_client import ProviderRefusal, fetch_token, oauth_client
+
     client = oauth_client(
         oidc.client_id, client_secret(oidc), redirect_uri=redirect_uri, timeout_s=TIMEOUT_S
     )
