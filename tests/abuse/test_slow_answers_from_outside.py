@@ -11,7 +11,6 @@ ends, not how fast the machine is."""
 
 from __future__ import annotations
 
-import contextlib
 import socket
 import threading
 import time
@@ -28,6 +27,7 @@ from gpuplex.oidc.keys import ANSWER_DEADLINE_S, fetch_json
 from gpuplex.server.budget_alerts import BudgetView, post_webhook
 from gpuplex.server.oidc_code_flow import exchange_code
 from gpuplex.store.budgets import BudgetAlert, Enforcement
+from tests.raw_server import raw_server
 
 #: How long a dripping server would go on: far past every deadline below.
 DRIP_FOR_S = 600.0
@@ -36,30 +36,19 @@ DRIP_FOR_S = 600.0
 @pytest.fixture
 def dripping_url() -> Iterator[str]:
     """A server that answers every request with a head that never ends, a byte every 0.1 s."""
-    listener = socket.create_server(("127.0.0.1", 0))
     stop = threading.Event()
 
     def drip(connection: socket.socket) -> None:
-        with connection, contextlib.suppress(OSError):  # the client hung up: done
-            connection.recv(65536)
-            connection.sendall(b"HTTP/1.1 200 OK\r\nX-Slow: ")
-            ends = time.monotonic() + DRIP_FOR_S
-            while not stop.is_set() and time.monotonic() < ends:
-                connection.sendall(b"a")
-                stop.wait(0.1)
+        connection.recv(65536)
+        connection.sendall(b"HTTP/1.1 200 OK\r\nX-Slow: ")
+        ends = time.monotonic() + DRIP_FOR_S
+        while not stop.is_set() and time.monotonic() < ends:
+            connection.sendall(b"a")
+            stop.wait(0.1)
 
-    def accept() -> None:
-        while True:
-            try:
-                connection, _ = listener.accept()
-            except OSError:
-                return
-            threading.Thread(target=drip, args=(connection,), daemon=True).start()
-
-    threading.Thread(target=accept, daemon=True).start()
-    yield f"http://127.0.0.1:{listener.getsockname()[1]}"
-    stop.set()
-    listener.close()
+    with raw_server(drip) as url:
+        yield url
+        stop.set()
 
 
 def seconds(call: Callable[[], object]) -> float:

@@ -7,41 +7,22 @@ from __future__ import annotations
 
 import contextlib
 import socket
-import threading
 import time
 from collections.abc import Callable, Iterator
 
 import pytest
 
 from gpuplex.http_client import call
+from tests.raw_server import raw_server
 
 Serve = Callable[[socket.socket], None]
 
 
 @pytest.fixture
 def server() -> Iterator[Callable[[Serve], str]]:
-    """Starts a one-connection-at-a-time server that runs `serve` on each accepted socket."""
-    listeners: list[socket.socket] = []
-
-    def start(serve: Serve) -> str:
-        listener = socket.create_server(("127.0.0.1", 0))
-        listeners.append(listener)
-
-        def accept() -> None:
-            while True:
-                try:
-                    connection, _ = listener.accept()
-                except OSError:
-                    return
-                with connection, contextlib.suppress(OSError):  # a client that hung up
-                    serve(connection)
-
-        threading.Thread(target=accept, daemon=True).start()
-        return f"http://127.0.0.1:{listener.getsockname()[1]}/x"
-
-    yield start
-    for listener in listeners:
-        listener.close()
+    """Starts servers that run `serve` on each accepted socket; each one's URL of a path."""
+    with contextlib.ExitStack() as servers:
+        yield lambda serve: servers.enter_context(raw_server(serve)) + "/x"
 
 
 def read_request(connection: socket.socket) -> bytes:
