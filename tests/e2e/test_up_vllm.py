@@ -380,11 +380,19 @@ def test_the_health_check_waits_for_vllm_to_start_and_the_gateway_follows_it(
     took_s = (healthy - started).total_seconds()
     print(f"vLLM answered /health {took_s:.0f} s after its start, as acme's user")  # noqa: T201
     assert served.replica()["restarts"] == 0
-    # the gateway said `starting` while vLLM loaded (no replica is sent a request), then ready
-    states = [(status, body["backends"]) for _, status, body in served.seen]
+    # the gateway said `starting` while vLLM loaded (no replica is sent a request), then ready;
+    # the watch polls on its own every 0.25 s, so it may record `ready` a little after the fixture
+    # saw it: wait for that (generously), then read the whole history
+    ready = (200, {"total": 1, "ready": 1, "starting": 0, "down": 0})
+    deadline = time.monotonic() + 30
+    while (states := [(status, body["backends"]) for _, status, body in served.seen])[-1:] != [
+        ready
+    ]:
+        assert time.monotonic() < deadline, states
+        time.sleep(0.1)
     starting = {"total": 1, "ready": 0, "starting": 1, "down": 0}
     assert (200, starting) in states, states
-    assert states[-1] == (200, {"total": 1, "ready": 1, "starting": 0, "down": 0})
+    assert states[-1] == ready
 
 
 def test_chat_and_completions_are_billed_as_vllm_counted_them(served: Served) -> None:
