@@ -14,7 +14,8 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
@@ -26,10 +27,24 @@ from gpuplex.clock import utc_now
 from gpuplex.store.db import open_store
 from gpuplex.store.job_reports import JobReports
 from gpuplex.store.tokens import TokenRepository
+from tests.abuse.host.uprun import remove, shared_base
 from tests.e2e.gateway.stack import free_port, stop
 from tests.jobs_http import show_job, submit_job
 
 T = TypeVar("T")
+
+
+@contextmanager
+def jobs_stack(spec: dict[str, Any]) -> Iterator[JobsStack]:
+    """A stack on `spec` in a folder the tenants' users can pass through, stopped and removed
+    after (a test's fixture)."""
+    base = shared_base()
+    running = JobsStack(base, spec)
+    try:
+        yield running
+    finally:
+        running.stop()
+        remove(base)
 
 
 def eventually(

@@ -19,8 +19,7 @@ from typing import Any
 
 import pytest
 
-from tests.abuse.host.uprun import remove, shared_base
-from tests.e2e.jobs.stack import JobsStack, eventually
+from tests.e2e.jobs.stack import JobsStack, eventually, jobs_stack
 
 pytestmark = [pytest.mark.slow, pytest.mark.stacks]
 
@@ -76,13 +75,8 @@ SPEC: dict[str, Any] = {
 
 @pytest.fixture
 def stack() -> Iterator[JobsStack]:
-    base = shared_base()
-    running = JobsStack(base, SPEC)
-    try:
+    with jobs_stack(SPEC) as running:
         yield running
-    finally:
-        running.stop()
-        remove(base)
 
 
 def states(stack: JobsStack, jobs: dict[str, str]) -> dict[str, str]:

@@ -15,8 +15,7 @@ from typing import Any
 
 import pytest
 
-from tests.abuse.host.uprun import remove, shared_base
-from tests.e2e.jobs.stack import JobsStack, eventually
+from tests.e2e.jobs.stack import JobsStack, eventually, jobs_stack
 
 pytestmark = pytest.mark.stacks
 
@@ -39,13 +38,8 @@ SPEC: dict[str, Any] = {
 
 @pytest.fixture
 def stack() -> Iterator[JobsStack]:
-    base = shared_base()
-    running = JobsStack(base, SPEC)
-    try:
+    with jobs_stack(SPEC) as running:
         yield running
-    finally:
-        running.stop()
-        remove(base)
 
 
 def job_logs(stack: JobsStack, job_id: str) -> subprocess.CompletedProcess[str]:

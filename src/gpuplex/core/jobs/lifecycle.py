@@ -41,9 +41,11 @@ from __future__ import annotations
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
+from gpuplex.core.jobs.backfill import StepView, admit_and_place
 from gpuplex.core.jobs.holdings import plan_holdings, request_ask
 from gpuplex.core.jobs.live import grace_s, job_placement, with_jobs
-from gpuplex.core.jobs.placement import job_workload_name, place_jobs
+from gpuplex.core.jobs.placement import job_workload_name
+from gpuplex.core.jobs.reservation import HeldGpus, JobReservation, ends_by_s
 from gpuplex.core.jobs.retries import may_retry, not_before_words, retry_delay_s
 from gpuplex.core.jobs.states import (
     FINISHED_STATES,
@@ -54,7 +56,7 @@ from gpuplex.core.jobs.states import (
 )
 from gpuplex.core.plan import Plan
 from gpuplex.core.plan.model import Placement
-from gpuplex.core.queues.admission import Holding, QueuedJob, admit
+from gpuplex.core.queues.admission import Holding, QueuedJob
 from gpuplex.core.queues.drf import Resources
 from gpuplex.core.queues.tree import QueueTree
 from gpuplex.core.spec.document import GpuplexSpec
@@ -110,12 +112,14 @@ class Transition:
 
 @dataclass(frozen=True, slots=True)
 class LifecycleStep:
-    """The state changes of this step, every queued job's reason, and the live plan."""
+    """The state changes of this step, every queued job's reason, the live plan, and the
+    reservation of the first guaranteed job no node can take now (`core.jobs.backfill`)."""
 
     transitions: tuple[Transition, ...]
     waiting: dict[str, str]
     live_plan: Plan
     notes: list[str] = field(default_factory=list)
+    reservation: JobReservation | None = None
 
 
 def step(
@@ -156,41 +160,46 @@ def step(
         why = f"waiting for host {', '.join(stale)}'s first report since the job runner started"
         waiting = {**dict.fromkeys((j.id for j in ready), why), **backing_off}
         return LifecycleStep(tuple(out), waiting, _without(_live_plan(plan, holding), stopping))
-    decision = admit(
-        tree,
-        plan_holdings(plan) + [_holding(j) for j in holding],
-        [
-            QueuedJob(j.id, j.job.tenant, request_ask(j.job.gpu), j.job.priority, j.submitted_s)
-            for j in ready
-        ],
-        now_s,
-        usage=usage,
+    holding_files = {j.id: j.job for j in holding}
+    queued_files = {j.id: j.job for j in ready}
+    grace = {
+        job_id: grace_s(tree, job.tenant)
+        for job_id, job in {**holding_files, **queued_files}.items()
+    }
+    # everything holding a GPU stays in the view the jobs are placed against, the jobs that are
+    # being stopped too (their GPUs are not free until their processes are gone) ...
+    view = StepView(
+        spec=spec,
+        tree=tree,
+        holdings=plan_holdings(plan) + [_holding(j) for j in holding],
+        held=[_held(j, now_s, grace[j.id]) for j in holding if j.placement is not None],
+        occupied=_live_plan(plan, holding),
+        grace_s=grace,
+        files=queued_files,
+        now_s=now_s,
     )
+    queued_asks = [
+        QueuedJob(j.id, j.job.tenant, request_ask(j.job.gpu), j.job.priority, j.submitted_s)
+        for j in ready
+    ]
+    starts = admit_and_place(view, queued_asks, usage)
     evicted: set[str] = set()
-    for eviction in decision.evictions:
+    for eviction in starts.decision.evictions:
         evicted.add(eviction.victim)
         out.append(
             Transition(
                 eviction.victim, JobState.PREEMPTING, eviction.why, preempted_for=eviction.for_job
             )
         )
-    # everything holding a GPU stays in the view the jobs are placed against, the jobs that are
-    # being stopped too (their GPUs are not free until their processes are gone) ...
-    occupied = _live_plan(plan, holding)
-    waiting = {**decision.waiting, **backing_off}
-    admitted = {job_id: current[job_id].job for job_id in decision.admitted}
-    placed: dict[str, Placement] = {}
-    if admitted:
-        everyone = {**{j.id: j.job for j in holding}, **admitted}
-        grace = {job_id: grace_s(tree, job.tenant) for job_id, job in everyone.items()}
-        placing = place_jobs(spec, occupied, {j.id: j.job for j in holding}, admitted, grace)
-        occupied, placed = placing.plan, dict(placing.placed)
-        for job_id, where in placed.items():
-            out.append(Transition(job_id, JobState.STARTING, f"placed on {where.node}", where))
-        waiting.update(placing.waiting)
+    for job_id, where in starts.placed.items():
+        out.append(Transition(job_id, JobState.STARTING, f"placed on {where.node}", where))
+    waiting = {**starts.decision.waiting, **starts.waiting, **backing_off}
+    occupied = starts.plan
     # ... but the plan the host runs leaves them out: that is what stops them
     stopping |= {job_workload_name(job_id) for job_id in evicted}
-    return LifecycleStep(tuple(out), waiting, _without(occupied, stopping))
+    return LifecycleStep(
+        tuple(out), waiting, _without(occupied, stopping), reservation=starts.reservation
+    )
 
 
 def _ended(record: JobRecord, now_s: float) -> Transition | None:
@@ -314,6 +323,19 @@ def _holding(record: JobRecord) -> Holding:
         preemptible=record.state not in LEAVING_STATES,
         stopping_for=record.preempted_for if record.state is JobState.PREEMPTING else None,
     )
+
+
+def _held(record: JobRecord, now_s: float, grace: float) -> HeldGpus:
+    """A job holding GPUs, and the latest it has left them: a job being stopped within its grace
+    period, a running one at its max runtime (None: it has none)."""
+    assert record.placement is not None
+    leaving = record.state in LEAVING_STATES
+    if leaving:
+        free_by: float | None = now_s + grace
+    else:
+        free_by = ends_by_s(record.job, record.started_s or now_s, grace)
+    placement = job_placement(record.id, record.placement)
+    return HeldGpus(record.id, record.job, placement, free_by, leaving=leaving)
 
 
 def _live_plan(plan: Plan, jobs: Sequence[JobRecord]) -> Plan:

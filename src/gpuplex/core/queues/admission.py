@@ -99,7 +99,13 @@ def admit(
             if job.id not in waiting and job.id not in decision.admitted:
                 waiting[job.id] = f"behind {head}, the first of {tenant}'s queued jobs"
     return AdmissionDecision(
-        decision.admitted, decision.evictions, waiting, decision.held_back, decision.reserved
+        decision.admitted,
+        decision.evictions,
+        waiting,
+        decision.held_back,
+        decision.reserved,
+        decision.short,
+        decision.order,
     )
 
 
@@ -134,6 +140,7 @@ class _Round:
         self.claims: list[tuple[QueuedJob, Resources]] = []  # in the order they were made
         self.victims: list[Victim] = []
         self.held_for = ""  # the first guaranteed job short of capacity, if any
+        self.short: list[str] = []  # the jobs that wait only for capacity to free
 
     def run(self, queues: Mapping[str, Sequence[QueuedJob]]) -> AdmissionDecision:
         at = dict.fromkeys(queues, 0)  # per tenant: its next job's position
@@ -160,12 +167,14 @@ class _Round:
         heap = [self._entry(job) for job in map(head, queues) if job is not None]
         heapq.heapify(heap)
         admitted: list[str] = []
+        order: list[str] = []
         held_back: dict[str, str] = {}
         while heap:
             *_, tenant = heapq.heappop(heap)
             jobs = queues[tenant]
             job = jobs[at[tenant]]
             at[tenant] += 1
+            order.append(job.id)
             blocked = self._try(job)
             if blocked is not None:
                 waiting[job.id] = blocked
@@ -181,7 +190,15 @@ class _Round:
             waiting.update(self._preempting_reasons(kept))
         evictions = tuple(JobEviction(v.was.id, v.for_job, v.why) for v in kept)
         reserved = {job.id: dict(amount) for job, amount in self.claims}
-        return AdmissionDecision(tuple(admitted), evictions, waiting, held_back, reserved)
+        return AdmissionDecision(
+            tuple(admitted),
+            evictions,
+            waiting,
+            held_back,
+            reserved,
+            tuple(self.short),
+            tuple(order),
+        )
 
     def _entry(self, job: QueuedJob) -> tuple[int, float, float, str, str]:
         outside = 0 if self.ledger.inside_guarantee(job) else 1
@@ -217,6 +234,7 @@ class _Round:
         if refused is not None:
             return refused
         short = _short(job.ask, room)
+        self.short.append(job.id)
         if not self.held_for and inside:
             soon = ledger.room_soon(job.tenant)
             self._claim(job, {k: min(v, max(0.0, soon.get(k, 0.0))) for k, v in job.ask.items()})

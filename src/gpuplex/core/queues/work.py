@@ -55,6 +55,11 @@ class AdmissionDecision:
     #: for capacity that work being preempted frees, or it is the first guaranteed job short of
     #: capacity): what was set aside, per kind
     reserved: Mapping[str, Resources] = field(default_factory=dict)
+    #: the jobs that wait only for capacity to free (no quota refuses them, nothing is preempted
+    #: for them)
+    short: tuple[str, ...] = ()
+    #: every job the round tried to start, in the order it tried them
+    order: tuple[str, ...] = ()
 
 
 def queue_order(job: QueuedJob) -> tuple[int, float, str]:
