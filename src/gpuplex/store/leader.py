@@ -42,8 +42,9 @@ def try_lead(engine: Engine, lock: StoreLock) -> Leadership | None:
 
 
 class _PostgresLead:
-    def __init__(self, connection: Connection) -> None:
+    def __init__(self, connection: Connection, lock: StoreLock) -> None:
         self._connection = connection
+        self._lock = lock
 
     @classmethod
     def take(cls, engine: Engine, lock: StoreLock) -> _PostgresLead | None:
@@ -60,7 +61,7 @@ class _PostgresLead:
         if not got:
             connection.close()
             return None
-        return cls(connection)
+        return cls(connection, lock)
 
     def held(self) -> bool:
         try:
@@ -71,7 +72,16 @@ class _PostgresLead:
         return True
 
     def release(self) -> None:
-        try:  # closes the connection for good (not back to the pool): its session and locks end
+        """Unlock, then close the connection for good (not back to the pool). Closing alone
+        ends the lock only once the server's backend has exited, a moment later: a control
+        plane taking over at once would find it still held."""
+        try:
+            schema_key = func.hashtext(func.current_schema())
+            self._connection.execute(select(func.pg_advisory_unlock(int(self._lock), schema_key)))
+            self._connection.commit()
+        except SQLAlchemyError:
+            pass  # the connection is gone: so is its lock, once the server notices
+        try:
             self._connection.invalidate()
             self._connection.close()
         except SQLAlchemyError:
