@@ -45,6 +45,7 @@ from tests.e2e.gateway.stack import (
 
 from bench.gateway_load import MODEL, find_tool
 from gpuplex.core.spec.rate_limits import RateLimits
+from gpuplex.settings import inherited_environment
 from gpuplex.store.db import open_store
 from gpuplex.store.keys import KeyRepository
 
@@ -467,6 +468,23 @@ def describe_working_tree(ref: str) -> str:
     changes = f" + {len(dirty.splitlines())} uncommitted paths under src/" if dirty else ""
     differs = _git("diff", "--shortstat", ref, "--", "src") or "no change"
     return f"working tree (HEAD {head}{changes}); src/ against {ref}: {differs}"
+
+
+def script_json_with_src(tree: Path, script: Path, options: list[str]) -> object:
+    """This tree's bench `script --json` with `tree`'s gpuplex (its src/ first on the path; the
+    script puts this tree's root first for bench/), in a process of its own: its JSON."""
+    environment = inherited_environment() | {"PYTHONPATH": str(tree / "src")}
+    done = subprocess.run(  # noqa: S603 - our own benchmark script
+        [sys.executable, str(script), "--json", *options],
+        cwd=tree,
+        env=environment,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if done.returncode != 0:
+        raise RuntimeError(f"{tree}: {script.name} failed:\n{done.stderr[-3000:]}")
+    return json.loads(done.stdout)
 
 
 @contextlib.contextmanager

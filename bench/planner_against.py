@@ -11,10 +11,7 @@ GPUs each tree's plan used, and whether after is within the tolerance of before.
 
 from __future__ import annotations
 
-import json
 import statistics
-import subprocess
-import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,8 +20,12 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from bench.gateway_procs import checkout, describe_ref, describe_working_tree
-from gpuplex.settings import inherited_environment
+from bench.gateway_procs import (
+    checkout,
+    describe_ref,
+    describe_working_tree,
+    script_json_with_src,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 #: The rows compared: the planner's own runs in bench/planner.py's JSON, by name.
@@ -46,20 +47,9 @@ class Row:
 
 
 def planner_json(tree: Path, options: Sequence[str]) -> dict[str, Any]:
-    """This tree's bench/planner.py --json with `tree`'s gpuplex, in a process of its own (the
-    script puts this tree's root first on the path for bench/; gpuplex comes from `tree`)."""
-    environment = inherited_environment() | {"PYTHONPATH": str(tree / "src")}
-    done = subprocess.run(  # noqa: S603 - our own benchmark script
-        [sys.executable, str(ROOT / "bench" / "planner.py"), "--json", *options],
-        cwd=tree,
-        env=environment,
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    if done.returncode != 0:
-        raise RuntimeError(f"{tree}: bench/planner.py failed:\n{done.stderr[-3000:]}")
-    result: dict[str, Any] = json.loads(done.stdout)
+    """This tree's bench/planner.py --json with `tree`'s gpuplex, in a process of its own."""
+    result = script_json_with_src(tree, ROOT / "bench" / "planner.py", list(options))
+    assert isinstance(result, dict)
     return result
 
 

@@ -6,7 +6,11 @@ leaves; a pod without a deletion time runs to the end. At each instant with arri
 departures (departures first), one admission round (`admit_ordered`) runs over the queues kept
 in `queue_order`; each admitted pod is placed with the placement policy on the cluster. A pod the
 queues admit but no node can take stays queued ("no node has room") and does not run; the round's
-other admissions go on. Evictions are applied at once (a grace period of 0): the preempted pod
+other admissions go on, and the round runs again without it for the rest of that instant, so the
+capacity the rules counted for it goes to pods that can be placed; so is a pod whose preemptions
+would not give it a node (its victims run on). As the job runner's step does
+(`gpuplex.core.jobs.backfill`), without reservations; FIFO stays strict: its head blocks the
+line. Evictions are applied at once (a grace period of 0): the preempted pod
 leaves its node, goes back to its queue with its first arrival time, and later starts its whole
 runtime again; the round then runs again so the pod it was preempted for can start. Each tenant's
 decayed usage (fair share over time, with the tree's half-life) is kept step by step: between two
@@ -28,7 +32,13 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from gpuplex.core.fragmentation.model import MILLI
-from gpuplex.core.queues.admission import Holding, QueuedJob, admit_ordered, queue_order
+from gpuplex.core.queues.admission import (
+    Holding,
+    JobEviction,
+    QueuedJob,
+    admit_ordered,
+    queue_order,
+)
 from gpuplex.core.queues.tree import QueueNode, QueueTree
 from gpuplex.core.queues.usage import decayed_since
 from gpuplex.core.spec.quota_kinds import GPUS
@@ -37,7 +47,8 @@ from gpuplex.replay.openb import TimedPod
 
 FIFO_QUEUE = "fifo"
 NO_ROOM = "no node has room"
-#: admission rounds at one instant, at most (a round after evictions lets their claimant start)
+#: admission rounds at one instant, at most (a round after evictions lets their claimant start;
+#: one after pods no node had room for gives their room to others)
 _ROUNDS_PER_INSTANT = 4
 #: samples over the drain after the last arrival too, but at most this many times `samples`
 _SAMPLES_MOST = 5
@@ -146,6 +157,7 @@ class _Loop:
         heapq.heapify(self.events)
         self.queues: dict[str, list[QueuedJob]] = {}
         self.queued: dict[str, int] = {}  # job id -> pod index
+        self.set_aside: set[str] = set()  # admitted at this instant, but no node had room
         self.running: dict[int, Choice] = {}  # pod -> where it runs
         self.holdings: dict[int, Holding] = {}  # pod -> what it holds, for the admission rounds
         self.runs = [0] * len(pods)  # per pod: how many times it started (stale leaves ignored)
@@ -172,6 +184,7 @@ class _Loop:
                 self.usage, self.held, now - self.usage_at, self.tree.half_life_s
             )
             self.usage_at = now
+            self.set_aside.clear()  # a new instant: every queued pod is tried again
             while self.events and self.events[0][0] == now:
                 _, kind, pod, run = heapq.heappop(self.events)
                 if kind == 1:
@@ -201,22 +214,31 @@ class _Loop:
             self.demand[record.tenant] -= record.gpus
 
     def _round(self, now: float) -> bool:
-        """One admission round; True when it preempted (another round may start more)."""
-        if not self.queued:
+        """One admission round; True when it preempted, or set aside a pod no node had room
+        for (another round may start more)."""
+        if len(self.queued) <= len(self.set_aside):
             return False
         self.result.rounds += 1
         holdings = list(self.holdings.values())
-        decision = admit_ordered(self.tree, holdings, self.queues, now, usage=self.usage)
+        queues = self.queues
+        if self.set_aside:
+            queues = {t: [j for j in q if j.id not in self.set_aside] for t, q in queues.items()}
+        decision = admit_ordered(self.tree, holdings, queues, now, usage=self.usage)
+        evictions = self._helpful(decision.evictions)
+        no_room = len(evictions) < len(decision.evictions)
         started: set[str] = set()
         for job_id in decision.admitted:
             pod = self.queued[job_id]
             choice = choose(self.state, self.pods[pod].pod, self.policy, self.rng)
             if choice is None:
                 self.result.no_room += 1
+                if not self.fifo:  # FIFO stays strict: its head blocks the line
+                    self.set_aside.add(job_id)
+                    no_room = True
                 continue
             self._start(pod, choice, now)
             started.add(job_id)
-        for eviction in decision.evictions:
+        for eviction in evictions:
             pod = int(eviction.victim)
             self._leave(pod, now, done=False)
             self.result.records[pod].preemptions += 1
@@ -226,7 +248,30 @@ class _Loop:
                 self.queues[tenant] = [j for j in self.queues[tenant] if j.id not in started]
             for job_id in started:
                 del self.queued[job_id]
-        return bool(decision.evictions)
+        return bool(evictions) or no_room
+
+    def _helpful(self, evictions: Sequence[JobEviction]) -> list[JobEviction]:
+        """The evictions whose pod would find a node once its victims left: the rules count
+        amounts, not nodes. A pod they would not help is set aside for this instant, and its
+        victims run on (as the job runner does, `gpuplex.core.jobs.backfill`)."""
+        by_claimant: dict[str, list[JobEviction]] = {}
+        for eviction in evictions:
+            by_claimant.setdefault(eviction.for_job, []).append(eviction)
+        kept: list[JobEviction] = []
+        for claimant, mine in by_claimant.items():
+            victims = [int(e.victim) for e in mine]
+            for pod in victims:
+                choice = self.running[pod]
+                self.state.remove(choice.node, self.pods[pod].pod, choice.gpus)
+            helps = bool(self.state.feasible(self.pods[self.queued[claimant]].pod).any())
+            for pod in victims:
+                choice = self.running[pod]
+                self.state.place(choice.node, self.pods[pod].pod, choice.gpus)
+            if helps:
+                kept += mine
+            else:
+                self.set_aside.add(claimant)
+        return kept
 
     def _start(self, pod: int, choice: Choice, now: float) -> None:
         self.state.place(choice.node, self.pods[pod].pod, choice.gpus)

@@ -84,6 +84,40 @@ def test_a_pod_no_node_can_take_stays_queued_and_does_not_run() -> None:
     assert records["small"].start_s == 1
 
 
+def test_a_pod_no_node_can_take_holds_no_room_from_pods_that_fit() -> None:
+    """Before, the 2-GPU pod the rules admitted took both free GPUs (one on each node) from the
+    round it could not be placed in, and the 1-GPU pod after it waited for nothing."""
+    wide = [TimedPod(TracePod(f"b{i}", 40_000, 1_024, 1, 1000), 0, 100) for i in range(2)]
+    pods = [*wide, pod("big", 1, 10, gpus=2), pod("small", 1, 10)]  # one wide pod per node
+    owners = ["b", "b", "a", "b"]
+    result = replay_jobs(NODES, pods, owners, tree=two_tenants(), policy="gpu-packing", seed=1)
+    records = {r.name: r for r in result.records}
+    assert {records["b0"].start_s, records["b1"].start_s} == {0}
+    assert records["big"].start_s == 100  # once b0 and b1 leave
+    assert records["small"].start_s == 1
+    fifo = replay_jobs(NODES, pods, owners, tree=None, policy="gpu-packing", seed=1)
+    assert {r.name: r for r in fifo.records}["small"].start_s == 100  # FIFO: behind big
+
+
+def test_no_pod_is_preempted_for_a_pod_its_victims_would_not_make_room_for() -> None:
+    """b borrows all four GPUs, two pods on each node; the two youngest are on different nodes.
+    a's 2-GPU pod (inside its guarantee) would reclaim them, but one free GPU on each node is no
+    room for it: they run on, and it starts once a node frees up."""
+
+    def wide(name: str, at: float, runtime: float) -> TimedPod:  # two fill a node's CPU
+        return TimedPod(TracePod(name, 30_000, 1_024, 1, 1000), at, runtime)
+
+    pods = [wide("b0", 0, 5), wide("b1", 0, 100), wide("b2", 0, 5), wide("b3", 0, 100)]
+    pods += [wide("b4", 6, 100), wide("b5", 6, 100), pod("big", 7, 10, gpus=2)]
+    owners = ["b"] * 6 + ["a"]
+    result = replay_jobs(NODES, pods, owners, tree=two_tenants(), policy="best-fit", seed=1)
+    records = {r.name: r for r in result.records}
+    assert records["b4"].start_s == 6
+    assert records["b5"].start_s == 6
+    assert sum(r.preemptions for r in result.records) == 0
+    assert records["big"].start_s == 106  # when b4 and b5 leave (b1 and b3 leave one GPU on each)
+
+
 def test_report_shares_and_jain() -> None:
     pods = [pod(f"b{i}", 0, 100) for i in range(4)] + [pod("a0", 10, 50)]
     tree = two_tenants(min_runtime_s=1000)  # b's pods are too young to preempt
