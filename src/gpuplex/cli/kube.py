@@ -351,3 +351,8 @@ def _type_name(hint: Any) -> str:
 def _print_notes(notes: list[str]) -> None:
     for note in notes:
         err.print(f"[yellow]note[/]: {escape(note)}", highlight=False, soft_wrap=True)
+
+
+from gpuplex.cli.kube_extender import extender_command  # noqa: E402 - registered after the group
+
+kube_app.command("extender")(extender_command)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import re
+from decimal import Decimal
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -136,6 +137,14 @@ def _json_body(data: bytes) -> dict[str, Any]:
     except ValueError:
         return {}
     return parsed if isinstance(parsed, dict) else {}
+
+
+def parse_quantity(text: str) -> Decimal:
+    """A Kubernetes quantity (`500m`, `2`, `16Gi`) as a number, read by the official client's
+    parser; ValueError for anything the API would not accept as one."""
+    from kubernetes.utils.quantity import parse_quantity as parse
+
+    return Decimal(parse(text))  # type: ignore[no-untyped-call]
 
 
 def connect(kubeconfig: Path | None = None, context: str | None = None) -> ClientTransport:

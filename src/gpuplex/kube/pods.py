@@ -58,8 +58,10 @@ def pod_template(
     priority_class: str,
     restart_policy: str,
     extra_labels: dict[str, str],
+    scheduler_name: str | None = None,
 ) -> dict[str, Any]:
-    """`spec.template` of the workload's Deployment or Job."""
+    """`spec.template` of the workload's Deployment or Job; `scheduler_name`: gpuplex's second
+    scheduler (`kubernetes.scheduler`), else the cluster's default one."""
     spec: dict[str, Any] = {
         "priorityClassName": priority_class,
         "restartPolicy": restart_policy,
@@ -73,6 +75,8 @@ def pod_template(
             "seccompProfile": {"type": "RuntimeDefault"},
         },
     }
+    if scheduler_name is not None:
+        spec["schedulerName"] = scheduler_name
     selector = node_selector(share.mode, pool)
     if selector:
         spec["nodeSelector"] = selector

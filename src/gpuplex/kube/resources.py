@@ -95,13 +95,9 @@ KINDS: tuple[ResourceKind, ...] = (
     ResourceKind("v1", "ConfigMap", "configmaps", namespaced=True),
     ResourceKind("v1", "ResourceQuota", "resourcequotas", namespaced=True, sets=_PLAN),
     ResourceKind("v1", "LimitRange", "limitranges", namespaced=True, sets=_PLAN),
-    ResourceKind("rbac.authorization.k8s.io/v1", "Role", "roles", namespaced=True, sets=_PLAN),
-    ResourceKind(
-        "rbac.authorization.k8s.io/v1", "RoleBinding", "rolebindings", namespaced=True, sets=_PLAN
-    ),
-    ResourceKind(
-        "networking.k8s.io/v1", "NetworkPolicy", "networkpolicies", namespaced=True, sets=_PLAN
-    ),
+    ResourceKind("rbac.authorization.k8s.io/v1", "Role", "roles", namespaced=True),
+    ResourceKind("rbac.authorization.k8s.io/v1", "RoleBinding", "rolebindings", namespaced=True),
+    ResourceKind("networking.k8s.io/v1", "NetworkPolicy", "networkpolicies", namespaced=True),
     ResourceKind("v1", "Service", "services", namespaced=True),
     ResourceKind("apps/v1", "Deployment", "deployments", namespaced=True),
     ResourceKind("batch/v1", "Job", "jobs", namespaced=True, sets=_PLAN),

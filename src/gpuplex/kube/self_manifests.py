@@ -33,6 +33,7 @@ from gpuplex.kube.self_pods import (
     server_deployment,
     services,
 )
+from gpuplex.kube.self_scheduler import scheduler_manifests
 
 __all__ = ["SelfOptions", "self_manifests", "spec_text"]
 
@@ -57,6 +58,7 @@ def self_manifests(spec: GpuplexSpec, options: SelfOptions) -> list[Manifest]:
     if options.gateway_autoscale:
         manifests.append(gateway_autoscaler(spec, options))
     manifests.extend(service_monitors(spec, options))
+    manifests.extend(scheduler_manifests(spec, options))
     return manifests
 
 

@@ -152,6 +152,7 @@ def workload_object(
         priority_class=priority_class_name(tenant.priority),
         restart_policy="Always" if server else job_restart_policy(workload),
         extra_labels=pod_labels,
+        scheduler_name=spec.kubernetes.scheduler.name if spec.kubernetes.scheduler else None,
     )
     meta = metadata(name, namespace=namespace, tenant=tenant.name, workload=workload.name)
     if server:

@@ -5,6 +5,8 @@ Everything here has a default, so a spec written for one server renders for Kube
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import Field, StrictInt, field_validator
 
 from gpuplex.core.spec.fields import DnsLabel, SpecModel
@@ -43,6 +45,34 @@ class KueueSpec(SpecModel):
         return f"system:serviceaccount:{namespace}:{name}"
 
 
+class SchedulerSpec(SpecModel):
+    """A second kube-scheduler for gpuplex's workloads, placing GPU pods by gpuplex's policy
+    through the gpuplex scheduler extender; the cluster's default scheduler is left as it is."""
+
+    name: DnsLabel = Field(
+        default="gpuplex-scheduler",
+        description="The scheduler's name: the `schedulerName` gpuplex's workloads carry.",
+    )
+    policy: Literal[
+        "best-fit", "fgd", "fgd-balanced", "first-fit", "gpu-packing", "dot-product"
+    ] = Field(
+        default="best-fit",
+        description="The placement policy for pods asking whole GPUs (`gpuplex simulate`).",
+    )
+    mode: Literal["decide", "score"] = Field(
+        default="decide",
+        description=(
+            "decide: the extender narrows the nodes to the policy's choice; score: it scores "
+            "the nodes (0..10, weight 5) beside kube-scheduler's own scores."
+        ),
+    )
+    kube_scheduler_image: str = Field(
+        default="registry.k8s.io/kube-scheduler:v1.36.3",
+        min_length=1,
+        description="The kube-scheduler image; use the cluster's own Kubernetes version.",
+    )
+
+
 class KubernetesSpec(SpecModel):
     namespace_prefix: str = Field(
         default="",
@@ -73,6 +103,13 @@ class KubernetesSpec(SpecModel):
         description=(
             "Set (`kueue: {}`) where the cluster runs Kueue: `queues:` become Kueue objects and "
             "tenant Jobs must name their queue. Without it `queues:` run on one server only."
+        ),
+    )
+    scheduler: SchedulerSpec | None = Field(
+        default=None,
+        description=(
+            "Set (`scheduler: {}`) to run gpuplex's second kube-scheduler with its extender "
+            "(rendered with --self) and give gpuplex's workloads its schedulerName."
         ),
     )
     default_image: str = Field(

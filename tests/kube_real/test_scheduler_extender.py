@@ -1,0 +1,264 @@
+"""gpuplex's scheduler extender behind a real kube-scheduler: a stream of pods shaped like openb's
+GPU requests (`gpuplex.replay.stream`) goes onto fake GPU nodes three ways in one run, and the GPU
+allocation each reaches is compared:
+
+- the simulator (`replay_stream`, best-fit);
+- a second kube-scheduler configured as `gpuplex kube render --self` renders it
+  (`scheduler_config`), calling `gpuplex kube extender --policy best-fit` started as a user starts
+  it: must match the simulator within 1 point;
+- the control plane's own kube-scheduler with its default scoring: must be beaten.
+
+Then the extender is stopped: the second scheduler, told the extender is `ignorable`, still places
+pods (by its own scoring).
+
+The nodes carry a taint of this test's own and its pods tolerate it (and select the nodes by a
+label), so that the other kube_real tests' pods never land here, nor these elsewhere.
+"""
+
+from __future__ import annotations
+
+import os
+import ssl
+import sys
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import yaml
+
+from gpuplex.core.spec import GpuplexSpec, validate_spec
+from gpuplex.core.trace import TraceNode
+from gpuplex.kube.apply import ClientTransport, connect
+from gpuplex.kube.self_scheduler import scheduler_config
+from gpuplex.replay.openb import load_timed_pods
+from gpuplex.replay.stream import StreamEvent, openb_stream, replay_stream
+from tests.kube_real.cluster import (
+    ControlPlane,
+    free_port,
+    http_ok,
+    kubeconfig_for,
+    send_json,
+    wait_until,
+)
+from tests.kube_real.pod_stream import StreamNode, StreamRun, pod_manifest, run_stream
+
+OPENB_PODS = Path(__file__).parents[2] / "../shared/data/openb/openb_pod_list_default.csv"
+NAMESPACE = "extender-stream"
+SCHEDULER = "gpuplex-test-scheduler"
+TAINT = "gpuplex.test/extender"
+SELECTOR = {"gpuplex.test/extender": "true"}
+#: openb's two commonest node shapes with 8 and 2 GPUs (96 cores / 384 GiB / 8; 104 / 512 / 2)
+NODES = [StreamNode(f"ext-g2-{i:02d}", 96_000, 393_216, 8) for i in range(6)] + [
+    StreamNode(f"ext-t4-{i:02d}", 104_000, 524_288, 2) for i in range(4)
+]
+CAPACITY_GPUS = sum(n.gpus for n in NODES)
+PODS, SEED, SPACING = 300, 1, 10
+
+
+def _stream() -> list[StreamEvent]:
+    path = OPENB_PODS.resolve()
+    if not path.is_file():
+        pytest.skip(f"the openb trace is not at {path}")
+    return openb_stream(load_timed_pods(path), pods=PODS, seed=SEED, spacing=SPACING)
+
+
+def _node(transport: ClientTransport, node: StreamNode) -> None:
+    body = {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {
+            "name": node.name,
+            "labels": {**SELECTOR, "kubernetes.io/hostname": node.name},
+        },
+    }
+    created = send_json(transport, "POST", "/api/v1/nodes", body)
+    assert created.status == 201, created.text
+    capacity = {
+        "cpu": f"{node.cpu_milli}m",
+        "memory": f"{node.memory_mib}Mi",
+        "nvidia.com/gpu": str(node.gpus),
+        "pods": "110",
+    }
+    status = {
+        "status": {
+            "capacity": capacity,
+            "allocatable": capacity,
+            "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady"}],
+        }
+    }
+    path = f"/api/v1/nodes/{node.name}"
+    merge = "application/merge-patch+json"
+    patched = send_json(transport, "PATCH", path + "/status", status, content_type=merge)
+    assert patched.status == 200, patched.text
+    # this test's taint only (the API server's not-ready taint has no controller to lift it here)
+    taints = {"spec": {"taints": [{"key": TAINT, "effect": "NoSchedule"}]}}
+    retainted = send_json(transport, "PATCH", path, taints, content_type=merge)
+    assert retainted.status == 200, retainted.text
+
+
+@pytest.fixture(scope="module")
+def admin(kube_cluster: ControlPlane) -> Iterator[ClientTransport]:
+    with connect(kube_cluster.kubeconfig) as transport:
+        for node in NODES:
+            _node(transport, node)
+        made = send_json(transport, "POST", "/api/v1/namespaces", {"metadata": {"name": NAMESPACE}})
+        assert made.status == 201, made.text
+        yield transport
+
+
+def _spec() -> GpuplexSpec:
+    spec = validate_spec(
+        {
+            "fleet": {
+                "nodes": [
+                    {"name": "a", "cpu_cores": 8, "memory_gib": 32, "gpus": [{"model": "L40S"}]}
+                ]
+            },
+            "kubernetes": {"scheduler": {"name": SCHEDULER, "policy": "best-fit"}},
+        }
+    )
+    assert isinstance(spec, GpuplexSpec), spec
+    return spec
+
+
+def _healthy(port: int) -> bool:
+    """kube-scheduler's /healthz on its secure port (its serving certificate is self-signed)."""
+    context = ssl.create_default_context()
+    context.check_hostname = False
+    context.verify_mode = ssl.CERT_NONE
+    try:
+        with urllib.request.urlopen(
+            f"https://127.0.0.1:{port}/healthz", context=context, timeout=2
+        ) as reply:
+            return int(reply.status) == 200
+    except OSError:
+        return False
+
+
+@pytest.fixture(scope="module")
+def extender_port(kube_cluster: ControlPlane, admin: ClientTransport) -> Iterator[int]:
+    """`gpuplex kube extender` and a second kube-scheduler configured to call it."""
+    port = free_port()
+    kube_cluster.start_program(
+        "gpuplex-extender",
+        [
+            sys.executable,
+            "-m",
+            "gpuplex.cli",
+            "kube",
+            "extender",
+            "--policy",
+            "best-fit",
+            "--port",
+            str(port),
+            "--kubeconfig",
+            str(kube_cluster.kubeconfig),
+        ],
+        lambda: http_ok(f"http://127.0.0.1:{port}/healthz"),
+        dict(os.environ),
+    )
+    directory = kube_cluster.directory
+    kubeconfig = kubeconfig_for(
+        directory / "gpuplex-scheduler.kubeconfig",
+        kube_cluster.server,
+        kube_cluster.pki.ca.cert,
+        kube_cluster.pki.scheduler,
+    )
+    spec = _spec()
+    assert spec.kubernetes.scheduler is not None
+    config = scheduler_config(spec, spec.kubernetes.scheduler, f"http://127.0.0.1:{port}")
+    config["leaderElection"] = {"leaderElect": False}
+    config["clientConnection"] = {"kubeconfig": str(kubeconfig)}
+    path = directory / "gpuplex-scheduler.yaml"
+    path.write_text(yaml.safe_dump(config))
+    secure = free_port()
+    kube_cluster.start_program(
+        "gpuplex-scheduler",
+        [
+            str(kube_cluster.binaries.scheduler),
+            f"--config={path}",
+            f"--authentication-kubeconfig={kubeconfig}",
+            f"--authorization-kubeconfig={kubeconfig}",
+            "--bind-address=127.0.0.1",
+            f"--secure-port={secure}",
+        ],
+        lambda: _healthy(secure),
+        {},
+    )
+    yield port
+    kube_cluster.stop_program("gpuplex-scheduler")
+    kube_cluster.stop_program("gpuplex-extender")
+
+
+def _run(
+    admin: ClientTransport, events: list[StreamEvent], scheduler: str, label: str
+) -> StreamRun:
+    run = run_stream(
+        admin,
+        NAMESPACE,
+        events,
+        NODES,
+        scheduler=scheduler,
+        label=label,
+        selector=SELECTOR,
+        taint=TAINT,
+    )
+    for index in run.placed:  # what is still placed at the end leaves, for the next run
+        left = [e for e in events if e.index == index and not e.arrives]
+        if not left:
+            path = f"/api/v1/namespaces/{NAMESPACE}/pods/{label}-{index:04d}"
+            send_json(admin, "DELETE", path, {"gracePeriodSeconds": 0})
+    return run
+
+
+def test_the_extender_places_as_the_simulator_and_beats_default_scoring(
+    admin: ClientTransport, extender_port: int
+) -> None:
+    events = _stream()
+    nodes = [TraceNode(n.name, n.cpu_milli, n.memory_mib, n.gpus, "") for n in NODES]
+    simulated = replay_stream(nodes, events, "best-fit")
+    extended = _run(admin, events, SCHEDULER, "ext")
+    default = _run(admin, events, "default-scheduler", "dflt")
+
+    rows = [
+        ("simulator (best-fit)", simulated.allocation_percent, simulated.failed, 0),
+        (
+            "kube-scheduler + gpuplex extender",
+            extended.allocation_percent(CAPACITY_GPUS),
+            extended.failed,
+            extended.late_retries,
+        ),
+        (
+            "kube-scheduler, default scoring",
+            default.allocation_percent(CAPACITY_GPUS),
+            default.failed,
+            default.late_retries,
+        ),
+    ]
+    sum(1 for e in events if e.arrives)
+    for _label, _allocation, _failed, _late in rows:
+        pass
+    sum(1 for i, node in simulated.placed.items() if extended.placed.get(i) == node)
+
+    assert abs(extended.allocation_percent(CAPACITY_GPUS) - simulated.allocation_percent) <= 1.0
+    assert extended.allocation_percent(CAPACITY_GPUS) > default.allocation_percent(CAPACITY_GPUS)
+
+
+def test_with_the_extender_down_pods_are_still_placed(
+    kube_cluster: ControlPlane, admin: ClientTransport, extender_port: int
+) -> None:
+    kube_cluster.stop_program("gpuplex-extender")
+    assert not http_ok(f"http://127.0.0.1:{extender_port}/healthz")
+    event = _stream()[0]
+    name = "down-0000"
+    path = f"/api/v1/namespaces/{NAMESPACE}/pods"
+    created = send_json(admin, "POST", path, pod_manifest(event, name, SCHEDULER, SELECTOR, TAINT))
+    assert created.status == 201, created.text
+    node = wait_until(
+        "the pod to be bound without the extender",
+        lambda: admin.send("GET", f"{path}/{name}").body["spec"].get("nodeName"),
+        timeout=30,
+    )
+    assert node in {n.name for n in NODES}
+    admin.send("GET", f"{path.rsplit('/pods', 1)[0]}/events").body["items"]
