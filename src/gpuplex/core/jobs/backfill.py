@@ -36,7 +36,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from gpuplex.core.jobs.live import with_jobs
+from gpuplex.core.jobs.live import with_jobs, without_workloads
 from gpuplex.core.jobs.placement import JobPlacements, job_workload_name, place_jobs
 from gpuplex.core.jobs.reservation import (
     HeldGpus,
@@ -90,31 +90,45 @@ def admit_and_place(
     view: StepView, queued: Sequence[QueuedJob], usage: Mapping[str, Resources] | None
 ) -> Starts:
     """Admit and place `queued` (see the module docstring)."""
-    return _Step(view, usage).run(queued)
+    return _Step(view, usage, queued).run()
 
 
 class _Step:
     """One step's rounds. What holds capacity grows as jobs are committed: the jobs the rules
     put ahead of the reserved one keep the places they got in the round it was found."""
 
-    def __init__(self, view: StepView, usage: Mapping[str, Resources] | None) -> None:
+    def __init__(
+        self,
+        view: StepView,
+        usage: Mapping[str, Resources] | None,
+        queued: Sequence[QueuedJob],
+    ) -> None:
         self.view = view
         self.usage = usage
+        self.queued = {q.id: q for q in queued}
         self.holdings = list(view.holdings)
         self.held = list(view.held)
         self.occupied = view.occupied
         self.committed: dict[str, Placement] = {}
         self.reservation: JobReservation | None = None
-        self.reserved_ask: QueuedJob | None = None
         self.free_now: list[int] = []  # the reserved GPUs nothing holds now
 
-    def run(self, queued: Sequence[QueuedJob]) -> Starts:
+    @property
+    def reserved_ask(self) -> QueuedJob | None:
+        """The queued job the reservation is for, if any."""
+        return None if self.reservation is None else self.queued[self.reservation.job_id]
+
+    def run(self) -> Starts:
         view = self.view
         set_aside: dict[str, str] = {}
         decision = AdmissionDecision((), ())
         placing = JobPlacements(self.occupied, {}, {})
         for _ in range(_ROUNDS):
-            left = [q for q in queued if q.id not in set_aside and q.id not in self.committed]
+            left = [
+                q
+                for q in self.queued.values()
+                if q.id not in set_aside and q.id not in self.committed
+            ]
             decision = admit(*self._round(left), view.now_s, usage=self.usage)
             useless = self._useless_evictions(decision)
             set_aside.update(useless)
@@ -129,7 +143,7 @@ class _Step:
                 **dict.fromkeys(decision.short, True),
                 **dict.fromkeys([*useless, *placing.waiting], False),
             }
-            reserved = self._reserve(decision.order, candidates, placing.placed, queued)
+            reserved = self._reserve(decision.order, candidates, placing.placed)
             if not useless and not placing.waiting and not reserved:
                 break
         else:  # out of rounds: what the last one placed may not respect its reservation
@@ -161,7 +175,6 @@ class _Step:
         order: Sequence[str],
         candidates: Mapping[str, bool],
         placed: Mapping[str, Placement],
-        queued: Sequence[QueuedJob],
     ) -> bool:
         """Make the reservation, when there is none yet, for the first job in `order` among
         the `candidates` (each: whether it needs a start known now) that asks whole GPUs its
@@ -170,9 +183,9 @@ class _Step:
         view = self.view
         if self.reservation is not None:
             return False
-        by_id = {q.id: q for q in queued}
+        queued = self.queued
         for n, job_id in enumerate(order):
-            job = by_id[job_id]
+            job = queued[job_id]
             if job_id not in candidates or view.files[job_id].gpu.count is None:
                 continue
             if not _covered(view.tree, job):
@@ -189,14 +202,14 @@ class _Step:
                 continue
             self.committed, self.held, self.occupied = ahead, held, occupied
             self.holdings += [
-                Holding(j, by_id[j].tenant, by_id[j].ask, by_id[j].priority, view.now_s, False)
+                Holding(j, queued[j].tenant, queued[j].ask, queued[j].priority, view.now_s, False)
                 for j in ahead
             ]
             taken = {(p.node, i) for p in occupied.placements for i in p.gpu_indices}
             self.free_now = [
                 i for i in found.placement.gpu_indices if (found.placement.node, i) not in taken
             ]
-            self.reservation, self.reserved_ask = found, job
+            self.reservation = found
             return True
         return False
 
@@ -214,7 +227,7 @@ class _Step:
         for job_id, mine in victims.items():
             gone = {*mine, *leaving}
             running = {h.job_id: h.job for h in self.held if h.job_id not in gone}
-            plan = _without(self.occupied, {job_workload_name(j) for j in gone})
+            plan = without_workloads(self.occupied, {job_workload_name(j) for j in gone})
             trial = place_jobs(view.spec, plan, running, {job_id: view.files[job_id]}, view.grace_s)
             if job_id not in trial.placed:
                 names = ", ".join(sorted(mine))
@@ -248,7 +261,7 @@ class _Step:
             others,
             grace,
         )
-        after = _without(first.plan, {p.workload for _, p in stand_ins.values()})
+        after = without_workloads(first.plan, {p.workload for _, p in stand_ins.values()})
         placed_first = {j: others[j] for j in first.placed}
         second = place_jobs(view.spec, after, {**running, **placed_first}, brief, view.grace_s)
         return JobPlacements(
@@ -266,13 +279,3 @@ def _covered(tree: QueueTree, job: QueuedJob) -> bool:
         return False
     guarantee = path[-1].guarantee
     return all(v <= guarantee.get(k, 0.0) + EPSILON for k, v in job.ask.items())
-
-
-def _without(plan: Plan, workloads: set[str]) -> Plan:
-    """`plan` without the placements of `workloads`, on its GPU views too."""
-    gpus = [
-        g.model_copy(update={"occupants": [o for o in g.occupants if o.workload not in workloads]})
-        for g in plan.gpus
-    ]
-    placements = [p for p in plan.placements if p.workload not in workloads]
-    return plan.model_copy(update={"placements": placements, "gpus": gpus})

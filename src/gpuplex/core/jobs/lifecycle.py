@@ -43,7 +43,7 @@ from dataclasses import dataclass, field, replace
 
 from gpuplex.core.jobs.backfill import StepView, admit_and_place
 from gpuplex.core.jobs.holdings import plan_holdings, request_ask
-from gpuplex.core.jobs.live import grace_s, job_placement, with_jobs
+from gpuplex.core.jobs.live import grace_s, job_placement, with_jobs, without_workloads
 from gpuplex.core.jobs.placement import job_workload_name
 from gpuplex.core.jobs.reservation import HeldGpus, JobReservation, ends_by_s
 from gpuplex.core.jobs.retries import may_retry, not_before_words, retry_delay_s
@@ -159,7 +159,9 @@ def step(
     if stale:  # what the stale hosts' jobs hold may be free already: decide nothing on it
         why = f"waiting for host {', '.join(stale)}'s first report since the job runner started"
         waiting = {**dict.fromkeys((j.id for j in ready), why), **backing_off}
-        return LifecycleStep(tuple(out), waiting, _without(_live_plan(plan, holding), stopping))
+        return LifecycleStep(
+            tuple(out), waiting, without_workloads(_live_plan(plan, holding), stopping)
+        )
     holding_files = {j.id: j.job for j in holding}
     queued_files = {j.id: j.job for j in ready}
     grace = {
@@ -198,7 +200,7 @@ def step(
     # ... but the plan the host runs leaves them out: that is what stops them
     stopping |= {job_workload_name(job_id) for job_id in evicted}
     return LifecycleStep(
-        tuple(out), waiting, _without(occupied, stopping), reservation=starts.reservation
+        tuple(out), waiting, without_workloads(occupied, stopping), reservation=starts.reservation
     )
 
 
@@ -341,13 +343,6 @@ def _held(record: JobRecord, now_s: float, grace: float) -> HeldGpus:
 def _live_plan(plan: Plan, jobs: Sequence[JobRecord]) -> Plan:
     """The applied plan plus the placements of the jobs that hold GPUs."""
     return with_jobs(plan, [job_placement(j.id, j.placement) for j in jobs if j.placement])
-
-
-def _without(plan: Plan, workloads: Collection[str]) -> Plan:
-    """`plan` without the placements of `workloads` (the jobs being stopped)."""
-    return plan.model_copy(
-        update={"placements": [p for p in plan.placements if p.workload not in workloads]}
-    )
 
 
 def _moved(record: JobRecord, change: Transition) -> JobRecord:

@@ -13,7 +13,7 @@ the attempt it names, and a job can tell a retry from its first run.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 
 from gpuplex.core.jobs.placement import job_workload_name, live_spec
@@ -87,6 +87,19 @@ def with_jobs(plan: Plan, placements: Sequence[Placement]) -> Plan:
             "gpus": [views[v.node, v.index] for v in plan.gpus],
         }
     )
+
+
+def without_workloads(plan: Plan, names: Collection[str]) -> Plan:
+    """`plan` without the placements of the workloads `names`, on its GPU views too (`with_jobs`
+    undone): what is left once they have left their GPUs."""
+    if not names:
+        return plan
+    gpus = [
+        g.model_copy(update={"occupants": [o for o in g.occupants if o.workload not in names]})
+        for g in plan.gpus
+    ]
+    placements = [p for p in plan.placements if p.workload not in names]
+    return plan.model_copy(update={"placements": placements, "gpus": gpus})
 
 
 def live_revision(

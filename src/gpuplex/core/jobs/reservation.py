@@ -22,6 +22,7 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from gpuplex.core.jobs.live import without_workloads
 from gpuplex.core.jobs.placement import job_workload_name, place_jobs
 from gpuplex.core.jobs.retries import not_before_words
 from gpuplex.core.plan import Plan
@@ -114,7 +115,7 @@ def find_reservation(
 
     def placed_at(moment: float) -> Placement | None:
         gone = {h.job_id for h in held if _gone_by(h, moment)}
-        plan = _without_jobs(occupied, gone)
+        plan = without_workloads(occupied, {job_workload_name(j) for j in gone})
         still = {h.job_id: h.job for h in held if h.job_id not in gone}
         return place_jobs(spec, plan, still, {job_id: job}, grace_s).placed.get(job_id)
 
@@ -161,10 +162,6 @@ def holders(
     return out
 
 
-def is_holder(job_id: str) -> bool:
-    return job_id.startswith(_HOLDER_PREFIX)
-
-
 def _one_gpu(tenant: str) -> JobSpec:
     return JobSpec(tenant=tenant, gpu=GpuRequestSpec(count=1), command=["reserved"])
 
@@ -173,10 +170,3 @@ def _gone_by(held: HeldGpus, moment: float) -> bool:
     if moment == math.inf:
         return True
     return held.free_by_s is not None and held.free_by_s <= moment
-
-
-def _without_jobs(plan: Plan, job_ids: set[str]) -> Plan:
-    names = {job_workload_name(j) for j in job_ids}
-    return plan.model_copy(
-        update={"placements": [p for p in plan.placements if p.workload not in names]}
-    )
