@@ -17,8 +17,10 @@ label), so that the other kube_real tests' pods never land here, nor these elsew
 
 from __future__ import annotations
 
+import csv
 import os
 import ssl
+import subprocess
 import sys
 import urllib.request
 from collections.abc import Iterator
@@ -212,17 +214,35 @@ def _run(
     return run
 
 
+def _gpuplex_simulate(tmp_path: Path) -> float:
+    """`gpuplex simulate --arrivals stream` on these nodes and the same stream, as a user runs
+    it: its best-fit allocation."""
+    nodes_csv = tmp_path / "nodes.csv"
+    rows = [f"{n.name},{n.cpu_milli},{n.memory_mib},{n.gpus},G" for n in NODES]
+    nodes_csv.write_text("sn,cpu_milli,memory_mib,gpu,model\n" + "\n".join(rows) + "\n")
+    argv = [sys.executable, "-m", "gpuplex.cli", "simulate", "--nodes", str(nodes_csv)]
+    argv += ["--pods", str(OPENB_PODS.resolve()), "--arrivals", "stream", "--policy", "best-fit"]
+    argv += ["--first-seed", str(SEED), "--stream-pods", str(PODS)]
+    argv += ["--stream-spacing", str(SPACING), "--out", str(tmp_path / "out")]
+    ran = subprocess.run(argv, capture_output=True, text=True, timeout=300, check=False)  # noqa: S603
+    assert ran.returncode == 0, ran.stderr
+    with (tmp_path / "out" / "stream.csv").open() as written:
+        (row,) = list(csv.DictReader(written))
+    return float(row["allocation_percent"])
+
+
 def test_the_extender_places_as_the_simulator_and_beats_default_scoring(
-    admin: ClientTransport, extender_port: int
+    admin: ClientTransport, extender_port: int, tmp_path: Path, request: pytest.FixtureRequest
 ) -> None:
     events = _stream()
     nodes = [TraceNode(n.name, n.cpu_milli, n.memory_mib, n.gpus, "") for n in NODES]
-    simulated = replay_stream(nodes, events, "best-fit")
+    simulated = replay_stream(nodes, events, "best-fit")  # the simulator's placements, per pod
+    simulate_allocation = _gpuplex_simulate(tmp_path)
     extended = _run(admin, events, SCHEDULER, "ext")
     default = _run(admin, events, "default-scheduler", "dflt")
 
     rows = [
-        ("simulator (best-fit)", simulated.allocation_percent, simulated.failed, 0),
+        ("gpuplex simulate --arrivals stream (best-fit)", simulate_allocation, simulated.failed, 0),
         (
             "kube-scheduler + gpuplex extender",
             extended.allocation_percent(CAPACITY_GPUS),
@@ -236,12 +256,20 @@ def test_the_extender_places_as_the_simulator_and_beats_default_scoring(
             default.late_retries,
         ),
     ]
-    sum(1 for e in events if e.arrives)
-    for _label, _allocation, _failed, _late in rows:
-        pass
-    sum(1 for i, node in simulated.placed.items() if extended.placed.get(i) == node)
+    arrivals = sum(1 for e in events if e.arrives)
+    same = sum(1 for i, node in simulated.placed.items() if extended.placed.get(i) == node)
+    lines = [
+        f"\n{arrivals} pods, {CAPACITY_GPUS} GPUs on {len(NODES)} nodes",
+        f"{'placement':<46} {'GPU allocation %':>16} {'failed pods':>12} {'late retries':>13}",
+        *(f"{a:<46} {b:>16.1f} {c:>12} {d:>13}" for a, b, c, d in rows),
+        f"same node as the simulator: {same} of {len(simulated.placed)} placed pods\n",
+    ]
+    capture = request.config.pluginmanager.getplugin("capturemanager")
+    with capture.global_and_fixture_disabled():  # the table shows without -s
+        sys.stdout.write("\n".join(lines))
 
-    assert abs(extended.allocation_percent(CAPACITY_GPUS) - simulated.allocation_percent) <= 1.0
+    assert abs(simulate_allocation - simulated.allocation_percent) < 0.001
+    assert abs(extended.allocation_percent(CAPACITY_GPUS) - simulate_allocation) <= 1.0
     assert extended.allocation_percent(CAPACITY_GPUS) > default.allocation_percent(CAPACITY_GPUS)
 
 
@@ -261,4 +289,3 @@ def test_with_the_extender_down_pods_are_still_placed(
         timeout=30,
     )
     assert node in {n.name for n in NODES}
-    admin.send("GET", f"{path.rsplit('/pods', 1)[0]}/events").body["items"]

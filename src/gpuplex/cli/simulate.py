@@ -16,7 +16,8 @@ MIG instance, an MPS share or time-slice replicas reserve (see `gpuplex.replay.i
 the table and `isolation.csv` give GPUs needed, allocation ratios and stranded memory per mode.
 
 With --arrivals trace --tenants FILE the pods arrive and leave in time through the queue rules
-(`gpuplex.cli.simulate_jobs`)."""
+(`gpuplex.cli.simulate_jobs`); with --arrivals stream they arrive and leave one event at a time,
+each placed or failed (`gpuplex.cli.simulate_stream`)."""
 
 from __future__ import annotations
 
@@ -126,7 +127,9 @@ def simulate_command(
             help=(
                 "inflate: pods arrive one by one and never leave (the FGD paper's replay); "
                 "trace: pods arrive and leave at the trace's times through the queue rules of "
-                "--tenants, compared with FIFO (jobs.csv, jobs.png)."
+                "--tenants, compared with FIFO (jobs.csv, jobs.png); stream: whole-GPU pods "
+                "drawn from the trace arrive and leave one event at a time, placed or failed "
+                "(stream.csv)."
             ),
         ),
     ] = "inflate",
@@ -146,6 +149,19 @@ def simulate_command(
             min=0.001, help="With --arrivals trace: arrival times divided by this (more load)."
         ),
     ] = 1.0,
+    stream_pods: Annotated[
+        int | None,
+        typer.Option(min=1, max=1_000_000, help="With --arrivals stream: pods in the stream."),
+    ] = None,
+    stream_spacing: Annotated[
+        int | None,
+        typer.Option(
+            min=1,
+            max=1_000_000,
+            help="With --arrivals stream: a pod of the trace's median runtime stays this many "
+            "arrivals.",
+        ),
+    ] = None,
 ) -> None:
     """Replay a cluster trace under placement policies and compare them.
 
@@ -159,8 +175,33 @@ def simulate_command(
         raise typer.BadParameter(
             "only applies with --compare-isolation", param_hint="--time-slice-replicas"
         )
-    if arrivals not in ("inflate", "trace"):
-        raise typer.BadParameter("inflate or trace", param_hint="--arrivals")
+    if arrivals not in ("inflate", "trace", "stream"):
+        raise typer.BadParameter("inflate, trace or stream", param_hint="--arrivals")
+    if arrivals != "stream" and (stream_pods is not None or stream_spacing is not None):
+        raise typer.BadParameter(
+            "only applies with --arrivals stream", param_hint="--stream-pods / --stream-spacing"
+        )
+    if arrivals == "stream":
+        from gpuplex.cli.simulate_stream import STREAM_PODS, STREAM_SPACING, simulate_stream
+
+        if tenants is not None or speedup != 1.0 or compare_isolation:
+            raise typer.BadParameter(
+                "not with --arrivals stream",
+                param_hint="--tenants / --speedup / --compare-isolation",
+            )
+        with reported():
+            picked = _policies(policy or ["best-fit"], POLICY_NAMES)
+        _make_out_dir(out_dir)
+        simulate_stream(
+            nodes,
+            pods,
+            policies=picked,
+            seeds=list(range(first_seed, first_seed + seeds)),
+            pods=stream_pods or STREAM_PODS,
+            spacing=stream_spacing or STREAM_SPACING,
+            out_dir=out_dir,
+        )
+        return
     if arrivals == "inflate" and (tenants is not None or speedup != 1.0):
         raise typer.BadParameter(
             "only applies with --arrivals trace", param_hint="--tenants / --speedup"
