@@ -84,3 +84,20 @@ def pytest_collection_finish(session: pytest.Session) -> None:
             from _pytest.nodeid import NodeId  # pytest >= 9.2, the only one that gets here
 
             item._id = NodeId.parse(item.nodeid + suffix)
+
+
+#: `record_property(RESULT_TABLE, text)` in a test: the text is printed at the end of the run,
+#: after the summary, also from an xdist worker (whose own output pytest does not show)
+RESULT_TABLE = "result_table"
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    """The tables the tests recorded (a measured comparison a reader of CI's log should see)."""
+    for reports in list(terminalreporter.stats.values()):
+        for report in reports:
+            if getattr(report, "when", None) != "call":
+                continue
+            for name, value in getattr(report, "user_properties", ()):
+                if name == RESULT_TABLE:
+                    terminalreporter.write_sep("-", f"{report.nodeid}")
+                    terminalreporter.write_line(str(value))

@@ -23,7 +23,7 @@ import ssl
 import subprocess
 import sys
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -35,6 +35,7 @@ from gpuplex.kube.apply import ClientTransport, connect
 from gpuplex.kube.self_scheduler import scheduler_config
 from gpuplex.replay.openb import load_timed_pods
 from gpuplex.replay.stream import StreamEvent, openb_stream, replay_stream
+from tests.conftest import RESULT_TABLE
 from tests.kube_real.cluster import (
     ControlPlane,
     free_port,
@@ -138,28 +139,23 @@ def _healthy(port: int) -> bool:
         return False
 
 
+def _start_extender(kube_cluster: ControlPlane, port: int) -> None:
+    """`gpuplex kube extender`, run as a user runs it."""
+    argv = [sys.executable, "-m", "gpuplex.cli", "kube", "extender", "--policy", "best-fit"]
+    argv += ["--port", str(port), "--kubeconfig", str(kube_cluster.kubeconfig)]
+    kube_cluster.start_program(
+        "gpuplex-extender",
+        argv,
+        lambda: http_ok(f"http://127.0.0.1:{port}/healthz"),
+        dict(os.environ),
+    )
+
+
 @pytest.fixture(scope="module")
 def extender_port(kube_cluster: ControlPlane, admin: ClientTransport) -> Iterator[int]:
     """`gpuplex kube extender` and a second kube-scheduler configured to call it."""
     port = free_port()
-    kube_cluster.start_program(
-        "gpuplex-extender",
-        [
-            sys.executable,
-            "-m",
-            "gpuplex.cli",
-            "kube",
-            "extender",
-            "--policy",
-            "best-fit",
-            "--port",
-            str(port),
-            "--kubeconfig",
-            str(kube_cluster.kubeconfig),
-        ],
-        lambda: http_ok(f"http://127.0.0.1:{port}/healthz"),
-        dict(os.environ),
-    )
+    _start_extender(kube_cluster, port)
     directory = kube_cluster.directory
     kubeconfig = kubeconfig_for(
         directory / "gpuplex-scheduler.kubeconfig",
@@ -232,7 +228,10 @@ def _gpuplex_simulate(tmp_path: Path) -> float:
 
 
 def test_the_extender_places_as_the_simulator_and_beats_default_scoring(
-    admin: ClientTransport, extender_port: int, tmp_path: Path, request: pytest.FixtureRequest
+    admin: ClientTransport,
+    extender_port: int,
+    tmp_path: Path,
+    record_property: Callable[[str, object], None],
 ) -> None:
     events = _stream()
     nodes = [TraceNode(n.name, n.cpu_milli, n.memory_mib, n.gpus, "") for n in NODES]
@@ -264,9 +263,7 @@ def test_the_extender_places_as_the_simulator_and_beats_default_scoring(
         *(f"{a:<46} {b:>16.1f} {c:>12} {d:>13}" for a, b, c, d in rows),
         f"same node as the simulator: {same} of {len(simulated.placed)} placed pods\n",
     ]
-    capture = request.config.pluginmanager.getplugin("capturemanager")
-    with capture.global_and_fixture_disabled():  # the table shows without -s
-        sys.stdout.write("\n".join(lines))
+    record_property(RESULT_TABLE, "\n".join(lines))  # printed at the end of the run
 
     assert abs(simulate_allocation - simulated.allocation_percent) < 0.001
     assert abs(extended.allocation_percent(CAPACITY_GPUS) - simulate_allocation) <= 1.0
@@ -277,15 +274,20 @@ def test_with_the_extender_down_pods_are_still_placed(
     kube_cluster: ControlPlane, admin: ClientTransport, extender_port: int
 ) -> None:
     kube_cluster.stop_program("gpuplex-extender")
-    assert not http_ok(f"http://127.0.0.1:{extender_port}/healthz")
-    event = _stream()[0]
-    name = "down-0000"
     path = f"/api/v1/namespaces/{NAMESPACE}/pods"
-    created = send_json(admin, "POST", path, pod_manifest(event, name, SCHEDULER, SELECTOR, TAINT))
-    assert created.status == 201, created.text
-    node = wait_until(
-        "the pod to be bound without the extender",
-        lambda: admin.send("GET", f"{path}/{name}").body["spec"].get("nodeName"),
-        timeout=30,
-    )
-    assert node in {n.name for n in NODES}
+    name = "down-0000"
+    try:
+        assert not http_ok(f"http://127.0.0.1:{extender_port}/healthz")
+        event = _stream()[0]
+        pod = pod_manifest(event, name, SCHEDULER, SELECTOR, TAINT)
+        created = send_json(admin, "POST", path, pod)
+        assert created.status == 201, created.text
+        node = wait_until(
+            "the pod to be bound without the extender",
+            lambda: admin.send("GET", f"{path}/{name}").body["spec"].get("nodeName"),
+            timeout=30,
+        )
+        assert node in {n.name for n in NODES}
+    finally:  # as it was, whichever test runs next
+        send_json(admin, "DELETE", f"{path}/{name}", {"gracePeriodSeconds": 0})
+        _start_extender(kube_cluster, extender_port)
