@@ -28,7 +28,7 @@ from gpuplex.core.plan.demand import Sized, Unit, size_on
 from gpuplex.core.plan.inventory import GpuSlot
 from gpuplex.core.plan.mig_fit import room_left, slot_mask
 from gpuplex.core.plan.model import Mode
-from gpuplex.core.plan.node_sharing import NodeSharing
+from gpuplex.core.plan.node_sharing import NodeKind, NodeSharing, kind_verdict
 from gpuplex.core.plan.occupancy import (
     GpuState,
     Hold,
@@ -63,7 +63,7 @@ class GroupIndex:
     allows. A share GPU with no room left (MPS out of threads or clients, no free memory) is in no
     list: searches never walk past it."""
 
-    def __init__(self, slots: list[GpuSlot]) -> None:
+    def __init__(self, slots: list[GpuSlot], node_kinds: dict[str, NodeKind] | None) -> None:
         self.first = slots[0]
         self.gpu_ids = [slot.gpu_id for slot in slots]
         self.runs_mig = any(slot.runs_mig for slot in slots)
@@ -77,6 +77,14 @@ class GroupIndex:
         self.nodes_by_free: list[tuple[int, Order, str]] = []
         self.mig: dict[tuple[int, int, tuple[str, ...]], list[tuple[Order, int]]] = {}
         self.shares: dict[Mode, list[tuple[int, Order, int]]] = {Mode.MPS: [], Mode.TIMESLICE: []}
+        # With a Kubernetes target, the empty GPUs again, for MIG use (True) and whole-GPU use
+        # (False), by the kind of their node as `node_kinds` has it (NodeSharing.kinds): the
+        # first free GPU a mode may take is then the first of a few lists, not a scan of them all.
+        self.node_kinds = node_kinds
+        self.empty_by_kind: dict[bool, dict[NodeKind, list[tuple[Order, int]]]] = {
+            True: {},
+            False: {},
+        }
 
     def take_out(self, state: GpuState) -> None:
         slot = state.slot
@@ -87,6 +95,8 @@ class GroupIndex:
             if slot.runs_whole:
                 _remove(self.empty_whole, (slot.order, slot.gpu_id))
                 self._change_node(slot.node, lambda free: _remove(free, (slot.order, slot.gpu_id)))
+            if self.node_kinds is not None:
+                self.unfile(state, self.node_kinds[slot.node])
         elif state.mode is Mode.MIG:
             _remove(self.mig[state.mig_signature], (slot.order, slot.gpu_id))
         elif state.mode in self.shares and has_room(state):
@@ -101,10 +111,25 @@ class GroupIndex:
             if slot.runs_whole:
                 insort(self.empty_whole, (slot.order, slot.gpu_id))
                 self._change_node(slot.node, lambda free: insort(free, (slot.order, slot.gpu_id)))
+            if self.node_kinds is not None:
+                self.file(state, self.node_kinds[slot.node])
         elif state.mode is Mode.MIG:
             insort(self.mig.setdefault(state.mig_signature, []), (slot.order, slot.gpu_id))
         elif state.mode in self.shares and has_room(state):
             insort(self.shares[state.mode], (state.free_memory_mib, slot.order, slot.gpu_id))
+
+    def file(self, state: GpuState, kind: NodeKind) -> None:
+        """List an empty GPU under its node's kind (Kubernetes target)."""
+        slot = state.slot
+        for for_mig, runs in ((True, slot.runs_mig), (False, slot.runs_whole)):
+            if runs:
+                insort(self.empty_by_kind[for_mig].setdefault(kind, []), (slot.order, slot.gpu_id))
+
+    def unfile(self, state: GpuState, kind: NodeKind) -> None:
+        slot = state.slot
+        for for_mig, runs in ((True, slot.runs_mig), (False, slot.runs_whole)):
+            if runs:
+                _remove(self.empty_by_kind[for_mig][kind], (slot.order, slot.gpu_id))
 
     def _change_node(self, node: str, change: Callable[[list[tuple[Order, int]]], object]) -> None:
         """Change the node's empty GPUs, keeping its entry in `nodes_by_free` in step."""
@@ -170,7 +195,8 @@ class FleetIndex:
         grouped: dict[tuple[object, ...], list[GpuSlot]] = {}
         for slot in slots:
             grouped.setdefault(slot.group, []).append(slot)
-        self.groups = [GroupIndex(members) for members in grouped.values()]
+        kinds = None if self.node_sharing is None else self.node_sharing.kinds
+        self.groups = [GroupIndex(members, kinds) for members in grouped.values()]
         self.held_priorities: Counter[int] = Counter()  # priorities of placed replicas
         self.group_of = {slot.gpu_id: g for g in self.groups for slot in grouped[g.first.group]}
         for state in self.states:
@@ -197,26 +223,21 @@ class FleetIndex:
             return fit
         return self.node_problem(unit, state.slot.node) or fit
 
-    def first_open(self, unit: Unit, empty: list[tuple[Order, int]]) -> tuple[Order, int] | None:
-        """The first of these empty GPUs; with a Kubernetes target, the first whose node may take
-        the unit's mode, on a node already in use if there is one."""
-        sharing = self.node_sharing
-        if sharing is None:
+    def first_open(self, unit: Unit, group: GroupIndex, for_mig: bool) -> tuple[Order, int] | None:
+        """The first empty GPU of the group for MIG use (`for_mig`) or whole-GPU use; with a
+        Kubernetes target, the first whose node may take the unit's mode, on a node already in
+        use if there is one."""
+        if self.node_sharing is None:
+            empty = group.empty_mig if for_mig else group.empty_whole
             return empty[0] if empty else None
-        untouched: tuple[Order, int] | None = None
-        verdicts: dict[str, int] = {}  # node -> 0: may not take the mode, 1: untouched, 2: in use
-        for entry in empty:
-            node = self.states[entry[1]].slot.node
-            verdict = verdicts.get(node)
-            if verdict is None:
-                verdict = verdicts[node] = (
-                    0 if sharing.problem(unit, node) else 1 if sharing.untouched(node) else 2
-                )
-            if verdict == 2:
-                return entry
-            if verdict == 1 and untouched is None:
-                untouched = entry
-        return untouched
+        firsts: list[tuple[Order, int] | None] = [None, None, None]  # by kind_verdict
+        for kind, entries in group.empty_by_kind[for_mig].items():
+            if entries:
+                verdict = kind_verdict(unit.mode, kind)
+                first = firsts[verdict]
+                if first is None or entries[0] < first:
+                    firsts[verdict] = entries[0]
+        return firsts[2] if firsts[2] is not None else firsts[1]
 
     def policy_for(self, unit: Unit) -> str:
         """The rule that placed `unit`, as a plan reason names it."""
@@ -251,7 +272,7 @@ class FleetIndex:
     def _dedicated(self, group: GroupIndex, unit: Unit, sized: Sized) -> Iterator[Candidate]:
         need = unit.gpu_count
         if need == 1:
-            first = self.first_open(unit, group.empty_whole)
+            first = self.first_open(unit, group, for_mig=False)
             if first is not None:
                 order, gpu_id = first
                 yield Candidate((gpu_id,), sized, None, (1, 0, 0, order), "first free GPU")
@@ -276,7 +297,7 @@ class FleetIndex:
         geometry, profile = group.first.model.mig, sized.profile
         if geometry is None or profile is None:
             return
-        empty = self.first_open(unit, group.empty_mig)
+        empty = self.first_open(unit, group, for_mig=True)
         for members in [*group.mig.values(), [empty] if empty is not None else []]:
             found = next(
                 (
@@ -316,7 +337,7 @@ class FleetIndex:
                 score = (1, -left, 0, order) if self.spread else (0, left, 0, order)
                 yield Candidate((gpu_id,), sized, None, score, f"shares a {unit.mode} GPU")
                 break
-        empty = self.first_open(unit, group.empty_whole)
+        empty = self.first_open(unit, group, for_mig=False)
         if empty is not None:
             order, gpu_id = empty
             left = group.first.model.memory_mib - need
@@ -340,7 +361,7 @@ class FleetIndex:
             if spot not in joins and isinstance(self.fit(unit, sized, state), int):
                 joins[spot] = (order, gpu_id)
         spots = [(spot, order, gpu_id, 0) for spot, (order, gpu_id) in joins.items()]
-        empty = self.first_open(unit, group.empty_whole)
+        empty = self.first_open(unit, group, for_mig=False)
         if empty is not None:
             order, gpu_id = empty
             spots.append((ShareSpot(group.first.model.memory_mib, 0), order, gpu_id, 1))
@@ -377,4 +398,12 @@ class FleetIndex:
         state, group = self.states[gpu_id], self.group_of[gpu_id]
         group.take_out(state)
         change(state)
+        if self.node_sharing is not None:
+            node = state.slot.node
+            before, after = self.node_sharing.refresh(node)
+            if before != after:  # the node's other empty GPUs move to the lists of its new kind
+                for other in self.node_sharing.states_on(node):
+                    if other is not state and other.is_empty:
+                        self.group_of[other.slot.gpu_id].unfile(other, before)
+                        self.group_of[other.slot.gpu_id].file(other, after)
         group.put_in(state)
