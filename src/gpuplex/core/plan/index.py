@@ -23,16 +23,16 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from gpuplex.core.catalog import MPS_CLIENT_LIMIT
+from gpuplex.core.catalog import MPS_CLIENT_LIMIT, MigProfile
 from gpuplex.core.plan.demand import Sized, Unit, size_on
 from gpuplex.core.plan.inventory import GpuSlot
-from gpuplex.core.plan.mig_fit import room_left, slot_mask
 from gpuplex.core.plan.model import Mode
 from gpuplex.core.plan.node_sharing import NodeKind, NodeSharing, kind_verdict
 from gpuplex.core.plan.occupancy import (
     GpuState,
     Hold,
-    best_mig_start,
+    MigChoice,
+    MigChoices,
     fit_on,
     sharing_problem,
 )
@@ -77,6 +77,8 @@ class GroupIndex:
         self.nodes_by_free: list[tuple[int, Order, str]] = []
         self.mig: dict[tuple[int, int, tuple[str, ...]], list[tuple[Order, int]]] = {}
         self.shares: dict[Mode, list[tuple[int, Order, int]]] = {Mode.MPS: [], Mode.TIMESLICE: []}
+        geometry = self.first.model.mig
+        self.mig_choices = MigChoices(geometry) if geometry is not None else None
         # With a Kubernetes target, the empty GPUs again, for MIG use (True) and whole-GPU use
         # (False), by the kind of their node as `node_kinds` has it (NodeSharing.kinds): the
         # first free GPU a mode may take is then the first of a few lists, not a scan of them all.
@@ -223,6 +225,14 @@ class FleetIndex:
             return fit
         return self.node_problem(unit, state.slot.node) or fit
 
+    def fit_lifted(self, unit: Unit, sized: Sized, state: GpuState) -> int | str:
+        """`fit` on a state the caller changed without the index (preemption lifts replicas off
+        it to try a fit): the node's sharing method is read from its states as they are."""
+        fit = fit_on(unit, sized, state, self.tenants)
+        if isinstance(fit, str) or self.node_sharing is None:
+            return fit
+        return self.node_sharing.problem_now(unit, state.slot.node) or fit
+
     def first_open(self, unit: Unit, group: GroupIndex, for_mig: bool) -> tuple[Order, int] | None:
         """The first empty GPU of the group for MIG use (`for_mig`) or whole-GPU use; with a
         Kubernetes target, the first whose node may take the unit's mode, on a node already in
@@ -294,37 +304,49 @@ class FleetIndex:
         yield Candidate(tuple(g for _, g in pick[:need]), sized, None, score, f"{why} that fit")
 
     def _mig(self, group: GroupIndex, unit: Unit, sized: Sized) -> Iterator[Candidate]:
-        geometry, profile = group.first.model.mig, sized.profile
-        if geometry is None or profile is None:
+        """The first GPU the unit's tenant may share of each MIG signature the profile fits,
+        and the first empty GPU."""
+        choices, profile = group.mig_choices, sized.profile
+        if choices is None or profile is None:
             return
         empty = self.first_open(unit, group, for_mig=True)
-        for members in [*group.mig.values(), [empty] if empty is not None else []]:
+        for signature, members in group.mig.items():
+            choice = choices.on(profile, signature) if members else None
+            if choice is None:
+                continue
             found = next(
                 (
-                    (order, self.states[gpu_id])
+                    (order, gpu_id)
                     for order, gpu_id in members
                     if sharing_problem(unit, self.states[gpu_id], self.tenants) is None
                     and self.node_problem(unit, self.states[gpu_id].slot.node) is None
                 ),
                 None,
             )
-            if found is None:
-                continue
-            order, state = found
-            gpu_id = state.slot.gpu_id
-            start = best_mig_start(state, sized)
-            if start is None:
-                continue
-            after = state.mig_mask | slot_mask(profile, start)
-            free_after = geometry.memory_slices - after.bit_count()
-            room = room_left(geometry, after)
-            opens = 1 if state.is_empty else 0
-            if self.spread:
-                score = (opens ^ 1, -free_after, -room, order)
-            else:
-                score = (opens, free_after, -room, order)
-            where = "an empty GPU" if opens else "a partly used GPU"
-            yield Candidate((gpu_id,), sized, start, score, f"{profile.name}@{start} on {where}")
+            if found is not None:
+                yield self._mig_candidate(found, sized, profile, choice, opens=False)
+        if empty is not None:  # an empty GPU: no tenant, and a node that may take MIG
+            choice = choices.on(profile, (0, 0, ()))
+            if choice is not None:
+                yield self._mig_candidate(empty, sized, profile, choice, opens=True)
+
+    def _mig_candidate(
+        self,
+        at: tuple[Order, int],
+        sized: Sized,
+        profile: MigProfile,
+        choice: MigChoice,
+        *,
+        opens: bool,
+    ) -> Candidate:
+        (order, gpu_id), opened = at, int(opens)
+        if self.spread:
+            score = (opened ^ 1, -choice.free_after, -choice.room_after, order)
+        else:
+            score = (opened, choice.free_after, -choice.room_after, order)
+        where = "an empty GPU" if opens else "a partly used GPU"
+        reason = f"{profile.name}@{choice.start} on {where}"
+        return Candidate((gpu_id,), sized, choice.start, score, reason)
 
     def _shares(self, group: GroupIndex, unit: Unit, sized: Sized) -> Iterator[Candidate]:
         used = group.shares[unit.mode]

@@ -36,11 +36,6 @@ def target_of(spec: GpuplexSpec) -> Target:
     return Target.KUBERNETES if "kubernetes" in spec.model_fields_set else Target.HOST
 
 
-def in_mig_mode(state: GpuState) -> bool:
-    """Holds MIG slices, or is pinned to MIG mode by `mig: "on"` even while empty."""
-    return state.mode is Mode.MIG or (state.slot.runs_mig and not state.slot.runs_whole)
-
-
 class NodeKind(NamedTuple):
     """What the one-method rule reads of a node: whether anything is placed on it, the methods
     its full GPUs run, and whether any of its GPUs is in MIG mode."""
@@ -50,14 +45,19 @@ class NodeKind(NamedTuple):
     has_mig_mode: bool
 
 
-def kind_of(states: list[GpuState]) -> NodeKind:
-    return NodeKind(
-        untouched=all(s.is_empty for s in states),
-        full_modes=frozenset(
-            s.mode for s in states if s.mode is not None and s.mode is not Mode.MIG
-        ),
-        has_mig_mode=any(in_mig_mode(s) for s in states),
-    )
+def node_kind(states: list[GpuState], pinned_mig: bool) -> NodeKind:
+    """The kind of a node with these GPU states; `pinned_mig`: one of its GPUs is `mig: "on"`."""
+    untouched, has_mig_mode = True, pinned_mig
+    full_modes: set[Mode] = set()
+    for state in states:
+        mode = state.mode  # None exactly when nothing is on the GPU
+        if mode is not None:
+            untouched = False
+            if mode is Mode.MIG:
+                has_mig_mode = True
+            else:
+                full_modes.add(mode)
+    return NodeKind(untouched, frozenset(full_modes), has_mig_mode)
 
 
 @cache
@@ -87,25 +87,37 @@ def kind_verdict(mode: Mode, kind: NodeKind) -> int:
 class NodeSharing:
     """Which replica modes each node's GPUs may still take under the one-method rule.
 
-    `problem` reads the node's states as they are when asked (preemption lifts replicas off a
-    GPU's state to try a fit, without the index). `kinds` is what the index last saw of each
-    node (`refresh` after every change it makes): its lists of free GPUs by node kind use it."""
+    `kinds` is each node as the index last changed it (`refresh` after every change the index
+    makes): `problem` reads it, and the index's lists of free GPUs by node kind follow it.
+    `problem_now` reads the node's states as they are, for a preemption trial that lifts replicas
+    off a GPU's state without the index."""
 
     def __init__(self, states: list[GpuState]) -> None:
         self._on_node: dict[str, list[GpuState]] = {}
         for state in states:
             self._on_node.setdefault(state.slot.node, []).append(state)
-        self.kinds = {node: kind_of(on_node) for node, on_node in self._on_node.items()}
+        self._pinned_mig = {  # a GPU with `mig: "on"` is in MIG mode even while empty
+            node: any(s.slot.runs_mig and not s.slot.runs_whole for s in on_node)
+            for node, on_node in self._on_node.items()
+        }
+        self.kinds = {node: self._kind_now(node) for node in self._on_node}
+
+    def _kind_now(self, node: str) -> NodeKind:
+        return node_kind(self._on_node[node], self._pinned_mig[node])
 
     def states_on(self, node: str) -> list[GpuState]:
         return self._on_node[node]
 
     def refresh(self, node: str) -> tuple[NodeKind, NodeKind]:
         """The node's kind before and after a change the index made to one of its GPUs."""
-        before, after = self.kinds[node], kind_of(self._on_node[node])
+        before, after = self.kinds[node], self._kind_now(node)
         self.kinds[node] = after
         return before, after
 
     def problem(self, unit: Unit, node: str) -> str | None:
         """Why `node` cannot take the unit's mode now, or None when it can."""
-        return kind_problem(unit.mode, kind_of(self._on_node[node]))
+        return kind_problem(unit.mode, self.kinds[node])
+
+    def problem_now(self, unit: Unit, node: str) -> str | None:
+        """`problem` from the node's states as they are, changed by the index or not."""
+        return kind_problem(unit.mode, self._kind_now(node))

@@ -54,7 +54,7 @@ class GpuState:
         return self.slot.model.memory_mib - self.memory_used_mib
 
     @property
-    def mig_signature(self) -> tuple[int, int, tuple[str, ...]]:
+    def mig_signature(self) -> MigSignature:
         return (self.mig_mask, self.mig_compute, self.mig_special)
 
     def add(self, hold: Hold) -> None:
@@ -154,6 +154,43 @@ def _best_start(
     if not starts:
         return None
     return max(starts, key=lambda s: (room_left(geometry, mask | slot_mask(profile, s)), -s))
+
+
+MigSignature = tuple[int, int, tuple[str, ...]]  # GpuState.mig_signature
+
+
+@dataclass(frozen=True, slots=True)
+class MigChoice:
+    """Where a profile goes on a GPU (`best_mig_start`), and what that leaves of the GPU."""
+
+    start: int
+    free_after: int  # memory slots left free
+    room_after: int  # mig_fit.room_left of the layout after
+
+
+class MigChoices:
+    """`MigChoice`s on GPUs of one MIG geometry, by profile and the GPU's MIG signature: a plan
+    asks the same few hundred questions many thousand times. Lives as long as the index it
+    serves, one planning run."""
+
+    def __init__(self, geometry: MigGeometry) -> None:
+        self.geometry = geometry
+        self._known: dict[tuple[str, MigSignature], MigChoice | None] = {}
+
+    def on(self, profile: MigProfile, signature: MigSignature) -> MigChoice | None:
+        """The choice on a GPU with this signature, or None when the profile does not fit."""
+        key = (profile.name, signature)
+        if key in self._known:
+            return self._known[key]
+        geometry, (mask, compute, special) = self.geometry, signature
+        start = _best_start(geometry, profile, mask, compute, special)
+        choice = None
+        if start is not None:
+            after = mask | slot_mask(profile, start)
+            free_after = geometry.memory_slices - after.bit_count()
+            choice = MigChoice(start, free_after, room_left(geometry, after))
+        self._known[key] = choice
+        return choice
 
 
 def fit_on(unit: Unit, sized: Sized, state: GpuState, tenants: dict[str, TenantSpec]) -> int | str:

@@ -191,7 +191,7 @@ def _fit_without(
     for victim in victims:
         state.remove(victim.unit.key)
     try:
-        fit = index.fit(unit, sized, state)
+        fit = index.fit_lifted(unit, sized, state)
     finally:
         for victim in victims:
             state.add(victim)
