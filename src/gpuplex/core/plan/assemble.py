@@ -34,7 +34,7 @@ def mig_slice(hold: Hold) -> MigSlicePlan | None:
     )
 
 
-def placement_of(hold: Hold, index: FleetIndex, reason: str) -> Placement:
+def placement_of(hold: Hold, index: FleetIndex, reason: str, mig: MigSlicePlan | None) -> Placement:
     slots = [index.states[g].slot for g in hold.gpu_ids]
     tenant, workload, replica = hold.unit.key
     return Placement(
@@ -45,7 +45,7 @@ def placement_of(hold: Hold, index: FleetIndex, reason: str) -> Placement:
         node=slots[0].node,
         gpu_indices=[slot.index for slot in slots],
         gpu_model=slots[0].model.name,
-        mig=mig_slice(hold),
+        mig=mig,
         memory_mib=hold.sized.memory_mib,
         thread_percent=hold.sized.thread_percent,
         compute_percent=hold.sized.compute_percent,
@@ -65,8 +65,12 @@ def assemble(
     preemptions: list[Preemption],
     current: Plan | None,
 ) -> Plan:
-    placements = [placement_of(holds[key], index, reasons[key]) for key in sorted(holds)]
-    gpus = [_gpu_view(state_id, index) for state_id in range(len(index.states))]
+    # a MIG slice is one value, in its replica's placement and among its GPU's occupants alike
+    slices = {key: mig_slice(hold) for key, hold in holds.items()}
+    placements = [
+        placement_of(holds[key], index, reasons[key], slices[key]) for key in sorted(holds)
+    ]
+    gpus = [_gpu_view(state_id, index, slices) for state_id in range(len(index.states))]
     moves = _moves(current, placements)
     return Plan(
         policy=policy,
@@ -88,7 +92,7 @@ def assemble(
     )
 
 
-def _gpu_view(gpu_id: int, index: FleetIndex) -> GpuView:
+def _gpu_view(gpu_id: int, index: FleetIndex, slices: dict[Key, MigSlicePlan | None]) -> GpuView:
     state = index.states[gpu_id]
     slot = state.slot
     occupants = [
@@ -96,7 +100,7 @@ def _gpu_view(gpu_id: int, index: FleetIndex) -> GpuView:
             tenant=hold.unit.key[0],
             workload=hold.unit.key[1],
             replica=hold.unit.key[2],
-            mig=mig_slice(hold),
+            mig=slices[hold.unit.key],
             memory_mib=hold.memory_per_gpu_mib,
             thread_percent=hold.sized.thread_percent,
         )

@@ -49,6 +49,21 @@ class Sized:
         return self.profile.name if self.profile else "(no profile)"
 
 
+DemandKey = tuple[Mode, int, int | None, int | None, str | None, str | None]
+
+
+def demand_key(unit: Unit) -> DemandKey:
+    """All that `size_on` reads of a unit: units with equal keys size alike on every model."""
+    return (
+        unit.mode,
+        unit.gpu_count,
+        unit.memory_mib,
+        unit.compute_percent,
+        unit.mig_profile,
+        unit.gpu_model,
+    )
+
+
 def size_on(unit: Unit, model: GpuModel) -> Sized | None:
     """The unit's demand on a GPU of `model`, or None if it can never fit that model."""
     if unit.gpu_model is not None and model.name != unit.gpu_model:

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from gpuplex.core.catalog import MPS_CLIENT_LIMIT, MigProfile
-from gpuplex.core.plan.demand import Sized, Unit, size_on
+from gpuplex.core.plan.demand import DemandKey, Sized, Unit, demand_key, size_on
 from gpuplex.core.plan.inventory import GpuSlot
 from gpuplex.core.plan.model import Mode
 from gpuplex.core.plan.node_sharing import NodeKind, NodeSharing, kind_verdict
@@ -77,6 +77,7 @@ class GroupIndex:
         self.nodes_by_free: list[tuple[int, Order, str]] = []
         self.mig: dict[tuple[int, int, tuple[str, ...]], list[tuple[Order, int]]] = {}
         self.shares: dict[Mode, list[tuple[int, Order, int]]] = {Mode.MPS: [], Mode.TIMESLICE: []}
+        self.sized: dict[DemandKey, Sized | None] = {}  # size_on on this group's model
         geometry = self.first.model.mig
         self.mig_choices = MigChoices(geometry) if geometry is not None else None
         # With a Kubernetes target, the empty GPUs again, for MIG use (True) and whole-GPU use
@@ -210,7 +211,10 @@ class FleetIndex:
             runs = group.runs_mig if unit.mode is Mode.MIG else group.runs_whole
             if not pool_accepts(slot.pool, unit.pool) or not runs:
                 continue
-            sized = size_on(unit, slot.model)
+            key = demand_key(unit)
+            if key not in group.sized:
+                group.sized[key] = size_on(unit, slot.model)
+            sized = group.sized[key]
             if sized is not None:
                 yield group, sized
 

@@ -83,10 +83,10 @@ class QuotaLedger:
 
     def add(self, unit: Unit, sized: Sized, sign: int = 1) -> None:
         tenant, workload, _ = unit.key
-        for used in (
-            self.usage[tenant],
-            self.by_workload[tenant].setdefault(workload, TenantUsage()),
-        ):
+        workloads = self.by_workload[tenant]
+        if workload not in workloads:
+            workloads[workload] = TenantUsage()
+        for used in (self.usage[tenant], workloads[workload]):
             used.gpus += sign * (unit.gpu_count if unit.mode is Mode.DEDICATED else 0)
             used.memory_mib += sign * sized.memory_mib
             used.compute_percent += sign * sized.compute_percent

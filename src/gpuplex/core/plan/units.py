@@ -16,24 +16,19 @@ def build_units(spec: GpuplexSpec, slots: list[GpuSlot]) -> tuple[list[Decision]
     groups = list({(*slot.group, slot.mig_policy): slot for slot in slots}.values())
     decided: dict[tuple[str, str], Decision] = {}
     units: list[Unit] = []
+    # what GPUs a request may use depends on its pool and GPU request alone, of which a fleet's
+    # workloads have a few hundred kinds: each is worked out once
+    available: dict[tuple[object, ...], tuple[bool, bool]] = {}
     for tenant in spec.tenants:
         for workload in tenant.workloads:
             if workload.gpu is None:
                 continue  # a LoRA adapter: decided below, from its base
             pool = workload_pool(pools, workload)
             probe = _unit(tenant, workload, pool, Mode.MIG, 0)
-            mig_available = any(
-                slot.runs_mig
-                and pool_accepts(slot.pool, pool)
-                and mig_profile_on(probe, slot.model)
-                for slot in groups
-            )
-            whole_available = any(
-                slot.runs_whole
-                and pool_accepts(slot.pool, pool)
-                and probe.gpu_model in (None, slot.model.name)
-                for slot in groups
-            )
+            asked = _request_of(probe)
+            if asked not in available:
+                available[asked] = _available(probe, groups)
+            mig_available, whole_available = available[asked]
             choice = choose_mode(
                 tenant, workload, mig_available=mig_available, whole_available=whole_available
             )
@@ -51,12 +46,43 @@ def build_units(spec: GpuplexSpec, slots: list[GpuSlot]) -> tuple[list[Decision]
         for t in spec.tenants
         for w in t.workloads
     ]
-    # every replica of a workload sizes alike: size each workload once
+    # every replica of a workload sizes alike, and so does every request of one kind
     by_workload: dict[tuple[str, str], tuple[int, float, int]] = {}
+    by_request: dict[tuple[object, ...], tuple[int, float, int]] = {}
     for unit in units:
         if unit.key[:2] not in by_workload:
-            by_workload[unit.key[:2]] = placement_size(unit, groups)
+            asked = (unit.priority, unit.mode, *_request_of(unit))
+            if asked not in by_request:
+                by_request[asked] = placement_size(unit, groups)
+            by_workload[unit.key[:2]] = by_request[asked]
     return decisions, sorted(units, key=lambda u: (*by_workload[u.key[:2]], *u.key))
+
+
+def _request_of(unit: Unit) -> tuple[object, ...]:
+    """What, besides its mode and priority, decides where a unit may go and how large it is."""
+    return (
+        unit.pool,
+        unit.gpu_count,
+        unit.memory_mib,
+        unit.compute_percent,
+        unit.mig_profile,
+        unit.gpu_model,
+    )
+
+
+def _available(probe: Unit, groups: list[GpuSlot]) -> tuple[bool, bool]:
+    """Whether some GPU in the probe's pool can run it as a MIG slice, and as a whole GPU."""
+    mig_available = any(
+        slot.runs_mig and pool_accepts(slot.pool, probe.pool) and mig_profile_on(probe, slot.model)
+        for slot in groups
+    )
+    whole_available = any(
+        slot.runs_whole
+        and pool_accepts(slot.pool, probe.pool)
+        and probe.gpu_model in (None, slot.model.name)
+        for slot in groups
+    )
+    return mig_available, whole_available
 
 
 def _adapter_decision(
