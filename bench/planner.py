@@ -1,6 +1,7 @@
 """Planner benchmark: `make_plan` on a seeded fleet of N nodes x 8 H100-80GB and M mixed workloads.
 
     .venv/bin/python bench/planner.py [--nodes 1000] [--workloads 10000] [--seed 1] [--json]
+    .venv/bin/python bench/planner.py --scale 10 --runs 1      # 10,000 nodes, 100,000 workloads
 
 The fleet and the workloads are built in memory from the seed, so every run plans the same input.
 Nodes are split 70 % long-running / 30 % bursty; about 200 tenants of every tier ask for whole GPUs
@@ -55,7 +56,8 @@ from gpuplex.core.plan.inventory import build_inventory
 from gpuplex.core.plan.units import build_units
 from gpuplex.core.spec import PlacementPolicy
 
-TARGET_S = 10.0  # the issue's target for 1,000 nodes x 8 H100 and 10,000 workloads
+TARGET_S = 10.0  # issue 41's target for both sizes below
+TARGET_SIZES = ((1000, 10000), (10000, 100000))  # (nodes x 8 H100, workloads)
 
 
 def run(options: Options) -> Results:
@@ -88,7 +90,7 @@ def run(options: Options) -> Results:
     spread_spec = spec.model_copy(update={"policy": spread_policy})
     spread = time_make_plan("baseline: spread", spread_spec, 1)
     naive = naive_first_fit(spec, slots, units, options.naive_limit_s)
-    issue_size = options.nodes == 1000 and options.workloads == 10000
+    issue_size = (options.nodes, options.workloads) in TARGET_SIZES
     placers = [binpack, *kubernetes, spread, naive]
     return Results(machine(), about, placers, TARGET_S if issue_size else None)
 
@@ -97,9 +99,16 @@ def parse_options(argv: Sequence[str] | None) -> tuple[Options, argparse.Namespa
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     defaults = Options()
     add = parser.add_argument
-    add("--nodes", type=int, default=defaults.nodes, help="nodes of 8 H100-80GB")
-    add("--workloads", type=int, default=defaults.workloads)
-    add("--tenants", type=int, default=defaults.tenants)
+    add("--nodes", type=int, help=f"nodes of 8 H100-80GB (default {defaults.nodes:,} x scale)")
+    add("--workloads", type=int, help=f"default {defaults.workloads:,} x scale")
+    add("--tenants", type=int, help=f"default {defaults.tenants:,} x scale")
+    add(
+        "--scale",
+        type=int,
+        default=1,
+        metavar="N",
+        help="N x the default nodes, workloads and tenants (10: issue 41's fleet scale)",
+    )
     add("--seed", type=int, default=defaults.seed)
     add("--fill", type=float, default=defaults.fill, help="demand as a share of the fleet")
     add("--runs", type=int, default=defaults.runs, help="make_plan runs; the best counts")
@@ -115,6 +124,11 @@ def parse_options(argv: Sequence[str] | None) -> tuple[Options, argparse.Namespa
     add("--against", metavar="REF", help="compare with the planner of git ref REF, same run")
     add("--rounds", type=int, default=5, help="with --against: rounds of before and after")
     args = parser.parse_args(argv)
+    if args.scale < 1:
+        parser.error("need scale >= 1")
+    for size in ("nodes", "workloads", "tenants"):
+        if getattr(args, size) is None:
+            setattr(args, size, getattr(defaults, size) * args.scale)
     if args.nodes < 1 or args.workloads < 1 or args.tenants < len(TENANT_CLASSES):
         parser.error(f"need nodes >= 1, workloads >= 1 and tenants >= {len(TENANT_CLASSES)}")
     if not 0 < args.fill <= 1 or args.runs < 1:

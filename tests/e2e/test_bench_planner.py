@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from bench.planner import main
+from bench.planner import main, parse_options
 from bench.planner_spec import Options, build_spec
 
 from gpuplex.core.spec import check_spec
@@ -60,3 +60,12 @@ def test_no_kubernetes_leaves_out_only_that_row(capsys: pytest.CaptureFixture[st
     assert "make_plan, for Kubernetes" not in placers
     assert placers[0] == "make_plan, binpack"
     assert len(placers) == 3
+
+
+def test_scale_multiplies_the_default_sizes_and_an_explicit_size_wins() -> None:
+    options, _ = parse_options(["--scale", "10"])
+    assert (options.nodes, options.workloads, options.tenants) == (10000, 100000, 2000)
+    options, _ = parse_options(["--scale", "10", "--nodes", "3000"])
+    assert (options.nodes, options.workloads, options.tenants) == (3000, 100000, 2000)
+    options, _ = parse_options([])
+    assert (options.nodes, options.workloads, options.tenants) == (1000, 10000, 200)
