@@ -28,6 +28,7 @@ from rich.markup import escape
 
 from gpuplex.cli.conventions import reported
 from gpuplex.cli.help_pages import command_group
+from gpuplex.cli.kube_options import ContextOption, KubeconfigOption
 from gpuplex.consoles import stderr_console, stdout_console
 from gpuplex.core.plural import counted
 from gpuplex.extras import require_extra
@@ -82,16 +83,6 @@ SetOption = Annotated[
         metavar="KEY=VALUE",
         help="With --self: a self-hosting option, e.g. --set gateway_max_replicas=20 "
         "--set store_secret=pg-url (repeatable; lists as a,b; maps as k=v,k2=v2).",
-    ),
-]
-ContextOption = Annotated[
-    str | None, typer.Option(help="The kubeconfig context (default: its current context).")
-]
-KubeconfigOption = Annotated[
-    Path | None,
-    typer.Option(
-        help="The kubeconfig (default: $KUBECONFIG, else ~/.kube/config, else the pod's "
-        "service account)."
     ),
 ]
 

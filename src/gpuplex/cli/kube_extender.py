@@ -4,12 +4,12 @@ when the spec sets `kubernetes.scheduler`. Needs the `kube` extra."""
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Annotated
 
 import typer
 
 from gpuplex.cli.conventions import reported
+from gpuplex.cli.kube_options import ContextOption, KubeconfigOption
 from gpuplex.consoles import stderr_console
 from gpuplex.extras import require_extra
 
@@ -28,16 +28,8 @@ def extender_command(
         str, typer.Option(help="The address to listen on (0.0.0.0 inside a pod).")
     ] = "127.0.0.1",
     port: Annotated[int, typer.Option(min=1, max=65535, help="The port to listen on.")] = 8890,
-    context: Annotated[
-        str | None, typer.Option(help="The kubeconfig context (default: its current context).")
-    ] = None,
-    kubeconfig: Annotated[
-        Path | None,
-        typer.Option(
-            help="The kubeconfig (default: $KUBECONFIG, else ~/.kube/config, else the pod's "
-            "service account)."
-        ),
-    ] = None,
+    context: ContextOption = None,
+    kubeconfig: KubeconfigOption = None,
 ) -> None:
     """Run the kube-scheduler extender (HTTP filter and prioritize) until stopped.
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
+import typer
 from rich.markup import escape
 from rich.table import Table
 
@@ -69,8 +70,6 @@ def simulate_stream(
     try:
         path.write_text("\n".join(lines) + "\n", encoding="utf-8")
     except OSError as error:
-        import typer
-
         raise typer.BadParameter(
             f"cannot write {path}: {error.strerror}", param_hint="--out"
         ) from None

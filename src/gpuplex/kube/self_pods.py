@@ -155,6 +155,18 @@ def gateway_autoscaler(spec: GpuplexSpec, options: SelfOptions) -> Manifest:
     }
 
 
+def restricted_container() -> dict[str, Any]:
+    """A container's securityContext under the `restricted` Pod Security Standard, which the
+    system namespace enforces, on a read-only root filesystem."""
+    return {
+        "allowPrivilegeEscalation": False,
+        "readOnlyRootFilesystem": True,
+        "runAsNonRoot": True,
+        "capabilities": {"drop": ["ALL"]},
+        "seccompProfile": {"type": "RuntimeDefault"},
+    }
+
+
 def _meta(name: str, namespace: str, component: str) -> dict[str, Any]:
     return metadata(
         name, namespace=namespace, set_name=SELF_SET, extra_labels=app_labels(name, component)
@@ -207,13 +219,7 @@ def _container(
         "startupProbe": probe(3, 40),
         "readinessProbe": probe(10, 2, ready_path or health_path),
         "livenessProbe": probe(10, 6),
-        "securityContext": {
-            "allowPrivilegeEscalation": False,
-            "readOnlyRootFilesystem": True,
-            "runAsNonRoot": True,
-            "capabilities": {"drop": ["ALL"]},
-            "seccompProfile": {"type": "RuntimeDefault"},
-        },
+        "securityContext": restricted_container(),
         "volumeMounts": [
             # subPath: the file never changes under a running process (a rollout replaces it),
             # and resolving its path finds the file itself, not a kubelet symlink that goes away.

@@ -29,7 +29,7 @@ from gpuplex.core.spec import GpuplexSpec
 from gpuplex.core.spec.kubernetes import SchedulerSpec
 from gpuplex.kube.naming import GPU_RESOURCE, NAME_LABEL, SELF_SET, Manifest, metadata, mig_resource
 from gpuplex.kube.self_options import SelfOptions
-from gpuplex.kube.self_pods import ALL_INTERFACES
+from gpuplex.kube.self_pods import ALL_INTERFACES, RUN_AS, TMP, restricted_container
 from gpuplex.kube.self_scheduling import pod_scheduling
 
 EXTENDER = "gpuplex-scheduler-extender"
@@ -40,10 +40,7 @@ CONFIG_DIR = "/etc/gpuplex-scheduler"
 SCORE_WEIGHT = 5
 #: kube-scheduler gives up on a call after this long (then skips the extender: it is ignorable)
 HTTP_TIMEOUT = "5s"
-RUN_AS = 1000
 KUBE_SCHEDULER_SECURE_PORT = 10259
-#: the pod's own emptyDir: the root filesystem is read-only
-TMP = "/tmp"  # noqa: S108
 
 
 def scheduler_manifests(spec: GpuplexSpec, options: SelfOptions) -> list[Manifest]:
@@ -218,15 +215,6 @@ def _extender_rbac(namespace: str) -> list[Manifest]:
     ]
 
 
-def _restricted() -> dict[str, Any]:
-    """The `restricted` Pod Security Standard, which the system namespace enforces."""
-    return {
-        "allowPrivilegeEscalation": False,
-        "readOnlyRootFilesystem": True,
-        "capabilities": {"drop": ["ALL"]},
-    }
-
-
 def _deployment(
     namespace: str, name: str, options: SelfOptions, container: dict[str, Any], volumes: list[Any]
 ) -> Manifest:
@@ -238,7 +226,7 @@ def _deployment(
             "runAsGroup": RUN_AS,
             "seccompProfile": {"type": "RuntimeDefault"},
         },
-        "containers": [{**container, "securityContext": _restricted()}],
+        "containers": [{**container, "securityContext": restricted_container()}],
         "volumes": volumes,
         **pod_scheduling(options.node_selector, options.tolerations),
     }

@@ -34,6 +34,16 @@ from tests.jobs_http import show_job, submit_job
 T = TypeVar("T")
 
 
+#: a job's command: sleeps, and exits 143 at once when stopped
+SLEEPER = ["sh", "-c", "trap 'exit 143' TERM; sleep {s} & wait $!"]
+
+
+def sleeper_job(gpus: int, seconds: float, **fields: Any) -> dict[str, Any]:
+    """A job asking `gpus` whole GPUs that sleeps `seconds` (the REST API's job body)."""
+    command = [*SLEEPER[:2], SLEEPER[2].format(s=seconds)]
+    return {"gpu": {"count": gpus}, "command": command, **fields}
+
+
 @contextmanager
 def jobs_stack(spec: dict[str, Any]) -> Iterator[JobsStack]:
     """A stack on `spec` in a folder the tenants' users can pass through, stopped and removed

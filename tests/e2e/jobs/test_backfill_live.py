@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from tests.e2e.jobs.stack import JobsStack, eventually, jobs_stack
+from tests.e2e.jobs.stack import JobsStack, eventually, jobs_stack, sleeper_job
 
 pytestmark = [pytest.mark.slow, pytest.mark.stacks]
 
@@ -33,14 +33,6 @@ BRIEF_S = 4
 #: correctness, not a speed target
 SLACK_S = 15
 #: sleeps (past its max runtime unless told less); on SIGTERM it exits 143
-SLEEPER = ["sh", "-c", "trap 'exit 143' TERM; sleep {s} & wait $!"]
-
-
-def job(gpus: int, seconds: float, **fields: Any) -> dict[str, Any]:
-    command = [*SLEEPER[:2], SLEEPER[2].format(s=seconds)]
-    return {"gpu": {"count": gpus}, "command": command, **fields}
-
-
 SPEC: dict[str, Any] = {
     "version": 1,
     "fleet": {"nodes": [{"name": "box", "gpus": [{"model": "H100-80GB", "count": 8}]}]},
@@ -68,17 +60,17 @@ def test_an_8_gpu_job_is_reserved_and_starts_on_time_while_1_gpu_jobs_backfill(
 ) -> None:
     stack.start()
     jobs: dict[str, str] = {}
-    holders = [stack.submit("lab", job(1, 600, max_runtime_s=HOLD_S)) for _ in range(4)]
+    holders = [stack.submit("lab", sleeper_job(1, 600, max_runtime_s=HOLD_S)) for _ in range(4)]
     jobs.update(dict.fromkeys(holders, "lab"))
 
     def all_running(ids: list[str]) -> bool:
         return all(stack.show("lab", j)["state"] == "running" for j in ids)
 
     eventually(lambda: all_running(holders), "four 1-GPU jobs running", 60, explain(stack, jobs))
-    big = stack.submit("lab", job(8, 2, name="big"))
+    big = stack.submit("lab", sleeper_job(8, 2, name="big"))
     jobs[big] = "lab"
-    brief = [stack.submit("lab", job(1, 1, max_runtime_s=BRIEF_S)) for _ in range(2)]
-    endless = stack.submit("lab", job(1, 1, name="endless"))  # no max runtime
+    brief = [stack.submit("lab", sleeper_job(1, 1, max_runtime_s=BRIEF_S)) for _ in range(2)]
+    endless = stack.submit("lab", sleeper_job(1, 1, name="endless"))  # no max runtime
     jobs.update(dict.fromkeys([*brief, endless], "lab"))
 
     shown = eventually(

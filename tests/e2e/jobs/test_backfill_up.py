@@ -19,9 +19,8 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.abuse.host.uprun import UpRun, free_port, up_base
-from tests.e2e.jobs.stack import eventually
-from tests.e2e.jobs.test_backfill_live import job
+from tests.abuse.host.uprun import UpRun, free_port, small_spec, up_base
+from tests.e2e.jobs.stack import eventually, sleeper_job
 from tests.jobs_http import show_job, submit_job
 
 pytestmark = [pytest.mark.slow, pytest.mark.stacks]
@@ -41,25 +40,11 @@ ADMIN_LINE = re.compile(r"^\s*admin token\s+(?P<token>\S+)\s*$")
 
 def spec(gateway_port: int, model_port: int) -> dict[str, Any]:
     """Nine GPUs: one for a tenant's model server (`up`'s banner waits for it), eight for jobs."""
+    base = small_spec(gateway_port, model_port)
+    base["fleet"]["nodes"][0]["gpus"][0]["count"] = 9
+    base["tenants"].append({"name": "lab", "isolation": "dedicated", "workloads": []})
     return {
-        "version": 1,
-        "fleet": {"nodes": [{"name": "box", "gpus": [{"model": "H100-80GB", "count": 9}]}]},
-        "tenants": [
-            {
-                "name": "solo",
-                "isolation": "dedicated",
-                "workloads": [
-                    {
-                        "name": "chat",
-                        "gpu": {"count": 1},
-                        "serve": {"model": "solo-chat", "port": model_port},
-                        "command": ["serve", "--port", "{port}"],
-                    }
-                ],
-            },
-            {"name": "lab", "isolation": "dedicated", "workloads": []},
-        ],
-        "gateway": {"port": gateway_port, "health_interval_s": 0.5},
+        **base,
         "queues": {
             "preemption": {"min_runtime_s": 0, "grace_s": GRACE_S},
             "organisations": [
@@ -120,7 +105,7 @@ def test_through_up_an_8_gpu_job_is_reserved_and_starts_on_time_while_1_gpu_jobs
         at = next(e["at"] for e in show(job_id)["events"] if e["state"] == "starting")
         return datetime.fromisoformat(at).timestamp()
 
-    holders = [submit_job(api, "lab", job(1, 600, max_runtime_s=HOLD_S)) for _ in range(4)]
+    holders = [submit_job(api, "lab", sleeper_job(1, 600, max_runtime_s=HOLD_S)) for _ in range(4)]
     ids = list(holders)
     eventually(
         lambda: all(show(j)["state"] == "running" for j in holders),
@@ -128,9 +113,9 @@ def test_through_up_an_8_gpu_job_is_reserved_and_starts_on_time_while_1_gpu_jobs
         60,
         explain,
     )
-    big = submit_job(api, "lab", job(8, 1, name="big"))
-    brief = [submit_job(api, "lab", job(1, 1, max_runtime_s=BRIEF_S)) for _ in range(2)]
-    endless = submit_job(api, "lab", job(1, 1, name="endless"))  # no max runtime
+    big = submit_job(api, "lab", sleeper_job(8, 1, name="big"))
+    brief = [submit_job(api, "lab", sleeper_job(1, 1, max_runtime_s=BRIEF_S)) for _ in range(2)]
+    endless = submit_job(api, "lab", sleeper_job(1, 1, name="endless"))  # no max runtime
     ids += [big, *brief, endless]
     shown = eventually(
         lambda: "reserved 8 GPUs on box from about" in (show(big)["waiting_reason"] or ""),
