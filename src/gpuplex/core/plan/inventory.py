@@ -19,14 +19,10 @@ class GpuSlot:
     pool: str | None
     mig_policy: MigModeSpec
     order: tuple[int, int]  # preference among empty GPUs, by placement policy
-
-    @property
-    def runs_mig(self) -> bool:
-        return runs_mig(self.model, self.mig_policy)
-
-    @property
-    def runs_whole(self) -> bool:
-        return runs_whole(self.model, self.mig_policy)
+    # what the MIG policy lets the GPU run (`runs_mig`, `runs_whole` of the spec), found once: the
+    # planner asks them for every GPU it considers
+    runs_mig: bool
+    runs_whole: bool
 
     @property
     def group(self) -> tuple[str, str | None]:
@@ -60,6 +56,8 @@ def build_inventory(fleet: FleetSpec, policy: PlacementPolicy) -> list[GpuSlot]:
                         pool=gpu_pool(node, group),
                         mig_policy=group.mig,
                         order=order,
+                        runs_mig=runs_mig(model, group.mig),
+                        runs_whole=runs_whole(model, group.mig),
                     )
                 )
                 index += 1
