@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from gpuplex.core.catalog.gpus import GPU_MODELS, MPS_CLIENT_LIMIT
+from gpuplex.core.catalog.gpus import GPU_MODELS, MPS_CLIENT_LIMIT, MPS_THREAD_PERCENT
 from gpuplex.core.catalog.lookup import Catalog, built_in_name_like, is_built_in
 from gpuplex.core.catalog.model import GpuModel, MigGeometry, MigProfile, Provenance
 
@@ -30,6 +30,7 @@ def gpu_model_for_nvml_name(nvml_name: str) -> GpuModel | None:
 __all__ = [
     "GPU_MODELS",
     "MPS_CLIENT_LIMIT",
+    "MPS_THREAD_PERCENT",
     "Catalog",
     "GpuModel",
     "MigGeometry",

@@ -205,3 +205,6 @@ GPU_MODELS: tuple[GpuModel, ...] = (
 
 #: Volta+ MPS: 48 client CUDA contexts per device up to CUDA 13.0 (60 from 13.1). We plan with 48.
 MPS_CLIENT_LIMIT = 48
+
+#: MPS active-thread percentages (CUDA_MPS_ACTIVE_THREAD_PERCENTAGE) a GPU's clients may hold in all.
+MPS_THREAD_PERCENT = 100

@@ -23,7 +23,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from gpuplex.core.catalog import MPS_CLIENT_LIMIT, MigProfile
+from gpuplex.core.catalog import MPS_CLIENT_LIMIT, MPS_THREAD_PERCENT, MigProfile
 from gpuplex.core.plan.demand import DemandKey, Sized, Unit, demand_key, size_on
 from gpuplex.core.plan.inventory import GpuSlot
 from gpuplex.core.plan.model import Mode
@@ -146,7 +146,7 @@ class GroupIndex:
             entry = (state.free_memory_mib, slot.order, slot.gpu_id)
             _remove(self.shares[state.mode], entry)
             if state.mode is Mode.MPS:
-                _remove(self.mps_by_threads_left[100 - state.threads_used], entry)
+                _remove(self.mps_by_threads_left[MPS_THREAD_PERCENT - state.threads_used], entry)
 
     def put_in(self, state: GpuState) -> None:
         slot = state.slot
@@ -165,7 +165,7 @@ class GroupIndex:
             entry = (state.free_memory_mib, slot.order, slot.gpu_id)
             insort(self.shares[state.mode], entry)
             if state.mode is Mode.MPS:
-                left = 100 - state.threads_used
+                left = MPS_THREAD_PERCENT - state.threads_used
                 insort(self.mps_by_threads_left.setdefault(left, []), entry)
 
     def file(self, state: GpuState, kind: NodeKind) -> None:
@@ -214,7 +214,7 @@ def has_room(state: GpuState) -> bool:
     if state.free_memory_mib <= 0:
         return False
     return state.mode is not Mode.MPS or (
-        state.threads_used < 100 and state.clients < MPS_CLIENT_LIMIT
+        state.threads_used < MPS_THREAD_PERCENT and state.clients < MPS_CLIENT_LIMIT
     )
 
 

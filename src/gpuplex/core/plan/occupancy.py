@@ -11,7 +11,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from functools import cache
 
-from gpuplex.core.catalog import MPS_CLIENT_LIMIT, MigGeometry, MigProfile
+from gpuplex.core.catalog import MPS_CLIENT_LIMIT, MPS_THREAD_PERCENT, MigGeometry, MigProfile
 from gpuplex.core.plan.demand import Key, Sized, Unit
 from gpuplex.core.plan.inventory import GpuSlot
 from gpuplex.core.plan.mig_fit import free_starts, room_left, slot_mask
@@ -211,7 +211,10 @@ def fit_on(unit: Unit, sized: Sized, state: GpuState, tenants: dict[str, TenantS
         fit = start
     elif sized.memory_mib > state.free_memory_mib:
         return "not enough free memory"
-    elif unit.mode is Mode.MPS and state.threads_used + (sized.thread_percent or 0) > 100:
+    elif (
+        unit.mode is Mode.MPS
+        and state.threads_used + (sized.thread_percent or 0) > MPS_THREAD_PERCENT
+    ):
         return "not enough free MPS threads"
     elif unit.mode is Mode.MPS and state.clients >= MPS_CLIENT_LIMIT:
         return f"MPS client limit ({MPS_CLIENT_LIMIT}) reached"

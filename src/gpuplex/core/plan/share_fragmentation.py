@@ -29,7 +29,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from gpuplex.core.catalog import GpuModel
+from gpuplex.core.catalog import MPS_THREAD_PERCENT, GpuModel
 from gpuplex.core.fragmentation.measure import FragmentationModel, typical_pods
 from gpuplex.core.fragmentation.model import MILLI, IntArray, TracePod
 from gpuplex.core.fragmentation.scores import (
@@ -46,7 +46,7 @@ from gpuplex.core.spec.pools import pool_accepts
 SHARE_MODES = (Mode.MPS, Mode.TIMESLICE)
 
 #: the compute every GPU offers, in percent (all of it when nothing holds threads)
-FULL_COMPUTE_PERCENT = 100
+FULL_COMPUTE_PERCENT = MPS_THREAD_PERCENT
 
 Group = tuple[str, str | None]  # GpuSlot.group: model name and pool
 
