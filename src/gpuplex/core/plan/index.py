@@ -21,6 +21,7 @@ from bisect import bisect_left, insort
 from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from functools import partial
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from gpuplex.core.catalog import MPS_CLIENT_LIMIT, MPS_THREAD_PERCENT, MigProfile
@@ -70,6 +71,11 @@ class EmptyGpus:
 
     def add(self, entry: tuple[Order, int]) -> None:
         insort(self._negated, _negate(entry))
+
+    def add_all(self, entries: list[tuple[Order, int]]) -> None:
+        """`add` of each, sorted once: GPUs added one by one in order each go to the front."""
+        self._negated += map(_negate, entries)
+        self._negated.sort()
 
     def remove(self, entry: tuple[Order, int]) -> None:
         _remove(self._negated, _negate(entry))
@@ -168,6 +174,39 @@ class GroupIndex:
                 left = MPS_THREAD_PERCENT - state.threads_used
                 insort(self.mps_by_threads_left.setdefault(left, []), entry)
 
+    def put_in_empty(self, states: list[GpuState]) -> None:
+        """`put_in` of empty GPUs not listed yet, each list sorted once: inserting a fleet's GPUs
+        one by one in order moves every entry of the empty lists each time (2 s of the plan at
+        80,000 GPUs)."""
+        mig: list[tuple[Order, int]] = []
+        whole: list[tuple[Order, int]] = []
+        by_node: dict[str, list[tuple[Order, int]]] = {}
+        by_kind: dict[bool, dict[NodeKind, list[tuple[Order, int]]]] = {True: {}, False: {}}
+        for state in states:
+            if not state.is_empty:
+                raise ValueError(f"GPU {state.slot.gpu_id} is not empty")  # a caller's bug
+            slot = state.slot
+            entry = (slot.order, slot.gpu_id)
+            self.mode_counts[state.mode] += 1
+            kind = None if self.node_kinds is None else self.node_kinds[slot.node]
+            for for_mig, runs, listed in (
+                (True, slot.runs_mig, mig),
+                (False, slot.runs_whole, whole),
+            ):
+                if runs:
+                    listed.append(entry)
+                    if kind is not None:
+                        by_kind[for_mig].setdefault(kind, []).append(entry)
+            if slot.runs_whole:
+                by_node.setdefault(slot.node, []).append(entry)
+        self.empty_mig.add_all(mig)
+        self.empty_whole.add_all(whole)
+        for for_mig, kinds in by_kind.items():
+            for kind, entries in kinds.items():
+                self.empty_by_kind[for_mig].setdefault(kind, EmptyGpus()).add_all(entries)
+        for node, entries in by_node.items():
+            self._change_node(node, partial(_add_sorted, more=entries))
+
     def file(self, state: GpuState, kind: NodeKind) -> None:
         """List an empty GPU under its node's kind (Kubernetes target)."""
         slot = state.slot
@@ -218,6 +257,11 @@ def has_room(state: GpuState) -> bool:
     )
 
 
+def _add_sorted(items: list[_Entry], more: list[_Entry]) -> None:
+    items += more
+    items.sort()
+
+
 def _remove(items: list[_Entry], item: _Entry) -> None:
     at = bisect_left(items, item)
     if at == len(items) or items[at] != item:
@@ -251,8 +295,8 @@ class FleetIndex:
         self.groups = [GroupIndex(members, kinds) for members in grouped.values()]
         self.held_priorities: Counter[int] = Counter()  # priorities of placed replicas
         self.group_of = {slot.gpu_id: g for g in self.groups for slot in grouped[g.first.group]}
-        for state in self.states:
-            self.group_of[state.slot.gpu_id].put_in(state)
+        for group in self.groups:
+            group.put_in_empty([self.states[gpu_id] for gpu_id in group.gpu_ids])
 
     def candidate_groups(self, unit: Unit) -> Iterator[tuple[GroupIndex, Sized]]:
         for group in self.groups:

@@ -16,6 +16,7 @@ from gpuplex.core.plan.model import Mode
 from gpuplex.core.plan.occupancy import Hold
 from gpuplex.core.plan.placer import make_plan
 from gpuplex.core.spec import GpuplexSpec, PlacementPolicy, TenantSpec
+from gpuplex.core.target import Target
 
 TENANT = TenantSpec.model_validate({"name": "t", "workloads": []})
 
@@ -128,3 +129,64 @@ def test_a_share_joins_the_gpu_a_walk_of_every_mps_gpu_picks(
         assert (joined[0] if joined else None) == expected
         if candidate is not None:
             held.append(index.assign(unit, candidate))
+
+
+def listed(group: GroupIndex) -> dict[str, object]:
+    """Every list a group keeps, as plain values."""
+    return {
+        "mode_counts": dict(group.mode_counts),
+        "empty_mig": list(group.empty_mig),
+        "empty_whole": list(group.empty_whole),
+        "empty_by_node": {node: list(free) for node, free in group.empty_by_node.items() if free},
+        "nodes_by_free": list(group.nodes_by_free),
+        "empty_by_kind": {
+            for_mig: {kind: list(entries) for kind, entries in kinds.items() if len(entries)}
+            for for_mig, kinds in group.empty_by_kind.items()
+        },
+    }
+
+
+MIXED_FLEET = {
+    "nodes": [
+        {"name": "a1", "gpus": [{"model": "H100-80GB", "count": 8}]},
+        {"name": "a2", "gpus": [{"model": "H100-80GB", "count": 4, "mig": "on"}]},
+        {
+            "name": "a3",
+            "gpus": [{"model": "H100-80GB", "count": 2, "mig": "off"}],
+            "pool": "bursty",
+        },
+        {"name": "b1", "gpus": [{"model": "A100-40GB", "count": 1}, {"model": "L4", "count": 3}]},
+        {"name": "a0", "gpus": [{"model": "H100-80GB", "count": 3}]},
+    ]
+}
+
+
+@pytest.mark.parametrize("target", list(Target))
+@pytest.mark.parametrize("policy", [PlacementPolicy.BINPACK, PlacementPolicy.SPREAD])
+def test_a_new_index_lists_its_gpus_as_adding_them_one_by_one_would(
+    target: Target, policy: PlacementPolicy
+) -> None:
+    spec = GpuplexSpec.model_validate({"fleet": MIXED_FLEET, "tenants": []})
+    slots = build_inventory(spec.fleet, policy)
+    index = FleetIndex(slots, policy, {}, target=target)
+    kinds = None if index.node_sharing is None else index.node_sharing.kinds
+    for group in index.groups:
+        one_by_one = GroupIndex([index.states[g].slot for g in group.gpu_ids], kinds)
+        for gpu_id in group.gpu_ids:
+            one_by_one.put_in(index.states[gpu_id])
+        assert listed(group) == listed(one_by_one)
+        assert listed(group)["empty_mig"] or listed(group)["empty_whole"]
+    assert len(index.groups) >= 4
+
+
+def test_only_empty_gpus_are_listed_all_at_once() -> None:
+    spec = GpuplexSpec.model_validate(SPEC)
+    slots = build_inventory(spec.fleet, PlacementPolicy.BINPACK)
+    index = FleetIndex(slots, PlacementPolicy.BINPACK, {"t": TENANT})
+    unit = mps_unit(0, 10, 20)
+    candidate = index.search(unit, lambda _: None)
+    assert candidate is not None
+    index.assign(unit, candidate)
+    taken = index.states[candidate.gpu_ids[0]]
+    with pytest.raises(ValueError, match="not empty"):
+        GroupIndex([taken.slot], None).put_in_empty([taken])
