@@ -24,10 +24,9 @@ def build_units(spec: GpuplexSpec, slots: list[GpuSlot]) -> tuple[list[Decision]
             if workload.gpu is None:
                 continue  # a LoRA adapter: decided below, from its base
             pool = workload_pool(pools, workload)
-            probe = _unit(tenant, workload, pool, Mode.MIG, 0)
-            asked = _request_of(probe)
+            asked = _request(workload, pool)
             if asked not in available:
-                available[asked] = _available(probe, groups)
+                available[asked] = _available(_unit(tenant, workload, pool, Mode.MIG, 0), groups)
             mig_available, whole_available = available[asked]
             choice = choose_mode(
                 tenant, workload, mig_available=mig_available, whole_available=whole_available
@@ -38,8 +37,10 @@ def build_units(spec: GpuplexSpec, slots: list[GpuSlot]) -> tuple[list[Decision]
                 mode=choice.mode,
                 reason=choice.reason,
             )
+            # Unit's fields after the mode are those of the request, in its order
             units += [
-                _unit(tenant, workload, pool, choice.mode, r) for r in range(workload.replicas)
+                Unit((tenant.name, workload.name, r), tenant, choice.mode, *asked)
+                for r in range(workload.replicas)
             ]
     decisions = [
         decided.get((t.name, w.name)) or _adapter_decision(t, w, decided)
@@ -51,15 +52,35 @@ def build_units(spec: GpuplexSpec, slots: list[GpuSlot]) -> tuple[list[Decision]
     by_request: dict[tuple[object, ...], tuple[int, float, int]] = {}
     for unit in units:
         if unit.key[:2] not in by_workload:
-            asked = (unit.priority, unit.mode, *_request_of(unit))
-            if asked not in by_request:
-                by_request[asked] = placement_size(unit, groups)
-            by_workload[unit.key[:2]] = by_request[asked]
+            kind = (unit.priority, unit.mode, *_request_of(unit))
+            if kind not in by_request:
+                by_request[kind] = placement_size(unit, groups)
+            by_workload[unit.key[:2]] = by_request[kind]
     return decisions, sorted(units, key=lambda u: (*by_workload[u.key[:2]], *u.key))
 
 
-def _request_of(unit: Unit) -> tuple[object, ...]:
-    """What, besides its mode and priority, decides where a unit may go and how large it is."""
+Request = tuple[str | None, int, int | None, int | None, str | None, str | None]
+
+
+def _request(workload: WorkloadSpec, pool: str | None) -> Request:
+    """What, besides its mode and priority, decides where a replica may go and how large it is:
+    pool, GPU count, memory (MiB), compute percent, MIG profile and GPU model: `Unit`'s fields after
+    its mode, in their order."""
+    request = workload.gpu
+    if request is None:
+        return (pool, 1, None, None, None, None)
+    memory = request.memory_gib
+    return (
+        pool,
+        request.count or 1,
+        memory_mib_of(memory) if memory is not None else None,
+        request.compute_percent,
+        request.mig_profile,
+        request.model,
+    )
+
+
+def _request_of(unit: Unit) -> Request:
     return (
         unit.pool,
         unit.gpu_count,
@@ -100,19 +121,7 @@ def _adapter_decision(
 def _unit(
     tenant: TenantSpec, workload: WorkloadSpec, pool: str | None, mode: Mode, replica: int
 ) -> Unit:
-    request = workload.gpu
-    memory = request.memory_gib if request else None
-    return Unit(
-        key=(tenant.name, workload.name, replica),
-        tenant=tenant,
-        mode=mode,
-        pool=pool,
-        gpu_count=(request.count or 1) if request else 1,
-        memory_mib=memory_mib_of(memory) if memory is not None else None,
-        compute_percent=request.compute_percent if request else None,
-        mig_profile=request.mig_profile if request else None,
-        gpu_model=request.model if request else None,
-    )
+    return Unit((tenant.name, workload.name, replica), tenant, mode, *_request(workload, pool))
 
 
 def placement_size(unit: Unit, groups: list[GpuSlot]) -> tuple[int, float, int]:
