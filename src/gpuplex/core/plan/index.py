@@ -22,7 +22,7 @@ from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from functools import partial
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING
 
 from gpuplex.core.catalog import MPS_CLIENT_LIMIT, MPS_THREAD_PERCENT, MigProfile
 from gpuplex.core.plan.demand import DemandKey, Sized, Unit, demand_key, size_on
@@ -37,6 +37,7 @@ from gpuplex.core.plan.occupancy import (
     fit_on,
     sharing_problem,
 )
+from gpuplex.core.plan.sorted_lists import EmptyGpus, Order, add_sorted, remove_sorted
 from gpuplex.core.spec import PlacementPolicy, TenantSpec
 from gpuplex.core.spec.pools import pool_accepts
 from gpuplex.core.target import Target
@@ -44,8 +45,6 @@ from gpuplex.core.target import Target
 if TYPE_CHECKING:  # numpy, which the fragmentation scores use, loads only under that policy
     from gpuplex.core.plan.share_fragmentation import ShareFragmentation
 
-Order = tuple[int, int]
-_Entry = TypeVar("_Entry", bound=tuple[Any, ...])
 Score = tuple[int, int, int, Order]
 
 
@@ -56,48 +55,6 @@ class Candidate:
     mig_start: int | None
     score: Score
     reason: str
-
-
-class EmptyGpus:
-    """Empty GPUs, as `(order, gpu_id)`, sorted by order. The first is the one taken most often
-    (binpack fills in order), so they are kept negated, last first: taking the first is then a pop
-    from a list's end, not a move of every other entry (20 us at 56,000 GPUs, for each GPU a plan
-    opens)."""
-
-    __slots__ = ("_negated",)
-
-    def __init__(self) -> None:
-        self._negated: list[tuple[int, int, int]] = []  # ascending: the first GPU is the last
-
-    def add(self, entry: tuple[Order, int]) -> None:
-        insort(self._negated, _negate(entry))
-
-    def add_all(self, entries: list[tuple[Order, int]]) -> None:
-        """`add` of each, sorted once: GPUs added one by one in order each go to the front."""
-        self._negated += map(_negate, entries)
-        self._negated.sort()
-
-    def remove(self, entry: tuple[Order, int]) -> None:
-        _remove(self._negated, _negate(entry))
-
-    def first(self) -> tuple[Order, int] | None:
-        return _negate_back(self._negated[-1]) if self._negated else None
-
-    def __len__(self) -> int:
-        return len(self._negated)
-
-    def __iter__(self) -> Iterator[tuple[Order, int]]:
-        return (_negate_back(negated) for negated in reversed(self._negated))
-
-
-def _negate(entry: tuple[Order, int]) -> tuple[int, int, int]:
-    (first, second), gpu_id = entry
-    return (-first, -second, -gpu_id)
-
-
-def _negate_back(negated: tuple[int, int, int]) -> tuple[Order, int]:
-    first, second, gpu_id = negated
-    return ((-first, -second), -gpu_id)
 
 
 class GroupIndex:
@@ -143,16 +100,20 @@ class GroupIndex:
                 self.empty_mig.remove((slot.order, slot.gpu_id))
             if slot.runs_whole:
                 self.empty_whole.remove((slot.order, slot.gpu_id))
-                self._change_node(slot.node, lambda free: _remove(free, (slot.order, slot.gpu_id)))
+                self._change_node(
+                    slot.node, lambda free: remove_sorted(free, (slot.order, slot.gpu_id))
+                )
             if self.node_kinds is not None:
                 self.unfile(state, self.node_kinds[slot.node])
         elif state.mode is Mode.MIG:
-            _remove(self.mig[state.mig_signature], (slot.order, slot.gpu_id))
+            remove_sorted(self.mig[state.mig_signature], (slot.order, slot.gpu_id))
         elif state.mode in self.shares and has_room(state):
             entry = (state.free_memory_mib, slot.order, slot.gpu_id)
-            _remove(self.shares[state.mode], entry)
+            remove_sorted(self.shares[state.mode], entry)
             if state.mode is Mode.MPS:
-                _remove(self.mps_by_threads_left[MPS_THREAD_PERCENT - state.threads_used], entry)
+                remove_sorted(
+                    self.mps_by_threads_left[MPS_THREAD_PERCENT - state.threads_used], entry
+                )
 
     def put_in(self, state: GpuState) -> None:
         slot = state.slot
@@ -205,7 +166,7 @@ class GroupIndex:
             for kind, entries in kinds.items():
                 self.empty_by_kind[for_mig].setdefault(kind, EmptyGpus()).add_all(entries)
         for node, entries in by_node.items():
-            self._change_node(node, partial(_add_sorted, more=entries))
+            self._change_node(node, partial(add_sorted, more=entries))
 
     def file(self, state: GpuState, kind: NodeKind) -> None:
         """List an empty GPU under its node's kind (Kubernetes target)."""
@@ -226,7 +187,7 @@ class GroupIndex:
         """Change the node's empty GPUs, keeping its entry in `nodes_by_free` in step."""
         free = self.empty_by_node.setdefault(node, [])
         if free:
-            _remove(self.nodes_by_free, (len(free), free[0][0], node))
+            remove_sorted(self.nodes_by_free, (len(free), free[0][0], node))
         change(free)
         if free:
             insort(self.nodes_by_free, (len(free), free[0][0], node))
@@ -255,18 +216,6 @@ def has_room(state: GpuState) -> bool:
     return state.mode is not Mode.MPS or (
         state.threads_used < MPS_THREAD_PERCENT and state.clients < MPS_CLIENT_LIMIT
     )
-
-
-def _add_sorted(items: list[_Entry], more: list[_Entry]) -> None:
-    items += more
-    items.sort()
-
-
-def _remove(items: list[_Entry], item: _Entry) -> None:
-    at = bisect_left(items, item)
-    if at == len(items) or items[at] != item:
-        raise KeyError(item)  # a bug in the index bookkeeping, never a user error
-    del items[at]
 
 
 class FleetIndex:

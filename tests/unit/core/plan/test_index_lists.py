@@ -10,11 +10,12 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from gpuplex.core.plan.demand import Unit, size_on
-from gpuplex.core.plan.index import EmptyGpus, FleetIndex, GroupIndex
+from gpuplex.core.plan.index import FleetIndex, GroupIndex
 from gpuplex.core.plan.inventory import build_inventory
 from gpuplex.core.plan.model import Mode
 from gpuplex.core.plan.occupancy import Hold
 from gpuplex.core.plan.placer import make_plan
+from gpuplex.core.plan.sorted_lists import EmptyGpus
 from gpuplex.core.spec import GpuplexSpec, PlacementPolicy, TenantSpec
 from gpuplex.core.target import Target
 
