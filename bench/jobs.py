@@ -94,7 +94,7 @@ def admission_rate(
     for q in queues.values():
         q.sort(key=queue_order)
     state = ClusterState.empty(trace_nodes)
-    policy = policy_named(placement, list(pods.values())) if placement else None
+    policy = policy_named(placement, list(pods.values()), pods_leave=True) if placement else None
     holdings: dict[str, Holding] = {}
     where: dict[str, Choice] = {}
     admitted = rounds = 0

@@ -242,7 +242,8 @@ def _state(nodes: Sequence[TraceNode], held: Sequence[Held]) -> ClusterState:
 
 
 def _policy(name: str, workload: Sequence[PodAsk]) -> Policy:
-    return policy_named(name, [ask.trace_pod(f"w{i}") for i, ask in enumerate(workload)])
+    workload_pods = [ask.trace_pod(f"w{i}") for i, ask in enumerate(workload)]
+    return policy_named(name, workload_pods, pods_leave=True)  # pods come and go
 
 
 def _mig_best_fit(

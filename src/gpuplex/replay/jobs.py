@@ -140,7 +140,7 @@ class _Loop:
         self.fifo = tree is None
         self.pods = pods
         self.tenants = tenants
-        self.policy = policy_named(policy, [p.pod for p in pods])
+        self.policy = policy_named(policy, [p.pod for p in pods], pods_leave=True)
         self.rng = np.random.default_rng(seed)
         self.result = JobsReplay(
             "fifo" if self.fifo else "queues",

@@ -96,7 +96,7 @@ def replay_stream(
 ) -> StreamResult:
     """The stream placed by `policy`; node ties go to the first node by name."""
     state = ClusterState.empty(sorted(nodes, key=lambda n: n.name))
-    chosen = policy_named(policy, [e.pod for e in events if e.arrives])
+    chosen = policy_named(policy, [e.pod for e in events if e.arrives], pods_leave=True)
     rng = np.random.default_rng(0)
     where: dict[int, tuple[int, tuple[int, ...]]] = {}
     placed: dict[int, str] = {}

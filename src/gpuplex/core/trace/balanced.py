@@ -21,6 +21,15 @@ random. `fgd-balanced` breaks them with two keys, one after the other:
    the CPU to use them wherever CPU-only pods are many. The pod goes where `stranded` grows least
    (or shrinks most).
 
+Before both, and before FGD's score itself, one rule where pods come and go (`pods_leave`) and
+the workload has multi-GPU pods: *whole nodes are kept for the work that needs them*. A pod that
+would leave some of a node's GPUs over goes to a node with all its GPUs free only when no node
+already in use can take it. FGD's typical pods are the frequent shapes, and multi-GPU pods are
+rare by count (openb default: 44 eight-GPU pods of 8,152), so to FGD's score opening an idle
+8-GPU node for a 1-GPU pod looks free; in a cluster where pods come and go those nodes are what
+the 8-GPU pods wait for. Where pods stay (a fleet filled once, capacity planning) the rule costs
+packing, up to 10 points of allocation (openb cpuonly25), so it is off there.
+
 Then to the node first in the tie-break order. The GPUs on the chosen node are FGD's. Measured on
 openb and its variants in docs/benchmarks.md.
 """
@@ -31,7 +40,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from gpuplex.core.fragmentation.model import FloatArray, IntArray, TracePod
+from gpuplex.core.fragmentation.model import MILLI, FloatArray, IntArray, TracePod
 from gpuplex.core.fragmentation.scores import (
     KEY_SPAN,
     MAX_SCORE,
@@ -51,6 +60,9 @@ PRESSURE_STEP = 0.05
 #: pressure beyond this many times a model's GPUs counts as this much
 PRESSURE_CAP = 10.0
 _PRESSURE_LEVELS = round(PRESSURE_CAP / PRESSURE_STEP) + 1
+#: more than any primary key (FGD's score, banded with the model pressure): a node in use comes
+#: before every node whose free GPUs a pod would split
+_IN_USE_FIRST = (MAX_SCORE // BAND_POINTS + 1) * _PRESSURE_LEVELS * (MAX_SCORE + 1)
 
 
 def workload_cpu_per_gpu_milli(workload: Sequence[TracePod]) -> float | None:
@@ -82,10 +94,11 @@ class BalancedFgdScorer(FgdScorer):
     """FGD's scores and GPU choice, its ties broken by model pressure, then by the growth of GPU
     milli stranded by CPU."""
 
-    def __init__(self, workload: Sequence[TracePod]) -> None:
+    def __init__(self, workload: Sequence[TracePod], *, pods_leave: bool = False) -> None:
         super().__init__(workload)
         self.rho = workload_cpu_per_gpu_milli(workload)
         self._bound = tuple(p for p in workload if p.wants_gpu and p.gpu_models)
+        self.keeps_whole_nodes = pods_leave and any(p.num_gpu > 1 for p in workload)
         self._pressure_of: tuple[tuple[str, ...], IntArray] | None = None
 
     def pressure_levels(self, state: ClusterState) -> IntArray:
@@ -116,6 +129,10 @@ class BalancedFgdScorer(FgdScorer):
         if pod.wants_gpu and not pod.gpu_models and self._bound:
             spare = _PRESSURE_LEVELS - 1 - self.pressure_levels(state)[state.model_index[nodes]]
             primary = ((fgd // BAND_POINTS) * _PRESSURE_LEVELS + spare) * (MAX_SCORE + 1) + fgd
+        if self.keeps_whole_nodes:
+            whole = (state.gpu_left[nodes] == MILLI).sum(axis=1) == state.gpu_count[nodes]
+            splits = whole & (pod.num_gpu < state.gpu_count[nodes])
+            primary = primary + np.where(splits, 0, _IN_USE_FIRST)
         if self.rho is None:
             return primary
         return balance_keys(primary, stranded_growth(state, pod, nodes, self.rho))
@@ -135,6 +152,8 @@ class BalancedFgdScorer(FgdScorer):
                 key = ((points // BAND_POINTS) * _PRESSURE_LEVELS + spare) * (
                     MAX_SCORE + 1
                 ) + points
+            if self.keeps_whole_nodes and not _splits_whole_node(state, pod, node):
+                key += _IN_USE_FIRST
             if self.rho is not None:
                 cpu = int(state.cpu_left[node])
                 free = sum(g for g in state.gpu_left[node].tolist() if g > 0)
@@ -144,6 +163,13 @@ class BalancedFgdScorer(FgdScorer):
                 key = key * KEY_SPAN + (STRANDED_BOUND - growth)
             out.append(key)
         return np.array(out, dtype=np.int64)
+
+
+def _splits_whole_node(state: ClusterState, pod: TracePod, node: int) -> bool:
+    """Whether the node has every GPU free and the pod would leave some of them over."""
+    count = int(state.gpu_count[node])
+    whole = all(left == MILLI for left in state.gpu_left[node, :count].tolist())
+    return whole and pod.num_gpu < count
 
 
 def stranded_growth(state: ClusterState, pod: TracePod, nodes: IntArray, rho: float) -> FloatArray:
@@ -157,7 +183,8 @@ def stranded_growth(state: ClusterState, pod: TracePod, nodes: IntArray, rho: fl
     return growth
 
 
-def balanced_fgd_policy(workload: Sequence[TracePod]) -> Policy:
-    """gpuplex's policy over `workload`: its typical pods, model pressure and CPU per milli-GPU."""
-    scorer = BalancedFgdScorer(workload)
+def balanced_fgd_policy(workload: Sequence[TracePod], *, pods_leave: bool = False) -> Policy:
+    """gpuplex's policy over `workload`: its typical pods, model pressure and CPU per milli-GPU;
+    where `pods_leave`, whole nodes kept for its multi-GPU pods."""
+    scorer = BalancedFgdScorer(workload, pods_leave=pods_leave)
     return Policy("fgd-balanced", scorer.score, scorer.pick_gpus, chooser=scorer.choose)

@@ -19,7 +19,7 @@ from gpuplex.core.trace.balanced import (
     model_pressure,
     workload_cpu_per_gpu_milli,
 )
-from gpuplex.core.trace.fgd import FgdScorer
+from gpuplex.core.trace.fgd import FEW_NODES, FgdScorer
 from gpuplex.core.trace.registry import POLICY_NAMES
 
 
@@ -217,6 +217,89 @@ def test_it_is_registered_as_the_last_policy() -> None:
     assert policy_named("fgd-balanced", [trace_pod("a", 1_000)]).name == "fgd-balanced"
 
 
+def keeping_whole_nodes(
+    state: ClusterState,
+    pod: TracePod,
+    candidates: np.ndarray,
+    workload: list[TracePod],
+    pods_leave: bool,
+) -> np.ndarray:
+    """The nodes the policy may choose among: where pods leave and the workload has multi-GPU
+    pods, the nodes already in use that take the pod, when there are any; else every candidate."""
+    if not pods_leave or not any(p.num_gpu > 1 for p in workload):
+        return candidates
+
+    def splits_an_idle_node(n: int) -> bool:
+        count = int(state.gpu_count[n])
+        idle = all(int(left) == 1000 for left in state.gpu_left[n][:count])
+        return idle and pod.num_gpu < count
+
+    in_use = [n for n in candidates.tolist() if not splits_an_idle_node(n)]
+    return np.array(in_use or candidates.tolist(), dtype=np.int64)
+
+
+def eight_gpu_cluster(used_on_second: int) -> ClusterState:
+    state = ClusterState.empty([node("idle", 96_000, 8), node("busy", 96_000, 8)])
+    for i in range(used_on_second):
+        state.place(1, trace_pod(f"u{i}", 1_000), (i,))
+    return state
+
+
+MOSTLY_ONE_GPU = [trace_pod(f"one{i}", 4_000) for i in range(95)] + [
+    trace_pod(f"eight{i}", 32_000, 1000, 8) for i in range(2)
+]
+
+
+SMALL_PODS = (trace_pod("one", 4_000), trace_pod("half", 4_000, 500), trace_pod("cpu", 4_000, 0, 0))
+
+
+def chosen_nodes(state: ClusterState, pods_leave: bool) -> list[int | None]:
+    policy = policy_named("fgd-balanced", MOSTLY_ONE_GPU, pods_leave=pods_leave)
+    choices = [choose(state, pod, policy, np.random.default_rng(0)) for pod in SMALL_PODS]
+    return [None if choice is None else choice.node for choice in choices]
+
+
+def test_where_pods_leave_a_small_pod_goes_to_a_node_in_use_and_leaves_the_idle_node_whole() -> (
+    None
+):
+    state = eight_gpu_cluster(used_on_second=3)
+    assert chosen_nodes(state, pods_leave=True) == [1, 1, 1]
+    policy = policy_named("fgd-balanced", MOSTLY_ONE_GPU, pods_leave=True)
+    eight = choose(state, trace_pod("eight", 32_000, 1000, 8), policy, np.random.default_rng(0))
+    assert eight is not None
+    assert eight.node == 0
+
+
+def test_where_pods_stay_fgd_may_open_the_idle_node() -> None:
+    # the rule is off: FGD's score alone sends some of the small pods to the idle node
+    assert 0 in chosen_nodes(eight_gpu_cluster(used_on_second=3), pods_leave=False)
+
+
+def test_without_multi_gpu_pods_nothing_is_kept_whole() -> None:
+    workload = [p for p in MOSTLY_ONE_GPU if p.num_gpu <= 1]
+    scorer = BalancedFgdScorer(workload, pods_leave=True)
+    assert not scorer.keeps_whole_nodes
+    assert BalancedFgdScorer(MOSTLY_ONE_GPU, pods_leave=True).keeps_whole_nodes
+    assert not BalancedFgdScorer(MOSTLY_ONE_GPU).keeps_whole_nodes
+
+
+def test_an_idle_node_is_opened_when_no_node_in_use_takes_the_pod() -> None:
+    state = eight_gpu_cluster(used_on_second=8)  # the second node's GPUs are all taken
+    # the GPU pods open the idle node; the CPU-only pod still fits beside the full GPUs
+    assert chosen_nodes(state, pods_leave=True) == [0, 0, 1]
+
+
+def place_by_fgd(
+    state: ClusterState, placed: list[TracePod], workload: list[TracePod], rng: np.random.Generator
+) -> None:
+    """Some cluster state: `placed` put where plain FGD puts them, those that fit."""
+    fgd = policy_named("fgd", workload)
+    for earlier in placed:
+        where = choose(state, earlier, fgd, rng)
+        if where is not None:
+            state.place(where.node, earlier, where.gpus)
+
+
 pods = st.builds(
     trace_pod,
     name=st.just("p"),
@@ -233,9 +316,15 @@ pods = st.builds(
     placed=st.lists(pods, max_size=12),
     workload=st.lists(pods, min_size=1, max_size=8),
     pod=pods,
+    pods_leave=st.booleans(),
 )
 @example(  # GPU pods that ask no CPU: no ratio to keep (once divided 0 by 0)
-    cpus=[0], gpus=[1] * 5, placed=[], workload=[trace_pod("w", 0)], pod=trace_pod("p", 0)
+    cpus=[0],
+    gpus=[1] * 5,
+    placed=[],
+    workload=[trace_pod("w", 0)],
+    pod=trace_pod("p", 0),
+    pods_leave=False,
 )
 def test_it_only_ever_chooses_among_fgds_best_nodes(
     cpus: list[int],
@@ -243,22 +332,21 @@ def test_it_only_ever_chooses_among_fgds_best_nodes(
     placed: list[TracePod],
     workload: list[TracePod],
     pod: TracePod,
+    pods_leave: bool,
 ) -> None:
     state = ClusterState.empty([node(f"n{i}", cpu, gpus[i]) for i, cpu in enumerate(cpus)])
     rng = np.random.default_rng(0)
-    fgd = policy_named("fgd", workload)
-    for earlier in placed:  # some cluster state, placed by plain FGD
-        where = choose(state, earlier, fgd, rng)
-        if where is not None:
-            state.place(where.node, earlier, where.gpus)
-    choice = choose(state, pod, policy_named("fgd-balanced", workload), rng)
+    place_by_fgd(state, placed, workload, rng)  # some cluster state
+    choice = choose(state, pod, policy_named("fgd-balanced", workload, pods_leave=pods_leave), rng)
     candidates = np.flatnonzero(state.feasible(pod))
     if candidates.size == 0:
         assert choice is None
         return
     assert choice is not None
-    fgd_scores = FgdScorer(workload).score(state, pod, candidates)
-    assert fgd_scores[candidates.tolist().index(choice.node)] == fgd_scores.max()
+    allowed = keeping_whole_nodes(state, pod, candidates, workload, pods_leave)
+    fgd_scores = FgdScorer(workload).score(state, pod, allowed)
+    assert choice.node in allowed.tolist()
+    assert fgd_scores[allowed.tolist().index(choice.node)] == fgd_scores.max()
 
 
 @settings(max_examples=60, deadline=None)
@@ -268,6 +356,7 @@ def test_it_only_ever_chooses_among_fgds_best_nodes(
     workload=st.lists(pods, min_size=1, max_size=6),
     bound=st.lists(st.sampled_from([("T4",), ("G2",), ("T4", "G2")]), min_size=1, max_size=4),
     pod=pods,
+    pods_leave=st.booleans(),
 )
 def test_with_bound_pods_it_chooses_within_the_band_of_fgds_best(
     cpus: list[int],
@@ -275,6 +364,7 @@ def test_with_bound_pods_it_chooses_within_the_band_of_fgds_best(
     workload: list[TracePod],
     bound: list[tuple[str, ...]],
     pod: TracePod,
+    pods_leave: bool,
 ) -> None:
     models = ["T4", "G2"]
     state = ClusterState.empty(
@@ -285,17 +375,45 @@ def test_with_bound_pods_it_chooses_within_the_band_of_fgds_best(
     )
     workload = workload + [bound_pod(f"b{i}", 4_000, m) for i, m in enumerate(bound)]
     rng = np.random.default_rng(0)
-    fgd = policy_named("fgd", workload)
-    for earlier in placed:
-        where = choose(state, earlier, fgd, rng)
-        if where is not None:
-            state.place(where.node, earlier, where.gpus)
-    choice = choose(state, pod, policy_named("fgd-balanced", workload), rng)
+    place_by_fgd(state, placed, workload, rng)
+    choice = choose(state, pod, policy_named("fgd-balanced", workload, pods_leave=pods_leave), rng)
     candidates = np.flatnonzero(state.feasible(pod))
     if candidates.size == 0:
         assert choice is None
         return
     assert choice is not None
-    fgd_scores = FgdScorer(workload).score(state, pod, candidates)
-    chosen = int(fgd_scores[candidates.tolist().index(choice.node)])
+    allowed = keeping_whole_nodes(state, pod, candidates, workload, pods_leave)
+    fgd_scores = FgdScorer(workload).score(state, pod, allowed)
+    assert choice.node in allowed.tolist()
+    chosen = int(fgd_scores[allowed.tolist().index(choice.node)])
     assert chosen // BAND_POINTS == int(fgd_scores.max()) // BAND_POINTS
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    gpus=st.lists(st.sampled_from([1, 2, 4, 8]), min_size=FEW_NODES + 1, max_size=FEW_NODES + 8),
+    placed=st.lists(pods, max_size=30),
+    workload=st.lists(pods, min_size=1, max_size=8),
+    pod=pods,
+    pods_leave=st.booleans(),
+)
+def test_keys_on_a_few_nodes_are_the_keys_on_many(
+    gpus: list[int],
+    placed: list[TracePod],
+    workload: list[TracePod],
+    pod: TracePod,
+    pods_leave: bool,
+) -> None:
+    state = ClusterState.empty([node(f"n{i}", 64_000, count) for i, count in enumerate(gpus)])
+    rng = np.random.default_rng(0)
+    place_by_fgd(state, placed, workload, rng)
+    scorer = BalancedFgdScorer(
+        [*workload, trace_pod("multi", 8_000, 1000, 2)], pods_leave=pods_leave
+    )
+    nodes = np.arange(len(gpus), dtype=np.int64)
+    points = FgdScorer(workload).score(state, pod, nodes)  # FGD's whole points
+    many = scorer.keys(state, pod, nodes, points)
+    few = np.concatenate(
+        [scorer.keys(state, pod, nodes[i : i + 1], points[i : i + 1]) for i in range(nodes.size)]
+    )
+    assert many.tolist() == few.tolist()

@@ -5,6 +5,7 @@ the few-node and the many-node paths."""
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 
 import numpy as np
 import pytest
@@ -68,13 +69,18 @@ def test_remembered_fragmentation_is_the_models_and_exact_alone_or_in_a_batch() 
         )
 
 
-@pytest.mark.parametrize("name", ["fgd", "fgd-balanced"])
+@pytest.mark.parametrize(
+    ("name", "pods_leave"), [("fgd", False), ("fgd-balanced", False), ("fgd-balanced", True)]
+)
 @pytest.mark.parametrize("size", [FEW_NODES // 2, 3 * FEW_NODES])
-def test_the_policys_own_chooser_chooses_as_scoring_every_node_does(name: str, size: int) -> None:
+def test_the_policys_own_chooser_chooses_as_scoring_every_node_does(
+    name: str, pods_leave: bool, size: int
+) -> None:
     pods = workload()
-    policy = policy_named(name, pods)
+    policy = policy_named(name, pods, pods_leave=pods_leave)
     assert policy.chooser is not None
-    by_scores = policy_named(name, pods)  # its own scorer: no state shared with the chooser
+    # its own scorer: no state shared with the chooser
+    by_scores = policy_named(name, pods, pods_leave=pods_leave)
     states = [ClusterState.empty(cluster(size)), ClusterState.empty(cluster(size))]
     rng = np.random.default_rng(2)
     refused = 0
@@ -104,10 +110,14 @@ def test_feasibility_kept_per_shape_is_a_fresh_check() -> None:
     assert len(state.changes) > 30
 
 
-@pytest.mark.parametrize("scorer", [FgdScorer, BalancedFgdScorer])
+def balanced_where_pods_leave(pods: list[TracePod]) -> FgdScorer:
+    return BalancedFgdScorer(pods, pods_leave=True)
+
+
+@pytest.mark.parametrize("scorer", [FgdScorer, BalancedFgdScorer, balanced_where_pods_leave])
 @pytest.mark.parametrize("size", [FEW_NODES // 2, 3 * FEW_NODES])
 def test_kept_scores_are_a_fresh_scorers_on_one_state_and_on_two(
-    scorer: type[FgdScorer], size: int
+    scorer: Callable[[list[TracePod]], FgdScorer], size: int
 ) -> None:
     pods = workload()
     kept = scorer(pods)
