@@ -10,9 +10,10 @@ speedup (the same run).
 Each run is `replay_jobs` as `bench/jobs.py` (ii) runs it: the pod list over every 20th openb GPU
 node (61 nodes, 314 GPUs), arrivals `speedup` times faster than the trace (durations kept), the
 tenants of bench/jobs_tenants.yaml drawn with the seed, the queue rules. Printed per run: delay
-p50 and p99 over all pods that started (seconds of replay time), pods that never started, mean
+p50, p99 and the longest over all pods that started (seconds of replay time: a few starved large
+pods hide under the p99), pods that never started, mean
 GPUs allocated, mean Jain index while pods wait, "no node has room" events and preemptions; and
-per policy the ratios to best-fit's p99 and GPUs.
+per policy the ratios to best-fit's p99, longest delay and GPUs.
 
 With `--against REF`, REF's replay (its src/ first on the path, this script) runs the same cells
 too, and each cell prints REF's figures beside this tree's: the replay is deterministic for a
@@ -72,6 +73,7 @@ class Figures:
     no_room: int
     preemptions: int
     seconds: float
+    longest_s: float = 0.0  # absent from the JSON of commits before it was added
 
 
 def run_cell(data: str, cell: Cell) -> Figures:
@@ -93,6 +95,7 @@ def run_cell(data: str, cell: Cell) -> Figures:
     return Figures(
         p50_s=float(np.percentile(delays, 50)) if delays else 0.0,
         p99_s=float(np.percentile(delays, 99)) if delays else 0.0,
+        longest_s=max(delays, default=0.0),
         never=sum(1 for r in result.records if r.start_s is None),
         gpus=sum(r.mean_gpus for r in rows),
         jain_wait=line.mean_jain_contended,
@@ -126,8 +129,8 @@ def print_tables(
     groups = sorted({(c.family, c.speedup) for c in cells})
     for family, speedup in groups:
         print(f"\n{family}, arrivals {speedup:g}x faster (delays in s of replay time)")
-        header = "| seed | policy | p50 | p99 | never | GPUs | Jain waiting | no room | preempted "
-        header += "| p99 / best-fit | GPUs / best-fit |"
+        header = "| seed | policy | p50 | p99 | longest | never | GPUs | Jain waiting | no room "
+        header += "| preempted | p99 / best-fit | longest / best-fit | GPUs / best-fit |"
         if theirs is not None:
             header += " REF p99 | REF GPUs | REF no room | REF preempted |"
         print(header)
@@ -136,9 +139,10 @@ def print_tables(
             f = mine[cell]
             base = mine[Cell(family, cell.seed, speedup, BASELINE)]
             row = (
-                f"| {cell.seed} | {cell.policy} | {f.p50_s:,.0f} | {f.p99_s:,.0f} | {f.never} "
-                f"| {f.gpus:.1f} | {f.jain_wait:.3f} | {f.no_room:,} | {f.preemptions} "
-                f"| {ratio(f.p99_s, base.p99_s)} | {ratio(f.gpus, base.gpus)} |"
+                f"| {cell.seed} | {cell.policy} | {f.p50_s:,.0f} | {f.p99_s:,.0f} "
+                f"| {f.longest_s:,.0f} | {f.never} | {f.gpus:.1f} | {f.jain_wait:.3f} "
+                f"| {f.no_room:,} | {f.preemptions} | {ratio(f.p99_s, base.p99_s)} "
+                f"| {ratio(f.longest_s, base.longest_s)} | {ratio(f.gpus, base.gpus)} |"
             )
             if theirs is not None:
                 t = theirs[cell]
@@ -154,10 +158,18 @@ def print_tables(
             bases = [mine[Cell(family, c.seed, speedup, BASELINE)] for c in mine_cells]
             p99 = [mine[c].p99_s / b.p99_s for c, b in zip(mine_cells, bases, strict=True)]
             gpus = [mine[c].gpus / b.gpus for c, b in zip(mine_cells, bases, strict=True)]
+            longest = [
+                mine[c].longest_s / b.longest_s for c, b in zip(mine_cells, bases, strict=True)
+            ]
             print(
-                f"  {family} x{speedup:g} {policy}: p99 {float(np.exp(np.mean(np.log(p99)))):.3f}, "
-                f"GPUs {float(np.exp(np.mean(np.log(gpus)))):.3f}"
+                f"  {family} x{speedup:g} {policy}: p99 {_geomean(p99):.3f}, "
+                f"longest {_geomean(longest):.3f} (worst seed {max(longest):.3f}), "
+                f"GPUs {_geomean(gpus):.3f}"
             )
+
+
+def _geomean(ratios: list[float]) -> float:
+    return float(np.exp(np.mean(np.log(ratios))))
 
 
 def main(argv: list[str] | None = None) -> int:
