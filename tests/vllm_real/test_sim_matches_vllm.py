@@ -360,6 +360,11 @@ def finishes_alike(theirs: list[object], ours: list[object]) -> bool:
     return each_of_ours_seen and each_of_theirs_made
 
 
+def _tokens(events: list[object]) -> int:
+    """How many token events a stream has."""
+    return sum(1 for event in events if kind(event) == "token")
+
+
 def _runs(kinds: list[str]) -> list[str]:
     return [k for i, k in enumerate(kinds) if i == 0 or kinds[i - 1] != k]
 
@@ -403,6 +408,11 @@ def compare(case: Case, real: Target, sim: Target) -> None:
     for what, shapes in their_shapes.items():
         if what == "finish":
             assert finishes_alike(theirs.events, ours.events), (theirs.events, ours.events)
+            continue
+        if what == "token" and _tokens(theirs.events) < _tokens(ours.events):
+            # vLLM merged a slow reader's tokens into fewer events, so it may not have sent every
+            # shape of ours (a named tool call's later argument pieces): what it sent, we send
+            assert shapes <= our_shapes.get(what, set()), (what, theirs.events, ours.events)
             continue
         assert our_shapes.get(what) == shapes, (what, theirs.events, ours.events)
     # vLLM may merge a slow reader's tokens into its finish event, leaving no token event at all

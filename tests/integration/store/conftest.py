@@ -2,7 +2,8 @@
 database of its own that is dropped afterwards (so the URL's user must be allowed to create
 databases). PostgreSQL is $GPUPLEX_TEST_POSTGRES_URL, else postgres@127.0.0.1:5432/test; where it is
 unreachable its tests skip with the reason, unless GPUPLEX_REQUIRE_SERVICES=1, where they fail.
-`engine` is a migrated store, copied from one migrated per session (`StoreTemplates`)."""
+`engine` is a migrated store, copied from one migrated per session (`StoreTemplates`); for a
+test that asks for `engine`, the PostgreSQL database is made as that copy in the first place."""
 
 from __future__ import annotations
 
@@ -72,9 +73,11 @@ class StoreTemplates:
         self._request = request
         self._sqlite: Path | None = None
         self._postgres: tuple[str, str] | None = None  # (admin DSN, template's name)
+        self._copies: set[str] = set()  # databases made as copies of the template
 
     def fill(self, url: str) -> None:
-        """Make the empty store at `url` (from `store_url`) a migrated one."""
+        """Make the empty store at `url` (from `store_url`) a migrated one: a copy of the SQLite
+        template; a PostgreSQL database `store_url` made as a copy already is left as it is."""
         parsed = make_url(url)
         if parsed.get_backend_name() == "sqlite":
             target = Path(str(parsed.database))
@@ -83,10 +86,19 @@ class StoreTemplates:
             target.parent.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(self._sqlite_template(), target)
             return
-        dsn = self._request.getfixturevalue("postgres_dsn")
-        template = self._postgres_template(dsn)
         name = str(parsed.database)
-        _admin(dsn, f'DROP DATABASE "{name}"', f'CREATE DATABASE "{name}" TEMPLATE "{template}"')
+        if name not in self._copies:
+            dsn = self._request.getfixturevalue("postgres_dsn")
+            template = self._postgres_template(dsn)
+            _admin(
+                dsn, f'DROP DATABASE "{name}"', f'CREATE DATABASE "{name}" TEMPLATE "{template}"'
+            )
+
+    def new_postgres_copy(self, dsn: str, name: str) -> None:
+        """Create database `name` as a copy of the migrated template (one CREATE DATABASE, where
+        an empty database filled later costs a CREATE, a DROP and a second CREATE)."""
+        _admin(dsn, f'CREATE DATABASE "{name}" TEMPLATE "{self._postgres_template(dsn)}"')
+        self._copies.add(name)
 
     def _sqlite_template(self) -> Path:
         if self._sqlite is None:
@@ -120,9 +132,12 @@ def store_templates(
     templates.close()
 
 
-def _postgres_database_url(dsn: str) -> Iterator[str]:
+def _postgres_database_url(dsn: str, templates: StoreTemplates | None) -> Iterator[str]:
     name = f"gpuplex_test_{random_hex(12)}"
-    _admin(dsn, f'CREATE DATABASE "{name}"')
+    if templates is None:
+        _admin(dsn, f'CREATE DATABASE "{name}"')
+    else:
+        templates.new_postgres_copy(dsn, name)
     try:
         yield _database_url(name)
     finally:
@@ -131,11 +146,16 @@ def _postgres_database_url(dsn: str) -> Iterator[str]:
 
 @pytest.fixture(params=BACKENDS)
 def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
-    """A URL of an empty store: a new SQLite file, or a new PostgreSQL database."""
+    """A URL of an empty store: a new SQLite file, or a new PostgreSQL database. Where the test
+    also asks for `engine` (which migrates this store), the PostgreSQL database is made migrated,
+    as a copy of the session's template."""
     if request.param == "sqlite":
         yield f"sqlite:///{tmp_path / 'state' / 'gpuplex.db'}"
         return
-    yield from _postgres_database_url(request.getfixturevalue("postgres_dsn"))
+    dsn = request.getfixturevalue("postgres_dsn")
+    migrated = "engine" in request.fixturenames
+    templates = request.getfixturevalue("store_templates") if migrated else None
+    yield from _postgres_database_url(dsn, templates)
 
 
 @pytest.fixture
