@@ -27,10 +27,16 @@ would leave some of a node's GPUs over goes to a node with all its GPUs free onl
 already in use can take it. FGD's typical pods are the frequent shapes, and multi-GPU pods are
 rare by count (openb default: 44 eight-GPU pods of 8,152), so to FGD's score opening an idle
 8-GPU node for a 1-GPU pod looks free; in a cluster where pods come and go those nodes are what
-the 8-GPU pods wait for. Where pods stay (a fleet filled once, capacity planning) the rule costs
-packing, up to 10 points of allocation (openb cpuonly25), so it is off there. Where it is on,
-the p99 queueing delay on openb is below best-fit's, but in two replays of twelve the largest
-pods waited far longer than under best-fit (docs/benchmarks.md): not the last word.
+the 8-GPU pods wait for. Next, the nodes a *rare* multi-GPU pod needs are kept for it as far as
+that rule allows: a multi-GPU pod shape that at most `RARE_HOST_SHARE` of the GPU nodes could
+take even empty (by their CPU, memory, GPU count and model; openb default's 8-GPU pods asking
+120 cores fit 3 of its 61 nodes) puts those nodes after the others among the nodes in use, and
+among the idle ones. Without it, small long-running pods sent to nodes in use settled on exactly
+those nodes, and the largest pods waited 6 to 9 times as long as under best-fit in two replays
+of twelve; with it the longest wait is at most 2.6 times best-fit's, but the p99 at the lower
+load is behind best-fit's (docs/benchmarks.md). Where pods stay (a fleet filled once, capacity
+planning) both rules cost packing, up to 10 points of allocation (openb cpuonly25), so they are
+off there.
 
 Then to the node first in the tie-break order. The GPUs on the chosen node are FGD's. Measured on
 openb and its variants in docs/benchmarks.md.
@@ -42,7 +48,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from gpuplex.core.fragmentation.model import MILLI, FloatArray, IntArray, TracePod
+from gpuplex.core.fragmentation.model import MILLI, BoolArray, FloatArray, IntArray, TracePod
 from gpuplex.core.fragmentation.scores import (
     KEY_SPAN,
     MAX_SCORE,
@@ -51,7 +57,7 @@ from gpuplex.core.fragmentation.scores import (
     stranded_gpu_milli,
 )
 from gpuplex.core.trace.fgd import FEW_NODES, FgdScorer
-from gpuplex.core.trace.model import ClusterState
+from gpuplex.core.trace.model import ClusterState, TraceNode
 from gpuplex.core.trace.policies import Policy
 
 #: for a pod that accepts any model, FGD scores this many points apart count alike before the
@@ -62,9 +68,14 @@ PRESSURE_STEP = 0.05
 #: pressure beyond this many times a model's GPUs counts as this much
 PRESSURE_CAP = 10.0
 _PRESSURE_LEVELS = round(PRESSURE_CAP / PRESSURE_STEP) + 1
-#: more than any primary key (FGD's score, banded with the model pressure): a node in use comes
-#: before every node whose free GPUs a pod would split
-_IN_USE_FIRST = (MAX_SCORE // BAND_POINTS + 1) * _PRESSURE_LEVELS * (MAX_SCORE + 1)
+#: more than any primary key (FGD's score, banded with the model pressure): a node no rare
+#: multi-GPU pod needs comes before every node one does
+_NOT_RESERVED_FIRST = (MAX_SCORE // BAND_POINTS + 1) * _PRESSURE_LEVELS * (MAX_SCORE + 1)
+#: more than both: a node in use comes before every node whose free GPUs a pod would split
+_IN_USE_FIRST = 2 * _NOT_RESERVED_FIRST
+#: a multi-GPU pod shape that at most this share of the cluster's GPU nodes can take (by their
+#: whole CPU, memory, GPUs and model) is rare, and the nodes that can take it are kept for it
+RARE_HOST_SHARE = 0.1
 
 
 def workload_cpu_per_gpu_milli(workload: Sequence[TracePod]) -> float | None:
@@ -102,6 +113,25 @@ class BalancedFgdScorer(FgdScorer):
         self._bound = tuple(p for p in workload if p.wants_gpu and p.gpu_models)
         self.keeps_whole_nodes = pods_leave and any(p.num_gpu > 1 for p in workload)
         self._pressure_of: tuple[tuple[str, ...], IntArray] | None = None
+        self._large = (
+            tuple({_shape(p): p for p in workload if p.num_gpu > 1}.values())
+            if self.keeps_whole_nodes
+            else ()
+        )
+        self._reserved_of: tuple[tuple[TraceNode, ...], BoolArray] | None = None
+
+    def reserved_nodes(self, state: ClusterState) -> BoolArray:
+        """Per node: whether a rare multi-GPU pod shape of the workload can run there (see
+        `RARE_HOST_SHARE`); all False where whole nodes are not kept."""
+        if self._reserved_of is None or self._reserved_of[0] is not state.nodes:
+            reserved = np.zeros(len(state.nodes), dtype=bool)
+            gpu_nodes = sum(1 for node in state.nodes if node.gpus > 0)
+            for pod in self._large:
+                hosts = np.array([_can_host(node, pod) for node in state.nodes], dtype=bool)
+                if hosts.sum() <= RARE_HOST_SHARE * gpu_nodes:
+                    reserved |= hosts
+            self._reserved_of = (state.nodes, reserved)
+        return self._reserved_of[1]
 
     def pressure_levels(self, state: ClusterState) -> IntArray:
         """Per model position of `state`: its pressure in whole steps (0 without bound pods)."""
@@ -124,7 +154,9 @@ class BalancedFgdScorer(FgdScorer):
         """One integer per node, higher is better: for a pod that accepts any GPU model in a
         workload with model-bound pods, FGD's score in bands of `BAND_POINTS`, then the model's
         spare (the less pressure the better), then FGD's score; for any other pod FGD's score.
-        Then the least growth of GPU milli stranded by CPU."""
+        Where whole nodes are kept, above all that: nodes in use before idle ones the pod would
+        split, then nodes no rare multi-GPU pod needs before those one does. Then the least
+        growth of GPU milli stranded by CPU."""
         if nodes.size <= FEW_NODES:
             return self._keys_on_few(state, pod, nodes, fgd)
         primary = fgd
@@ -135,6 +167,7 @@ class BalancedFgdScorer(FgdScorer):
             whole = (state.gpu_left[nodes] == MILLI).sum(axis=1) == state.gpu_count[nodes]
             splits = whole & (pod.num_gpu < state.gpu_count[nodes])
             primary = primary + np.where(splits, 0, _IN_USE_FIRST)
+            primary = primary + np.where(self.reserved_nodes(state)[nodes], 0, _NOT_RESERVED_FIRST)
         if self.rho is None:
             return primary
         return balance_keys(primary, stranded_growth(state, pod, nodes, self.rho))
@@ -146,6 +179,7 @@ class BalancedFgdScorer(FgdScorer):
         numpy takes, so the same keys."""
         by_pressure = pod.wants_gpu and not pod.gpu_models and self._bound
         levels = self.pressure_levels(state).tolist()
+        reserved = self.reserved_nodes(state) if self.keeps_whole_nodes else None
         out: list[int] = []
         for points, node in zip(fgd.tolist(), nodes.tolist(), strict=True):
             key = points
@@ -154,8 +188,9 @@ class BalancedFgdScorer(FgdScorer):
                 key = ((points // BAND_POINTS) * _PRESSURE_LEVELS + spare) * (
                     MAX_SCORE + 1
                 ) + points
-            if self.keeps_whole_nodes and not _splits_whole_node(state, pod, node):
-                key += _IN_USE_FIRST
+            if reserved is not None:
+                key += 0 if _splits_whole_node(state, pod, node) else _IN_USE_FIRST
+                key += 0 if reserved[node] else _NOT_RESERVED_FIRST
             if self.rho is not None:
                 cpu = int(state.cpu_left[node])
                 free = sum(g for g in state.gpu_left[node].tolist() if g > 0)
@@ -165,6 +200,20 @@ class BalancedFgdScorer(FgdScorer):
                 key = key * KEY_SPAN + (STRANDED_BOUND - growth)
             out.append(key)
         return np.array(out, dtype=np.int64)
+
+
+def _shape(pod: TracePod) -> tuple[int, int, int, int, tuple[str, ...]]:
+    return (pod.num_gpu, pod.gpu_milli, pod.cpu_milli, pod.memory_mib, pod.gpu_models)
+
+
+def _can_host(node: TraceNode, pod: TracePod) -> bool:
+    """Whether the node, empty, could take the pod."""
+    return (
+        node.gpus >= pod.num_gpu
+        and node.cpu_milli >= pod.cpu_milli
+        and node.memory_mib >= pod.memory_mib
+        and (not pod.gpu_models or node.model in pod.gpu_models)
+    )
 
 
 def _splits_whole_node(state: ClusterState, pod: TracePod, node: int) -> bool:

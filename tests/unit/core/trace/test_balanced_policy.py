@@ -225,7 +225,8 @@ def keeping_whole_nodes(
     pods_leave: bool,
 ) -> np.ndarray:
     """The nodes the policy may choose among: where pods leave and the workload has multi-GPU
-    pods, the nodes already in use that take the pod, when there are any; else every candidate."""
+    pods, the nodes already in use, when there are any; of those, the ones no rare multi-GPU pod
+    needs, when there are any; else every candidate."""
     if not pods_leave or not any(p.num_gpu > 1 for p in workload):
         return candidates
 
@@ -234,8 +235,29 @@ def keeping_whole_nodes(
         idle = all(int(left) == 1000 for left in state.gpu_left[n][:count])
         return idle and pod.num_gpu < count
 
-    in_use = [n for n in candidates.tolist() if not splits_an_idle_node(n)]
-    return np.array(in_use or candidates.tolist(), dtype=np.int64)
+    kept = set(kept_for_rare_pods(state.nodes, workload))
+    in_use = [n for n in candidates.tolist() if not splits_an_idle_node(n)] or candidates.tolist()
+    free = [n for n in in_use if n not in kept]
+    return np.array(free or in_use, dtype=np.int64)
+
+
+def kept_for_rare_pods(nodes: tuple[TraceNode, ...], workload: list[TracePod]) -> list[int]:
+    """The nodes that could take, empty, a multi-GPU pod of the workload that at most a tenth
+    of the GPU nodes could take."""
+    gpu_nodes = len([n for n in nodes if n.gpus])
+    kept: set[int] = set()
+    for big in (p for p in workload if p.num_gpu > 1):
+        hosts = [
+            i
+            for i, n in enumerate(nodes)
+            if n.gpus >= big.num_gpu
+            and n.cpu_milli >= big.cpu_milli
+            and n.memory_mib >= big.memory_mib
+            and (not big.gpu_models or n.model in big.gpu_models)
+        ]
+        if len(hosts) * 10 <= gpu_nodes:
+            kept.update(hosts)
+    return sorted(kept)
 
 
 def eight_gpu_cluster(used_on_second: int) -> ClusterState:
@@ -287,6 +309,66 @@ def test_an_idle_node_is_opened_when_no_node_in_use_takes_the_pod() -> None:
     state = eight_gpu_cluster(used_on_second=8)  # the second node's GPUs are all taken
     # the GPU pods open the idle node; the CPU-only pod still fits beside the full GPUs
     assert chosen_nodes(state, pods_leave=True) == [0, 0, 1]
+
+
+def rare_host_cluster() -> ClusterState:
+    """Ten 8-GPU nodes; only the last has the 128 cores an 8-GPU pod asking 120 needs."""
+    return ClusterState.empty(
+        [node(f"n{i}", 96_000, 8) for i in range(9)] + [node("big", 128_000, 8)]
+    )
+
+
+RARE_BIG = trace_pod("eight-120", 120_000, 1000, 8)
+WITH_RARE_BIG = [*MOSTLY_ONE_GPU, RARE_BIG]
+
+
+def test_where_pods_leave_small_pods_keep_off_the_nodes_a_rare_large_pod_needs() -> None:
+    state = rare_host_cluster()
+    assert kept_for_rare_pods(state.nodes, WITH_RARE_BIG) == [9]
+    # the big node and another in use, the others idle; the other's CPU is short, so without
+    # the rule the stranded-GPU key would send small pods to the big node
+    state.place(0, trace_pod("early0", 80_000), (0,))
+    state.place(9, trace_pod("early9", 4_000), (0,))
+    policy = policy_named("fgd-balanced", WITH_RARE_BIG, pods_leave=True)
+    rng = np.random.default_rng(0)
+    for pod in SMALL_PODS:  # to the other node in use, not to the big node
+        choice = choose(state, pod, policy, rng)
+        assert choice is not None
+        assert choice.node == 0, pod
+    eight = choose(state, trace_pod("eight-96", 96_000, 1000, 8), policy, rng)
+    assert eight is not None
+    assert eight.node not in (0, 9)  # an 8-GPU pod that fits elsewhere goes elsewhere
+    state.remove(9, trace_pod("early9", 4_000), (0,))
+    big = choose(state, RARE_BIG, policy, rng)
+    assert big is not None
+    assert big.node == 9  # the only node that takes it is still there for it
+    state.remove(0, trace_pod("early0", 80_000), (0,))
+    one = choose(state, trace_pod("one", 4_000), policy, rng)
+    assert one is not None
+    assert one.node != 9  # all idle: an idle node but the big one is opened
+
+
+def test_a_node_kept_for_a_rare_pod_still_takes_small_pods_when_nothing_else_does() -> None:
+    state = rare_host_cluster()
+    for n in range(9):
+        for g in range(8):
+            state.place(n, trace_pod(f"f{n}-{g}", 4_000), (g,))
+    choice = choose(
+        state,
+        trace_pod("one", 4_000),
+        policy_named("fgd-balanced", WITH_RARE_BIG, pods_leave=True),
+        np.random.default_rng(0),
+    )
+    assert choice is not None
+    assert choice.node == 9
+
+
+def test_where_pods_stay_nothing_is_kept_for_rare_pods() -> None:
+    scorer = BalancedFgdScorer(WITH_RARE_BIG)
+    assert not scorer.reserved_nodes(rare_host_cluster()).any()
+    assert BalancedFgdScorer(WITH_RARE_BIG, pods_leave=True).reserved_nodes(
+        rare_host_cluster()
+    ).tolist() == [False] * 9 + [True]
 
 
 def place_by_fgd(
@@ -407,8 +489,9 @@ def test_keys_on_a_few_nodes_are_the_keys_on_many(
     state = ClusterState.empty([node(f"n{i}", 64_000, count) for i, count in enumerate(gpus)])
     rng = np.random.default_rng(0)
     place_by_fgd(state, placed, workload, rng)
-    scorer = BalancedFgdScorer(
-        [*workload, trace_pod("multi", 8_000, 1000, 2)], pods_leave=pods_leave
+    scorer = BalancedFgdScorer(  # an 8-GPU pod: rare where few nodes have 8 GPUs
+        [*workload, trace_pod("multi", 8_000, 1000, 2), trace_pod("eight", 8_000, 1000, 8)],
+        pods_leave=pods_leave,
     )
     nodes = np.arange(len(gpus), dtype=np.int64)
     points = FgdScorer(workload).score(state, pod, nodes)  # FGD's whole points
