@@ -4,6 +4,7 @@ its group's list is a whole sentence, and the options whose default depends on w
 
 from __future__ import annotations
 
+import functools
 import inspect
 import re
 
@@ -30,6 +31,7 @@ def _walk(command: Command, path: tuple[str, ...]) -> list[tuple[tuple[str, ...]
 COMMANDS = _walk(typer.main.get_command(app), ())
 
 
+@functools.cache  # a page depends on its path only; several tests read the same pages
 def _help_page(path: tuple[str, ...]) -> str:
     done = _runner.invoke(app, [*path, "--help"], env={"COLUMNS": "100"})
     assert done.exit_code == 0, done.output
