@@ -20,20 +20,23 @@ as the reservation counts on.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
+from sqlalchemy import Engine
 
 from gpuplex.core.jobs.states import JobState
 from gpuplex.core.plan.model import Mode, Placement
 from gpuplex.server.job_views import ADMITTED
-from gpuplex.store.db import open_store
 from tests.e2e.jobs.stack import JobsStack, eventually, jobs_stack
 from tests.integration.server.conftest import TENANT_A, TENANT_B, Api, make_api
+from tests.integration.store.conftest import new_sqlite_store, store_templates
+
+__all__ = ["new_sqlite_store", "store_templates"]  # fixtures
 
 GRACE_S = 5
 #: how long the jobs holding the GPUs may run: the reservation starts once that, and the grace
@@ -67,9 +70,9 @@ def spec(guarantees: dict[str, int], grace_s: float = GRACE_S) -> dict[str, Any]
 
 
 @pytest.fixture
-def api(tmp_path: Path) -> Iterator[Api]:
+def api(tmp_path: Path, new_sqlite_store: Callable[[Path], Engine]) -> Iterator[Api]:
     """The API on SQLite, nothing applied yet (each test applies its own spec)."""
-    engine = open_store(f"sqlite:///{tmp_path / 'one.db'}")
+    engine = new_sqlite_store(tmp_path / "one.db")
     try:
         made = make_api(engine, tmp_path, apply_spec=False)
         with made.client:

@@ -25,7 +25,7 @@ import os
 import re
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import timedelta
 from pathlib import Path
 from typing import Any, cast
@@ -48,7 +48,6 @@ from gpuplex.server.app import create_app
 from gpuplex.server.body_guard import BodyGuard
 from gpuplex.store import jobs as jobs_store
 from gpuplex.store.audit import AuditLog
-from gpuplex.store.db import open_store
 from gpuplex.store.jobs import JOB_ID_PATTERN, new_job_id
 from gpuplex.store.tables import JobRow
 from tests.integration.server.conftest import (
@@ -61,9 +60,15 @@ from tests.integration.server.conftest import (
 )
 
 # The store tests' fixtures (a new SQLite file or PostgreSQL schema per test), shared, not copied.
-from tests.integration.store.conftest import engine, postgres_dsn, store_templates, store_url
+from tests.integration.store.conftest import (
+    engine,
+    new_sqlite_store,
+    postgres_dsn,
+    store_templates,
+    store_url,
+)
 
-__all__ = ["engine", "postgres_dsn", "store_templates", "store_url"]
+__all__ = ["engine", "new_sqlite_store", "postgres_dsn", "store_templates", "store_url"]
 
 #: alphaco may have 3 jobs not finished and submit 6 a minute, bravoco 1 (its own cap); bravoco
 #: is guaranteed 80 GiB (its embed replica holds 20 of them), alphaco nothing. Two H100s: 159.3
@@ -110,9 +115,9 @@ def api(engine: Engine, tmp_path: Path) -> Iterator[Api]:
 
 
 @pytest.fixture
-def one_api(tmp_path: Path) -> Iterator[Api]:
+def one_api(tmp_path: Path, new_sqlite_store: Callable[[Path], Engine]) -> Iterator[Api]:
     """The API on SQLite only: for what does not depend on the store (validation, files)."""
-    engine = open_store(f"sqlite:///{tmp_path / 'one.db'}")
+    engine = new_sqlite_store(tmp_path / "one.db")
     try:
         yield from queues_api(engine, tmp_path)
     finally:

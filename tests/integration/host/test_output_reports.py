@@ -5,7 +5,7 @@ while it runs and at once when its process ended, never through a link."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -17,18 +17,20 @@ from gpuplex.host.log_tail import MAX_LOG_BYTES
 from gpuplex.host.logs import log_paths
 from gpuplex.host.output_reports import OutputReporter, event_tenant
 from gpuplex.host.state import Event, StateDir
-from gpuplex.store.db import open_store
 from gpuplex.store.host_events import HostEvents
 from gpuplex.store.job_logs import JobLogs
 from gpuplex.store.jobs import Job, JobRepository
+from tests.integration.store.conftest import new_sqlite_store, store_templates
+
+__all__ = ["new_sqlite_store", "store_templates"]  # fixtures
 
 T0 = datetime(2026, 3, 10, 12, 0, tzinfo=UTC)
 HOUR_S = 3600.0
 
 
 @pytest.fixture
-def engine(tmp_path: Path) -> Iterator[Engine]:
-    opened = open_store(f"sqlite:///{tmp_path / 'store' / 'gpuplex.db'}")
+def engine(tmp_path: Path, new_sqlite_store: Callable[[Path], Engine]) -> Iterator[Engine]:
+    opened = new_sqlite_store(tmp_path / "store" / "gpuplex.db")
     yield opened
     opened.dispose()
 

@@ -5,7 +5,7 @@ derandomized, so a run is reproducible and stays within a minute."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -22,8 +22,10 @@ from schemathesis.specs.openapi.checks import (
 )
 from sqlalchemy import Engine
 
-from gpuplex.store.db import open_store
 from tests.integration.server.conftest import Api, make_api
+from tests.integration.store.conftest import new_sqlite_store, store_templates
+
+__all__ = ["new_sqlite_store", "store_templates"]  # fixtures
 
 pytestmark = pytest.mark.slow
 
@@ -62,9 +64,9 @@ def fuzz_operation(api: Api, operation: Any, caller: str, mode: GenerationMode) 
 
 
 @pytest.fixture
-def sqlite_engine(tmp_path: Path) -> Iterator[Engine]:
+def sqlite_engine(tmp_path: Path, new_sqlite_store: Callable[[Path], Engine]) -> Iterator[Engine]:
     """One backend is enough here: the store's own tests cover both, the API tests too."""
-    engine = open_store(f"sqlite:///{tmp_path / 'fuzz.db'}")
+    engine = new_sqlite_store(tmp_path / "fuzz.db")
     try:
         yield engine
     finally:

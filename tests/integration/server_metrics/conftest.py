@@ -5,7 +5,7 @@ FastAPI's TestClient from an address of the test's choosing."""
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -28,6 +28,7 @@ from gpuplex.store.db import open_store
 from tests.clocks import ManualClock
 from tests.integration.store.conftest import (  # noqa: F401 (fixtures)
     StoreTemplates,
+    new_sqlite_store,
     postgres_dsn,
     store_templates,
     store_url,
@@ -171,8 +172,11 @@ def finish_spend_refreshes() -> None:
 
 
 @pytest.fixture
-def sqlite_engine(tmp_path: Path) -> Iterator[Engine]:
-    opened = open_store(f"sqlite:///{tmp_path / 'gpuplex.db'}")
+def sqlite_engine(
+    tmp_path: Path,
+    new_sqlite_store: Callable[[Path], Engine],  # noqa: F811 - the imported fixture
+) -> Iterator[Engine]:
+    opened = new_sqlite_store(tmp_path / "gpuplex.db")
     try:
         yield opened
     finally:

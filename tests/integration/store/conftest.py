@@ -8,7 +8,7 @@ test that asks for `engine`, the PostgreSQL database is made as that copy in the
 from __future__ import annotations
 
 import shutil
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import NoReturn
 
@@ -156,6 +156,19 @@ def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
     migrated = "engine" in request.fixturenames
     templates = request.getfixturevalue("store_templates") if migrated else None
     yield from _postgres_database_url(dsn, templates)
+
+
+@pytest.fixture
+def new_sqlite_store(store_templates: StoreTemplates) -> Callable[[Path], Engine]:
+    """Opens a new migrated SQLite store at a path: a copy of the session's template, for tests
+    that need one backend only."""
+
+    def open_new(path: Path) -> Engine:
+        url = f"sqlite:///{path}"
+        store_templates.fill(url)
+        return open_store(url)
+
+    return open_new
 
 
 @pytest.fixture
