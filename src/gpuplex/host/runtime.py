@@ -182,9 +182,13 @@ class HostRuntime:
             if record.phase in LIVE_PHASES and record.pid is not None:
                 ended = self._launcher(record.desired).exit_status(record)
                 if ended is not None:
-                    self._finished(record, ended, now, lost=status_unknown(ended))
+                    asked = record.label in self._asked  # gpuplex stopped it (`down`), not itself
+                    self._asked.discard(record.label)
+                    by = (self.stopping_everything or "stopped") if asked else None
+                    self._finished(record, ended, now, lost=status_unknown(ended), stopped_by=by)
                     record = after_exit(record, ended, now)
-                    kind = "failed" if record.phase is Phase.FAILED else "exited"
+                    failed = record.phase is Phase.FAILED
+                    kind = "stopped" if asked else "failed" if failed else "exited"
                     self._event(kind, record.label, record.message or "", pid=None)
                     self._empty(record)
                 elif record.phase is Phase.STARTING and record.desired.health is None:

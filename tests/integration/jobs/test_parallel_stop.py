@@ -132,3 +132,27 @@ def test_jobs_stopped_together_drain_together_while_the_host_keeps_working(
     assert len(stopping) == 3
     stdout = (runtime.dirs.logs / "acme" / "job-d-0.stdout.log").read_text()
     assert stdout.startswith("----- gpuplex: job-d attempt 1 starts at ")
+
+
+def test_a_job_that_exits_as_soon_as_down_asks_is_still_stopped_by_gpuplex(
+    runtime: HostRuntime,
+) -> None:
+    """`down` (`host down`, the end of `gpuplex up`) SIGTERMs every replica before its pass; a job
+    that exits at once may be gone before the pass looks (a loaded machine: a full CI run once
+    lost a job this way). Its run still ended because gpuplex stopped it: the control plane
+    queues it again rather than calling it failed with exit 143."""
+    runtime.tick(host(job("job-a", 0, POLITE)))
+    (record,) = runtime.state.records
+    assert record.pid is not None, runtime.events
+    time.sleep(0.5)  # the shell sets its trap
+    runtime.stopping_everything = "`gpuplex up` stopped"
+    runtime.ask_all_to_stop()
+    deadline = time.monotonic() + 10
+    while is_same_process(record.pid, record.start_ticks) and time.monotonic() < deadline:
+        time.sleep(0.05)  # gone before the pass below looks
+    assert not is_same_process(record.pid, record.start_ticks)
+    runtime.tick(host())
+    (ended,) = runtime.state.finished
+    assert ended.exit_code == 143
+    assert ended.stopped_by == "`gpuplex up` stopped", runtime.events
+    assert not runtime.state.records, runtime.state.records  # nothing left to stop or restart
