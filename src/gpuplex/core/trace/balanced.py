@@ -114,7 +114,7 @@ class BalancedFgdScorer(FgdScorer):
         self.keeps_whole_nodes = pods_leave and any(p.num_gpu > 1 for p in workload)
         self._pressure_of: tuple[tuple[str, ...], IntArray] | None = None
         self._large = (
-            tuple({_shape(p): p for p in workload if p.num_gpu > 1}.values())
+            tuple(p for p in workload if p.num_gpu > 1 and p.wants_gpu)
             if self.keeps_whole_nodes
             else ()
         )
@@ -126,8 +126,9 @@ class BalancedFgdScorer(FgdScorer):
         if self._reserved_of is None or self._reserved_of[0] is not state.nodes:
             reserved = np.zeros(len(state.nodes), dtype=bool)
             gpu_nodes = sum(1 for node in state.nodes if node.gpus > 0)
-            for pod in self._large:
-                hosts = np.array([_can_host(node, pod) for node in state.nodes], dtype=bool)
+            empty = ClusterState.empty(state.nodes)  # what each node could take with nothing on it
+            for pod in self._large:  # `feasible` keeps one answer per request shape
+                hosts = empty.feasible(pod)
                 if hosts.sum() <= RARE_HOST_SHARE * gpu_nodes:
                     reserved |= hosts
             self._reserved_of = (state.nodes, reserved)
@@ -200,20 +201,6 @@ class BalancedFgdScorer(FgdScorer):
                 key = key * KEY_SPAN + (STRANDED_BOUND - growth)
             out.append(key)
         return np.array(out, dtype=np.int64)
-
-
-def _shape(pod: TracePod) -> tuple[int, int, int, int, tuple[str, ...]]:
-    return (pod.num_gpu, pod.gpu_milli, pod.cpu_milli, pod.memory_mib, pod.gpu_models)
-
-
-def _can_host(node: TraceNode, pod: TracePod) -> bool:
-    """Whether the node, empty, could take the pod."""
-    return (
-        node.gpus >= pod.num_gpu
-        and node.cpu_milli >= pod.cpu_milli
-        and node.memory_mib >= pod.memory_mib
-        and (not pod.gpu_models or node.model in pod.gpu_models)
-    )
 
 
 def _splits_whole_node(state: ClusterState, pod: TracePod, node: int) -> bool:
