@@ -9,9 +9,8 @@ and the GPU allocation each reaches is compared:
 - the control plane's own kube-scheduler with its default scoring: must be beaten.
 
 P is each policy a cluster would choose for the extender: `best-fit` (its default) and
-`fgd-balanced`. fgd-balanced learns its typical pods from the workload: the simulator from the
-whole stream, the extender from the GPU pods the cluster holds when it is asked, so the two may
-place apart where best-fit cannot; the allocation must still agree within the point.
+`fgd-balanced`, which learns its typical pods from the GPU pods the cluster holds when a pod
+comes, in the simulator as in the extender. Nearly every pod must go to the simulator's node.
 
 Then the extender is stopped: the second scheduler, told the extender is `ignorable`, still places
 pods (by its own scoring).
@@ -290,6 +289,9 @@ def test_the_extender_places_as_the_simulator_and_beats_default_scoring(
     record_property(RESULT_TABLE, "\n".join(lines))  # printed at the end of the run
 
     assert abs(simulate_allocation - simulated.allocation_percent) < 0.001
+    # the simulator learns what the extender learns, so it predicts the extender pod by pod; a
+    # departure kube-scheduler's cache has not seen yet may move a rare pod (a late retry)
+    assert same >= 0.95 * len(simulated.placed)
     assert abs(extended.allocation_percent(CAPACITY_GPUS) - simulate_allocation) <= 1.0
     assert extended.allocation_percent(CAPACITY_GPUS) > default.allocation_percent(CAPACITY_GPUS)
 

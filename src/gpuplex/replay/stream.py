@@ -7,6 +7,11 @@ sides see the same cluster after every event, with no retry timing in between); 
 leaves at its departure event. After every event the GPUs allocated are recorded; the stream's
 *allocation* is their mean, as % of the cluster's GPUs.
 
+A policy that learns from the workload (`fgd`, `fgd-balanced`) learns here what the extender
+learns (`gpuplex.kube.extender`): the GPU pods the cluster holds when a pod comes, the placed ones
+and the arriving one, not the whole stream that no scheduler can know in advance. So the
+simulator places each pod where the extender would.
+
 `openb_stream` draws the pods from a trace's whole-GPU pods (their CPU, memory and GPU count) with
 a seed, a GPU count first by `size_weights` and then a pod of that count, and gives each a stay
 proportional to its trace runtime (measured in arrivals, capped). openb's own mix is 98 % 1-GPU
@@ -21,7 +26,17 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from gpuplex.core.trace import MILLI, ClusterState, TraceNode, TracePod, choose, policy_named
+from gpuplex.core.trace import (
+    MILLI,
+    POLICIES,
+    POLICY_NAMES,
+    ClusterState,
+    Policy,
+    TraceNode,
+    TracePod,
+    choose,
+    policy_named,
+)
 from gpuplex.replay.openb import TimedPod
 
 #: GPU counts and how often a drawn pod asks for each
@@ -96,23 +111,34 @@ def replay_stream(
 ) -> StreamResult:
     """The stream placed by `policy`; node ties go to the first node by name."""
     state = ClusterState.empty(sorted(nodes, key=lambda n: n.name))
-    chosen = policy_named(policy, [e.pod for e in events if e.arrives], pods_leave=True)
+    learns = policy in POLICY_NAMES and policy not in POLICIES  # fgd, fgd-balanced
+    fixed = None if learns else policy_named(policy)  # an unknown name raises here
     rng = np.random.default_rng(0)
     where: dict[int, tuple[int, tuple[int, ...]]] = {}
     placed: dict[int, str] = {}
+    held: dict[int, TracePod] = {}  # the pods the cluster holds, by stream index
     allocated: list[int] = []
     failed = 0
     for event in events:
         if event.arrives:
+            chosen = fixed or _learned(policy, [*held.values(), event.pod])
             choice = choose(state, event.pod, chosen, rng)
             if choice is None:
                 failed += 1
             else:
                 state.place(choice.node, event.pod, choice.gpus)
+                held[event.index] = event.pod
                 where[event.index] = (choice.node, choice.gpus)
                 placed[event.index] = state.nodes[choice.node].name
         elif event.index in where:
             node, gpus = where.pop(event.index)
+            del held[event.index]
             state.remove(node, event.pod, gpus)
         allocated.append(state.allocated_milli // MILLI)
     return StreamResult(policy, placed, failed, allocated, state.capacity_milli // MILLI)
+
+
+def _learned(policy: str, holding: list[TracePod]) -> Policy:
+    """The policy as the extender builds it for one pod: from what the cluster holds now, the
+    arriving pod included."""
+    return policy_named(policy, holding, pods_leave=True)
