@@ -107,9 +107,15 @@ def openb_stream(
 
 
 def replay_stream(
-    nodes: Sequence[TraceNode], events: Sequence[StreamEvent], policy: str
+    nodes: Sequence[TraceNode],
+    events: Sequence[StreamEvent],
+    policy: str,
+    *,
+    elsewhere: Sequence[TracePod] = (),
 ) -> StreamResult:
-    """The stream placed by `policy`; node ties go to the first node by name."""
+    """The stream placed by `policy`; node ties go to the first node by name. `elsewhere`: GPU
+    pods the cluster holds on other nodes all along, which `fgd` and `fgd-balanced` learn from
+    too, as the extender does (it lists every GPU pod of the cluster)."""
     state = ClusterState.empty(sorted(nodes, key=lambda n: n.name))
     learns = policy in POLICY_NAMES and policy not in POLICIES  # fgd, fgd-balanced
     fixed = None if learns else policy_named(policy)  # an unknown name raises here
@@ -121,7 +127,7 @@ def replay_stream(
     failed = 0
     for event in events:
         if event.arrives:
-            chosen = fixed or _learned(policy, [*held.values(), event.pod])
+            chosen = fixed or _learned(policy, [*elsewhere, *held.values(), event.pod])
             choice = choose(state, event.pod, chosen, rng)
             if choice is None:
                 failed += 1

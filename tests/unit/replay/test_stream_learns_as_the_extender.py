@@ -52,9 +52,12 @@ def _ask(pod: TracePod) -> PodAsk:
     return PodAsk(cpu_milli=pod.cpu_milli, memory_mib=pod.memory_mib, gpus=pod.num_gpu)
 
 
-def _through_the_extender(events: list[StreamEvent], policy: str) -> dict[int, str | None]:
+def _through_the_extender(
+    events: list[StreamEvent], policy: str, elsewhere: tuple[Held, ...] = ()
+) -> dict[int, str | None]:
     """Each arriving pod's node as the extender chooses it, given the pods placed before it (its
-    snapshot: their bindings and every GPU pod the cluster holds, the arriving one included)."""
+    snapshot: their bindings and every GPU pod the cluster holds, the arriving one included, and
+    `elsewhere`: pods bound to nodes that are not candidates)."""
     candidates = [_node_object(n) for n in NODES]
     held: dict[int, Held] = {}
     chosen: dict[int, str | None] = {}
@@ -63,8 +66,9 @@ def _through_the_extender(events: list[StreamEvent], policy: str) -> dict[int, s
             held.pop(event.index, None)
             continue
         ask = _ask(event.pod)
-        workload = [h.ask for h in held.values()] + [ask]
-        node = place(ask, candidates, list(held.values()), policy, workload, parse_quantity).node
+        workload = [h.ask for h in elsewhere] + [h.ask for h in held.values()] + [ask]
+        holding = [*elsewhere, *held.values()]
+        node = place(ask, candidates, holding, policy, workload, parse_quantity).node
         chosen[event.index] = node
         if node is not None:
             held[event.index] = Held(node, ask)
@@ -111,3 +115,15 @@ def test_the_stream_tells_learning_from_the_holdings_apart_from_the_whole_stream
         extender = _through_the_extender(events, "fgd-balanced")
         whole = _learning_from_the_whole_stream(events, "fgd-balanced")
         assert whole != {i: n for i, n in extender.items() if n is not None}, seed
+
+
+def test_gpu_pods_on_other_nodes_are_learned_from_as_the_extender_learns_from_them() -> None:
+    """The extender lists every GPU pod of the cluster, those on nodes it is not asked about
+    included; `elsewhere` gives the simulator the same, and they change where pods go."""
+    events = _stream(1)
+    others = [TracePod(f"o{i}", 8000, 8192, 4, 1000) for i in range(30)]  # a 4-GPU fleet
+    elsewhere = tuple(Held("another-node", _ask(pod)) for pod in others)
+    extender = _through_the_extender(events, "fgd-balanced", elsewhere)
+    simulated = replay_stream(NODES, events, "fgd-balanced", elsewhere=others)
+    assert simulated.placed == {i: n for i, n in extender.items() if n is not None}
+    assert simulated.placed != replay_stream(NODES, events, "fgd-balanced").placed
