@@ -28,8 +28,6 @@ import numpy as np
 
 from gpuplex.core.trace import (
     MILLI,
-    POLICIES,
-    POLICY_NAMES,
     ClusterState,
     Policy,
     TraceNode,
@@ -37,6 +35,7 @@ from gpuplex.core.trace import (
     choose,
     policy_named,
 )
+from gpuplex.core.trace.registry import WORKLOAD_POLICIES
 from gpuplex.replay.openb import TimedPod
 
 #: GPU counts and how often a drawn pod asks for each
@@ -117,8 +116,8 @@ def replay_stream(
     pods the cluster holds on other nodes all along, which `fgd` and `fgd-balanced` learn from
     too, as the extender does (it lists every GPU pod of the cluster)."""
     state = ClusterState.empty(sorted(nodes, key=lambda n: n.name))
-    learns = policy in POLICY_NAMES and policy not in POLICIES  # fgd, fgd-balanced
-    fixed = None if learns else policy_named(policy)  # an unknown name raises here
+    # fgd and fgd-balanced are built per pod; any other policy once (an unknown name raises here)
+    fixed = None if policy in WORKLOAD_POLICIES else policy_named(policy)
     rng = np.random.default_rng(0)
     where: dict[int, tuple[int, tuple[int, ...]]] = {}
     placed: dict[int, str] = {}
