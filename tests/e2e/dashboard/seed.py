@@ -48,7 +48,7 @@ def _rhythm(tenant: str, hour: int) -> float:
 
 def seed_history(store_url: str, spec_path: Path, now: datetime) -> Plan:
     plan = make_plan(load_spec_file(spec_path))
-    end = now.replace(minute=0, second=0, microsecond=0)
+    end = _day_end(now)
     start = end - timedelta(hours=HOURS)
     interval = PlanInterval(plan=plan, active_from=start, active_until=end)
     engine = open_store(store_url)
@@ -73,6 +73,17 @@ def seed_history(store_url: str, spec_path: Path, now: datetime) -> Plan:
     finally:
         engine.dispose()
     return plan
+
+
+def _day_end(now: datetime) -> datetime:
+    """The seeded day ends at the start of the current hour, except in a month's first hour: then
+    it ends with the hour in progress, so that the month always holds at least an hour of it (the
+    budget tests need spend this month, and at 00:20 on the 1st the 24 hours before 00:00 are all
+    last month's)."""
+    end = now.replace(minute=0, second=0, microsecond=0)
+    if end == now.replace(day=1, hour=0, minute=0, second=0, microsecond=0):
+        end += timedelta(hours=1)
+    return end
 
 
 def _busy(allocation: list[MeterLine], hour: int) -> list[MeterLine]:
