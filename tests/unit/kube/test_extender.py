@@ -227,6 +227,26 @@ def test_an_api_that_refuses_the_list_is_an_error_with_its_reason() -> None:
         view.filter(pod("p"), ["a"])
 
 
+def test_each_distinct_quantity_is_read_once_and_an_unreadable_one_every_time() -> None:
+    read: list[str] = []
+
+    def counting(text: str) -> Decimal:
+        read.append(text)
+        return parse_quantity(text)
+
+    pods = [pod(f"p{i}", gpus=1, node_name="a") for i in range(6)]
+    view = ClusterView(ApiDouble([node("a"), node("b")], pods), counting, "best-fit", ManualClock())
+    assert view.filter(pod("new", gpus=2), ["a", "b"]).node == "a"
+    assert view.filter(pod("new", gpus=2), ["a", "b"]).node == "a"  # the same answer, cached
+    assert len(read) == len(set(read))  # 7 pods and 2 nodes, twice: each string read once
+    broken = pod("broken", gpus=1)
+    broken["spec"]["containers"][0]["resources"]["limits"]["cpu"] = "4 cores"
+    view = ClusterView(ApiDouble([node("a")], []), counting, "best-fit", ManualClock())
+    for _ in range(2):  # a refused quantity is not remembered as read: it stays unreadable
+        assert view.filter(broken, ["a"]).why == "the pod's request cannot be read"
+    assert read.count("4 cores") == 2
+
+
 # -- HTTP, as kube-scheduler calls it --------------------------------------------------------------
 
 
