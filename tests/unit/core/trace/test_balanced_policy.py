@@ -285,7 +285,9 @@ def test_where_pods_leave_a_small_pod_goes_to_a_node_in_use_and_leaves_the_idle_
     None
 ):
     state = eight_gpu_cluster(used_on_second=3)
-    assert chosen_nodes(state, pods_leave=True) == [1, 1, 1]
+    # the GPU pods to the node in use; the CPU-only pod strands no GPU on either (both have CPU
+    # for all their free GPUs), so it goes to the first
+    assert chosen_nodes(state, pods_leave=True) == [1, 1, 0]
     policy = policy_named("fgd-balanced", MOSTLY_ONE_GPU, pods_leave=True)
     eight = choose(state, trace_pod("eight", 32_000, 1000, 8), policy, np.random.default_rng(0))
     assert eight is not None
@@ -305,10 +307,25 @@ def test_without_multi_gpu_pods_nothing_is_kept_whole() -> None:
     assert not BalancedFgdScorer(MOSTLY_ONE_GPU).keeps_whole_nodes
 
 
+def test_where_pods_leave_a_cpu_only_pod_keeps_off_the_cpu_that_free_gpus_need() -> None:
+    # the node in use has 4 free GPUs and just the CPU to feed them (4 cores per GPU in this
+    # workload); a CPU-only pod there would leave a GPU no 1-GPU pod can use
+    state = ClusterState.empty([node("busy", 48_000, 8), node("idle", 96_000, 8)])
+    for i in range(4):
+        state.place(0, trace_pod(f"u{i}", 8_000), (i,))
+    policy = policy_named("fgd-balanced", MOSTLY_ONE_GPU, pods_leave=True)
+    cpu_only = choose(state, trace_pod("cpu", 4_000, 0, 0), policy, np.random.default_rng(0))
+    assert cpu_only is not None
+    assert cpu_only.node == 1
+    one = choose(state, trace_pod("one", 4_000), policy, np.random.default_rng(0))
+    assert one is not None
+    assert one.node == 0  # a GPU pod still goes to the node in use
+
+
 def test_an_idle_node_is_opened_when_no_node_in_use_takes_the_pod() -> None:
     state = eight_gpu_cluster(used_on_second=8)  # the second node's GPUs are all taken
-    # the GPU pods open the idle node; the CPU-only pod still fits beside the full GPUs
-    assert chosen_nodes(state, pods_leave=True) == [0, 0, 1]
+    # the GPU pods open the idle node; the CPU-only pod strands nothing anywhere: the first
+    assert chosen_nodes(state, pods_leave=True) == [0, 0, 0]
 
 
 def rare_host_cluster() -> ClusterState:
@@ -331,10 +348,14 @@ def test_where_pods_leave_small_pods_keep_off_the_nodes_a_rare_large_pod_needs()
     state.place(9, trace_pod("early9", 4_000), (0,))
     policy = policy_named("fgd-balanced", WITH_RARE_BIG, pods_leave=True)
     rng = np.random.default_rng(0)
-    for pod in SMALL_PODS:  # to the other node in use, not to the big node
+    for pod in SMALL_PODS[:2]:  # to the other node in use, not to the big node
         choice = choose(state, pod, policy, rng)
         assert choice is not None
         assert choice.node == 0, pod
+    # the CPU-only pod neither: node 0's CPU is short for its free GPUs, an idle node's is not
+    cpu_only = choose(state, SMALL_PODS[2], policy, rng)
+    assert cpu_only is not None
+    assert cpu_only.node not in (0, 9)
     eight = choose(state, trace_pod("eight-96", 96_000, 1000, 8), policy, rng)
     assert eight is not None
     assert eight.node not in (0, 9)  # an 8-GPU pod that fits elsewhere goes elsewhere
