@@ -1,21 +1,18 @@
 """Settings for the whole suite.
 
-`make test` runs it on four pytest-xdist workers (`-n 4 --dist loadgroup`; two cores are enough:
-with two workers the tests left the CPU idle about half the time, waiting on the processes they
-start). A test that needs a worker to itself says so with a marker, and the tests of each such
-marker form a group run on one worker, one test at a time:
+`make test` runs it on two pytest-xdist workers (`-n 2 --dist loadgroup`). A test that needs a
+worker to itself says so with a marker, and the tests of each such marker form a group run on one
+worker, one test at a time:
 
 - `lane`: tests that measure what a stack of processes does under load (the gateway's fairness
   and latency, the front door's limits) or that stall the shared Redis (`CLIENT PAUSE`);
 - `stacks`: tests that check what a stack does across starts, stops and kills (the host runtime
-  and `gpuplex up` against a hostile tenant, jobs end to end, the benches' own runs);
-- `kube`: the `kube_real` tests, which share one Kubernetes control plane per worker;
+  and `gpuplex up` against a hostile tenant, jobs end to end, the benches' own runs), and the
+  `kube_real` tests, which share one Kubernetes control plane per worker;
 - `vllm`: every test that asks for a real vLLM (tests/vllm_real/fixtures.py), wherever it lives,
   so that one worker starts the one server of the session; those tests may take
   VLLM_TEST_TIMEOUT_S, the first one waiting for the server to build and start.
 
-pytest-xdist hands out the units with the most tests first, so each group starts at once, on a
-worker of its own.
 Everything else (unit tests, integration tests that each keep to their own temporary directory,
 PostgreSQL database, Redis key prefix and cgroup instance, single CLI runs) is shared between the
 workers, test by test, around the groups. Every test of a group finds its own processes by its own
@@ -37,7 +34,7 @@ settings.register_profile("gpuplex", deadline=None)
 settings.load_profile("gpuplex")
 
 #: The markers that put a test in a group of its own (see above), and the group each names.
-GROUP_OF_MARKER = {"lane": "lane", "stacks": "stacks", "kube_real": "kube"}
+GROUP_OF_MARKER = {"lane": "lane", "stacks": "stacks", "kube_real": "stacks"}
 #: The fixtures that need a real vLLM: a test that asks for one (directly or through another
 #: fixture) runs in the `vllm` group, whatever its folder.
 VLLM_FIXTURES = frozenset({"vllm", "vllm_model"})

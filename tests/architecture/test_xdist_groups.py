@@ -44,7 +44,7 @@ def test_every_vllm_test_runs_on_one_worker_under_its_group_name(tmp_path: Path)
 
 #: A test file of each kind, and the group its tests must run in ("-": shared between workers).
 EXPECTED_GROUPS = {
-    "tests/kube_real/test_kueue_real.py": "kube",  # marked by its folder's conftest
+    "tests/kube_real/test_kueue_real.py": "stacks",  # marked by its folder's conftest
     "tests/abuse/host/test_up_lifecycle.py": "stacks",
     "tests/e2e/gateway/test_gateway_load.py": "lane",
     "tests/integration/gateway/test_limiter_redis.py": "lane",
