@@ -446,6 +446,13 @@ def test_it_only_ever_chooses_among_fgds_best_nodes(
         assert choice is None
         return
     assert choice is not None
+    keeps_whole = pods_leave and any(p.num_gpu > 1 for p in workload)
+    if keeps_whole and pod.num_gpu == 0 and workload_cpu_per_gpu_milli(workload) is not None:
+        # a CPU-only pod skips FGD's score there: only off the nodes kept for rare pods
+        kept = set(kept_for_rare_pods(state.nodes, workload))
+        others = [n for n in candidates.tolist() if n not in kept]
+        assert choice.node in (others or candidates.tolist())
+        return
     allowed = keeping_whole_nodes(state, pod, candidates, workload, pods_leave)
     fgd_scores = FgdScorer(workload).score(state, pod, allowed)
     assert choice.node in allowed.tolist()
@@ -485,6 +492,13 @@ def test_with_bound_pods_it_chooses_within_the_band_of_fgds_best(
         assert choice is None
         return
     assert choice is not None
+    keeps_whole = pods_leave and any(p.num_gpu > 1 for p in workload)
+    if keeps_whole and pod.num_gpu == 0 and workload_cpu_per_gpu_milli(workload) is not None:
+        # a CPU-only pod skips FGD's score there: only off the nodes kept for rare pods
+        kept = set(kept_for_rare_pods(state.nodes, workload))
+        others = [n for n in candidates.tolist() if n not in kept]
+        assert choice.node in (others or candidates.tolist())
+        return
     allowed = keeping_whole_nodes(state, pod, candidates, workload, pods_leave)
     fgd_scores = FgdScorer(workload).score(state, pod, allowed)
     assert choice.node in allowed.tolist()
