@@ -42,6 +42,7 @@ import numpy as np
 from rich.console import Console
 from rich.table import Table
 
+from gpuplex.core.serve.latency_summary import nearest_rank
 from gpuplex.core.trace import ClusterState, TraceNode, TracePod, choose, policy_named
 from gpuplex.kube.api import Reply
 from gpuplex.kube.apply import parse_quantity
@@ -158,11 +159,6 @@ def time_calls(
     return seconds, time.process_time() - cpu, placed
 
 
-def percentile(values: Sequence[float], share: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, round(share * (len(ordered) - 1)))]
-
-
 def scaled(
     nodes: list[TraceNode], bound: list[tuple[TracePod, str]], scale: int
 ) -> tuple[list[TraceNode], list[tuple[TracePod, str]]]:
@@ -202,7 +198,7 @@ def measure(
                 policy=policy,
                 calls=len(seconds),
                 p50_ms=round(p50 * 1000, 1),
-                p95_ms=round(percentile(seconds, 0.95) * 1000, 1),
+                p95_ms=round(nearest_rank(sorted(seconds), 0.95) * 1000, 1),
                 max_ms=round(max(seconds) * 1000, 1),
                 cpu_ms_per_call=round(cpu_s / len(seconds) * 1000, 1),
                 placed=placed,

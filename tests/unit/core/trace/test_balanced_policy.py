@@ -241,6 +241,23 @@ def keeping_whole_nodes(
     return np.array(free or in_use, dtype=np.int64)
 
 
+def cpu_only_where_whole_nodes_are_kept(
+    pod: TracePod, workload: list[TracePod], pods_leave: bool
+) -> bool:
+    """Whether fgd-balanced places `pod` without FGD's score: a CPU-only pod where pods leave,
+    the workload has multi-GPU pods and CPU per GPU milli."""
+    keeps_whole = pods_leave and any(p.num_gpu > 1 for p in workload)
+    return keeps_whole and pod.num_gpu == 0 and workload_cpu_per_gpu_milli(workload) is not None
+
+
+def off_the_rare_nodes(
+    state: ClusterState, candidates: np.ndarray, workload: list[TracePod]
+) -> list[int]:
+    """The candidates no rare multi-GPU pod needs, or all of them when there are none."""
+    kept = set(kept_for_rare_pods(state.nodes, workload))
+    return [n for n in candidates.tolist() if n not in kept] or candidates.tolist()
+
+
 def kept_for_rare_pods(nodes: tuple[TraceNode, ...], workload: list[TracePod]) -> list[int]:
     """The nodes that could take, empty, a multi-GPU pod of the workload that at most a tenth
     of the GPU nodes could take."""
@@ -446,12 +463,8 @@ def test_it_only_ever_chooses_among_fgds_best_nodes(
         assert choice is None
         return
     assert choice is not None
-    keeps_whole = pods_leave and any(p.num_gpu > 1 for p in workload)
-    if keeps_whole and pod.num_gpu == 0 and workload_cpu_per_gpu_milli(workload) is not None:
-        # a CPU-only pod skips FGD's score there: only off the nodes kept for rare pods
-        kept = set(kept_for_rare_pods(state.nodes, workload))
-        others = [n for n in candidates.tolist() if n not in kept]
-        assert choice.node in (others or candidates.tolist())
+    if cpu_only_where_whole_nodes_are_kept(pod, workload, pods_leave):
+        assert choice.node in off_the_rare_nodes(state, candidates, workload)
         return
     allowed = keeping_whole_nodes(state, pod, candidates, workload, pods_leave)
     fgd_scores = FgdScorer(workload).score(state, pod, allowed)
@@ -492,12 +505,8 @@ def test_with_bound_pods_it_chooses_within_the_band_of_fgds_best(
         assert choice is None
         return
     assert choice is not None
-    keeps_whole = pods_leave and any(p.num_gpu > 1 for p in workload)
-    if keeps_whole and pod.num_gpu == 0 and workload_cpu_per_gpu_milli(workload) is not None:
-        # a CPU-only pod skips FGD's score there: only off the nodes kept for rare pods
-        kept = set(kept_for_rare_pods(state.nodes, workload))
-        others = [n for n in candidates.tolist() if n not in kept]
-        assert choice.node in (others or candidates.tolist())
+    if cpu_only_where_whole_nodes_are_kept(pod, workload, pods_leave):
+        assert choice.node in off_the_rare_nodes(state, candidates, workload)
         return
     allowed = keeping_whole_nodes(state, pod, candidates, workload, pods_leave)
     fgd_scores = FgdScorer(workload).score(state, pod, allowed)
