@@ -1,18 +1,23 @@
 """Settings for the whole suite.
 
-`make test` runs it on two pytest-xdist workers (`-n 2 --dist loadgroup`). A test that needs a
-worker to itself says so with a marker, and the tests of each such marker form a group run on one
-worker, one test at a time:
+`make test` runs it on four pytest-xdist workers (`-n 4 --dist loadgroup`; two cores are enough:
+with two workers the tests left the CPU idle about half the time, waiting on the processes they
+start). A test that needs a worker to itself says so with a marker, and the tests of each such
+marker form a group run on one worker, one test at a time:
 
 - `lane`: tests that measure what a stack of processes does under load (the gateway's fairness
   and latency, the front door's limits) or that stall the shared Redis (`CLIENT PAUSE`);
 - `stacks`: tests that check what a stack does across starts, stops and kills (the host runtime
-  and `gpuplex up` against a hostile tenant, jobs end to end, the benches' own runs), and the
-  `kube_real` tests, which share one Kubernetes control plane per worker;
+  and `gpuplex up` against a hostile tenant, jobs end to end, the benches' own runs);
+- `kube`: the `kube_real` tests, which share one Kubernetes control plane per worker;
 - `vllm`: every test that asks for a real vLLM (tests/vllm_real/fixtures.py), wherever it lives,
   so that one worker starts the one server of the session; those tests may take
   VLLM_TEST_TIMEOUT_S, the first one waiting for the server to build and start.
 
+pytest-xdist hands out the units with the most tests first, so each group starts at once, on a
+worker of its own. A `lane` test and the processes it starts run at a higher CPU priority
+(LANE_NICENESS) where the OS allows it (as root, as in CI): with four workers on two cores the
+other three keep the CPU busy, and what a lane test measures is its stack, not its neighbours.
 Everything else (unit tests, integration tests that each keep to their own temporary directory,
 PostgreSQL database, Redis key prefix and cgroup instance, single CLI runs) is shared between the
 workers, test by test, around the groups. Every test of a group finds its own processes by its own
@@ -24,6 +29,9 @@ neighbour) a slow example is not a failure; the tests assert what they check, no
 
 from __future__ import annotations
 
+import contextlib
+import os
+
 import pytest
 from hypothesis import settings
 
@@ -34,7 +42,7 @@ settings.register_profile("gpuplex", deadline=None)
 settings.load_profile("gpuplex")
 
 #: The markers that put a test in a group of its own (see above), and the group each names.
-GROUP_OF_MARKER = {"lane": "lane", "stacks": "stacks", "kube_real": "stacks"}
+GROUP_OF_MARKER = {"lane": "lane", "stacks": "stacks", "kube_real": "kube"}
 #: The fixtures that need a real vLLM: a test that asks for one (directly or through another
 #: fixture) runs in the `vllm` group, whatever its folder.
 VLLM_FIXTURES = frozenset({"vllm", "vllm_model"})
@@ -84,6 +92,34 @@ def pytest_collection_finish(session: pytest.Session) -> None:
             from _pytest.nodeid import NodeId  # pytest >= 9.2, the only one that gets here
 
             item._id = NodeId.parse(item.nodeid + suffix)
+
+
+#: The niceness a `lane` test runs at, and so every process it starts (inherited at the fork):
+#: under contention Linux gives a thread at -10 about nine times the CPU of one at 0. Raising a
+#: priority needs root (or RLIMIT_NICE); elsewhere the test runs at the niceness it was given.
+LANE_NICENESS = -10
+#: The niceness a `lane` test's thread had before, given back when the test ends.
+NICENESS_BEFORE = pytest.StashKey[int]()
+
+
+def set_niceness(niceness: int) -> None:
+    """This thread's niceness (Linux keeps one per thread; the tests run in the main thread), where
+    the OS allows it."""
+    with contextlib.suppress(PermissionError):
+        os.setpriority(os.PRIO_PROCESS, 0, niceness)
+
+
+@pytest.hookimpl(tryfirst=True)  # before the test's fixtures start its processes
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    if group_of_item(item) == "lane":
+        item.stash[NICENESS_BEFORE] = os.getpriority(os.PRIO_PROCESS, 0)
+        set_niceness(LANE_NICENESS)
+
+
+@pytest.hookimpl(trylast=True)  # after its fixtures have stopped them
+def pytest_runtest_teardown(item: pytest.Item) -> None:
+    if NICENESS_BEFORE in item.stash:
+        set_niceness(item.stash[NICENESS_BEFORE])
 
 
 #: `record_property(RESULT_TABLE, text)` in a test: the text is printed at the end of the run,

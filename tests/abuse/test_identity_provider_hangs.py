@@ -49,6 +49,10 @@ P99_LIMIT_S = 0.100
 #: request waiting on the hung provider takes.
 LOADED_FACTOR = 4.0
 WARM_UP_S = 2.0
+#: What ends an attacker's request when its kept-alive connection closes under it, and how rare
+#: that must stay.
+CLOSED_CONNECTION_ERRORS = frozenset({"RemoteProtocolError", "ReadError"})
+DROPPED_AT_MOST_ONE_IN = 500
 BASELINE_S = 4.0
 
 #: `auth.oidc`, added to the gateway tests' one-tenant spec (acme on a simulated model server).
@@ -166,9 +170,12 @@ def flood_targets(issuer: str, server_url: str, gateway: Gateway) -> list[tuple[
     return targets
 
 
-async def flood(front: Front, answers: dict[int, int], on_start: Callable[[float], None]) -> None:
+async def flood(
+    front: Front, answers: dict[int | str, int], on_start: Callable[[float], None]
+) -> None:
     """Made-up kids at both processes, from many loopback addresses, each client at most
-    PER_CLIENT_PER_S requests a second, for FLOOD_S (`on_start` is told when it ends)."""
+    PER_CLIENT_PER_S requests a second, for FLOOD_S (`on_start` is told when it ends). `answers`
+    counts each status, and each error that ended a request without one by its class name."""
     async with contextlib.AsyncExitStack() as clients:
         made = [
             await clients.enter_async_context(
@@ -192,8 +199,9 @@ async def flood(front: Front, answers: dict[int, int], on_start: Callable[[float
                 try:
                     reply = await client.get(url, headers={"authorization": f"Bearer {token}"})
                     answers[reply.status_code] = answers.get(reply.status_code, 0) + 1
-                except httpx.HTTPError:
-                    answers[0] = answers.get(0, 0) + 1
+                except httpx.HTTPError as error:
+                    name = type(error).__name__
+                    answers[name] = answers.get(name, 0) + 1
                 await asyncio.sleep(max(0.0, 1 / PER_CLIENT_PER_S - (time.monotonic() - started)))
 
         await asyncio.gather(*(one_client(c) for c in made))
@@ -237,7 +245,7 @@ def test_a_hung_provider_and_a_flood_of_made_up_kids_freeze_nothing(front: Front
     os.killpg(front.provider.process.pid, signal.SIGSTOP)
     hung_at = time.monotonic()
     waiting_before = waiting_connections(front.provider.port)
-    answers: dict[int, int] = {}
+    answers: dict[int | str, int] = {}
     during: dict[str, list[tuple[float, int]]] = {}
     prober: list[threading.Thread] = []
 
@@ -280,7 +288,13 @@ def test_a_hung_provider_and_a_flood_of_made_up_kids_freeze_nothing(front: Front
         assert len(timed) >= 100, name
         assert p99(times_of(timed)) < limits[name], name
     assert sum(answers.values()) >= 500  # the flood did arrive
-    assert set(answers) <= {401, 429, 503}, answers  # refused, throttled or "try again"
+    statuses = {answer for answer in answers if isinstance(answer, int)}
+    assert statuses <= {401, 429, 503}, answers  # refused, throttled or "try again"
+    # An attacker's request may end without an answer where its kept-alive connection closed
+    # (once in 1,579 on a loaded machine); never by a timeout, which a frozen process would cause.
+    dropped = {answer: n for answer, n in answers.items() if isinstance(answer, str)}
+    assert set(dropped) <= CLOSED_CONNECTION_ERRORS, answers
+    assert sum(dropped.values()) * DROPPED_AT_MOST_ONE_IN <= sum(answers.values()), answers
     # one fetch per process per interval at most (a failure backs off further)
     assert 1 <= fetches <= 2 * (1 + int(hung_s // REFRESH_S)), (fetches, hung_s)
 

@@ -13,6 +13,8 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
+#: This worker's niceness when it collected this module, before any test ran.
+NICENESS_AT_IMPORT = os.getpriority(os.PRIO_PROCESS, 0)
 #: `[gw0] [ 10%] PASSED tests/x.py::test_y[an id, spaces and all]@vllm`: the node id, whose
 #: parameter id may hold spaces (the differential test's cases are named in words).
 RAN = re.compile(
@@ -44,7 +46,7 @@ def test_every_vllm_test_runs_on_one_worker_under_its_group_name(tmp_path: Path)
 
 #: A test file of each kind, and the group its tests must run in ("-": shared between workers).
 EXPECTED_GROUPS = {
-    "tests/kube_real/test_kueue_real.py": "stacks",  # marked by its folder's conftest
+    "tests/kube_real/test_kueue_real.py": "kube",  # marked by its folder's conftest
     "tests/abuse/host/test_up_lifecycle.py": "stacks",
     "tests/e2e/gateway/test_gateway_load.py": "lane",
     "tests/integration/gateway/test_limiter_redis.py": "lane",
@@ -69,3 +71,7 @@ def test_each_test_runs_in_the_group_its_markers_name() -> None:
     assert set(seen) == set(EXPECTED_GROUPS), sorted(seen)
     wrong = {path: groups for path, groups in seen.items() if groups != {EXPECTED_GROUPS[path]}}
     assert not wrong, f"expected {EXPECTED_GROUPS}, got {wrong}"
+
+
+def test_a_test_outside_the_lane_group_runs_at_the_niceness_it_was_given() -> None:
+    assert os.getpriority(os.PRIO_PROCESS, 0) == NICENESS_AT_IMPORT
