@@ -13,7 +13,12 @@ tenants of bench/jobs_tenants.yaml drawn with the seed, the queue rules. Printed
 p50, p99 and the longest over all pods that started (seconds of replay time: a few starved large
 pods hide under the p99), pods that never started, mean
 GPUs allocated, mean Jain index while pods wait, "no node has room" events and preemptions; and
-per policy the ratios to best-fit's p99, longest delay and GPUs.
+per policy the ratios to best-fit's p99, longest delay and GPUs. Then gpuplex's choice of policy
+(`gpuplex.replay.policy_choice`, as `gpuplex simulate --arrivals` makes it) per group and seed,
+and what choosing costs or gains against running one policy everywhere: the chosen policy's p99
+and longest wait over each policy's, chosen from the same replay, and chosen from another seed's
+replay of the same group (a different draw of tenants: the choice made from one recording, lived
+with on the next).
 
 With `--against REF`, REF's replay (its src/ first on the path, this script) runs the same cells
 too, and each cell prints REF's figures beside this tree's: the replay is deterministic for a
@@ -48,6 +53,7 @@ from gpuplex.core.spec.quota_kinds import GPUS
 from gpuplex.replay.jobs import replay_jobs
 from gpuplex.replay.jobs_report import tenant_rows, timeline
 from gpuplex.replay.openb import load_nodes, load_timed_pods
+from gpuplex.replay.policy_choice import PolicyOutcome, choose_policy
 from gpuplex.replay.tenants_file import parse_tenants_file
 from gpuplex.specfile import load_yaml_file
 
@@ -168,6 +174,52 @@ def print_tables(
             )
 
 
+def print_choices(cells: list[Cell], mine: dict[Cell, Figures]) -> None:
+    """gpuplex's choice per group and seed, and the chosen p99 over each fixed policy's (geometric
+    mean over every group and seed), chosen from the same seed and from each other seed."""
+    policies = list(dict.fromkeys(c.policy for c in cells))
+    groups = sorted({(c.family, c.speedup) for c in cells})
+    seeds = sorted({c.seed for c in cells})
+    print("\ngpuplex's choice (gpuplex.replay.policy_choice) per group and seed:")
+    chosen: dict[tuple[str, float, int], str] = {}
+    for family, speedup in groups:
+        for seed in seeds:
+            outcomes = [
+                PolicyOutcome(p, f.never, f.p99_s, f.longest_s, f.gpus)
+                for p in policies
+                for f in [mine[Cell(family, seed, speedup, p)]]
+            ]
+            choice = choose_policy(outcomes)
+            chosen[(family, speedup, seed)] = choice.policy
+            print(f"  {family} x{speedup:g} seed {seed}: {choice.policy} ({choice.reason})")
+    same, other = [], []
+    for family, speedup in groups:
+        for seed in seeds:
+            same.append((family, speedup, seed, chosen[(family, speedup, seed)]))
+            other += [
+                (family, speedup, seed, chosen[(family, speedup, s)]) for s in seeds if s != seed
+            ]
+    print(
+        "\nThe chosen policy's p99 and longest wait over each fixed policy's "
+        "(geometric mean over groups and seeds):"
+    )
+    picked = (("chosen from the same replay", same), ("chosen from another seed", other))
+    for label, picks in picked:
+        for figure in ("p99_s", "longest_s"):
+            ratios = {
+                p: _geomean(
+                    [
+                        getattr(mine[Cell(f, seed, sp, pick)], figure)
+                        / getattr(mine[Cell(f, seed, sp, p)], figure)
+                        for f, sp, seed, pick in picks
+                    ]
+                )
+                for p in policies
+            }
+            name = figure.removesuffix("_s")
+            print(f"  {label}, {name}: " + ", ".join(f"/ {p} {r:.3f}" for p, r in ratios.items()))
+
+
 def _geomean(ratios: list[float]) -> float:
     return float(np.exp(np.mean(np.log(ratios))))
 
@@ -217,6 +269,7 @@ def main(argv: list[str] | None = None) -> int:
         ]
         theirs = ref_figures(args.against, same)
     print_tables(cells, mine, theirs)
+    print_choices(cells, mine)
     print(f"\n{time.perf_counter() - started:.0f} s in all")
     return 0
 

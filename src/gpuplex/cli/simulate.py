@@ -16,7 +16,8 @@ MIG instance, an MPS share or time-slice replicas reserve (see `gpuplex.replay.i
 the table and `isolation.csv` give GPUs needed, allocation ratios and stranded memory per mode.
 
 With --arrivals trace --tenants FILE the pods arrive and leave in time through the queue rules
-(`gpuplex.cli.simulate_jobs`); with --arrivals stream they arrive and leave one event at a time,
+(`gpuplex.cli.simulate_jobs`), ending with gpuplex's choice of policy for the fleet replayed;
+with --arrivals stream they arrive and leave one event at a time,
 each placed or failed (`gpuplex.cli.simulate_stream`)."""
 
 from __future__ import annotations

@@ -1,10 +1,12 @@
 """`gpuplex simulate --arrivals trace`: the pods arrive and leave at the trace's times, through the
 queue rules of a tenants file (`gpuplex.replay.tenants_file`), placed by a placement policy.
 
-Runs: the queue rules with each --policy (default best-fit, then fgd-balanced), and FIFO (one
+Runs: the queue rules with each --policy (default best-fit, fgd, fgd-balanced), and FIFO (one
 queue in arrival order, no quotas) with the first policy. A table per tenant on stdout, and in
 --out `jobs.csv` (per run and tenant) and `jobs.png` (GPUs per tenant over time against the fair
-share, and Jain's index over time, one panel per run).
+share, and Jain's index over time, one panel per run). Then the policy gpuplex chooses for this
+fleet from the queue-rule runs (`gpuplex.replay.policy_choice`), with the line of gpuplex.yaml that
+sets it for the scheduler extender.
 """
 
 from __future__ import annotations
@@ -23,13 +25,14 @@ from gpuplex.core.spec.quota_kinds import GPUS
 from gpuplex.replay.jobs import replay_jobs
 from gpuplex.replay.jobs_report import TenantRow, Timeline, csv_text, tenant_rows, timeline
 from gpuplex.replay.openb import load_nodes, load_timed_pods
+from gpuplex.replay.policy_choice import PolicyChoice, PolicyOutcome, choose_policy, outcome_of
 from gpuplex.replay.tenants_file import parse_tenants_file
 from gpuplex.specfile import load_yaml_file
 
 out = stdout_console()
 err = stderr_console()
 
-DEFAULT_POLICIES = ("best-fit", "fgd-balanced")
+DEFAULT_POLICIES = ("best-fit", "fgd", "fgd-balanced")
 
 
 def simulate_trace_arrivals(
@@ -53,6 +56,7 @@ def simulate_trace_arrivals(
     runs = [(tree, p) for p in chosen] + [(None, chosen[0])]
     rows: list[TenantRow] = []
     lines: list[Timeline] = []
+    outcomes: list[PolicyOutcome] = []
     for rules, policy in runs:
         name = "queues" if rules is not None else "fifo"
         err.print(f"replaying {name} + {policy} ...", highlight=False)
@@ -62,7 +66,17 @@ def simulate_trace_arrivals(
         line = timeline(result, tree)
         lines.append(line)
         rows += tenant_rows(result, line)
+        if rules is not None:
+            outcomes.append(outcome_of(result))
     out.print(jobs_table(rows, lines))
+    choice = choose_policy(outcomes)
+    out.print(choice_table(choice))
+    out.print(
+        f"gpuplex's choice for this fleet: {choice.policy} ({choice.reason}). The scheduler "
+        f"extender places by it with `kubernetes: {{scheduler: {{policy: {choice.policy}}}}}` in "
+        "gpuplex.yaml (docs/kubernetes.md).",
+        highlight=False,
+    )
     try:
         (out_dir / "jobs.csv").write_text(csv_text(rows, lines), encoding="utf-8")
         write_jobs_plot(lines, out_dir / "jobs.png")
@@ -101,6 +115,33 @@ def jobs_table(rows: Sequence[TenantRow], lines: Sequence[Timeline]) -> Table:
             f"{jain[r.run][1]:.3f}",
         )
     return table
+
+
+def choice_table(choice: PolicyChoice) -> Table:
+    chosen = next(o for o in choice.outcomes if o.policy == choice.policy)
+    table = Table(
+        title="Placement policies under the queue rules (gpuplex.replay.policy_choice)",
+        title_justify="left",
+    )
+    table.add_column("policy")
+    headers = ("never started", "longest wait s", "delay p99 s", "p99 / chosen", "mean GPUs")
+    for header in (*headers, "GPUs / chosen"):
+        table.add_column(header, justify="right")
+    for o in choice.outcomes:
+        table.add_row(
+            o.policy + (" (chosen)" if o.policy == choice.policy else ""),
+            str(o.never_started),
+            f"{o.longest_delay_s:.0f}",
+            f"{o.p99_delay_s:.0f}",
+            _ratio(o.p99_delay_s, chosen.p99_delay_s),
+            f"{o.mean_gpus:.1f}",
+            _ratio(o.mean_gpus, chosen.mean_gpus),
+        )
+    return table
+
+
+def _ratio(value: float, base: float) -> str:
+    return f"{value / base:.3f}" if base > 0 else "-"
 
 
 def write_jobs_plot(lines: Sequence[Timeline], path: Path) -> None:

@@ -62,13 +62,17 @@ def test_trace_arrivals_compares_queue_rules_fifo_and_policies(tmp_path: Path) -
     by_run = {tuple(r.split(",")[:2]): r.split(",") for r in rows[1:]}
     assert set(by_run) == {
         (run, tenant)
-        for run in ("queues + best-fit", "queues + fgd-balanced", "fifo + best-fit")
+        for run in ("queues + best-fit", "queues + fgd", "queues + fgd-balanced", "fifo + best-fit")
         for tenant in ("alice", "bob")
     }
     assert by_run[("queues + best-fit", "bob")][8] == "2"  # alice reclaimed its 2 GPUs
     assert by_run[("fifo + best-fit", "bob")][8] == "0"
     assert float(by_run[("fifo + best-fit", "alice")][5]) > 0  # alice waited behind bob
     assert (tmp_path / "out" / "jobs.png").read_bytes()[:4] == b"\x89PNG"
+    # every policy level on this tiny trace: the first given, best-fit, is chosen
+    assert "gpuplex's choice for this fleet: best-fit (first of those level on both)" in " ".join(
+        result.output.split()
+    )
 
 
 def test_a_bad_tenants_file_names_the_field(tmp_path: Path) -> None:
@@ -123,3 +127,8 @@ def test_fgd_balanced_keeps_the_only_node_a_large_pod_fits_for_it(tmp_path: Path
     assert alice[3] == "1", rows  # started
     assert float(alice[4]) == 0.0, rows  # at once
     assert (bob[3], bob[8]) == ("5", "0"), rows  # bob's pods all run, none preempted
+    # under best-fit and fgd alice's pod never starts: on this fleet gpuplex chooses fgd-balanced
+    assert by_run[("queues + best-fit", "alice")][3] == "0", rows
+    assert "gpuplex's choice for this fleet: fgd-balanced (fewest pods never started)" in " ".join(
+        result.output.split()
+    )
