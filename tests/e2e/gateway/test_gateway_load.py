@@ -105,16 +105,29 @@ def jain_index(values: list[int]) -> float:
     return sum(values) ** 2 / (len(values) * sum(v * v for v in values))
 
 
+#: Clients per tenant in the fairness tests, and the stand-in's time per generated token. Shares
+#: hold only while every tenant has requests waiting at the gateway; with 12 clients and 2 ms a
+#: token (100 requests a second) the test's own client, sharing two cores with three other pytest
+#: workers, fell behind reading replies, the heaviest tenant's queue ran dry and the lightest got
+#: 0.159 of the tokens against 1/7 (twice in ten four-worker runs). At 4 ms (50 a second) with
+#: 24 clients the heaviest tenant keeps about 0.7 s of work waiting.
+FAIR_CLIENTS = 24
+FAIR_DECODE_MS_PER_TOKEN = 4.0
+
+
 async def backlogged(
     url: str, keys: dict[str, str], sizes: dict[str, int], duration_s: float
 ) -> list[Reply]:
-    runs = [closed_loop(url, keys[t], t, 12, duration_s, partial(_sized, sizes[t])) for t in keys]
+    runs = [
+        closed_loop(url, keys[t], t, FAIR_CLIENTS, duration_s, partial(_sized, sizes[t]))
+        for t in keys
+    ]
     return [reply for replies in await asyncio.gather(*runs) for reply in replies]
 
 
 def test_equal_weights_share_token_throughput_fairly(stack: Stack) -> None:
     names = ["a", "b", "c"]
-    port = stack.sim(["llm"], adapters(names), decode_ms_per_token=2.0)
+    port = stack.sim(["llm"], adapters(names), decode_ms_per_token=FAIR_DECODE_MS_PER_TOKEN)
     gateway = stack.gateway(shared_base_spec(port, {n: (1, "{}") for n in names}))
     keys = {n: stack.key(n) for n in names}
     started = time.monotonic()
@@ -126,7 +139,7 @@ def test_equal_weights_share_token_throughput_fairly(stack: Stack) -> None:
 
 def test_weights_1_2_4_give_proportional_shares(stack: Stack) -> None:
     weights = {"a": 1, "b": 2, "c": 4}
-    port = stack.sim(["llm"], adapters(list(weights)), decode_ms_per_token=2.0)
+    port = stack.sim(["llm"], adapters(list(weights)), decode_ms_per_token=FAIR_DECODE_MS_PER_TOKEN)
     gateway = stack.gateway(shared_base_spec(port, {n: (w, "{}") for n, w in weights.items()}))
     keys = {n: stack.key(n) for n in weights}
     started = time.monotonic()
