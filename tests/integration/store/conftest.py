@@ -1,6 +1,6 @@
 """The store's tests run on SQLite (a file under tmp_path) and on a real PostgreSQL, each test in a
-database of its own that is dropped afterwards (so the URL's user must be allowed to create
-databases). PostgreSQL is $GPUPLEX_TEST_POSTGRES_URL, else postgres@127.0.0.1:5432/test; where it is
+database of its own (so the URL's user must be allowed to create databases): a migrated one is
+emptied and renamed after its test, for the next (postgres_reuse.py), any other is dropped. PostgreSQL is $GPUPLEX_TEST_POSTGRES_URL, else postgres@127.0.0.1:5432/test; where it is
 unreachable its tests skip with the reason, unless GPUPLEX_REQUIRE_SERVICES=1, where they fail.
 `engine` is a migrated store, copied from one migrated per session (`StoreTemplates`); for a
 test that asks for `engine`, the PostgreSQL database is made as that copy in the first place."""
@@ -17,6 +17,7 @@ from sqlalchemy import Engine, make_url
 
 from gpuplex.ids import random_hex
 from gpuplex.store.db import open_store
+from tests.integration.store import postgres_reuse
 from tests.services import POSTGRES_URL, services_required
 
 BACKENDS = ["sqlite", "postgresql"]
@@ -74,6 +75,8 @@ class StoreTemplates:
         self._sqlite: Path | None = None
         self._postgres: tuple[str, str] | None = None  # (admin DSN, template's name)
         self._copies: set[str] = set()  # databases made as copies of the template
+        self._emptied: list[str] = []  # copies a test used, emptied for the next (postgres_reuse)
+        self._fingerprint = ""  # the template's schema (postgres_reuse.fingerprint)
 
     def fill(self, url: str) -> None:
         """Make the empty store at `url` (from `store_url`) a migrated one: a copy of the SQLite
@@ -94,11 +97,30 @@ class StoreTemplates:
                 dsn, f'DROP DATABASE "{name}"', f'CREATE DATABASE "{name}" TEMPLATE "{template}"'
             )
 
-    def new_postgres_copy(self, dsn: str, name: str) -> None:
-        """Create database `name` as a copy of the migrated template (one CREATE DATABASE, where
-        an empty database filled later costs a CREATE, a DROP and a second CREATE)."""
-        _admin(dsn, f'CREATE DATABASE "{name}" TEMPLATE "{self._postgres_template(dsn)}"')
+    def lend_postgres_copy(self, dsn: str) -> str:
+        """The name of a migrated PostgreSQL database no test has used under that name: one an
+        earlier test emptied (postgres_reuse), else a new copy of the template (one CREATE
+        DATABASE, where an empty database filled later costs a CREATE, a DROP and a second)."""
+        template = self._postgres_template(dsn)
+        if self._emptied:
+            return self._emptied.pop()
+        name = postgres_reuse.new_name()
+        _admin(dsn, f'CREATE DATABASE "{name}" TEMPLATE "{template}"')
         self._copies.add(name)
+        return name
+
+    def take_back_postgres_copy(self, dsn: str, name: str) -> None:
+        """After its test: empty the database and keep it, renamed, for the next test, or drop it
+        where it is not as a new copy would be (postgres_reuse)."""
+        if postgres_reuse.emptied(_libpq_dsn(_database_url(name)), self._fingerprint):
+            renamed = postgres_reuse.new_name()
+            _admin(dsn, f'ALTER DATABASE "{name}" RENAME TO "{renamed}"')
+            self._copies.discard(name)
+            self._copies.add(renamed)
+            self._emptied.append(renamed)
+            return
+        _admin(dsn, f'DROP DATABASE "{name}" WITH (FORCE)')
+        self._copies.discard(name)
 
     def _sqlite_template(self) -> Path:
         if self._sqlite is None:
@@ -114,12 +136,20 @@ class StoreTemplates:
             name = f"gpuplex_template_{random_hex(12)}"
             _admin(dsn, f'CREATE DATABASE "{name}"')
             open_store(_database_url(name)).dispose()  # no connection left: a template must be idle
+            template_dsn = _libpq_dsn(_database_url(name))
+            rows = {
+                table: n for table, n in postgres_reuse.rows_in_tables(template_dsn).items() if n
+            }
+            assert not rows, f"the migrations seeded rows {rows}: emptied copies would lack them"
+            self._fingerprint = postgres_reuse.fingerprint(template_dsn)
             self._postgres = (dsn, name)
         return self._postgres[1]
 
     def close(self) -> None:
         if self._postgres is not None:
             dsn, name = self._postgres
+            for copy in self._emptied:
+                _admin(dsn, f'DROP DATABASE "{copy}" WITH (FORCE)')
             _admin(dsn, f'DROP DATABASE "{name}" WITH (FORCE)')
 
 
@@ -133,11 +163,15 @@ def store_templates(
 
 
 def _postgres_database_url(dsn: str, templates: StoreTemplates | None) -> Iterator[str]:
-    name = f"gpuplex_test_{random_hex(12)}"
-    if templates is None:
-        _admin(dsn, f'CREATE DATABASE "{name}"')
-    else:
-        templates.new_postgres_copy(dsn, name)
+    if templates is not None:
+        name = templates.lend_postgres_copy(dsn)
+        try:
+            yield _database_url(name)
+        finally:
+            templates.take_back_postgres_copy(dsn, name)
+        return
+    name = postgres_reuse.new_name()
+    _admin(dsn, f'CREATE DATABASE "{name}"')
     try:
         yield _database_url(name)
     finally:
