@@ -62,9 +62,10 @@ $(OIDC_PROVIDER): tests/oidc/package-lock.json
 # real vLLM) run one at a time, each group on one worker; the rest is shared (tests/conftest.py).
 # Measured on a 2-core machine with every mandatory test: two workers left the CPU idle 46 % of
 # the time (the tests wait on the processes they start) and took 15 to 16 minutes; four keep it
-# about 94 % busy and took 11 to 12.5 minutes. A `lane` test runs at a higher CPU priority where
-# the OS allows it (root, as in CI), so that the other three workers do not skew what it measures
-# (tests/conftest.py). `make unit PYTEST_WORKERS=0` runs everything in one process.
+# about 94 % busy and took 11 to 12.5 minutes (10 min 40 s once the store tests reused their
+# PostgreSQL databases: tests/integration/store/postgres_reuse.py). A `lane` test runs at a higher
+# CPU priority where the OS allows it (root, as in CI), so that the other three workers do not skew
+# what it measures (tests/conftest.py). `make unit PYTEST_WORKERS=0` runs everything in one process.
 # Bytecode is written even where the environment says not to (PYTHONDONTWRITEBYTECODE, as many
 # container images set): gpuplex is installed editable, so without it every one of the suite's
 # processes (CLI runs, servers, stand-ins) compiles each module it imports again, and pytest
