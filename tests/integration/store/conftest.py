@@ -23,7 +23,8 @@ from tests.services import POSTGRES_URL, services_required
 BACKENDS = ["sqlite", "postgresql"]
 
 
-def _libpq_dsn(url: str) -> str:
+def libpq_dsn(url: str) -> str:
+    """`url` (SQLAlchemy's, with its driver) as libpq and psycopg take it."""
     return make_url(url).set(drivername="postgresql").render_as_string(hide_password=False)
 
 
@@ -40,7 +41,7 @@ def postgres_dsn() -> str:
         import psycopg  # here, not at the top: the SQLite tests run without it
     except ImportError:
         _unavailable(f"psycopg is not installed: cannot test PostgreSQL at {where}")
-    dsn = _libpq_dsn(POSTGRES_URL)
+    dsn = libpq_dsn(POSTGRES_URL)
     try:
         with psycopg.connect(dsn, connect_timeout=3, autocommit=True):
             pass
@@ -50,7 +51,8 @@ def postgres_dsn() -> str:
     return dsn
 
 
-def _database_url(name: str) -> str:
+def database_url(name: str) -> str:
+    """The store URL of database `name` on the test PostgreSQL."""
     return make_url(POSTGRES_URL).set(database=name).render_as_string(hide_password=False)
 
 
@@ -92,7 +94,7 @@ class StoreTemplates:
         name = str(parsed.database)
         if name not in self._copies:
             dsn = self._request.getfixturevalue("postgres_dsn")
-            template = self._postgres_template(dsn)
+            template = self.postgres_template(dsn)
             _admin(
                 dsn, f'DROP DATABASE "{name}"', f'CREATE DATABASE "{name}" TEMPLATE "{template}"'
             )
@@ -101,7 +103,7 @@ class StoreTemplates:
         """The name of a migrated PostgreSQL database no test has used under that name: one an
         earlier test emptied (postgres_reuse), else a new copy of the template (one CREATE
         DATABASE, where an empty database filled later costs a CREATE, a DROP and a second)."""
-        template = self._postgres_template(dsn)
+        template = self.postgres_template(dsn)
         if self._emptied:
             return self._emptied.pop()
         name = postgres_reuse.new_name()
@@ -112,7 +114,7 @@ class StoreTemplates:
     def take_back_postgres_copy(self, dsn: str, name: str) -> None:
         """After its test: empty the database and keep it, renamed, for the next test, or drop it
         where it is not as a new copy would be (postgres_reuse)."""
-        if postgres_reuse.emptied(_libpq_dsn(_database_url(name)), self._fingerprint):
+        if postgres_reuse.emptied(libpq_dsn(database_url(name)), self._fingerprint):
             renamed = postgres_reuse.new_name()
             _admin(dsn, f'ALTER DATABASE "{name}" RENAME TO "{renamed}"')
             self._copies.discard(name)
@@ -131,12 +133,13 @@ class StoreTemplates:
             self._sqlite = path
         return self._sqlite
 
-    def _postgres_template(self, dsn: str) -> str:
+    def postgres_template(self, dsn: str) -> str:
+        """The name of the session's migrated PostgreSQL database the copies are made from."""
         if self._postgres is None:
             name = f"gpuplex_template_{random_hex(12)}"
             _admin(dsn, f'CREATE DATABASE "{name}"')
-            open_store(_database_url(name)).dispose()  # no connection left: a template must be idle
-            template_dsn = _libpq_dsn(_database_url(name))
+            open_store(database_url(name)).dispose()  # no connection left: a template must be idle
+            template_dsn = libpq_dsn(database_url(name))
             rows = {
                 table: n for table, n in postgres_reuse.rows_in_tables(template_dsn).items() if n
             }
@@ -166,14 +169,14 @@ def _postgres_database_url(dsn: str, templates: StoreTemplates | None) -> Iterat
     if templates is not None:
         name = templates.lend_postgres_copy(dsn)
         try:
-            yield _database_url(name)
+            yield database_url(name)
         finally:
             templates.take_back_postgres_copy(dsn, name)
         return
     name = postgres_reuse.new_name()
     _admin(dsn, f'CREATE DATABASE "{name}"')
     try:
-        yield _database_url(name)
+        yield database_url(name)
     finally:
         _admin(dsn, f'DROP DATABASE "{name}" WITH (FORCE)')
 

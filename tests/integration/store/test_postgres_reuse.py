@@ -16,7 +16,7 @@ from gpuplex.store.db import open_store
 from gpuplex.store.keys import KeyRepository
 from gpuplex.store.migrate import downgrade_store
 from tests.integration.store import postgres_reuse
-from tests.integration.store.conftest import StoreTemplates, _database_url, _libpq_dsn
+from tests.integration.store.conftest import StoreTemplates, database_url, libpq_dsn
 
 T0 = datetime(2025, 3, 1, 12, 0, tzinfo=UTC)
 
@@ -29,7 +29,7 @@ def _exists(dsn: str, name: str) -> bool:
 
 def _used(name: str) -> None:
     """What a test does to its store: rows in several tables, sequences moved on."""
-    engine = open_store(_database_url(name))
+    engine = open_store(database_url(name))
     try:
         keys = KeyRepository(engine)
         for n in range(3):
@@ -43,7 +43,7 @@ def test_the_next_test_gets_an_empty_copy_under_a_new_name(
 ) -> None:
     first = store_templates.lend_postgres_copy(postgres_dsn)
     _used(first)
-    database = _libpq_dsn(_database_url(first))
+    database = libpq_dsn(database_url(first))
     assert any(postgres_reuse.rows_in_tables(database).values())
     store_templates.take_back_postgres_copy(postgres_dsn, first)
 
@@ -51,7 +51,7 @@ def test_the_next_test_gets_an_empty_copy_under_a_new_name(
     try:
         assert second != first
         assert not _exists(postgres_dsn, first)
-        database = _libpq_dsn(_database_url(second))
+        database = libpq_dsn(database_url(second))
         assert postgres_reuse.rows_in_tables(database)  # the tables are there ...
         assert not any(postgres_reuse.rows_in_tables(database).values())  # ... and empty
         with psycopg.connect(database, autocommit=True) as connection:
@@ -60,9 +60,9 @@ def test_the_next_test_gets_an_empty_copy_under_a_new_name(
                 "WHERE schemaname = 'public' AND last_value IS NOT NULL"
             ).fetchall()
         assert moved == []  # every sequence starts over, as on a new copy
-        template = store_templates._postgres_template(postgres_dsn)
+        template = store_templates.postgres_template(postgres_dsn)
         assert postgres_reuse.fingerprint(database) == postgres_reuse.fingerprint(
-            _libpq_dsn(_database_url(template))
+            libpq_dsn(database_url(template))
         )
     finally:
         store_templates.take_back_postgres_copy(postgres_dsn, second)
@@ -73,7 +73,7 @@ def test_a_copy_whose_schema_a_test_changed_is_dropped_not_handed_on(
     postgres_dsn: str, store_templates: StoreTemplates, change: str
 ) -> None:
     name = store_templates.lend_postgres_copy(postgres_dsn)
-    engine = open_store(_database_url(name))
+    engine = open_store(database_url(name))
     try:
         if change == "migrated down":
             downgrade_store(engine, "0013")
@@ -86,10 +86,10 @@ def test_a_copy_whose_schema_a_test_changed_is_dropped_not_handed_on(
     assert not _exists(postgres_dsn, name)
     handed = store_templates.lend_postgres_copy(postgres_dsn)
     try:
-        database = _libpq_dsn(_database_url(handed))
-        template = store_templates._postgres_template(postgres_dsn)
+        database = libpq_dsn(database_url(handed))
+        template = store_templates.postgres_template(postgres_dsn)
         assert postgres_reuse.fingerprint(database) == postgres_reuse.fingerprint(
-            _libpq_dsn(_database_url(template))
+            libpq_dsn(database_url(template))
         )
     finally:
         store_templates.take_back_postgres_copy(postgres_dsn, handed)
@@ -99,7 +99,7 @@ def test_a_session_left_open_is_ended_and_cannot_reach_the_next_test(
     postgres_dsn: str, store_templates: StoreTemplates
 ) -> None:
     name = store_templates.lend_postgres_copy(postgres_dsn)
-    leaked = create_engine(_database_url(name))  # a test that forgot to dispose its engine
+    leaked = create_engine(database_url(name))  # a test that forgot to dispose its engine
     with leaked.connect() as connection:
         connection.execute(text("SELECT 1"))
     held = leaked.connect()  # and one still checked out
