@@ -226,19 +226,26 @@ def keeping_whole_nodes(
 ) -> np.ndarray:
     """The nodes the policy may choose among: where pods leave and the workload has multi-GPU
     pods, the nodes already in use, when there are any; of those, the ones no rare multi-GPU pod
-    needs, when there are any; else every candidate."""
+    needs, when there are any; of those, the ones with the fewest whole GPUs left after the pod
+    (8 or more counting alike); else every candidate."""
     if not pods_leave or not any(p.num_gpu > 1 for p in workload):
         return candidates
 
+    def whole_gpus(n: int) -> int:
+        return sum(1 for left in state.gpu_left[n][: int(state.gpu_count[n])] if int(left) == 1000)
+
     def splits_an_idle_node(n: int) -> bool:
-        count = int(state.gpu_count[n])
-        idle = all(int(left) == 1000 for left in state.gpu_left[n][:count])
-        return idle and pod.num_gpu < count
+        return whole_gpus(n) == int(state.gpu_count[n]) and pod.num_gpu < state.gpu_count[n]
+
+    def whole_left_after(n: int) -> int:
+        taken = pod.num_gpu if pod.gpu_milli >= 1000 else 0
+        return min(max(whole_gpus(n) - taken, 0), 8)
 
     kept = set(kept_for_rare_pods(state.nodes, workload))
     in_use = [n for n in candidates.tolist() if not splits_an_idle_node(n)] or candidates.tolist()
-    free = [n for n in in_use if n not in kept]
-    return np.array(free or in_use, dtype=np.int64)
+    free = [n for n in in_use if n not in kept] or in_use
+    fewest = min(whole_left_after(n) for n in free)
+    return np.array([n for n in free if whole_left_after(n) == fewest], dtype=np.int64)
 
 
 def cpu_only_where_whole_nodes_are_kept(
@@ -309,6 +316,26 @@ def test_where_pods_leave_a_small_pod_goes_to_a_node_in_use_and_leaves_the_idle_
     eight = choose(state, trace_pod("eight", 32_000, 1000, 8), policy, np.random.default_rng(0))
     assert eight is not None
     assert eight.node == 0
+
+
+def test_where_pods_leave_a_gpu_pod_goes_where_the_fewest_whole_gpus_are_left() -> None:
+    """Of two nodes in use, the one with 2 whole GPUs free takes the 1-GPU pod, and the one with
+    6 keeps them for a multi-GPU pod; a share of a GPU takes no whole GPU, so it goes to the node
+    with a GPU already shared, then the fewest whole GPUs."""
+    state = ClusterState.empty([node("roomy", 96_000, 8), node("tight", 96_000, 8)])
+    state.place(0, trace_pod("r0", 4_000), (0,))
+    state.place(0, trace_pod("r1", 4_000), (1,))
+    for i in range(6):
+        state.place(1, trace_pod(f"t{i}", 4_000), (i,))
+    policy = policy_named("fgd-balanced", MOSTLY_ONE_GPU, pods_leave=True)
+    one = choose(state, trace_pod("one", 4_000), policy, np.random.default_rng(0))
+    assert one is not None
+    assert one.node == 1
+    four = choose(state, trace_pod("four", 16_000, 1000, 4), policy, np.random.default_rng(0))
+    assert four is not None
+    assert four.node == 0  # only the roomy node has 4 whole GPUs
+    # where pods stay the rule is off, and FGD's score alone decides
+    assert BalancedFgdScorer(MOSTLY_ONE_GPU).keeps_whole_nodes is False
 
 
 def test_where_pods_stay_fgd_may_open_the_idle_node() -> None:
