@@ -53,7 +53,7 @@ from gpuplex.core.spec.quota_kinds import GPUS
 from gpuplex.replay.jobs import replay_jobs
 from gpuplex.replay.jobs_report import tenant_rows, timeline
 from gpuplex.replay.openb import load_nodes, load_timed_pods
-from gpuplex.replay.policy_choice import PolicyOutcome, choose_policy
+from gpuplex.replay.policy_choice import PolicyOutcome, choose_policy, outcome_of
 from gpuplex.replay.tenants_file import parse_tenants_file
 from gpuplex.specfile import load_yaml_file
 
@@ -98,11 +98,12 @@ def run_cell(data: str, cell: Cell) -> Figures:
     line = timeline(result, tree)
     rows = tenant_rows(result, line)
     delays = [d for r in result.records if (d := r.delay_s) is not None]
+    outcome = outcome_of(result)  # the figures gpuplex's choice reads, as `gpuplex simulate`
     return Figures(
         p50_s=float(np.percentile(delays, 50)) if delays else 0.0,
-        p99_s=float(np.percentile(delays, 99)) if delays else 0.0,
-        longest_s=max(delays, default=0.0),
-        never=sum(1 for r in result.records if r.start_s is None),
+        p99_s=outcome.p99_delay_s,
+        longest_s=outcome.longest_delay_s,
+        never=outcome.never_started,
         gpus=sum(r.mean_gpus for r in rows),
         jain_wait=line.mean_jain_contended,
         no_room=result.no_room,

@@ -16,23 +16,11 @@ from typing import Any
 import yaml
 
 from tests.e2e.cli_runs import ROOT, run_subprocess
+from tests.unit.replay import rare_fleet
 
 #: The `gpuplex` command pip installed beside this interpreter (what a user types).
 GPUPLEX = Path(sys.executable).with_name("gpuplex")
 EXAMPLE = ROOT / "examples" / "kubernetes-cluster.yaml"
-#: Ten 4-GPU nodes, one of them alone with the 128 cores alice's 4-GPU pod asks 120 of.
-NODES = "sn,cpu_milli,memory_mib,gpu,model\nbig,128000,262144,4,V100\n" + "".join(
-    f"n{i},64000,262144,4,V100\n" for i in range(9)
-)
-#: bob's small pods arrive while two nodes are in use and never leave; alice's pod comes last.
-PODS = (
-    "name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec,qos,pod_phase,creation_time,"
-    "deletion_time,scheduled_time\n"
-    "e0,1000,1024,1,1000,,LS,Running,0,,0\n"
-    "c0,100000,1024,1,1000,,LS,Running,1,5,1\n"
-    + "".join(f"b{i},1000,1024,1,1000,,LS,Running,{i + 2},,{i + 2}\n" for i in range(3))
-    + "a0,120000,1024,4,1000,,LS,Running,10,100,10\n"
-)
 TENANTS = """\
 queues:
   preemption: {min_runtime_s: 0}
@@ -51,8 +39,8 @@ CHOICE = re.compile(r"gpuplex's choice for this fleet: (\S+) \((.+?)\)\.")
 LINE = re.compile(r"`(kubernetes: \{.+?\})`")
 
 
-def simulate(folder: Path, pods: str = PODS) -> str:
-    (folder / "nodes.csv").write_text(NODES)
+def simulate(folder: Path, pods: str = rare_fleet.PODS) -> str:
+    (folder / "nodes.csv").write_text(rare_fleet.NODES)
     (folder / "pods.csv").write_text(pods)
     (folder / "tenants.yaml").write_text(TENANTS)
     args = ["simulate", "--arrivals", "trace", "--tenants", "tenants.yaml"]
@@ -113,7 +101,7 @@ def test_where_every_policy_is_level_the_choice_is_best_fit_and_the_line_says_so
 ) -> None:
     """The same fleet without alice's large pod: every policy starts every pod at once, so gpuplex
     keeps the extender's default, best-fit, and still prints the line that sets it."""
-    printed = simulate(tmp_path, PODS.replace("a0,120000,1024,4,", "a0,1000,1024,1,"))
+    printed = simulate(tmp_path, rare_fleet.PODS.replace("a0,120000,1024,4,", "a0,1000,1024,1,"))
     choice = CHOICE.search(printed)
     assert choice is not None, printed
     assert choice.group(1) == "best-fit", printed

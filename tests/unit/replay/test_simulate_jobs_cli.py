@@ -8,6 +8,7 @@ from pathlib import Path
 from typer.testing import CliRunner
 
 from gpuplex.cli.main import app
+from tests.unit.replay import rare_fleet
 
 NODES = "sn,cpu_milli,memory_mib,gpu,model\nn0,64000,262144,2,V100\nn1,64000,262144,2,V100\n"
 PODS = (
@@ -94,28 +95,12 @@ def test_trace_options_are_refused_without_arrivals_trace(tmp_path: Path) -> Non
     assert "needs one" in result.output
 
 
-#: Ten 4-GPU nodes, the first alone with the 128 cores alice's 4-GPU pod asks 120 of.
-RARE_NODES = "sn,cpu_milli,memory_mib,gpu,model\nbig,128000,262144,4,V100\n" + "".join(
-    f"n{i},64000,262144,4,V100\n" for i in range(9)
-)
-#: bob's first pod opens a node; his second fits only the big node and leaves; his 1-GPU pods
-#: arrive while both run (both nodes in use) and never leave; alice's 4-GPU pod comes last.
-RARE_PODS = (
-    "name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec,qos,pod_phase,creation_time,"
-    "deletion_time,scheduled_time\n"
-    + "e0,1000,1024,1,1000,,LS,Running,0,,0\n"
-    + "c0,100000,1024,1,1000,,LS,Running,1,5,1\n"
-    + "".join(f"b{i},1000,1024,1,1000,,LS,Running,{i + 2},,{i + 2}\n" for i in range(3))
-    + "a0,120000,1024,4,1000,,LS,Running,10,100,10\n"
-)
-
-
 def test_fgd_balanced_keeps_the_only_node_a_large_pod_fits_for_it(tmp_path: Path) -> None:
     """Through the CLI: under fgd-balanced bob's small pods go to the other node in use, leaving
     the one node alice's pod fits free, so it starts on arrival with no reclaim."""
     args = write(tmp_path, TENANTS.replace("guarantee: {gpus: 2}", "guarantee: {gpus: 0}"))
-    (tmp_path / "nodes.csv").write_text(RARE_NODES)
-    (tmp_path / "pods.csv").write_text(RARE_PODS)
+    (tmp_path / "nodes.csv").write_text(rare_fleet.NODES)
+    (tmp_path / "pods.csv").write_text(rare_fleet.PODS)
     result = CliRunner().invoke(app, args)
     assert result.exit_code == 0, result.output
     rows = (tmp_path / "out" / "jobs.csv").read_text().splitlines()
