@@ -18,13 +18,12 @@ import logging
 import multiprocessing
 import os
 import signal
-import threading
 from multiprocessing.process import BaseProcess
 from pathlib import Path
-from types import FrameType
 
 from gpuplex.errors import StoreError
 from gpuplex.gateway.spool_mover import SpoolMover
+from gpuplex.signal_event import SignalEvent
 from gpuplex.store.db import open_store
 from gpuplex.store.usage import UsageRepository
 
@@ -62,13 +61,8 @@ def _main(spool_dir: Path, store_url: str, parent_pid: int, interval_s: float) -
     logging.basicConfig(
         level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
-    stop = threading.Event()
-
-    def stop_on_signal(signum: int, frame: FrameType | None) -> None:
-        stop.set()
-
-    signal.signal(signal.SIGTERM, stop_on_signal)
-    signal.signal(signal.SIGINT, stop_on_signal)  # Ctrl-C reaches the whole process group
+    # SIGINT too: Ctrl-C reaches the whole process group
+    stop = SignalEvent().catch((signal.SIGTERM, signal.SIGINT)).event
 
     def parent_alive() -> bool:
         return os.getppid() == parent_pid

@@ -17,14 +17,13 @@ import fcntl
 import json
 import os
 import signal
-import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from types import FrameType
 
 from gpuplex.errors import ErrorCode, GpuplexError, HostBusyError
 from gpuplex.settings import environment_value
+from gpuplex.signal_event import SignalEvent
 
 PARENT_VARIABLE = "GPUPLEX_PARENT_PID"
 _PR_SET_PDEATHSIG = 1
@@ -37,21 +36,19 @@ class StartInterrupted(GpuplexError):
 
 
 class StopSignals:
-    """From `catch()` on, SIGINT and SIGTERM set `event` instead of raising anywhere."""
+    """From `catch()` on, SIGINT and SIGTERM set `event` instead of raising anywhere (through a
+    SignalEvent: a handler that set a threading.Event itself could wait for itself forever)."""
 
     def __init__(self) -> None:
-        self.event = threading.Event()
+        self._signals = SignalEvent()
+        self.event = self._signals.event
 
     def catch(self) -> StopSignals:
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            signal.signal(sig, self._handle)
+        self._signals.catch((signal.SIGINT, signal.SIGTERM))
         return self
 
-    def _handle(self, signum: int, frame: FrameType | None) -> None:
-        self.event.set()
-
     def checkpoint(self) -> None:
-        if self.event.is_set():
+        if self._signals.is_set():
             raise StartInterrupted("interrupted while starting: everything started was stopped")
 
 

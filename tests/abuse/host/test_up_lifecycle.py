@@ -136,6 +136,13 @@ def wait_until_it_answers_ctrl_c(pid: int) -> None:
         time.sleep(0.001)
 
 
+def exit_status(run: UpRun, moment: float) -> int:
+    try:
+        return run.wait(90)
+    except AssertionError as hung:
+        raise AssertionError(f"Ctrl-C {moment:.3f} s after the start: {hung}") from None
+
+
 def test_sigint_at_any_moment_of_start_up_leaves_nothing_and_the_next_up_starts(
     base: Path,
 ) -> None:
@@ -160,7 +167,7 @@ def test_sigint_at_any_moment_of_start_up_leaves_nothing_and_the_next_up_starts(
                 assert run.process is not None
                 wait_until_it_answers_ctrl_c(run.process.pid)
                 run.process.send_signal(signal.SIGINT)
-            codes = [(run.wait(90), moment) for run, moment in pairs]
+            codes = [(exit_status(run, moment), moment) for run, moment in pairs]
             for (run, _), (code, moment) in zip(pairs, codes, strict=True):
                 assert code in (0, 130), (moment, code, run.output())
                 assert "Traceback" not in run.output(), (moment, run.output())

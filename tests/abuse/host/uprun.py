@@ -85,7 +85,8 @@ class UpRun:
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             text=True,
-            env={**os.environ, "COLUMNS": "300", "NO_COLOR": "1"},
+            # PYTHONFAULTHANDLER: a hung `up` prints every thread's stack on SIGABRT (`wait`)
+            env={**os.environ, "COLUMNS": "300", "NO_COLOR": "1", "PYTHONFAULTHANDLER": "1"},
             start_new_session=True,  # its process group: what it forks without a session of its own
         )
         self.process = process
@@ -95,9 +96,23 @@ class UpRun:
         return process
 
     def wait(self, timeout_s: float) -> int:
-        """Its exit status, once it has exited and all its output is read."""
+        """Its exit status, once it has exited and all its output is read. Still running after
+        `timeout_s`: an AssertionError with where each of its threads was (SIGABRT: Python's
+        fault handler prints them) and what it printed."""
         assert self.process is not None
-        code = self.process.wait(timeout=timeout_s)
+        try:
+            code = self.process.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            left = instance_processes(self.state_dir, self.groups)
+            with contextlib.suppress(ProcessLookupError):
+                self.process.send_signal(signal.SIGABRT)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.process.wait(timeout=10)
+            self.reader.join(10)
+            raise AssertionError(
+                f"up (pid {self.process.pid}) still ran {timeout_s:g} s later; its processes "
+                f"then: {left}; its output, with its threads' stacks at the end:\n{self.output()}"
+            ) from None
         self.reader.join(10)
         return code
 
