@@ -40,6 +40,11 @@ SECRET = "hung-provider-secret-0123456789abcdef"  # noqa: S105 - a test client's
 GATEWAY_AUDIENCE = "urn:gpuplex:gateway"
 REFRESH_S = 10  # gpuplex.oidc.keys: at most one fetch per issuer per this, whatever the kids
 FLOOD_S = 16.0
+#: The flood goes on past FLOOD_S until this many requests were answered, up to FLOOD_AT_MOST_S:
+#: on a loaded machine the test's own clients (one Python process) send fewer than they ask for
+#: (410 in 16 s once, where 3,200 are asked), and the flood must still be one.
+FLOOD_REQUESTS = 500
+FLOOD_AT_MOST_S = 60.0
 FLOOD_CLIENTS = 40
 FLOOD_ADDRESSES = 200  # 127.0.0.2 ... : an attacker with many addresses
 PER_CLIENT_PER_S = 5  # 200 requests a second in all (one made-up kid froze gpuplex 5 s before)
@@ -174,8 +179,9 @@ async def flood(
     front: Front, answers: dict[int | str, int], on_start: Callable[[float], None]
 ) -> None:
     """Made-up kids at both processes, from many loopback addresses, each client at most
-    PER_CLIENT_PER_S requests a second, for FLOOD_S (`on_start` is told when it ends). `answers`
-    counts each status, and each error that ended a request without one by its class name."""
+    PER_CLIENT_PER_S requests a second, for FLOOD_S (`on_start` is told when that is), and on
+    until FLOOD_REQUESTS were answered (within FLOOD_AT_MOST_S). `answers` counts each status, and
+    each error that ended a request without one by its class name."""
     async with contextlib.AsyncExitStack() as clients:
         made = [
             await clients.enter_async_context(
@@ -189,11 +195,15 @@ async def flood(
             for n in range(FLOOD_CLIENTS)
         ]
         counter = iter(range(10**9))
-        stop_at = time.monotonic() + FLOOD_S
+        started_at = time.monotonic()
+        stop_at, give_up_at = started_at + FLOOD_S, started_at + FLOOD_AT_MOST_S
         on_start(stop_at)
 
+        def going(now: float) -> bool:
+            return now < stop_at or (sum(answers.values()) < FLOOD_REQUESTS and now < give_up_at)
+
         async def one_client(client: httpx.AsyncClient) -> None:
-            while (started := time.monotonic()) < stop_at:
+            while going(started := time.monotonic()):
                 n = next(counter)
                 url, token = front.flood_targets[n % len(front.flood_targets)]
                 try:
@@ -287,7 +297,7 @@ def test_a_hung_provider_and_a_flood_of_made_up_kids_freeze_nothing(front: Front
         assert {status for _, status in timed} == {200}, (name, timed)
         assert len(timed) >= 100, name
         assert p99(times_of(timed)) < limits[name], name
-    assert sum(answers.values()) >= 500  # the flood did arrive
+    assert sum(answers.values()) >= FLOOD_REQUESTS  # the flood did arrive
     statuses = {answer for answer in answers if isinstance(answer, int)}
     assert statuses <= {401, 429, 503}, answers  # refused, throttled or "try again"
     # An attacker's request may end without an answer where its kept-alive connection closed
