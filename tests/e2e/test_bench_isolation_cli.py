@@ -48,7 +48,7 @@ def test_without_a_gpu_it_says_to_use_the_simulated_driver_and_makes_nothing(
 def _run_and_check(out: Path) -> None:
     result = run_subprocess(
         "bench", "isolation", "--driver", "sim", "--batch", "1", "--seconds", "0.5",
-        "--startup-s", "2", "--width", "32", "--layers", "2", "--out", out,
+        "--width", "32", "--layers", "2", "--out", out,
         timeout_s=240,
     )  # fmt: skip
     assert result.exit_code == 0, result.output
@@ -99,10 +99,10 @@ def test_a_loop_that_cannot_start_ends_the_run_with_its_output(reachable: Path) 
     out = reachable / "bench"
     result = run_subprocess(
         "bench", "isolation", "--driver", "sim", "--backend", "torch", "--batch", "1",
-        "--seconds", "0.5", "--startup-s", "1", "--out", out, timeout_s=120,
+        "--seconds", "0.5", "--out", out, timeout_s=120,
     )  # fmt: skip
     assert result.exit_code != 0
-    assert "exclusive-b1: t1's loop ended without a result" in result.output
+    assert "exclusive-b1: t1's loop ended without a ready file" in result.output
     assert "the torch loop needs PyTorch" in result.output  # the loop's own words, from its log
     assert "Traceback (most recent call last)" not in result.stdout
     assert running_processes_naming(out) == []

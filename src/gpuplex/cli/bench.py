@@ -78,7 +78,11 @@ def isolation_command(
     memory_gib: Annotated[float, typer.Option(min=1, help="Each shared tenant's GPU memory.")] = 8,
     startup_s: Annotated[
         float | None,
-        typer.Option(help="From apply to the common start (default: 25 on torch, 3 on numpy)."),
+        typer.Option(
+            min=1,
+            help="How long each tenant may take to start and warm up; all start measuring together "
+            "once every one is ready (default: 300 on torch, 60 on numpy).",
+        ),
     ] = None,
 ) -> None:
     """Measure how isolation modes share a GPU: throughput, latency and interference.
@@ -122,7 +126,7 @@ def isolation_command(
             work_dir=out_dir.absolute(),
             driver=driver.value,
             program=program,
-            startup_s=startup_s if startup_s is not None else (25.0 if torch else 3.0),
+            startup_s=startup_s if startup_s is not None else (300.0 if torch else 60.0),
         )
         progress = Progress(
             TextColumn("{task.description}"), BarColumn(), TimeElapsedColumn(), console=err

@@ -2,11 +2,13 @@
 as in a transformer block's MLP) at a fixed batch size, timing every step.
 
     python -m gpuplex.isolation_bench.loop --backend torch --batch 32 --width 4096 --layers 8 \\
-        --start-at 1767225600.0 --seconds 20 --out /tmp/t1.json
+        --go /tmp/scenario.go --seconds 20 --out /tmp/t1.json
 
-It warms up, waits for `--start-at` (wall clock, so that every tenant of a scenario measures over the
-same window), steps for `--seconds`, and writes one JSON object to `--out`: the step latencies and
-the window actually measured. `--backend torch` runs on the CUDA device the host runtime gave it
+It warms up, says so by writing `--out` with the suffix `.ready`, waits for the harness to write
+`--go` (the wall-clock time to start: the harness writes it once every tenant of the scenario is
+ready, so that all of them measure over the same window however long each took to start), steps for
+`--seconds`, and writes one JSON object to `--out`: the step latencies and the window actually
+measured. `--backend torch` runs on the CUDA device the host runtime gave it
 (CUDA_VISIBLE_DEVICES or its MPS daemon) and synchronises after every step; `--backend numpy` runs
 the same chain on the CPU, so the harness itself can be tested where there is no GPU."""
 
@@ -81,9 +83,26 @@ def torch_step(batch: int, width: int, layers: int) -> Callable[[], None]:
 BACKENDS = {"numpy": numpy_step, "torch": torch_step}
 
 
-def measure(step: Callable[[], None], start_at: float, seconds: float) -> dict[str, object]:
+def ready_path(out: Path) -> Path:
+    """Where the loop says it warmed up: beside its result, which the harness knows."""
+    return out.with_suffix(".ready")
+
+
+def wait_for_go(go: Path, poll_s: float = 0.01) -> float:
+    """The start time the harness wrote to `go` (wall clock), once it exists. The harness stops a
+    loop that waits for ever (its deadline, then `down`)."""
+    while True:
+        try:
+            return float(go.read_text(encoding="ascii"))
+        except FileNotFoundError:
+            sleep_s(poll_s)
+
+
+def measure(step: Callable[[], None], ready: Path, go: Path, seconds: float) -> dict[str, object]:
     for _ in range(WARMUP_STEPS):
         step()
+    ready.write_text(f"{now_s():.3f}", encoding="ascii")
+    start_at = wait_for_go(go)
     late_s = max(0.0, now_s() - start_at)
     while now_s() < start_at:
         sleep_s(min(0.01, max(0.0, start_at - now_s())))
@@ -97,7 +116,7 @@ def measure(step: Callable[[], None], start_at: float, seconds: float) -> dict[s
     return {
         "started_at": began_wall,
         "window_s": time.perf_counter() - began,
-        "late_s": late_s,  # how long after --start-at warm-up ended (0: on time)
+        "late_s": late_s,  # how long after the start time the loop saw it (0: on time)
         "latencies_s": latencies_s,
     }
 
@@ -108,12 +127,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--batch", type=int, required=True)
     parser.add_argument("--width", type=int, default=4096)
     parser.add_argument("--layers", type=int, default=8)
-    parser.add_argument("--start-at", type=float, required=True)
+    parser.add_argument("--go", type=Path, required=True)
     parser.add_argument("--seconds", type=float, required=True)
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args(argv)
     step = BACKENDS[args.backend](args.batch, args.width, args.layers)
-    result = measure(step, args.start_at, args.seconds)
+    result = measure(step, ready_path(args.out), args.go, args.seconds)
     result |= {
         "backend": args.backend,
         "batch": args.batch,

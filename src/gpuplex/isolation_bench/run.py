@@ -1,7 +1,10 @@
 """Run the scenarios of `gpuplex bench isolation` through the host runtime: for each one, write its
 gpuplex.yaml, apply it (the runtime starts the MPS daemon, sets each client's thread percentage and
-pinned-memory limit, or gives plain processes the GPU), wait for every tenant's loop to write its
-result, then `down` (replicas and the MPS daemon stopped, also when something failed)."""
+pinned-memory limit, or gives plain processes the GPU), wait for every tenant's loop to warm up, write
+the common start time, wait for every loop to write its result, then `down` (replicas and the MPS
+daemon stopped, also when something failed). The start waits for the slowest tenant, not for a fixed
+time: on a loaded host one tenant may take seconds longer to start than another, and tenants that
+measured at different times would say nothing about sharing."""
 
 from __future__ import annotations
 
@@ -20,12 +23,14 @@ from gpuplex.host import session
 from gpuplex.host.logs import log_paths
 from gpuplex.host.proc import group_has_running_process
 from gpuplex.host.state import StateDir
+from gpuplex.isolation_bench.loop import ready_path
 from gpuplex.isolation_bench.results import ScenarioResult, TenantRun, scenario_result
 from gpuplex.isolation_bench.scenarios import (
     LOOP_WORKLOAD,
     LoopProgram,
     Scenario,
     TenantLoad,
+    go_path,
     result_path,
     scenario_spec,
 )
@@ -38,13 +43,16 @@ SIM_FLEET: dict[str, Any] = {
 }
 DISCOVERED_FLEET: dict[str, Any] = {"discover": True}
 
+#: From writing the start time to the start: every waiting loop reads it within 10 ms.
+GO_AHEAD_S = 0.5
+
 
 @dataclass(frozen=True, slots=True)
 class BenchSettings:
     work_dir: Path  # specs, results, and the host runtime's state directory
     driver: str  # sim | nvml
     program: LoopProgram
-    startup_s: float  # from apply to the common start: imports, CUDA start, warm-up
+    startup_s: float  # how long each tenant may take to be ready: imports, CUDA start, warm-up
     node: str | None = None
 
 
@@ -72,11 +80,13 @@ def run_one(scenario: Scenario, settings: BenchSettings) -> ScenarioResult:
     out_dir = host.state_dir / "results"
     out_dir.mkdir(parents=True, exist_ok=True)
     out_dir.chmod(0o1733)
-    for load in scenario.tenants:  # a rerun in the same directory starts clean
+    go = Path(go_path(out_dir, scenario))
+    go.unlink(missing_ok=True)  # a rerun in the same directory starts clean
+    for load in scenario.tenants:
         Path(result_path(out_dir, scenario, load)).unlink(missing_ok=True)
+        ready_path(Path(result_path(out_dir, scenario, load))).unlink(missing_ok=True)
     fleet = SIM_FLEET if settings.driver == "sim" else DISCOVERED_FLEET
-    start_at = now_s() + settings.startup_s
-    document = scenario_spec(scenario, settings.program, fleet, out_dir, start_at)
+    document = scenario_spec(scenario, settings.program, fleet, out_dir)
     spec_path = settings.work_dir / "specs" / f"{scenario.name}.yaml"
     spec_path.parent.mkdir(parents=True, exist_ok=True)
     spec_path.write_text(yaml.safe_dump(document, sort_keys=False), encoding="utf-8")
@@ -84,12 +94,19 @@ def run_one(scenario: Scenario, settings: BenchSettings) -> ScenarioResult:
     try:
         applied = session.apply(spec, spec_path.read_bytes(), spec_path, host, dry_run=False)
         _check_one_gpu(scenario, applied)
-        deadline = start_at + settings.program.seconds + max(30.0, settings.startup_s)
         records = {r.desired.tenant: r for r in StateDir(host.state_dir).read_state().records}
-        runs = [
-            _wait_for_result(scenario, load, out_dir, host, deadline, records.get(load.name))
-            for load in scenario.tenants
-        ]
+        ready_by = now_s() + settings.startup_s
+        for load in scenario.tenants:
+            ready = ready_path(Path(result_path(out_dir, scenario, load)))
+            _wait_for(ready, "ready file", scenario, load, host, ready_by, records)
+        start_at = now_s() + GO_AHEAD_S
+        _write_for_everyone(go, f"{start_at:.3f}")
+        deadline = start_at + settings.program.seconds + 30.0
+        runs = []
+        for load in scenario.tenants:
+            result = Path(result_path(out_dir, scenario, load))
+            _wait_for(result, "result", scenario, load, host, deadline, records)
+            runs.append(_tenant_run(load.name, result))
     finally:
         if host.state_dir.is_dir():  # else apply failed before making anything: its error stands
             session.down(host, forget_users=True)  # the benchmark's tenants are its own
@@ -108,29 +125,43 @@ def _check_one_gpu(scenario: Scenario, applied: session.Applied) -> None:
         )
 
 
-def _wait_for_result(
+def _write_for_everyone(path: Path, text: str) -> None:
+    """Whole or not at all, and readable by the tenants' users."""
+    partial = path.with_suffix(".partial")
+    partial.write_text(text, encoding="ascii")
+    partial.chmod(0o644)
+    partial.replace(path)
+
+
+def _wait_for(
+    path: Path,
+    noun: str,
     scenario: Scenario,
     load: TenantLoad,
-    out_dir: Path,
     host: HostSettings,
     deadline: float,
-    record: WorkloadRecord | None,
-) -> TenantRun:
+    records: dict[str, WorkloadRecord],
+) -> None:
+    """Until the tenant's loop has written `path` (its ready file, its result); an error with the
+    loop's output if it ended first or the deadline passed."""
     tenant = load.name
-    path = Path(result_path(out_dir, scenario, load))
+    record = records.get(tenant)
     while not path.exists():
         ended = record is None or record.pid is None or not group_has_running_process(record.pid)
         if ended and not path.exists():
             raise HostActionError(
-                f"{scenario.name}: {tenant}'s loop ended without a result; its output ends:\n"
+                f"{scenario.name}: {tenant}'s loop ended without a {noun}; its output ends:\n"
                 + _log_tail(host, tenant)
             )
         if now_s() > deadline:
             raise HostActionError(
-                f"{scenario.name}: {tenant} wrote no result in time; its output ends:\n"
+                f"{scenario.name}: {tenant} wrote no {noun} in time; its output ends:\n"
                 + _log_tail(host, tenant)
             )
         sleep_s(0.1)
+
+
+def _tenant_run(tenant: str, path: Path) -> TenantRun:
     raw = json.loads(path.read_text(encoding="utf-8"))
     observed = raw.get("mps_thread_percent")
     return TenantRun(

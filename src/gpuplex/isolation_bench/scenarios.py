@@ -106,12 +106,16 @@ def result_path(out_dir: PurePath, scenario: Scenario, tenant: TenantLoad) -> Pu
     return out_dir / f"{scenario.name}.{tenant.name}.json"
 
 
+def go_path(out_dir: PurePath, scenario: Scenario) -> PurePath:
+    """Where the harness writes the common start time once every tenant has warmed up."""
+    return out_dir / f"{scenario.name}.go"
+
+
 def scenario_spec(
     scenario: Scenario,
     program: LoopProgram,
     fleet: dict[str, Any],
     out_dir: PurePath,
-    start_at: float,
 ) -> dict[str, Any]:
     """The gpuplex.yaml document (as a dict) that runs `scenario` once on the fleet's one GPU."""
     tenants = []
@@ -119,7 +123,7 @@ def scenario_spec(
         argv = [program.python, "-m", "gpuplex.isolation_bench.loop"]
         argv += ["--backend", program.backend, "--batch", str(load.batch)]
         argv += ["--width", str(program.width), "--layers", str(program.layers)]
-        argv += ["--start-at", f"{start_at:.3f}", "--seconds", f"{program.seconds:g}"]
+        argv += ["--go", str(go_path(out_dir, scenario)), "--seconds", f"{program.seconds:g}"]
         argv += ["--out", str(result_path(out_dir, scenario, load))]
         gpu: dict[str, Any] = {"count": 1}
         if scenario.pattern is not SharingPattern.EXCLUSIVE:

@@ -15,6 +15,7 @@ from gpuplex.isolation_bench.scenarios import (
     LoopProgram,
     Scenario,
     SharingPattern,
+    go_path,
     result_path,
     scenario_spec,
     scenarios,
@@ -48,7 +49,7 @@ def test_sharing_needs_two_copies() -> None:
 
 @pytest.mark.parametrize("scenario", scenarios([1, 32], 2, 256), ids=lambda s: s.name)
 def test_each_spec_places_every_tenant_on_the_one_gpu(scenario: Scenario) -> None:
-    document = scenario_spec(scenario, PROGRAM, FLEET, OUT, 1_767_225_600.0)
+    document = scenario_spec(scenario, PROGRAM, FLEET, OUT)
     spec = validate_spec(document)
     assert isinstance(spec, GpuplexSpec), spec
     plan = make_plan(spec)
@@ -64,12 +65,12 @@ def test_each_spec_places_every_tenant_on_the_one_gpu(scenario: Scenario) -> Non
     assert threads == {t.name: t.thread_percent for t in scenario.tenants}
 
 
-def test_the_loop_command_carries_the_batch_start_and_result_path() -> None:
+def test_the_loop_command_carries_the_batch_go_file_and_result_path() -> None:
     scenario = scenarios([32], 2, 256)[1]  # timeslice-b1
-    document = scenario_spec(scenario, PROGRAM, FLEET, OUT, 1_767_225_600.0)
+    document = scenario_spec(scenario, PROGRAM, FLEET, OUT)
     argv = document["tenants"][0]["workloads"][0]["command"]
     assert argv[:3] == ["/usr/bin/python3", "-m", "gpuplex.isolation_bench.loop"]
-    assert argv[argv.index("--start-at") + 1] == "1767225600.000"
+    assert argv[argv.index("--go") + 1] == str(go_path(OUT, scenario))
     assert argv[argv.index("--out") + 1] == str(result_path(OUT, scenario, scenario.tenants[0]))
 
 
