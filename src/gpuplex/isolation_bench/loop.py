@@ -2,12 +2,12 @@
 as in a transformer block's MLP) at a fixed batch size, timing every step.
 
     python -m gpuplex.isolation_bench.loop --backend torch --batch 32 --width 4096 --layers 8 \\
-        --go /tmp/scenario.go --seconds 20 --out /tmp/t1.json
+        --go /tmp/scenario.go --go-wait-s 330 --seconds 20 --out /tmp/t1.json
 
 It warms up, says so by writing `--out` with the suffix `.ready`, waits for the harness to write
 `--go` (the wall-clock time to start: the harness writes it once every tenant of the scenario is
-ready, so that all of them measure over the same window however long each took to start), steps for
-`--seconds`, and writes one JSON object to `--out`: the step latencies and the window actually
+ready, so that all of them measure over the same window however long each took to start; after
+`--go-wait-s` without it the harness is gone, and the loop ends), steps for `--seconds`, and writes one JSON object to `--out`: the step latencies and the window actually
 measured. `--backend torch` runs on the CUDA device the host runtime gave it
 (CUDA_VISIBLE_DEVICES or its MPS daemon) and synchronises after every step; `--backend numpy` runs
 the same chain on the CPU, so the harness itself can be tested where there is no GPU."""
@@ -88,21 +88,28 @@ def ready_path(out: Path) -> Path:
     return out.with_suffix(".ready")
 
 
-def wait_for_go(go: Path, poll_s: float = 0.01) -> float:
-    """The start time the harness wrote to `go` (wall clock), once it exists. The harness stops a
-    loop that waits for ever (its deadline, then `down`)."""
+def wait_for_go(go: Path, wait_s: float, poll_s: float = 0.01) -> float:
+    """The start time the harness wrote to `go` (wall clock), once it exists; SystemExit after
+    `wait_s` without it (the harness was killed: nobody will write it)."""
+    give_up_at = time.monotonic() + wait_s
     while True:
         try:
             return float(go.read_text(encoding="ascii"))
         except FileNotFoundError:
+            if time.monotonic() > give_up_at:
+                raise SystemExit(
+                    f"no start time in {go} after {wait_s:g} s: the harness is gone"
+                ) from None
             sleep_s(poll_s)
 
 
-def measure(step: Callable[[], None], ready: Path, go: Path, seconds: float) -> dict[str, object]:
+def measure(
+    step: Callable[[], None], ready: Path, go: Path, go_wait_s: float, seconds: float
+) -> dict[str, object]:
     for _ in range(WARMUP_STEPS):
         step()
     ready.write_text(f"{now_s():.3f}", encoding="ascii")
-    start_at = wait_for_go(go)
+    start_at = wait_for_go(go, go_wait_s)
     late_s = max(0.0, now_s() - start_at)
     while now_s() < start_at:
         sleep_s(min(0.01, max(0.0, start_at - now_s())))
@@ -128,11 +135,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--width", type=int, default=4096)
     parser.add_argument("--layers", type=int, default=8)
     parser.add_argument("--go", type=Path, required=True)
+    parser.add_argument("--go-wait-s", type=float, required=True)
     parser.add_argument("--seconds", type=float, required=True)
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args(argv)
     step = BACKENDS[args.backend](args.batch, args.width, args.layers)
-    result = measure(step, ready_path(args.out), args.go, args.seconds)
+    result = measure(step, ready_path(args.out), args.go, args.go_wait_s, args.seconds)
     result |= {
         "backend": args.backend,
         "batch": args.batch,

@@ -45,6 +45,9 @@ DISCOVERED_FLEET: dict[str, Any] = {"discover": True}
 
 #: From writing the start time to the start: every waiting loop reads it within 10 ms.
 GO_AHEAD_S = 0.5
+#: A warm loop waits for the start time this much longer than the harness waits for the slowest
+#: tenant; past that the harness is gone (killed) and the loop ends rather than wait for ever.
+GO_WAIT_MARGIN_S = 30.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,7 +89,8 @@ def run_one(scenario: Scenario, settings: BenchSettings) -> ScenarioResult:
         Path(result_path(out_dir, scenario, load)).unlink(missing_ok=True)
         ready_path(Path(result_path(out_dir, scenario, load))).unlink(missing_ok=True)
     fleet = SIM_FLEET if settings.driver == "sim" else DISCOVERED_FLEET
-    document = scenario_spec(scenario, settings.program, fleet, out_dir)
+    go_wait_s = settings.startup_s + GO_WAIT_MARGIN_S
+    document = scenario_spec(scenario, settings.program, fleet, out_dir, go_wait_s)
     spec_path = settings.work_dir / "specs" / f"{scenario.name}.yaml"
     spec_path.parent.mkdir(parents=True, exist_ok=True)
     spec_path.write_text(yaml.safe_dump(document, sort_keys=False), encoding="utf-8")

@@ -116,14 +116,17 @@ def scenario_spec(
     program: LoopProgram,
     fleet: dict[str, Any],
     out_dir: PurePath,
+    go_wait_s: float,
 ) -> dict[str, Any]:
-    """The gpuplex.yaml document (as a dict) that runs `scenario` once on the fleet's one GPU."""
+    """The gpuplex.yaml document (as a dict) that runs `scenario` once on the fleet's one GPU; each
+    loop waits `go_wait_s` at most for the start time once it is warm."""
     tenants = []
     for load in scenario.tenants:
         argv = [program.python, "-m", "gpuplex.isolation_bench.loop"]
         argv += ["--backend", program.backend, "--batch", str(load.batch)]
         argv += ["--width", str(program.width), "--layers", str(program.layers)]
-        argv += ["--go", str(go_path(out_dir, scenario)), "--seconds", f"{program.seconds:g}"]
+        argv += ["--go", str(go_path(out_dir, scenario)), "--go-wait-s", f"{go_wait_s:g}"]
+        argv += ["--seconds", f"{program.seconds:g}"]
         argv += ["--out", str(result_path(out_dir, scenario, load))]
         gpu: dict[str, Any] = {"count": 1}
         if scenario.pattern is not SharingPattern.EXCLUSIVE:

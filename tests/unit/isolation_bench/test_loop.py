@@ -7,6 +7,8 @@ import threading
 import time
 from pathlib import Path
 
+import pytest
+
 from gpuplex.isolation_bench.loop import WARMUP_STEPS, measure, ready_path
 
 
@@ -22,7 +24,7 @@ def test_a_warm_loop_says_so_and_measures_only_from_the_start_time_it_is_given(
 
     result: dict[str, object] = {}
     loop = threading.Thread(
-        target=lambda: result.update(measure(step, ready_path(out), go, 0.2)), daemon=True
+        target=lambda: result.update(measure(step, ready_path(out), go, 30, 0.2)), daemon=True
     )
     loop.start()
     deadline = time.monotonic() + 30
@@ -46,3 +48,14 @@ def test_a_warm_loop_says_so_and_measures_only_from_the_start_time_it_is_given(
     assert isinstance(latencies, list)
     assert len(latencies) == len(measured)
     assert float(str(result["late_s"])) < 0.2
+
+
+def test_a_warm_loop_whose_harness_is_gone_ends_instead_of_waiting_for_ever(tmp_path: Path) -> None:
+    out = tmp_path / "timeslice-b1.t1.json"
+    steps: list[float] = []
+    with pytest.raises(SystemExit, match=r"no start time in .*timeslice-b1\.go after 0\.2 s"):
+        measure(
+            lambda: steps.append(time.time()), ready_path(out), tmp_path / "timeslice-b1.go", 0.2, 1
+        )
+    assert ready_path(out).exists()
+    assert len(steps) == WARMUP_STEPS  # warmed up, measured nothing

@@ -49,7 +49,7 @@ def test_sharing_needs_two_copies() -> None:
 
 @pytest.mark.parametrize("scenario", scenarios([1, 32], 2, 256), ids=lambda s: s.name)
 def test_each_spec_places_every_tenant_on_the_one_gpu(scenario: Scenario) -> None:
-    document = scenario_spec(scenario, PROGRAM, FLEET, OUT)
+    document = scenario_spec(scenario, PROGRAM, FLEET, OUT, 90.0)
     spec = validate_spec(document)
     assert isinstance(spec, GpuplexSpec), spec
     plan = make_plan(spec)
@@ -67,10 +67,11 @@ def test_each_spec_places_every_tenant_on_the_one_gpu(scenario: Scenario) -> Non
 
 def test_the_loop_command_carries_the_batch_go_file_and_result_path() -> None:
     scenario = scenarios([32], 2, 256)[1]  # timeslice-b1
-    document = scenario_spec(scenario, PROGRAM, FLEET, OUT)
+    document = scenario_spec(scenario, PROGRAM, FLEET, OUT, 90.0)
     argv = document["tenants"][0]["workloads"][0]["command"]
     assert argv[:3] == ["/usr/bin/python3", "-m", "gpuplex.isolation_bench.loop"]
     assert argv[argv.index("--go") + 1] == str(go_path(OUT, scenario))
+    assert argv[argv.index("--go-wait-s") + 1] == "90"
     assert argv[argv.index("--out") + 1] == str(result_path(OUT, scenario, scenario.tenants[0]))
 
 
