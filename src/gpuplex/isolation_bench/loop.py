@@ -4,12 +4,13 @@ as in a transformer block's MLP) at a fixed batch size, timing every step.
     python -m gpuplex.isolation_bench.loop --backend torch --batch 32 --width 4096 --layers 8 \\
         --go /tmp/scenario.go --go-wait-s 330 --seconds 20 --out /tmp/t1.json
 
-It warms up, says so by writing `--out` with the suffix `.ready`, waits for the harness to write
+It warms up, says so by making `--out` with the suffix `.ready`, waits for the harness to write
 `--go` (the wall-clock time to start: the harness writes it once every tenant of the scenario is
 ready, so that all of them measure over the same window however long each took to start; after
-`--go-wait-s` without it the harness is gone, and the loop ends), steps for `--seconds`, and writes one JSON object to `--out`: the step latencies and the window actually
-measured. `--backend torch` runs on the CUDA device the host runtime gave it
-(CUDA_VISIBLE_DEVICES or its MPS daemon) and synchronises after every step; `--backend numpy` runs
+`--go-wait-s` without it the harness is gone, and the loop ends), steps for `--seconds`, and
+writes one JSON object to `--out`: the step latencies and the window actually measured.
+`--backend torch` runs on the CUDA device the host runtime gave it (CUDA_VISIBLE_DEVICES or its
+MPS daemon) and synchronises after every step; `--backend numpy` runs
 the same chain on the CPU, so the harness itself can be tested where there is no GPU."""
 
 from __future__ import annotations
@@ -108,7 +109,7 @@ def measure(
 ) -> dict[str, object]:
     for _ in range(WARMUP_STEPS):
         step()
-    ready.write_text(f"{now_s():.3f}", encoding="ascii")
+    ready.touch()
     start_at = wait_for_go(go, go_wait_s)
     late_s = max(0.0, now_s() - start_at)
     while now_s() < start_at:

@@ -84,10 +84,9 @@ def run_one(scenario: Scenario, settings: BenchSettings) -> ScenarioResult:
     out_dir.mkdir(parents=True, exist_ok=True)
     out_dir.chmod(0o1733)
     go = Path(go_path(out_dir, scenario))
-    go.unlink(missing_ok=True)  # a rerun in the same directory starts clean
-    for load in scenario.tenants:
-        Path(result_path(out_dir, scenario, load)).unlink(missing_ok=True)
-        ready_path(Path(result_path(out_dir, scenario, load))).unlink(missing_ok=True)
+    results = {load.name: Path(result_path(out_dir, scenario, load)) for load in scenario.tenants}
+    for path in (go, *results.values(), *map(ready_path, results.values())):
+        path.unlink(missing_ok=True)  # a rerun in the same directory starts clean
     fleet = SIM_FLEET if settings.driver == "sim" else DISCOVERED_FLEET
     go_wait_s = settings.startup_s + GO_WAIT_MARGIN_S
     document = scenario_spec(scenario, settings.program, fleet, out_dir, go_wait_s)
@@ -101,16 +100,15 @@ def run_one(scenario: Scenario, settings: BenchSettings) -> ScenarioResult:
         records = {r.desired.tenant: r for r in StateDir(host.state_dir).read_state().records}
         ready_by = now_s() + settings.startup_s
         for load in scenario.tenants:
-            ready = ready_path(Path(result_path(out_dir, scenario, load)))
+            ready = ready_path(results[load.name])
             _wait_for(ready, "ready file", scenario, load, host, ready_by, records)
         start_at = now_s() + GO_AHEAD_S
         _write_for_everyone(go, f"{start_at:.3f}")
         deadline = start_at + settings.program.seconds + 30.0
         runs = []
         for load in scenario.tenants:
-            result = Path(result_path(out_dir, scenario, load))
-            _wait_for(result, "result", scenario, load, host, deadline, records)
-            runs.append(_tenant_run(load.name, result))
+            _wait_for(results[load.name], "result", scenario, load, host, deadline, records)
+            runs.append(_tenant_run(load.name, results[load.name]))
     finally:
         if host.state_dir.is_dir():  # else apply failed before making anything: its error stands
             session.down(host, forget_users=True)  # the benchmark's tenants are its own
