@@ -46,8 +46,11 @@ lint: $(STAMP)
 	$(BIN)/ruff format --check src tests bench
 	$(BIN)/lint-imports
 
+# mypy checks modules that do not import each other in parallel (--num-workers, mypy 2): on a
+# fresh clone of 2 cores, 29 s instead of 54 s; more than four workers stopped helping elsewhere.
+MYPY_WORKERS ?= $(shell n=$$(nproc 2>/dev/null || echo 2); [ $$n -gt 4 ] && n=4; echo $$n)
 typecheck: $(STAMP)
-	$(BIN)/mypy
+	$(BIN)/mypy --num-workers $(MYPY_WORKERS)
 
 # oidc-provider (an OpenID Certified provider for Node.js) for the identity tests, from the locked
 # versions in tests/oidc; where npm is missing or cannot install, those tests skip and say why.

@@ -66,7 +66,8 @@ def start_control_plane(
         if process.poll() is not None:
             raise AssertionError((directory / "server.log").read_text())
         try:
-            if httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=1).status_code == 200:
+            reply = httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=1)
+            if reply.status_code == 200 and process.poll() is None:  # ours, not a stranger
                 return process, port, secret
         except httpx.HTTPError:
             pass

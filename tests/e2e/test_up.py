@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import socket
 import tempfile
 from pathlib import Path
 
@@ -18,15 +17,9 @@ from sqlalchemy import create_engine, text
 from tests.e2e.cli_runs import ROOT, run_subprocess
 from tests.e2e.gateway.stack import cannot_run_gateway
 from tests.e2e.processes import running_processes_naming
+from tests.ports import free_port
 
 pytestmark = [pytest.mark.slow, pytest.mark.stacks]
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
 
 
 def test_up_serves_a_request_through_the_gateway_and_stops_cleanly(tmp_path: Path) -> None:
@@ -34,14 +27,14 @@ def test_up_serves_a_request_through_the_gateway_and_stops_cleanly(tmp_path: Pat
     if why_not:
         pytest.skip(why_not)
     spec = yaml.safe_load((ROOT / "examples" / "saas-single-server.yaml").read_text())
-    spec.setdefault("gateway", {})["port"] = _free_port()
+    spec.setdefault("gateway", {})["port"] = free_port()
     spec_path = tmp_path / "gpuplex.yaml"
     spec_path.write_text(yaml.safe_dump(spec))
     # as root the gateway runs as nobody, who must be able to enter the state directory
     shared = Path(tempfile.mkdtemp(prefix="gpuplex-up-", dir="/tmp"))
     shared.chmod(0o711)
     state_dir = shared / "up"
-    port = _free_port()
+    port = free_port()
 
     try:
         result = run_subprocess(

@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterator
 import pytest
 
 from gpuplex.http_client import call
+from tests.ports import free_port
 from tests.raw_server import raw_server
 
 Serve = Callable[[socket.socket], None]
@@ -97,9 +98,7 @@ def test_a_server_that_drips_past_the_deadline_is_a_timeout(server: Callable[[Se
 
 
 def test_no_server_or_a_cut_answer_is_a_connection_error(server: Callable[[Serve], str]) -> None:
-    unused = socket.create_server(("127.0.0.1", 0))
-    port = unused.getsockname()[1]
-    unused.close()
+    port = free_port()  # nothing listens on it
     with pytest.raises(ConnectionError, match="Connection refused"):
         call("GET", f"http://127.0.0.1:{port}/x", timeout_s=5)
 

@@ -10,7 +10,6 @@ import contextlib
 import json
 import os
 import signal
-import socket
 import ssl
 import subprocess
 import time
@@ -27,6 +26,7 @@ import yaml
 from gpuplex.kube.api import Reply, Transport
 from tests.kube_real.binaries import Binaries
 from tests.kube_real.pki import Pair, Pki, make_pki
+from tests.ports import free_port as free_port  # imported from here by the kube_real tests
 
 ADMISSION_PLUGINS = (
     "NamespaceLifecycle,LimitRanger,ServiceAccount,Priority,DefaultTolerationSeconds,"
@@ -39,12 +39,6 @@ START_TIMEOUT_S = 120.0
 
 class ControlPlaneError(RuntimeError):
     """A program of the control plane did not start; the message ends with its log's tail."""
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 def log_tail(path: Path, lines: int = 30) -> str:
@@ -245,7 +239,7 @@ class ControlPlane:
     def _wait(self, name: str, ready: Callable[[], bool]) -> None:
         program = next(p for p in self._programs if p.name == name)
         deadline = time.monotonic() + START_TIMEOUT_S
-        while not ready():
+        while not (ready() and program.process.poll() is None):  # ours, not a stranger
             if program.process.poll() is not None:
                 raise ControlPlaneError(
                     f"{name} exited with {program.process.returncode} while starting:\n"

@@ -21,7 +21,8 @@ import httpx
 import pytest
 from joserfc.jwk import RSAKey
 
-from tests.e2e.gateway.stack import free_port, stop
+from tests.e2e.gateway.stack import stop
+from tests.ports import free_port
 
 HERE = Path(__file__).parent
 AUDIENCE = "urn:gpuplex:api"
@@ -78,23 +79,38 @@ class OidcProvider:
         path = self.workdir / f"provider-{self.port}.json"
         path.write_text(json.dumps(config))
         path.chmod(0o600)  # private keys
-        log = (self.workdir / f"provider-{self.port}.log").open("ab")
-        self.process = subprocess.Popen(  # noqa: S603 - node and our own script
-            [node, str(HERE / "provider.mjs"), str(self.port), str(path)],
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-        log.close()
+        log_path = self.workdir / f"provider-{self.port}.log"
+        # a restart on the same port appends to the log: only what this process writes counts
+        start = log_path.stat().st_size if log_path.exists() else 0
+        with log_path.open("ab") as log:
+            self.process = subprocess.Popen(  # noqa: S603 - node and our own script
+                [node, str(HERE / "provider.mjs"), str(self.port), str(path)],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        self._wait_listening(log_path, start)
+
+    def _wait_listening(self, log_path: Path, start: int) -> None:
+        """Until this process says it listens (provider.mjs prints `listening <issuer>`), still
+        runs, and its discovery URL answers: a 200 alone may come from another test's server
+        on the same port while ours died of EADDRINUSE."""
+        assert self.process is not None
+        listening = f"listening {self.issuer}".encode()
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
-                raise AssertionError(self.log())
-            try:
-                if httpx.get(self.discovery_url, timeout=1).status_code == 200:
-                    return
-            except httpx.HTTPError:
-                time.sleep(0.1)
+                raise AssertionError(
+                    f"the OpenID provider exited with {self.process.returncode}:\n{self.log()}"
+                )
+            if listening in log_path.read_bytes()[start:]:
+                try:
+                    reply = httpx.get(self.discovery_url, timeout=1)
+                    if reply.status_code == 200 and self.process.poll() is None:
+                        return
+                except httpx.HTTPError:
+                    pass
+            time.sleep(0.05)
         raise AssertionError(f"the OpenID provider did not start within 30 s:\n{self.log()}")
 
     def stop(self) -> None:

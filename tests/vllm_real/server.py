@@ -219,7 +219,8 @@ def start_vllm(
                 f"{server.log_tail()}"
             )
         try:
-            if httpx.get(f"{server.url}/health", timeout=2).status_code == 200:
+            reply = httpx.get(f"{server.url}/health", timeout=2)
+            if reply.status_code == 200 and process.poll() is None:  # ours, not a stranger
                 server.started_s = waited
                 say(f"vllm: up in {waited:.0f} s at {server.url}")
                 return server

@@ -9,7 +9,6 @@ import os
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -25,15 +24,9 @@ import yaml
 
 from gpuplex.host.state import StateDir
 from tests.e2e.gateway.stack import cannot_run_gateway
+from tests.ports import free_port as free_port  # imported from here by many tests
 
 KEY_LINE = re.compile(r"^  (?P<tenant>[a-z0-9-]+): (?P<key>gpx_\S+)  \((?P<models>[^)]*)\)$")
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
 
 
 def small_spec(gateway_port: int, model_port: int) -> dict[str, Any]:

@@ -73,7 +73,7 @@ def _wait_until_applied(
             )
         try:
             with urllib.request.urlopen(request, timeout=2) as reply:  # noqa: S310
-                if json.load(reply)["items"]:
+                if json.load(reply)["items"] and server.poll() is None:  # ours answered
                     return
         except OSError:
             pass

@@ -7,7 +7,6 @@ import contextlib
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import sysconfig
@@ -25,6 +24,7 @@ from gpuplex.core.spec import RateLimits
 from gpuplex.store.db import open_store
 from gpuplex.store.keys import KeyRepository
 from gpuplex.store.usage import UsageRepository
+from tests.ports import free_port as free_port  # imported from here by many tests
 
 ROOT = Path(__file__).resolve().parents[3]
 NOBODY = 65534
@@ -78,20 +78,14 @@ def wait_for_key(url: str, key: str, timeout_s: float = 5) -> None:
     raise AssertionError(f"{url} did not accept a new key within {timeout_s} s")
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
 def wait_healthy(url: str, process: subprocess.Popen[bytes], timeout_s: float = 30) -> None:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if process.poll() is not None:
             raise AssertionError(f"{url} exited with {process.returncode}")
         try:
-            if httpx.get(f"{url}/health", timeout=1).status_code == 200:
+            ok = httpx.get(f"{url}/health", timeout=1).status_code == 200
+            if ok and process.poll() is None:  # ours answered, not a stranger on its port
                 return
         except httpx.HTTPError:
             pass

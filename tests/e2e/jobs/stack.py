@@ -215,6 +215,7 @@ class JobsStack:
             raise AssertionError(f"the control plane exited:\n{self.log('server')}")
         try:
             url = f"http://127.0.0.1:{self.port}/healthz"
-            return httpx.get(url, timeout=1).status_code == 200
+            answered = httpx.get(url, timeout=1).status_code == 200
+            return answered and self.server.poll() is None  # ours, not a stranger on its port
         except httpx.HTTPError:
             return False

@@ -8,7 +8,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -21,6 +20,7 @@ from typing import Any
 import yaml
 
 from gpuplex.host.interpreter import python_for_others
+from tests.ports import free_port_block as free_port_block  # imported from here by other tests
 
 PYTHON = sys.executable
 #: Tenants run as unprivileged users when the tests run as root: their interpreter must be one
@@ -28,26 +28,6 @@ PYTHON = sys.executable
 #: (spec() adds it).
 TENANT_PYTHON, TENANT_ENV = python_for_others() if os.geteuid() == 0 else (PYTHON, {})
 WORKLOAD = [TENANT_PYTHON, "-m", "gpuplex.sim.workload"]
-
-
-def free_port_block(size: int) -> int:
-    """A base port with `size` free ports after it (checked now; good enough on loopback)."""
-    for _ in range(50):
-        with socket.socket() as probe:
-            probe.bind(("127.0.0.1", 0))
-            base = int(probe.getsockname()[1])
-        if base + size < 65000 and all(_free(base + k) for k in range(size)):
-            return base
-    raise RuntimeError("no block of free ports")
-
-
-def _free(port: int) -> bool:
-    with socket.socket() as probe:
-        try:
-            probe.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-    return True
 
 
 def healthy(port: int, timeout_s: float = 1.0) -> bool:

@@ -27,6 +27,7 @@ from gpuplex.server.metrics.dcgm_metrics import DcgmScrapeStats
 from gpuplex.server.spec_apply import apply
 from tests.clocks import ManualClock
 from tests.integration.server.conftest import T0
+from tests.ports import free_port
 from tests.unit.observe.dcgm_spec import SPEC_YAML
 
 FIXTURES = Path(__file__).parents[2] / "unit" / "observe" / "fixtures"
@@ -101,10 +102,7 @@ def ctx(engine: Engine, clock: ManualClock) -> ServerContext:
 
 
 def closed_port_url() -> str:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    return f"http://127.0.0.1:{port}/metrics"
+    return f"http://127.0.0.1:{free_port()}/metrics"
 
 
 def test_scraped_samples_are_rolled_up_as_busy_gpu_seconds_and_memory(

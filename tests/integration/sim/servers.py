@@ -3,7 +3,6 @@ app under uvicorn in a thread of the test's own process (where the test can look
 
 from __future__ import annotations
 
-import socket
 import subprocess
 import sys
 import threading
@@ -16,12 +15,7 @@ import uvicorn
 
 from gpuplex.sim.model_server import ModelServer, ModelServerSettings, make_app
 from tests.integration.host.hostrun import healthy
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
+from tests.ports import free_port as free_port  # imported from here by other tests
 
 
 def wait_healthy(port: int, process: subprocess.Popen[bytes] | None = None) -> None:
@@ -29,7 +23,7 @@ def wait_healthy(port: int, process: subprocess.Popen[bytes] | None = None) -> N
     while time.monotonic() < deadline:
         if process is not None and process.poll() is not None:
             raise AssertionError(f"the server exited with {process.returncode}")
-        if healthy(port):
+        if healthy(port) and (process is None or process.poll() is None):
             return
         time.sleep(0.02)
     raise AssertionError(f"port {port} did not become healthy")

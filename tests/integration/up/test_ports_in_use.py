@@ -17,6 +17,7 @@ from gpuplex.host.ports import port_taken
 from gpuplex.settings import UpSettings
 from gpuplex.up.lifecycle import StopSignals
 from gpuplex.up.run import run_up
+from tests.ports import free_port
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -30,13 +31,6 @@ def listener() -> Iterator[int]:
         yield sock.getsockname()[1]
 
 
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
-
-
 def _spec(tmp_path: Path, gateway_port: int) -> Path:
     spec = yaml.safe_load((ROOT / "examples" / "saas-single-server.yaml").read_text())
     spec.setdefault("gateway", {})["port"] = gateway_port
@@ -47,15 +41,15 @@ def _spec(tmp_path: Path, gateway_port: int) -> Path:
 
 def test_port_taken_sees_a_listener_and_a_free_port(listener: int) -> None:
     assert port_taken("127.0.0.1", listener)
-    assert not port_taken("127.0.0.1", _free_port())
+    assert not port_taken("127.0.0.1", free_port())
 
 
 @pytest.mark.parametrize("taken", ["gateway", "control plane"])
 def test_up_refuses_a_port_in_use_before_starting_anything(
     tmp_path: Path, listener: int, taken: str
 ) -> None:
-    gateway_port = listener if taken == "gateway" else _free_port()
-    server_port = listener if taken == "control plane" else _free_port()
+    gateway_port = listener if taken == "gateway" else free_port()
+    server_port = listener if taken == "control plane" else free_port()
     state_dir = tmp_path / "state"
     settings = UpSettings(
         spec_path=_spec(tmp_path, gateway_port),

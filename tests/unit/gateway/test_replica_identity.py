@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import socket
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 
@@ -27,6 +26,7 @@ from gpuplex.gateway.replica_identity import (
 from gpuplex.gateway.socket_owners import Address
 from gpuplex.store.replica_identities import ReplicaIdentity
 from tests.clocks import ManualClock
+from tests.ports import free_port
 
 GATEWAY = ("127.0.0.1", 40000)
 REPLICA = ("127.0.0.1", 8000)
@@ -105,9 +105,7 @@ async def replica(seen: list[str]) -> AsyncIterator[int]:
     app.router.add_route("*", "/{tail:.*}", answer)
     runner = web.AppRunner(app)
     await runner.setup()
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = int(probe.getsockname()[1])
+    port = free_port()
     site = web.TCPSite(runner, "127.0.0.1", port)
     await site.start()
     try:
