@@ -113,6 +113,12 @@ def jain_index(values: list[int]) -> float:
 #: 24 clients the heaviest tenant keeps about 0.7 s of work waiting.
 FAIR_CLIENTS = 24
 FAIR_DECODE_MS_PER_TOKEN = 4.0
+#: How far a tenant's share may be from its weight's, relative. Even so, a fresh-clone run
+#: (2026-12-02) drained the heaviest tenant's queue at moments: weights 1:2:4 got 0.150, 0.301 and
+#: 0.549 against 0.143, 0.286 and 0.571 (5.4 % off at most), over a 5 % bound. A scheduler that
+#: got the weights wrong is far outside 10 %: first come first served gives each a third (the
+#: lightest 133 % over), weights off by one (2:3:5) give the lightest 40 % over.
+FAIR_SHARE_REL = 0.10
 
 
 async def backlogged(
@@ -147,7 +153,7 @@ def test_weights_1_2_4_give_proportional_shares(stack: Stack) -> None:
     served = tokens_between(replies, started + 2, started + 12)
     total = sum(served.values())
     for name, weight in weights.items():
-        assert served[name] / total == pytest.approx(weight / 7, rel=0.05), served
+        assert served[name] / total == pytest.approx(weight / 7, rel=FAIR_SHARE_REL), served
 
 
 def test_a_flooding_tenant_does_not_hurt_a_steady_one(stack: Stack) -> None:
