@@ -35,8 +35,9 @@ import os
 import pytest
 from hypothesis import settings
 
-#: `vllm_model` and `vllm` for any test folder (tests/vllm_real/fixtures.py).
-pytest_plugins = ["tests.vllm_real.fixtures"]
+#: `vllm_model` and `vllm` for any test folder (tests/vllm_real/fixtures.py); the session services
+#: stopped after their last test (tests/early_stop.py).
+pytest_plugins = ["tests.early_stop", "tests.vllm_real.fixtures"]
 
 settings.register_profile("gpuplex", deadline=None)
 settings.load_profile("gpuplex")
@@ -70,6 +71,23 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.xdist_group(group))
         if group == "vllm" and item.get_closest_marker("timeout") is None:
             item.add_marker(pytest.mark.timeout(VLLM_TEST_TIMEOUT_S))
+    server_users_last(items)
+
+
+def server_users_last(items: list[pytest.Item]) -> None:
+    """The `vllm` group in one block where its first test was (the other tests in their order):
+    first the modules none of whose tests asks for the session's vLLM server, then the others, so
+    that those run one after another and the server stops after the last (tests/early_stop.py),
+    and a module that starts a vLLM of its own (tests/e2e/test_up_vllm.py) does not run beside the
+    session's. Modules stay whole, in their order otherwise."""
+    group = [item for item in items if group_of_item(item) == "vllm"]
+    if not group:
+        return
+    first = items.index(group[0])
+    users = {item.path for item in group if "vllm" in getattr(item, "fixturenames", ())}
+    block = sorted(group, key=lambda item: item.path in users)
+    rest = [item for item in items if group_of_item(item) != "vllm"]
+    items[:] = rest[:first] + block + rest[first:]
 
 
 @pytest.hookimpl(tryfirst=True)  # before pytest-xdist's worker sends its test ids to the controller

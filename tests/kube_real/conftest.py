@@ -1,7 +1,8 @@
 """The real Kubernetes control plane, started once per test session for the tests marked
 `kube_real` (all of tests/kube_real). Where the binaries or etcd are missing the tests skip and say
 why, unless GPUPLEX_REQUIRE_KUBE_REAL=1 (CI), where they fail instead. The real Kueue manager runs
-beside it for the tests that ask for the `kueue` fixture."""
+beside it for the tests that ask for the `kueue` fixture. Both stop after the last test that asks for
+them (tests/early_stop.py)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from tests import early_stop
 from tests.kube_real import binaries
 from tests.kube_real.cluster import ControlPlane
 from tests.kube_real.kueue_manager import KueueManager, cannot_isolate, crd_files
@@ -24,13 +26,16 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 
 @pytest.fixture(scope="session")
-def kube_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlane]:
+def kube_cluster(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[ControlPlane]:
     found = binaries.find()
     if isinstance(found, str):
         if os.environ.get("GPUPLEX_REQUIRE_KUBE_REAL") == "1":
             pytest.fail(f"{found}, and GPUPLEX_REQUIRE_KUBE_REAL=1 makes it mandatory")
         pytest.skip(found)
     with ControlPlane(found, tmp_path_factory.mktemp("kube-control-plane")) as cluster:
+        early_stop.started(request, cluster.stop)
         yield cluster
 
 
@@ -54,4 +59,5 @@ def kueue(
         pytest.skip(crds)
     cluster: ControlPlane = request.getfixturevalue("kube_cluster")
     with KueueManager(found, cluster, crds, tmp_path_factory.mktemp("kueue")) as manager:
+        early_stop.started(request, manager.stop)
         yield manager

@@ -4,7 +4,8 @@ module with `pytest_plugins`):
 - `vllm_model`: `ModelFiles`, the tiny random-weight Llama and its LoRA adapters `lora-a` and
   `lora-b`, built once in a temporary folder (about 15 s);
 - `vllm`: one `VllmServer` serving that model as `tiny-llama` and both adapters by name, started
-  once (50-75 s to /health on 2 cores; about 3.5 GiB) and stopped at the end of the session.
+  once (50-75 s to /health on 2 cores; about 3.5 GiB) and stopped after the last test that asks for
+  it (tests/early_stop.py).
 
 Where vLLM is not installed the tests that ask for either skip and say how to install it (`make
 vllm`), unless GPUPLEX_REQUIRE_VLLM=1 (CI), where they fail instead. tests/conftest.py puts every test
@@ -20,6 +21,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from tests import early_stop
 from tests.vllm_real.server import (
     BASE_NAME,
     ModelFiles,
@@ -51,9 +53,14 @@ def vllm_model(tmp_path_factory: pytest.TempPathFactory) -> ModelFiles:
 
 
 @pytest.fixture(scope="session")
-def vllm(vllm_model: ModelFiles, tmp_path_factory: pytest.TempPathFactory) -> Iterator[VllmServer]:
+def vllm(
+    request: pytest.FixtureRequest,
+    vllm_model: ModelFiles,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[VllmServer]:
     log_path = tmp_path_factory.mktemp("vllm-server") / "vllm.log"
     server = start_vllm(vllm_model, log_path, served_name=BASE_NAME, extra_args=TOOL_PARSER)
+    early_stop.started(request, server.stop)
     try:
         yield server
     finally:

@@ -1,5 +1,6 @@
-"""One control plane and one browser for the dashboard tests; a fresh page per test that fails on
-any console error or uncaught exception."""
+"""One control plane per module and one browser per worker for the dashboard tests (starting
+Playwright's driver and a Chromium, opening a page and closing them took 0.9 s of CPU); a fresh
+context and page per test that fails on any console error or uncaught exception."""
 
 from __future__ import annotations
 
@@ -20,7 +21,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
         yield running
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")  # one per worker: each test has a context of its own
 def browser() -> Iterator[Browser]:
     executable = chromium_or_skip()
     with sync_playwright() as playwright:
