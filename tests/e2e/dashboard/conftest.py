@@ -1,6 +1,5 @@
-"""One control plane per module and one browser per worker for the dashboard tests (starting
-Playwright's driver and a Chromium, opening a page and closing them took 0.9 s of CPU); a fresh
-context and page per test that fails on any console error or uncaught exception."""
+"""One control plane and one browser for the dashboard tests; a fresh page per test that fails on
+any console error or uncaught exception."""
 
 from __future__ import annotations
 
@@ -21,7 +20,9 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
         yield running
 
 
-@pytest.fixture(scope="session")  # one per worker: each test has a context of its own
+# Per module, not per session: Playwright's sync API keeps an asyncio loop running in this thread
+# while it is open, and every later test of the worker that calls asyncio.run() would fail.
+@pytest.fixture(scope="module")
 def browser() -> Iterator[Browser]:
     executable = chromium_or_skip()
     with sync_playwright() as playwright:
