@@ -30,6 +30,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
+from bench.suite_cpu import cpu_ticks
 from gpuplex.settings import full_environment
 
 #: Where each worker writes its lines (set by `main` for the command it runs).
@@ -146,10 +147,9 @@ def table(rows: dict[str, Row], busy_s: float | None, top: int) -> list[str]:
 
 
 def busy_seconds() -> float:
-    """CPU seconds the machine has been busy (all CPUs, /proc/stat), less idle and iowait."""
-    fields = [int(value) for value in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
-    ticks = os.sysconf("SC_CLK_TCK")
-    return (sum(fields[:8]) - fields[3] - fields[4]) / ticks
+    """CPU seconds all CPUs have been busy since boot (/proc/stat, as bench/suite_cpu.py reads it)."""
+    busy, _ = cpu_ticks()
+    return busy / os.sysconf("SC_CLK_TCK")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -80,13 +80,14 @@ def server_users_last(items: list[pytest.Item]) -> None:
     that those run one after another and the server stops after the last (tests/early_stop.py),
     and a module that starts a vLLM of its own (tests/e2e/test_up_vllm.py) does not run beside the
     session's. Modules stay whole, in their order otherwise."""
-    group = [item for item in items if group_of_item(item) == "vllm"]
-    if not group:
+    in_group = [group_of_item(item) == "vllm" for item in items]
+    if not any(in_group):
         return
-    first = items.index(group[0])
+    first = in_group.index(True)
+    group = [item for item, grouped in zip(items, in_group, strict=True) if grouped]
+    rest = [item for item, grouped in zip(items, in_group, strict=True) if not grouped]
     users = {item.path for item in group if "vllm" in getattr(item, "fixturenames", ())}
     block = sorted(group, key=lambda item: item.path in users)
-    rest = [item for item in items if group_of_item(item) != "vllm"]
     items[:] = rest[:first] + block + rest[first:]
 
 

@@ -11,8 +11,7 @@ How: a session fixture that is one of `SERVICES` calls `started(request, stop)` 
 it (idempotent: its own teardown at the end of the session calls it again). Once collected, the
 last test (in run order) that asks for each service is known; after the teardown of the last test
 of its module (and so of the module's fixtures, which may use the service) the service is
-stopped, newest first. The group's tests run in
-collection order on their worker (pytest-xdist sends a group as one unit), and without `-n` the
+stopped, newest first. The group's tests run in collection order on their worker (pytest-xdist sends a group as one unit), and without `-n` the
 whole suite runs in that order, so no later test asks for a stopped service; if one ever does (a
 plugin that reorders tests), it fails at its setup saying so, rather than reaching a dead server.
 
@@ -45,14 +44,18 @@ def stop_points(items: list[pytest.Item]) -> dict[str, pytest.Item]:
     """For each service some test asks for (directly or through another fixture): the last test of
     the module of the last such test in `items`, after which that module's fixtures (which may
     use the service in their teardown) are done."""
+    last_user = {
+        name: at
+        for at, item in enumerate(items)
+        for name in SERVICES
+        if name in getattr(item, "fixturenames", ())
+    }
     points: dict[str, pytest.Item] = {}
-    for at, item in enumerate(items):
-        for name in SERVICES:
-            if name in getattr(item, "fixturenames", ()):
-                end = at
-                while end + 1 < len(items) and items[end + 1].path == item.path:
-                    end += 1
-                points[name] = items[end]
+    for name, end in last_user.items():
+        module = items[end].path
+        while end + 1 < len(items) and items[end + 1].path == module:
+            end += 1
+        points[name] = items[end]
     return points
 
 
@@ -76,8 +79,7 @@ def pytest_runtest_teardown(item: pytest.Item) -> Generator[None, None, None]:
     yield  # the test's own teardown first: module fixtures that use the service end before it
     points = item.config.stash.get(_stop_point, {})
     running = item.config.stash.get(_running, {})
-    ending = [name for name in running if points.get(name) is item]
     for name in reversed(list(running)):  # newest first: Kueue before its control plane
-        if name in ending:
+        if points.get(name) is item:
             running.pop(name)()
             item.config.stash.setdefault(_stopped, set()).add(name)
